@@ -1,0 +1,197 @@
+// llmc/args.h: command-line flags shared by train_gpt_cpu and train_gpt. A preset (-c) sets
+// every model switch; any switch can then be overridden by its own flag. Training flags
+// follow llm.c's short names where llm.c has one. --help prints the flags and the presets
+// with their parameter counts and FLOPs per token.
+#pragma once
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include "llmc/config.h"
+#include "llmc/flops.h"
+#include "llmc/lr_schedule.h"
+#include "llmc/params.h"
+
+struct TrainConfig {
+    std::string preset = "gpt3_tiny";
+    std::string train_data = "data/mobydick.txt";  // .txt: bytes; otherwise token files (glob)
+    std::string val_data = "";                     // empty: the last 10% of a .txt train file
+    std::string out_dir = "out";                   // logs and checkpoints; "" disables both
+    int B = 8;                 // micro-batch (sequences)
+    int T = 0;                 // sequence length; 0: the model's seq_len
+    long total_batch = 0;      // tokens per optimizer step; 0: B * T * dp (no accumulation)
+    int steps = 300;
+    double lr = 1e-3, min_lr = -1.0;   // min_lr < 0: lr / 10
+    int warmup = -1;           // -1: min(20, steps / 10)
+    LrSchedule schedule = LR_COSINE;
+    double decay_frac = 0.2;
+    double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
+    int val_every = 50, val_batches = 10;
+    int sample_every = 0, gen_tokens = 256;
+    int ckpt_every = 0, keep_last = 2;
+    std::string resume = "";         // "auto": latest complete checkpoint in out_dir; or a path
+    std::string init_from = "";      // safetensors with Hugging Face names
+    std::string export_init = "";    // write the initial weights (safetensors) and exit
+    std::string save_safetensors = "";  // write the final weights (safetensors)
+    uint64_t seed = 1337;
+    std::string tokenizer = "";      // for printing samples of token data
+};
+
+static inline void print_presets() {
+    printf("presets (params = real parameters, padding excluded; GFLOP/token = training FLOPs at seq_len):\n");
+    printf("  %-20s %4s %6s %8s %6s %9s %6s %12s %10s\n", "name", "L", "C", "heads", "ffn", "vocab", "seq", "params", "GFLOP/tok");
+    for (ModelConfig c : all_presets()) {
+        config_finalize(c);
+        ParamTable t = build_param_table(c);
+        char heads[32];
+        snprintf(heads, sizeof(heads), c.n_kv_head == c.n_head ? "%d" : "%d(%d)", c.n_head, c.n_kv_head);
+        printf("  %-20s %4d %6d %8s %6d %9d %6d %12lld %10.2f\n", c.name.c_str(), c.n_layer, c.n_embd, heads, c.ffn,
+               c.vocab_size, c.seq_len, (long long)param_count(t), model_flops_per_token(c, c.seq_len) / 1e9);
+    }
+}
+
+static inline void print_usage(const char* prog) {
+    printf("usage: %s [-c preset] [flags]\n\n", prog);
+    printf("model (a preset, then any switch overridden):\n"
+           "  -c NAME              preset (default gpt3_tiny; list below)\n"
+           "  --layers N --embd N --heads N --kv-heads N --head-dim N --ffn N --vocab N --seq N\n"
+           "  --norm layernorm|rmsnorm  --norm-eps F  --pos learned|rope  --rope-theta F\n"
+           "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
+           "  --mlp gelu|swiglu  --bias 0|1  --tied 0|1  --init-std F  --seed N\n"
+           "data:\n"
+           "  -i PATH              training data: a .txt file (bytes, vocab 256) or token shards (glob)\n"
+           "  -j PATH              validation data (default: the last 10%% of a .txt training file)\n"
+           "  --tokenizer NAME     decode token samples: gpt2, llama3 or a rank file\n"
+           "training:\n"
+           "  -b N                 micro-batch size in sequences (default 8)\n"
+           "  -t N                 sequence length (default: the model's)\n"
+           "  -d N                 total batch in tokens per step (gradient accumulation = d / (b*t*dp))\n"
+           "  -x N                 steps (default 300)\n"
+           "  -l F                 max learning rate (default 1e-3)  --min-lr F (default lr/10)\n"
+           "  --warmup N           warmup steps (default min(20, steps/10))  --schedule cosine|linear|constant|wsd\n"
+           "  --decay-frac F       wsd: fraction of steps spent decaying (default 0.2)\n"
+           "  --beta1 F --beta2 F --eps F --wd F   AdamW (0.9, 0.95, 1e-8, 0.1; decay on matrices only)\n"
+           "  --clip F             global gradient-norm clip (default 1.0; 0 disables)\n"
+           "  -v N                 validation every N steps (default 50)  --val-batches N (default 10)\n"
+           "  -s N                 print a sample every N steps (default 0: only at the end)  -g N tokens\n"
+           "output and checkpoints:\n"
+           "  -o DIR               logs and checkpoints (default out; \"\" for none)\n"
+           "  -n N                 checkpoint every N steps (default 0: only at the end if -o is set)\n"
+           "  --keep N             keep the last N checkpoints (default 2)\n"
+           "  --resume auto|PATH   continue from the latest complete checkpoint in -o, or from PATH\n"
+           "  --init-from FILE     initial weights from a safetensors file (Hugging Face names)\n"
+           "  --export-init FILE   write the initial weights as safetensors and exit\n"
+           "  --save-safetensors FILE   write the final weights as safetensors\n\n");
+    print_presets();
+}
+
+// Parses argv into the model and training configs. Unknown flags, missing values and bad
+// numbers stop with a message naming the flag.
+static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfig* tc) {
+    // first pass: the preset, so later switches override it
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "-h" || a == "--help") { print_usage(argv[0]); exit(0); }
+        if ((a == "-c" || a == "--config") && i + 1 < argc) tc->preset = argv[i + 1];
+    }
+    if (!find_preset(tc->preset, mc)) {
+        fprintf(stderr, "error: unknown preset '%s' (flag -c).\n", tc->preset.c_str());
+        print_presets();
+        exit(1);
+    }
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (i + 1 >= argc) die("flag '%s' is unknown or lacks a value (see --help)", a.c_str());
+        const char* v = argv[++i];
+        auto as_int = [&]() -> long {
+            char* end = nullptr;
+            long x = strtol(v, &end, 10);
+            if (!*v || *end) die("flag %s expects an integer, got '%s'", a.c_str(), v);
+            return x;
+        };
+        auto as_pos = [&]() -> int {
+            long x = as_int();
+            if (x <= 0) die("flag %s expects a positive integer, got '%s'", a.c_str(), v);
+            return (int)x;
+        };
+        auto as_f = [&]() -> double {
+            char* end = nullptr;
+            double x = strtod(v, &end);
+            if (!*v || *end) die("flag %s expects a number, got '%s'", a.c_str(), v);
+            return x;
+        };
+        auto as_bool = [&]() -> bool {
+            std::string s = v;
+            if (s == "1" || s == "true") return true;
+            if (s == "0" || s == "false") return false;
+            die("flag %s expects 0 or 1, got '%s'", a.c_str(), v);
+        };
+        std::string s = v;
+        if (a == "-c" || a == "--config") {}
+        else if (a == "--layers") mc->n_layer = as_pos();
+        else if (a == "--embd") mc->n_embd = as_pos();
+        else if (a == "--heads") { mc->n_head = as_pos(); mc->head_dim = 0; }
+        else if (a == "--kv-heads") mc->n_kv_head = as_pos();
+        else if (a == "--head-dim") mc->head_dim = as_pos();
+        else if (a == "--ffn") mc->ffn = as_pos();
+        else if (a == "--vocab") mc->vocab_size = as_pos();
+        else if (a == "--seq") mc->seq_len = as_pos();
+        else if (a == "--norm") {
+            if (s == "layernorm") mc->norm = NORM_LAYERNORM;
+            else if (s == "rmsnorm") mc->norm = NORM_RMSNORM;
+            else die("flag --norm expects layernorm or rmsnorm, got '%s'", v);
+        } else if (a == "--norm-eps") mc->norm_eps = (float)as_f();
+        else if (a == "--pos") {
+            if (s == "learned") mc->pos = POS_LEARNED;
+            else if (s == "rope") mc->pos = POS_ROPE;
+            else die("flag --pos expects learned or rope, got '%s'", v);
+        } else if (a == "--rope-theta") mc->rope_theta = (float)as_f();
+        else if (a == "--rope-scaling") {
+            if (s == "none") mc->rope_factor = 0.0f;
+            else if (sscanf(v, "%f,%f,%f,%d", &mc->rope_factor, &mc->rope_low_freq, &mc->rope_high_freq, &mc->rope_orig_ctx) != 4)
+                die("flag --rope-scaling expects FACTOR,LOW,HIGH,ORIG (e.g. 32,1,4,8192) or none, got '%s'", v);
+        } else if (a == "--mlp") {
+            if (s == "gelu") mc->mlp = MLP_GELU;
+            else if (s == "swiglu") mc->mlp = MLP_SWIGLU;
+            else die("flag --mlp expects gelu or swiglu, got '%s'", v);
+        } else if (a == "--bias") mc->bias = as_bool();
+        else if (a == "--tied") mc->tied = as_bool();
+        else if (a == "--init-std") mc->init_std = (float)as_f();
+        else if (a == "--seed") tc->seed = (uint64_t)as_int();
+        else if (a == "-i") tc->train_data = s;
+        else if (a == "-j") tc->val_data = s;
+        else if (a == "--tokenizer") tc->tokenizer = s;
+        else if (a == "-o") tc->out_dir = s;
+        else if (a == "-b") tc->B = as_pos();
+        else if (a == "-t") tc->T = as_pos();
+        else if (a == "-d") tc->total_batch = as_pos();
+        else if (a == "-x") tc->steps = as_pos();
+        else if (a == "-l") tc->lr = as_f();
+        else if (a == "--min-lr") tc->min_lr = as_f();
+        else if (a == "--warmup") { long w = as_int(); if (w < 0) die("flag --warmup must be >= 0"); tc->warmup = (int)w; }
+        else if (a == "--schedule") { if (!lr_schedule_from_name(s, &tc->schedule)) die("flag --schedule expects cosine, linear, constant or wsd, got '%s'", v); }
+        else if (a == "--decay-frac") tc->decay_frac = as_f();
+        else if (a == "--beta1") tc->beta1 = as_f();
+        else if (a == "--beta2") tc->beta2 = as_f();
+        else if (a == "--eps") tc->eps = as_f();
+        else if (a == "--wd") tc->weight_decay = as_f();
+        else if (a == "--clip") tc->grad_clip = as_f();
+        else if (a == "-v") { long x = as_int(); if (x < 0) die("flag -v must be >= 0"); tc->val_every = (int)x; }
+        else if (a == "--val-batches") tc->val_batches = as_pos();
+        else if (a == "-s") { long x = as_int(); if (x < 0) die("flag -s must be >= 0"); tc->sample_every = (int)x; }
+        else if (a == "-g") { long x = as_int(); if (x < 0) die("flag -g must be >= 0"); tc->gen_tokens = (int)x; }
+        else if (a == "-n") { long x = as_int(); if (x < 0) die("flag -n must be >= 0"); tc->ckpt_every = (int)x; }
+        else if (a == "--keep") tc->keep_last = as_pos();
+        else if (a == "--resume") tc->resume = s;
+        else if (a == "--init-from") tc->init_from = s;
+        else if (a == "--export-init") tc->export_init = s;
+        else if (a == "--save-safetensors") tc->save_safetensors = s;
+        else die("unknown flag '%s' (see --help)", a.c_str());
+    }
+    config_finalize(*mc);
+    if (tc->T == 0) tc->T = mc->seq_len;
+    if (tc->T > mc->seq_len) die("flag -t %d exceeds the model's sequence length %d (raise --seq)", tc->T, mc->seq_len);
+    if (tc->min_lr < 0) tc->min_lr = tc->lr / 10.0;
+    if (tc->warmup < 0) tc->warmup = std::min(20, tc->steps / 10);
+    if (tc->warmup > tc->steps) die("flag --warmup %d exceeds the number of steps -x %d", tc->warmup, tc->steps);
+}
