@@ -48,7 +48,7 @@ endif
 HEADERS := $(wildcard llmc/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 
-.PHONY: all test clean
+.PHONY: all test test_all clean
 all: train_gpt_cpu test_gpt_cpu
 
 train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
@@ -60,7 +60,13 @@ test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp $(HEADERS)
 # Topic fragments (tests, tools, dev programs) add their own targets and append to ALL_TEST_DEPS.
 -include mk/*.mk
 
-test: train_gpt_cpu test_gpt_cpu $(ALL_TEST_DEPS)
+# `make test` first installs missing dependencies (or names the command), then re-reads this
+# Makefile so that MPI and NCCL detection sees them.
+test:
+	@bash scripts/install_deps.sh
+	@$(MAKE) --no-print-directory test_all
+
+test_all: train_gpt_cpu test_gpt_cpu $(ALL_TEST_DEPS)
 	@bash scripts/run_tests.sh
 
 clean:

@@ -33,13 +33,19 @@ static double rel_err(const float* a, const float* b, size_t n, double floor_ = 
 
 // ----------------------------------------------------------------------------------------------
 // Tolerances against PyTorch, both in fp32 on the CPU. The two implementations sum in
-// different orders, so they differ by a few fp32 ulps per reduction; these bounds are ~20x
-// the largest differences observed on the reference states (see the README).
+// different orders, so they differ by a few fp32 ulps per reduction; these bounds are 10-30x
+// the largest differences observed on the five reference states of tests/t_reference.sh
+// (logits 7.5e-7, loss 3e-8, gradients 8.1e-7, step losses 1.5e-7, norms 4.8e-7).
 static const double TOL_LOGITS = 1e-5;     // relative to max |logit|
 static const double TOL_LOSS = 1e-6;       // relative
-static const double TOL_GRAD = 1e-4;       // per tensor, relative to max |grad|
-static const double TOL_TRAIN_LOSS = 1e-5; // relative, each of the 10 steps
-static const double TOL_WEIGHTS = 1e-4;    // per tensor after 10 steps, relative to max |w|
+static const double TOL_GRAD = 1e-5;       // per tensor, relative to max |grad|
+static const double TOL_TRAIN_LOSS = 2e-6; // relative, each of the 10 steps
+static const double TOL_NORM = 1e-5;       // relative, each of the 10 steps
+// AdamW's first steps are close to lr * sign(g): an element whose gradient is within rounding of
+// zero can step the other way, so a few elements of the final weights differ by a fraction of
+// lr. Every element is held to 1e-3 of its tensor's scale, and 99.9% of them to 1e-5.
+static const double TOL_WEIGHTS = 1e-3;
+static const double TOL_WEIGHTS_BULK = 1e-5;
 
 static void test_reference(const char* path) {
     SafeTensors st;
@@ -90,19 +96,25 @@ static void test_reference(const char* path) {
     check(e < TOL_LOSS, tag + " loss", "ours %.9f ref %.9f rel %.3g", g.loss, ref_loss, e);
     printf("  loss ours %.9f ref %.9f rel err %.3g\n", g.loss, ref_loss, e);
 
-    // every gradient, compared tensor by tensor in Hugging Face layout
+    // every gradient, tensor by tensor of the parameter table (a fused tensor is compared as a
+    // whole, against the scale of the whole, read from its Hugging Face pieces)
     gpt_backward(&g, 1.0);
+    const std::vector<float> first_grads = g.grads;
     double worst = 0;
     std::string worst_name;
-    for (const ParamSpec& s : g.table.specs)
+    for (const ParamSpec& s : g.table.specs) {
+        std::vector<float> ref, ours;
         for (const HfPiece& p : s.hf) {
             const StTensor* rt = st_require(&st, "ref.grad." + p.name, p.rows * s.cols);
-            std::vector<float> ref((size_t)rt->numel()), ours((size_t)rt->numel());
-            st_read_f32(&st, rt, ref.data());
-            hf_pack(g.grads.data() + s.offset, p.row0, p.rows, s.cols, p.transpose, ours.data());
-            double ge = rel_err(ours.data(), ref.data(), ours.size());
-            if (ge >= worst) { worst = ge; worst_name = p.name; }
+            std::vector<float> r((size_t)rt->numel()), o((size_t)rt->numel());
+            st_read_f32(&st, rt, r.data());
+            hf_pack(g.grads.data() + s.offset, p.row0, p.rows, s.cols, p.transpose, o.data());
+            ref.insert(ref.end(), r.begin(), r.end());
+            ours.insert(ours.end(), o.begin(), o.end());
         }
+        double ge = rel_err(ours.data(), ref.data(), ours.size());
+        if (ge >= worst) { worst = ge; worst_name = s.name; }
+    }
     check(worst < TOL_GRAD, tag + " gradients (all tensors)", "worst %s rel err %.3g", worst_name.c_str(), worst);
     printf("  gradients: worst rel err %.3g (%s)\n", worst, worst_name.c_str());
     // padding rows of the vocabulary get no gradient
@@ -138,13 +150,45 @@ static void test_reference(const char* path) {
     }
     check(worst_lr < 1e-6, tag + " lr schedule matches", "rel err %.3g", worst_lr);
     check(worst_loss < TOL_TRAIN_LOSS, tag + " training losses", "worst rel err %.3g", worst_loss);
-    check(worst_norm < 10 * TOL_TRAIN_LOSS, tag + " gradient norms", "worst rel err %.3g", worst_norm);
+    check(worst_norm < TOL_NORM, tag + " gradient norms", "worst rel err %.3g", worst_norm);
     std::vector<float> final_ref(g.table.total);
     hf_read_tensors(&st, g.table, "ref.final.", final_ref.data());
-    double worst_w = 0;
-    for (const ParamSpec& s : g.table.specs)
-        worst_w = std::max(worst_w, rel_err(g.params.data() + s.offset, final_ref.data() + s.offset, s.numel()));
-    check(worst_w < TOL_WEIGHTS, tag + " final weights", "worst rel err %.3g", worst_w);
+    double worst_w = 0, worst_abs = 0;
+    size_t n_off = 0, n_all = 0;
+    std::string worst_wname;
+    // Without RoPE the key bias gets an exactly-zero gradient in exact arithmetic (adding q.b to
+    // every score of a query leaves the softmax unchanged), so both sides feed rounding noise to
+    // AdamW, which normalises it to steps of size ~lr. Its final values are noise; they are left
+    // out here and its gradient is checked to be zero instead.
+    const bool kbias_free = c.bias && c.pos == POS_LEARNED;
+    std::vector<bool> is_kbias(g.table.total, false);
+    double kb_grad = 0, qv_grad = 0;
+    for (const ParamTable::Block& b : g.table.blocks)
+        if (kbias_free)
+            for (int i = 0; i < cfg_qkv_dim(c); i++) {
+                const size_t o = g.table.specs[b.qkv_b].offset + i;
+                const bool k = i >= cfg_q_dim(c) && i < cfg_q_dim(c) + cfg_kv_dim(c);
+                is_kbias[o] = k;
+                (k ? kb_grad : qv_grad) = std::max(k ? kb_grad : qv_grad, (double)std::fabs(first_grads[o]));
+            }
+    if (kbias_free) check(kb_grad <= 1e-6 * qv_grad, tag + " key-bias gradient is zero", "max %.3g vs q/v %.3g", kb_grad, qv_grad);
+    for (const ParamSpec& s : g.table.specs) {
+        std::vector<float> a, b;
+        for (size_t i = 0; i < s.numel(); i++)
+            if (!is_kbias[s.offset + i]) { a.push_back(g.params[s.offset + i]); b.push_back(final_ref[s.offset + i]); }
+        double e = rel_err(a.data(), b.data(), a.size());
+        if (e > worst_w) { worst_w = e; worst_wname = s.name; }
+        for (size_t i = 0; i < a.size(); i++) worst_abs = std::max(worst_abs, (double)std::fabs(a[i] - b[i]));
+        double scale = 0;
+        for (float x : b) scale = std::max(scale, (double)std::fabs(x));
+        for (size_t i = 0; i < a.size(); i++) n_off += std::fabs(a[i] - b[i]) > TOL_WEIGHTS_BULK * scale;
+        n_all += a.size();
+    }
+    printf("  final weights: worst rel err %.3g (%s), worst abs diff %.3g\n", worst_w, worst_wname.c_str(), worst_abs);
+    check(worst_w < TOL_WEIGHTS, tag + " final weights, every element", "worst rel err %.3g (%s)", worst_w, worst_wname.c_str());
+    check(n_off <= n_all / 1000, tag + " final weights, 99.9% of elements within 1e-5", "%zu of %zu off", n_off, n_all);
+    printf("  final weights: %zu of %zu elements differ by more than %.0e of their tensor's scale\n", n_off, n_all,
+           TOL_WEIGHTS_BULK);
     printf("  worst rel err: losses %.3g, norms %.3g, final weights %.3g\n", worst_loss, worst_norm, worst_w);
 }
 
