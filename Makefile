@@ -36,12 +36,14 @@ ifeq ($(PRECISION),FP32)
   NVCC_FLAGS += -DENABLE_FP32
 endif
 # NCCL: system install, NCCL_HOME, or the headers and library inside Python's NCCL wheel.
-NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.nccl,os;print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null); do \
+NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.nccl;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null); do \
                  if [ -f $$d/include/nccl.h ]; then echo $$d; break; fi; done)
 ifeq ($(NO_NCCL),)
   ifneq ($(NCCL_HOME),)
     NVCC_FLAGS += -DUSE_NCCL -I$(NCCL_HOME)/include
-    NCCL_LDLIBS := -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath=$(NCCL_HOME)/lib -lnccl
+    # Python's wheel ships only libnccl.so.2 (no unversioned symlink): link that file by name
+    NCCL_LIBNAME := $(if $(wildcard $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so),-lnccl,-l:libnccl.so.2)
+    NCCL_LDLIBS := -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath=$(NCCL_HOME)/lib $(NCCL_LIBNAME)
   endif
 endif
 

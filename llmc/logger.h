@@ -78,7 +78,8 @@ static inline void log_val(Logger* lg, int step, double val_loss) {
     }
 }
 
-// Writes summary.json: median step time after skipping the first `skip` steps (warm-up).
+// Writes summary.json: median step time, skipping the first steps (up to 5) as warm-up.
+// val_loss < 0 means no validation ran.
 static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_params, double final_loss, double val_loss,
                                double peak_mem_bytes) {
     std::vector<double> v(lg->step_ms.begin() + std::min<size_t>(lg->step_ms.size() / 5, 5), lg->step_ms.end());
@@ -88,16 +89,19 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
     double tok_s = med > 0 ? lg->tokens_per_step / (med / 1000.0) / lg->n_devices : 0.0;
     double mfu = lg->peak_flops > 0 ? tok_s * lg->flops_per_token / lg->peak_flops : 0.0;
     double nominal_mfu = lg->peak_flops > 0 ? tok_s * nominal_flops_per_token(n_params) / lg->peak_flops : 0.0;
-    printf("summary: median %.1f ms/step, %.0f tokens/s per device, final loss %.4f, val loss %.4f\n", med, tok_s,
-           final_loss, val_loss);
+    printf("summary: median %.1f ms/step, %.0f tokens/s per device, final loss %.4f", med, tok_s, final_loss);
+    if (val_loss >= 0) printf(", val loss %.4f", val_loss);
+    printf("\n");
+    char val_json[32] = "null";
+    if (val_loss >= 0) snprintf(val_json, sizeof(val_json), "%.9g", val_loss);
     if (lg->jsonl) { fclose(lg->jsonl); lg->jsonl = nullptr; }
     if (lg->out_dir.empty()) return;
     std::string p = lg->out_dir + "/summary.json";
     FILE* f = fopen_check(p.c_str(), "wb");
     fprintf(f, "{\"model\":\"%s\",\"params\":%lld,\"devices\":%d,\"median_step_ms\":%.4f,\"tokens_per_s_per_device\":%.2f,"
                "\"mfu\":%.6f,\"nominal_mfu\":%.6f,\"model_flops_per_token\":%.6g,\"peak_memory_bytes_per_rank\":%.0f,"
-               "\"final_loss\":%.9g,\"val_loss\":%.9g,\"steps\":%zu}\n",
+               "\"final_loss\":%.9g,\"val_loss\":%s,\"steps\":%zu}\n",
             c.name.c_str(), (long long)n_params, lg->n_devices, med, tok_s, mfu, nominal_mfu, lg->flops_per_token,
-            peak_mem_bytes, final_loss, val_loss, lg->step_ms.size());
+            peak_mem_bytes, final_loss, val_json, lg->step_ms.size());
     fclose_check(f, p.c_str());
 }

@@ -261,9 +261,10 @@ static inline size_t tok_pretoken_llama3(const uint8_t* s, size_t n, size_t i) {
         }
         return end;
     }
+    // the next character; at the end of the text a stand-in that is neither letter nor other
+    TokChar d = c.end < n ? tok_char_at(s, n, c.end) : TokChar{TOK_NONE, CP_SPACE, n};
     // [^\r\n\p{L}\p{N}]?\p{L}+: one character other than CR, LF, letters and numbers may lead
     // a run of letters
-    TokChar d = c.end < n ? tok_char_at(s, n, c.end) : TokChar{TOK_NONE, CP_SPACE, n};  // at the end: none
     if (c.cp != '\r' && c.cp != '\n' && d.cls == CP_LETTER) return tok_run_end(s, n, d.end, CP_LETTER);
     // " ?[^\s\p{L}\p{N}]+[\r\n]*"
     size_t other_end = 0;

@@ -132,7 +132,7 @@ static std::string npy_parse(const uint8_t* buf, size_t size, NpyArray* out) {
     char kind = descr[k];
     std::string size_text = descr.substr(k + 1);
     int itemsize = (size_text == "1") ? 1 : (size_text == "2") ? 2 : (size_text == "4") ? 4 : (size_text == "8") ? 8 : 0;
-    if (kind == 'f' || kind == 'c') return "dtype '" + descr + "' is floating point; token ids must be integers (re-save with .astype(np.int32))";
+    if (kind == 'f' || kind == 'c') return "dtype '" + descr + "' is floating point; an integer array is expected (re-save with .astype(np.int32))";
     if ((kind != 'i' && kind != 'u') || itemsize == 0) return "unsupported dtype '" + descr + "' (expected an integer dtype such as '<i4' or '<u2')";
     if (order == '>' && itemsize > 1) return "dtype '" + descr + "' is big-endian; re-save with .astype('<" + std::string(1, kind) + size_text + "')";
     if (shape.size() != 1) return "expected a 1-D array, got " + std::to_string(shape.size()) + " dimensions";

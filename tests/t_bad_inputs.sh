@@ -45,10 +45,10 @@ shard(d + '/trunc.bin', cut=10)
 shard(d + '/version.bin', version=7)
 open(d + '/short.bin', 'wb').write(b'\x00' * 100)
 PY
-expect_fail "shard with wrong magic names the file" "magic.bin: bad magic 12345" ./train_gpt_cpu "${tiny[@]}" -i "$d/magic.bin"
-expect_fail "truncated shard names the file" "trunc.bin: header says 1000 tokens" ./train_gpt_cpu "${tiny[@]}" -i "$d/trunc.bin"
-expect_fail "unknown shard version" "version.bin: unsupported version 7" ./train_gpt_cpu "${tiny[@]}" -i "$d/version.bin"
-expect_fail "file shorter than a shard header" "short.bin: too short" ./train_gpt_cpu "${tiny[@]}" -i "$d/short.bin"
+expect_fail "shard with wrong magic names the file" "magic.bin.: bad magic 12345" ./train_gpt_cpu "${tiny[@]}" -i "$d/magic.bin"
+expect_fail "truncated shard names the file" "trunc.bin.: truncated: the header declares 1000 tokens" ./train_gpt_cpu "${tiny[@]}" -i "$d/trunc.bin"
+expect_fail "unknown shard version" "version.bin.: unsupported version 7" ./train_gpt_cpu "${tiny[@]}" -i "$d/version.bin"
+expect_fail "file shorter than a shard header" "short.bin.: truncated: 100 bytes" ./train_gpt_cpu "${tiny[@]}" -i "$d/short.bin"
 expect_fail "tokens beyond the vocabulary" "holds token 199 but the model's vocabulary is 100" ./train_gpt_cpu "${tiny[@]}" --vocab 100 -i "$d/good.bin"
 if timeout 60 ./train_gpt_cpu "${tiny[@]}" -i "$d/good.bin" > "$d/out.txt" 2>&1; then
     echo "[PASS] a valid shard trains"

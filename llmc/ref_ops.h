@@ -1,0 +1,347 @@
+// llmc/ref_ops.h: the reference implementation of every layer, forward and backward, on the
+// CPU with OpenMP, templated on the float type (float for training, double for the
+// finite-difference check). train_gpt_cpu.cpp builds the model from these; the CUDA kernels
+// in dev/cuda and llmc/*.cuh are checked against them.
+//
+// Determinism: every parallel loop writes disjoint outputs and reduces in a fixed order, so
+// results do not depend on the number of threads.
+// Shapes: B batch, T time, C channels, H query heads, KV kv heads, hd head dim,
+// qd = H*hd, kvd = KV*hd, F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), Vp padded vocab.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+#include "llmc/config.h"
+
+// Backward functions accumulate (+=) into parameter gradients;
+// input gradients are accumulated too unless stated, and the caller zeroes them.
+
+// out[N,C] = wte[tok] (+ wpe[t])
+template <typename real>
+void embedding_forward(real* out, const int32_t* tok, const real* wte, const real* wpe, int N, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const real* e = wte + (size_t)tok[n] * C;
+        const real* p = wpe ? wpe + (size_t)(n % T) * C : nullptr;
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = e[c] + (p ? p[c] : (real)0);
+    }
+}
+
+// Parallel over channels, so repeated tokens add up in a fixed order (deterministic).
+template <typename real>
+void embedding_backward(real* dwte, real* dwpe, const real* dout, const int32_t* tok, int N, int T, int C) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++)
+        for (int n = 0; n < N; n++) {
+            real d = dout[(size_t)n * C + c];
+            dwte[(size_t)tok[n] * C + c] += d;
+            if (dwpe) dwpe[(size_t)(n % T) * C + c] += d;
+        }
+}
+
+// LayerNorm: (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps). RMSNorm: x * rstd * w,
+// rstd = 1/sqrt(mean(x^2) + eps), mean stored as 0. x, out [N,C]; mean, rstd [N].
+template <typename real>
+void norm_forward(real* out, real* mean, real* rstd, const real* x, const real* w, const real* b, int N, int C,
+                  float eps, bool rms) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const real* xn = x + (size_t)n * C;
+        real m = 0;
+        if (!rms) {
+            for (int c = 0; c < C; c++) m += xn[c];
+            m /= C;
+        }
+        real v = 0;
+        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
+        v /= C;
+        real r = (real)1 / std::sqrt(v + (real)eps);
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * r * w[c] + (b ? b[c] : (real)0);
+        mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+// dx += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dout * w; RMSNorm drops mean(dn).
+template <typename real>
+void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x, const real* w, const real* mean,
+                   const real* rstd, int N, int C, bool rms) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const real* xn = x + (size_t)n * C;
+        const real* dn = dout + (size_t)n * C;
+        real m_dn = 0, m_dnx = 0;
+        for (int c = 0; c < C; c++) {
+            real xhat = (xn[c] - mean[n]) * rstd[n];
+            m_dn += dn[c] * w[c];
+            m_dnx += dn[c] * w[c] * xhat;
+        }
+        m_dn = rms ? (real)0 : m_dn / C;
+        m_dnx /= C;
+        for (int c = 0; c < C; c++) {
+            real xhat = (xn[c] - mean[n]) * rstd[n];
+            dx[(size_t)n * C + c] += rstd[n] * (dn[c] * w[c] - m_dn - xhat * m_dnx);
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        real sw = 0, sb = 0;
+        for (int n = 0; n < N; n++) {
+            real d = dout[(size_t)n * C + c];
+            sw += d * (x[(size_t)n * C + c] - mean[n]) * rstd[n];
+            sb += d;
+        }
+        dw[c] += sw;
+        if (db) db[c] += sb;
+    }
+}
+
+// out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC]. Four rows at a time share each weight row.
+template <typename real>
+void matmul_forward(real* out, const real* inp, const real* w, const real* bias, int N, int IC, int OC) {
+    const int RB = 4;
+#pragma omp parallel for schedule(static)
+    for (int n0 = 0; n0 < N; n0 += RB) {
+        const int nr = std::min(RB, N - n0);
+        for (int o = 0; o < OC; o++) {
+            const real* wr = w + (size_t)o * IC;
+            real acc[RB] = {0, 0, 0, 0};
+            for (int r = 0; r < nr; r++) {
+                const real* x = inp + (size_t)(n0 + r) * IC;
+                real s = 0;
+#pragma omp simd reduction(+ : s)
+                for (int i = 0; i < IC; i++) s += x[i] * wr[i];
+                acc[r] = s;
+            }
+            for (int r = 0; r < nr; r++) out[(size_t)(n0 + r) * OC + o] = acc[r] + (bias ? bias[o] : (real)0);
+        }
+    }
+}
+
+// dinp[N,IC] += dout @ w; dw[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout.
+template <typename real>
+void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout, const real* inp, const real* w, int N, int IC,
+                     int OC) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        real* di = dinp + (size_t)n * IC;
+        for (int o = 0; o < OC; o++) {
+            const real d = dout[(size_t)n * OC + o];
+            const real* wr = w + (size_t)o * IC;
+#pragma omp simd
+            for (int i = 0; i < IC; i++) di[i] += d * wr[i];
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int o = 0; o < OC; o++) {
+        real* dwr = dw + (size_t)o * IC;
+        real sb = 0;
+        for (int n = 0; n < N; n++) {
+            const real d = dout[(size_t)n * OC + o];
+            const real* x = inp + (size_t)n * IC;
+            sb += d;
+#pragma omp simd
+            for (int i = 0; i < IC; i++) dwr[i] += d * x[i];
+        }
+        if (dbias) dbias[o] += sb;
+    }
+}
+
+// RoPE tables: cos, sin [T, hd/2]. inv_freq[i] = theta^(-2i/hd), with Llama 3.1 scaling when
+// rope_factor > 0 (long wavelengths divided by the factor, a smooth blend in between).
+template <typename real>
+void rope_tables(const ModelConfig& c, int T, std::vector<real>* cosv, std::vector<real>* sinv) {
+    const int half = c.head_dim / 2;
+    cosv->resize((size_t)T * half);
+    sinv->resize((size_t)T * half);
+    for (int i = 0; i < half; i++) {
+        double inv = std::pow((double)c.rope_theta, -2.0 * i / c.head_dim);
+        if (c.rope_factor > 0) {
+            double low_wl = c.rope_orig_ctx / c.rope_low_freq, high_wl = c.rope_orig_ctx / c.rope_high_freq;
+            double wl = 2.0 * M_PI / inv;
+            if (wl > low_wl) inv = inv / c.rope_factor;
+            else if (wl >= high_wl) {
+                double smooth = (c.rope_orig_ctx / wl - c.rope_low_freq) / (c.rope_high_freq - c.rope_low_freq);
+                inv = (1.0 - smooth) * inv / c.rope_factor + smooth * inv;
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            (*cosv)[(size_t)t * half + i] = (real)std::cos(t * inv);
+            (*sinv)[(size_t)t * half + i] = (real)std::sin(t * inv);
+        }
+    }
+}
+
+// Rotates every q and k head of qkv [B,T,qd+2kvd] in place, in Hugging Face's rotate_half
+// convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1, x2 the two halves of
+// the head. sign = -1 rotates back, which is the backward pass (the rotation is orthogonal).
+template <typename real>
+void rope_rotate(real* qkv, const real* cosv, const real* sinv, int B, int T, int H, int KV, int hd, int sign) {
+    const int half = hd / 2, stride = (H + 2 * KV) * hd;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; bt++) {
+        const int t = bt % T;
+        for (int h = 0; h < H + KV; h++) {  // the H q heads, then the KV k heads
+            real* x = qkv + (size_t)bt * stride + (size_t)h * hd;
+            for (int i = 0; i < half; i++) {
+                real c = cosv[t * half + i], s = sign * sinv[t * half + i];
+                real x1 = x[i], x2 = x[i + half];
+                x[i] = x1 * c - x2 * s;
+                x[i + half] = x2 * c + x1 * s;
+            }
+        }
+    }
+}
+
+// Causal attention with GQA: query head h reads kv head h / (H/KV).
+// qkv [B,T,qd+2kvd] -> out [B,T,qd]; att [B,H,T,T] keeps the probabilities for backward.
+template <typename real>
+void attention_forward(real* out, real* att, const real* qkv, int B, int T, int H, int KV, int hd) {
+    const int stride = (H + 2 * KV) * hd, qd = H * hd, kvd = KV * hd, group = H / KV;
+    const real scale = (real)1 / std::sqrt((real)hd);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const int kh = h / group;
+            for (int t = 0; t < T; t++) {
+                const real* q = qkv + ((size_t)b * T + t) * stride + h * hd;
+                real* a = att + (((size_t)b * H + h) * T + t) * T;
+                real mx = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const real* k = qkv + ((size_t)b * T + t2) * stride + qd + kh * hd;
+                    real s = 0;
+                    for (int i = 0; i < hd; i++) s += q[i] * k[i];
+                    a[t2] = s * scale;
+                    mx = std::max(mx, a[t2]);
+                }
+                real sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = std::exp(a[t2] - mx); sum += a[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
+                real* o = out + ((size_t)b * T + t) * qd + h * hd;
+                for (int i = 0; i < hd; i++) o[i] = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const real* v = qkv + ((size_t)b * T + t2) * stride + qd + kvd + kh * hd;
+                    for (int i = 0; i < hd; i++) o[i] += a[t2] * v[i];
+                }
+            }
+        }
+}
+
+// dqkv [B,T,qd+2kvd] is overwritten. Parallel over (batch, kv head): each thread owns the dk
+// and dv of its kv head and loops over the query heads that share it.
+template <typename real>
+void attention_backward(real* dqkv, const real* dout, const real* qkv, const real* att, int B, int T, int H, int KV, int hd) {
+    const int stride = (H + 2 * KV) * hd, qd = H * hd, kvd = KV * hd, group = H / KV;
+    const real scale = (real)1 / std::sqrt((real)hd);
+    std::fill(dqkv, dqkv + (size_t)B * T * stride, (real)0);
+#pragma omp parallel
+    {
+        std::vector<real> da(T);
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++)
+            for (int kh = 0; kh < KV; kh++)
+                for (int h = kh * group; h < (kh + 1) * group; h++)
+                    for (int t = 0; t < T; t++) {
+                        const real* a = att + (((size_t)b * H + h) * T + t) * T;
+                        const real* dy = dout + ((size_t)b * T + t) * qd + h * hd;
+                        const real* q = qkv + ((size_t)b * T + t) * stride + h * hd;
+                        real* dq = dqkv + ((size_t)b * T + t) * stride + h * hd;
+                        // through the weighted sum of values
+                        real dot = 0;
+                        for (int t2 = 0; t2 <= t; t2++) {
+                            const real* v = qkv + ((size_t)b * T + t2) * stride + qd + kvd + kh * hd;
+                            real* dv = dqkv + ((size_t)b * T + t2) * stride + qd + kvd + kh * hd;
+                            real s = 0;
+                            for (int i = 0; i < hd; i++) { s += dy[i] * v[i]; dv[i] += a[t2] * dy[i]; }
+                            da[t2] = s;
+                            dot += a[t2] * s;
+                        }
+                        // through the softmax, then the scaled scores
+                        for (int t2 = 0; t2 <= t; t2++) {
+                            const real ds = a[t2] * (da[t2] - dot) * scale;
+                            const real* k = qkv + ((size_t)b * T + t2) * stride + qd + kh * hd;
+                            real* dk = dqkv + ((size_t)b * T + t2) * stride + qd + kh * hd;
+                            for (int i = 0; i < hd; i++) { dq[i] += ds * k[i]; dk[i] += ds * q[i]; }
+                        }
+                    }
+    }
+}
+
+template <typename real>
+static inline real gelu_tanh(real x) {
+    const real k = (real)0.7978845608028654;  // sqrt(2/pi)
+    return (real)0.5 * x * ((real)1 + std::tanh(k * (x + (real)0.044715 * x * x * x)));
+}
+
+// gelu: act[N,F] = gelu(fc1[N,F]); swiglu: act[N,F] = silu(gate) * up, fc1[N,2F] = [gate | up]
+template <typename real>
+void mlp_act_forward(real* act, const real* fc1, int N, int F, bool swiglu) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            if (swiglu) {
+                real g = fc1[(size_t)n * 2 * F + f], u = fc1[(size_t)n * 2 * F + F + f];
+                act[(size_t)n * F + f] = g / ((real)1 + std::exp(-g)) * u;
+            } else {
+                act[(size_t)n * F + f] = gelu_tanh(fc1[(size_t)n * F + f]);
+            }
+        }
+}
+
+// dfc1 (overwritten) from dact
+template <typename real>
+void mlp_act_backward(real* dfc1, const real* dact, const real* fc1, int N, int F, bool swiglu) {
+    const real k = (real)0.7978845608028654;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            const real d = dact[(size_t)n * F + f];
+            if (swiglu) {
+                real g = fc1[(size_t)n * 2 * F + f], u = fc1[(size_t)n * 2 * F + F + f];
+                real sig = (real)1 / ((real)1 + std::exp(-g));
+                dfc1[(size_t)n * 2 * F + f] = d * u * sig * ((real)1 + g * ((real)1 - sig));
+                dfc1[(size_t)n * 2 * F + F + f] = d * g * sig;
+            } else {
+                real x = fc1[(size_t)n * F + f];
+                real th = std::tanh(k * (x + (real)0.044715 * x * x * x));
+                real dg = (real)0.5 * ((real)1 + th) +
+                          (real)0.5 * x * ((real)1 - th * th) * k * ((real)1 + (real)3 * (real)0.044715 * x * x);
+                dfc1[(size_t)n * F + f] = d * dg;
+            }
+        }
+}
+
+// Cross-entropy over the first V of Vp logits; targets of -1 are ignored. Returns the sum of
+// losses over valid rows; lse[N] keeps log-sum-exp for backward.
+template <typename real>
+double crossentropy_forward(real* lse, const real* logits, const int32_t* targets, int N, int V, int Vp) {
+    double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int n = 0; n < N; n++) {
+        const real* l = logits + (size_t)n * Vp;
+        real mx = -INFINITY;
+        for (int v = 0; v < V; v++) mx = std::max(mx, l[v]);
+        real s = 0;
+        for (int v = 0; v < V; v++) s += std::exp(l[v] - mx);
+        lse[n] = mx + std::log(s);
+        if (targets[n] >= 0) total += (double)(lse[n] - l[targets[n]]);
+    }
+    return total;
+}
+
+// logits [N,Vp] are overwritten with dloss/dlogits = (softmax - onehot) * scale on valid rows.
+template <typename real>
+void crossentropy_backward(real* logits, const real* lse, const int32_t* targets, int N, int V, int Vp, real scale) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        real* l = logits + (size_t)n * Vp;
+        const bool valid = targets[n] >= 0;
+        for (int v = 0; v < Vp; v++) {
+            real p = (v < V && valid) ? std::exp(l[v] - lse[n]) : (real)0;
+            l[v] = (p - (valid && v == targets[n] ? (real)1 : (real)0)) * scale;
+        }
+    }
+}
+

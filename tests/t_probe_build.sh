@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# tests/t_probe_build.sh: the GPU probe programs (dev/probe/, mk/probe.mk) build and behave without a GPU.
+#   - build/ceilings and build/nccl_ranks build; fresh compiles are warning-free
+#   - both binaries hold sm_80 and sm_90a code (cuobjdump --list-elf, or the fatbin entry headers)
+#   - nccl_ranks links against a wheel-style NCCL that has only libnccl.so.2 (no libnccl.so)
+#   - with no GPU visible each program exits 1 with a clear message (no crash, no hang); --help works;
+#     bad flags and a stale or missing NCCL id file are clear errors
+#   - scripts/gpu_probe.sh parses (bash -n) and answers --help
+#   - on a machine with a GPU: nccl_ranks --launch 2 and ceilings --quick pass their own checks
+# Takes about 15 s on 2 cores without a GPU (three nvcc compiles). Without nvcc it prints [SKIP] and exits 0.
+set -u
+cd "$(dirname "$0")/.."
+unset MAKEFLAGS MFLAGS MAKELEVEL  # run from `make test -jN`, nested makes would warn about the jobserver
+
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
+    echo "[SKIP] probe build: nvcc not found (PATH or $CUDA_HOME/bin); nothing to check"
+    exit 0
+fi
+
+fails=0
+pass() { echo "[PASS] $1"; }
+fail() { echo "[FAIL] $1: $2"; fails=$((fails + 1)); }
+B=build
+T=build/t_probe_build
+rm -rf "$T"
+mkdir -p "$T"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3)
+
+cfg=$(make -s --no-print-directory probe-config)
+nccl_home=$(echo "$cfg" | sed -n 's/^nccl_home=//p')
+
+# ---- builds
+if make -s --no-print-directory "$B/ceilings" > "$T/make.log" 2>&1; then pass "make $B/ceilings"
+else fail "make $B/ceilings" "$(tail -n 5 "$T/make.log")"; fi
+if [ -n "$nccl_home" ]; then
+    if make -s --no-print-directory "$B/nccl_ranks" > "$T/make.log" 2>&1; then pass "make $B/nccl_ranks"
+    else fail "make $B/nccl_ranks" "$(tail -n 5 "$T/make.log")"; fi
+else
+    echo "[SKIP] make $B/nccl_ranks: the Makefile found no NCCL"
+fi
+out=$(make -s --no-print-directory NO_NCCL=1 BUILD="$T/nonccl" "$T/nonccl/nccl_ranks" 2>&1)
+if [ $? -ne 0 ] && echo "$out" | grep -q "needs NCCL and this build has none"; then pass "nccl_ranks without NCCL: clear make error"
+else fail "nccl_ranks without NCCL" "expected a failing make with 'needs NCCL', got: $out"; fi
+
+# fresh compiles into $T: warnings show up here even when build/ is up to date
+if make --no-print-directory BUILD="$T" "$T/ceilings" > "$T/ceilings.log" 2>&1; then
+    if grep -qi "warning" "$T/ceilings.log"; then fail "ceilings compiles warning-free" "$(grep -i -m 3 warning "$T/ceilings.log")"
+    else pass "ceilings compiles warning-free"; fi
+else fail "fresh compile of ceilings" "$(tail -n 5 "$T/ceilings.log")"; fi
+
+# Python's NCCL wheel layout: include/nccl.h and lib/libnccl.so.2 only
+if [ -n "$nccl_home" ]; then
+    real_lib=$(ls "$nccl_home"/lib/libnccl.so.2 "$nccl_home"/lib64/libnccl.so.2 2>/dev/null | head -n 1)
+    W=$(pwd)/$T/wheel_nccl
+    mkdir -p "$W/include" "$W/lib"
+    ln -sf "$nccl_home/include/nccl.h" "$W/include/nccl.h"
+    ln -sf "$real_lib" "$W/lib/libnccl.so.2"
+    if make --no-print-directory BUILD="$T/wheel" NCCL_HOME="$W" "$T/wheel/nccl_ranks" > "$T/wheel.log" 2>&1; then
+        needed=$(readelf -d "$T/wheel/nccl_ranks" 2>/dev/null | grep -E "NEEDED.*libnccl|R(UN)?PATH")
+        if grep -qi "warning" "$T/wheel.log"; then fail "nccl_ranks compiles warning-free" "$(grep -i -m 3 warning "$T/wheel.log")"
+        else pass "nccl_ranks compiles warning-free"; fi
+        if echo "$needed" | grep -q "libnccl.so.2" && echo "$needed" | grep -q "$W/lib"; then
+            pass "nccl_ranks links a wheel-style NCCL with only libnccl.so.2 (NEEDED libnccl.so.2, runpath $W/lib)"
+        else fail "wheel-style NCCL link" "readelf -d shows: $needed"; fi
+    else fail "nccl_ranks against a wheel-style NCCL (only libnccl.so.2)" "$(tail -n 5 "$T/wheel.log")"; fi
+fi
+
+# ---- architectures in the binaries
+CUOBJDUMP=$(command -v cuobjdump || { [ -x "$CUDA_HOME/bin/cuobjdump" ] && echo "$CUDA_HOME/bin/cuobjdump"; })
+# Without cuobjdump: read the fatbin entry headers in the executable. Layout (as nvcc 12-13 write it):
+# fatbin header {u32 magic 0xBA55ED50, u16 version, u16 header size, u64 payload size}, then entries
+# {u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload size, ..., u32 arch at +28, u64 flags at
+# +40 where 0x100000 marks an arch-specific "a" target}. Prints one sm_XX[a] per ELF entry.
+list_elf_archs() {
+    if [ -n "$CUOBJDUMP" ]; then
+        "$CUOBJDUMP" --list-elf "$1" | grep -o 'sm_[0-9]*a\{0,1\}' | sort -u
+        return
+    fi
+    "$PY" - "$1" <<'EOF'
+import struct, sys
+data = open(sys.argv[1], "rb").read()
+magic = struct.pack("<I", 0xBA55ED50)
+archs = set()
+pos = data.find(magic)
+while pos >= 0:
+    _, _, hsize, fsize = struct.unpack_from("<IHHQ", data, pos)
+    entry, end = pos + hsize, pos + hsize + fsize
+    while entry + 48 <= end:
+        kind, _, ehsize, esize = struct.unpack_from("<HHIQ", data, entry)
+        arch = struct.unpack_from("<I", data, entry + 28)[0]
+        flags = struct.unpack_from("<Q", data, entry + 40)[0]
+        if kind == 2:
+            archs.add("sm_%d%s" % (arch, "a" if flags & 0x100000 else ""))
+        if ehsize == 0:
+            break
+        entry += ehsize + esize
+    pos = data.find(magic, end)
+print("\n".join(sorted(archs)))
+EOF
+}
+if [ -z "$CUOBJDUMP" ]; then
+    # the header reader must tell sm_90 from sm_90a: check it on a one-kernel program built for sm_90 only
+    printf '__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\nint main() { k<<<1, 1>>>(nullptr); return 0; }\n' > "$T/one.cu"
+    NVCC=$(echo "$cfg" | sed -n 's/^nvcc=//p')
+    "$NVCC" -gencode arch=compute_90,code=sm_90 "$T/one.cu" -o "$T/one_sm90" > "$T/one.log" 2>&1
+    got=$(list_elf_archs "$T/one_sm90" | tr '\n' ' ')
+    if [ "$got" = "sm_90 " ]; then pass "fatbin reader: an sm_90-only build lists exactly sm_90"
+    else fail "fatbin reader" "an sm_90-only build listed '$got'"; fi
+fi
+for bin in "$B/ceilings" "$B/nccl_ranks" "$T/wheel/nccl_ranks"; do
+    [ -x "$bin" ] || continue
+    archs=$(list_elf_archs "$bin" | tr '\n' ' ')
+    if echo " $archs" | grep -q " sm_80 " && echo " $archs" | grep -q " sm_90a "; then pass "$bin has sm_80 and sm_90a code ($archs)"
+    else fail "$bin architectures" "want sm_80 and sm_90a, found '$archs'"; fi
+done
+
+# ---- behaviour without a GPU (CUDA_VISIBLE_DEVICES= hides any GPU, so this runs the same everywhere)
+expect_error() {  # name, expected message, command...
+    local name=$1 want=$2; shift 2
+    local got rc
+    got=$(timeout 60 "$@" 2>&1); rc=$?
+    if [ $rc -eq 1 ] && echo "$got" | grep -q -- "$want"; then pass "$name"
+    else fail "$name" "want exit 1 and '$want'; got exit $rc: $(echo "$got" | tail -n 3)"; fi
+}
+expect_usage() {  # binary
+    local got rc
+    got=$("$1" --help 2>&1); rc=$?
+    if [ $rc -eq 0 ] && echo "$got" | head -n 1 | grep -q "^usage: "; then pass "$1 --help"
+    else fail "$1 --help" "exit $rc: $(echo "$got" | head -n 2)"; fi
+}
+if [ -x "$B/ceilings" ]; then
+    expect_usage "$B/ceilings"
+    expect_error "ceilings without a GPU" "no usable CUDA device" env CUDA_VISIBLE_DEVICES= "$B/ceilings" --quick
+    expect_error "ceilings: unknown flag" "unknown argument '--bogus'" "$B/ceilings" --bogus
+    expect_error "ceilings: bad number" "--reps expects an integer" "$B/ceilings" --reps x
+fi
+if [ -x "$B/nccl_ranks" ]; then
+    N=$B/nccl_ranks
+    expect_usage "$N"
+    expect_error "nccl_ranks --launch 2 without a GPU" "no usable CUDA device" env CUDA_VISIBLE_DEVICES= "$N" --launch 2 --timeout 20
+    expect_error "nccl_ranks: unknown flag" "unknown argument '--bogus'" "$N" --bogus
+    expect_error "nccl_ranks: one rank without RANK" "WORLD_SIZE is not set" env -u RANK -u WORLD_SIZE "$N" --id-file "$T/id"
+    expect_error "nccl_ranks: RANK out of range" "need 0 <= RANK < WORLD_SIZE" env RANK=2 WORLD_SIZE=2 "$N" --id-file "$T/id"
+    expect_error "nccl_ranks: rank 1 times out waiting for the id file" "timed out after 1 s waiting for the NCCL id file" \
+        env RANK=1 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES= "$N" --id-file "$T/missing_id" --timeout 1
+    touch "$T/stale_id"
+    expect_error "nccl_ranks: rank 0 refuses a stale id file" "already exists" \
+        env RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES= "$N" --id-file "$T/stale_id"
+fi
+
+# ---- the probe script
+if bash -n scripts/gpu_probe.sh; then pass "scripts/gpu_probe.sh parses (bash -n)"
+else fail "scripts/gpu_probe.sh" "bash -n reports a syntax error"; fi
+if bash scripts/gpu_probe.sh --help | grep -q "usage: scripts/gpu_probe.sh"; then pass "scripts/gpu_probe.sh --help"
+else fail "scripts/gpu_probe.sh --help" "no usage line"; fi
+
+# ---- with a GPU: the programs' own checks (exact collective results, GEMM entries against the host)
+if [ -x "$B/ceilings" ] && "$B/ceilings" --device-info > "$T/device.log" 2>&1; then
+    if [ -x "$B/nccl_ranks" ]; then
+        if timeout 200 "$B/nccl_ranks" --launch 2 --timeout 150 --bw-mib 8 > "$T/nccl2.log" 2>&1; then pass "nccl_ranks --launch 2 on this GPU"
+        else fail "nccl_ranks --launch 2 on this GPU" "$(grep -E 'FAIL|error' "$T/nccl2.log" | head -n 5)"; fi
+    fi
+    if timeout 300 "$B/ceilings" --quick > "$T/ceilings_quick.log" 2>&1; then pass "ceilings --quick on this GPU (GEMM results match the host)"
+    else fail "ceilings --quick on this GPU" "$(tail -n 5 "$T/ceilings_quick.log")"; fi
+else
+    echo "[SKIP] runs on a GPU: none visible ($(tail -n 1 "$T/device.log" 2>/dev/null))"
+fi
+
+[ $fails -eq 0 ]
