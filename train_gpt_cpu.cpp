@@ -375,19 +375,20 @@ int main(int argc, char** argv) {
         }
         return s / tc.val_batches;
     };
-    Tokenizer tok;  // decodes samples: bytes unless --tokenizer names one
-    if (tc.tokenizer.empty()) tokenizer_init_bytes(&tok);
-    else tokenizer_load_auto(&tok, tc.tokenizer.c_str());
-    if (tokenizer_vocab_size(&tok) > (uint32_t)mc.vocab_size && !tc.tokenizer.empty())
-        die("--tokenizer %s has %u tokens but the model's vocabulary is %d", tc.tokenizer.c_str(),
-            tokenizer_vocab_size(&tok), mc.vocab_size);
+    Tokenizer tok;  // decodes samples (--tokenizer); none: samples print as token ids
+    if (!tc.tokenizer.empty()) {
+        tokenizer_load_auto(&tok, tc.tokenizer.c_str());
+        if (tokenizer_vocab_size(&tok) > (uint32_t)mc.vocab_size)
+            die("--tokenizer %s has %u tokens but the model's vocabulary is %d", tc.tokenizer.c_str(),
+                tokenizer_vocab_size(&tok), mc.vocab_size);
+    }
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
-        // prompt: a newline for byte models, end-of-text for BPE ones
-        std::vector<int32_t> prompt = {tc.tokenizer.empty() ? (int32_t)std::min(10, mc.vocab_size - 1) : (int32_t)tokenizer_eot(&tok)};
-        std::vector<int32_t> out = generate(&g, prompt, tc.gen_tokens, T, &state.rng);
+        // prompt: a newline for byte models, end-of-text for BPE ones, token 0 otherwise
+        int32_t start = tc.tokenizer.empty() ? 0 : tc.tokenizer == "bytes" ? '\n' : (int32_t)tokenizer_eot(&tok);
+        std::vector<int32_t> out = generate(&g, {start}, tc.gen_tokens, T, &state.rng);
         printf("--- sample ---\n");
-        if (!tc.tokenizer.empty() || mc.vocab_size <= 256) {
+        if (!tc.tokenizer.empty()) {
             std::vector<uint32_t> ids(out.begin(), out.end());
             printf("%s", tokenizer_decode(&tok, ids.data(), ids.size()).c_str());
         } else {

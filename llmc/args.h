@@ -14,10 +14,10 @@
 
 struct TrainConfig {
     std::string preset = "gpt3_tiny";
-    std::string train_data = "data/mobydick.txt";  // .txt: bytes; otherwise token files (glob)
-    std::string val_data = "";                     // empty: the last 10% of a .txt train file
+    std::string train_data = "data/mobydick_gpt2_train_*.bin";  // .txt: bytes; else token files
+    std::string val_data = "data/mobydick_gpt2_val_*.bin";      // empty: the last 10% of a .txt
     std::string out_dir = "out";                   // logs and checkpoints; "" disables both
-    int B = 8;                 // micro-batch (sequences)
+    int B = 4;                 // micro-batch (sequences)
     int T = 0;                 // sequence length; 0: the model's seq_len
     long total_batch = 0;      // tokens per optimizer step; 0: B * T * dp (no accumulation)
     int steps = 300;
@@ -34,7 +34,7 @@ struct TrainConfig {
     std::string export_init = "";    // write the initial weights (safetensors) and exit
     std::string save_safetensors = "";  // write the final weights (safetensors)
     uint64_t seed = 1337;
-    std::string tokenizer = "";      // for printing samples of token data
+    std::string tokenizer = "auto";  // decodes samples: auto = bytes for .txt, gpt2 / llama3 by vocab
 };
 
 static inline void print_presets() {
@@ -59,11 +59,15 @@ static inline void print_usage(const char* prog) {
            "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
            "  --mlp gelu|swiglu  --bias 0|1  --tied 0|1  --init-std F  --seed N\n"
            "data:\n"
-           "  -i PATH              training data: a .txt file (bytes, vocab 256) or token shards (glob)\n"
-           "  -j PATH              validation data (default: the last 10%% of a .txt training file)\n"
-           "  --tokenizer NAME     decode token samples: gpt2, llama3 or a rank file\n"
+           "  -i PATH              training data: a .txt file (bytes, vocab 256), llm.c shards (glob),\n"
+           "                       a Megatron .bin/.idx pair or PaddleNLP _ids.npy/_idx.npz\n"
+           "                       (default data/mobydick_gpt2_train_*.bin: Moby-Dick in GPT-2 tokens)\n"
+           "  -j PATH              validation data (default data/mobydick_gpt2_val_*.bin; with a .txt\n"
+           "                       -i and -j \"\": the last 10%% of the text)\n"
+           "  --tokenizer NAME     decodes samples: auto (bytes for .txt data, else gpt2 or llama3 by\n"
+           "                       vocabulary size), bytes, gpt2, llama3 or a rank file\n"
            "training:\n"
-           "  -b N                 micro-batch size in sequences (default 8)\n"
+           "  -b N                 micro-batch size in sequences (default 4)\n"
            "  -t N                 sequence length (default: the model's)\n"
            "  -d N                 total batch in tokens per step (gradient accumulation = d / (b*t*dp))\n"
            "  -x N                 steps (default 300)\n"
@@ -88,6 +92,7 @@ static inline void print_usage(const char* prog) {
 // Parses argv into the model and training configs. Unknown flags, missing values and bad
 // numbers stop with a message naming the flag.
 static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfig* tc) {
+    bool data_given = false, val_given = false;
     // first pass: the preset, so later switches override it
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -158,8 +163,8 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--tied") mc->tied = as_bool();
         else if (a == "--init-std") mc->init_std = (float)as_f();
         else if (a == "--seed") tc->seed = (uint64_t)as_int();
-        else if (a == "-i") tc->train_data = s;
-        else if (a == "-j") tc->val_data = s;
+        else if (a == "-i") { tc->train_data = s; data_given = true; }
+        else if (a == "-j") { tc->val_data = s; val_given = true; }
         else if (a == "--tokenizer") tc->tokenizer = s;
         else if (a == "-o") tc->out_dir = s;
         else if (a == "-b") tc->B = as_pos();
@@ -189,6 +194,11 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else die("unknown flag '%s' (see --help)", a.c_str());
     }
     config_finalize(*mc);
+    if (data_given && !val_given) tc->val_data = "";  // the default validation set belongs to the default data
+    if (tc->tokenizer == "auto") {
+        const bool text = tc->train_data.size() >= 4 && tc->train_data.compare(tc->train_data.size() - 4, 4, ".txt") == 0;
+        tc->tokenizer = text ? "bytes" : mc->vocab_size == 50257 ? "gpt2" : mc->vocab_size == 128256 ? "llama3" : "";
+    }
     if (tc->T == 0) tc->T = mc->seq_len;
     if (tc->T > mc->seq_len) die("flag -t %d exceeds the model's sequence length %d (raise --seq)", tc->T, mc->seq_len);
     if (tc->min_lr < 0) tc->min_lr = tc->lr / 10.0;

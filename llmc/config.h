@@ -93,9 +93,10 @@ static inline ModelConfig llama_preset(const char* name, int L, int C, int H, in
 
 static inline std::vector<ModelConfig> all_presets() {
     std::vector<ModelConfig> p;
-    // tiny presets for tests and the CPU default: byte vocabulary, short context
+    // tiny presets for tests and the CPU default, short context: the GPT one keeps GPT-2's BPE
+    // vocabulary (the default job trains it on GPT-2 tokens), the LLaMA one has bytes (vocab 256)
     ModelConfig g = gpt3_preset("gpt3_tiny", 4, 128, 4, 512);
-    g.vocab_size = 256; g.seq_len = 128;
+    g.seq_len = 128;
     p.push_back(g);
     ModelConfig l = llama_preset("llama_tiny", 4, 128, 4, 2, 352, 256, 128, 1e-5f, 10000.0f);
     p.push_back(l);

@@ -97,54 +97,69 @@ void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x
     }
 }
 
-// out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC]. Four rows at a time share each weight row.
+// out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC]. Tiled so a block of weight rows stays in
+// cache while a block of input rows reuses it (a 50K-vocabulary LM head does not fit in cache).
 template <typename real>
 void matmul_forward(real* out, const real* inp, const real* w, const real* bias, int N, int IC, int OC) {
-    const int RB = 4;
-#pragma omp parallel for schedule(static)
-    for (int n0 = 0; n0 < N; n0 += RB) {
-        const int nr = std::min(RB, N - n0);
-        for (int o = 0; o < OC; o++) {
-            const real* wr = w + (size_t)o * IC;
-            real acc[RB] = {0, 0, 0, 0};
-            for (int r = 0; r < nr; r++) {
-                const real* x = inp + (size_t)(n0 + r) * IC;
-                real s = 0;
+    const int RB = 16, OB = 64;
+    const int nblocks = (N + RB - 1) / RB, oblocks = (OC + OB - 1) / OB;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int nb = 0; nb < nblocks; nb++)
+        for (int ob = 0; ob < oblocks; ob++) {
+            const int n0 = nb * RB, n1 = std::min(N, n0 + RB), o0 = ob * OB, o1 = std::min(OC, o0 + OB);
+            for (int n = n0; n < n1; n++) {
+                const real* x = inp + (size_t)n * IC;
+                for (int o = o0; o < o1; o++) {
+                    const real* wr = w + (size_t)o * IC;
+                    real s = 0;
 #pragma omp simd reduction(+ : s)
-                for (int i = 0; i < IC; i++) s += x[i] * wr[i];
-                acc[r] = s;
+                    for (int i = 0; i < IC; i++) s += x[i] * wr[i];
+                    out[(size_t)n * OC + o] = s + (bias ? bias[o] : (real)0);
+                }
             }
-            for (int r = 0; r < nr; r++) out[(size_t)(n0 + r) * OC + o] = acc[r] + (bias ? bias[o] : (real)0);
         }
-    }
 }
 
 // dinp[N,IC] += dout @ w; dw[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout.
 template <typename real>
 void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout, const real* inp, const real* w, int N, int IC,
                      int OC) {
+    // a block of rows shares each pass over the weights; o runs in order for every row
+    const int RB = 32;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        real* di = dinp + (size_t)n * IC;
+    for (int n0 = 0; n0 < N; n0 += RB) {
+        const int n1 = std::min(N, n0 + RB);
         for (int o = 0; o < OC; o++) {
-            const real d = dout[(size_t)n * OC + o];
             const real* wr = w + (size_t)o * IC;
+            for (int n = n0; n < n1; n++) {
+                const real d = dout[(size_t)n * OC + o];
+                real* di = dinp + (size_t)n * IC;
 #pragma omp simd
-            for (int i = 0; i < IC; i++) di[i] += d * wr[i];
+                for (int i = 0; i < IC; i++) di[i] += d * wr[i];
+            }
         }
     }
+    // a block of weight-gradient rows stays in cache while every input row passes once;
+    // each element still sums over n in order
+    const int OB = 32;
 #pragma omp parallel for schedule(static)
-    for (int o = 0; o < OC; o++) {
-        real* dwr = dw + (size_t)o * IC;
-        real sb = 0;
+    for (int o0 = 0; o0 < OC; o0 += OB) {
+        const int o1 = std::min(OC, o0 + OB);
         for (int n = 0; n < N; n++) {
-            const real d = dout[(size_t)n * OC + o];
             const real* x = inp + (size_t)n * IC;
-            sb += d;
+            for (int o = o0; o < o1; o++) {
+                const real d = dout[(size_t)n * OC + o];
+                real* dwr = dw + (size_t)o * IC;
 #pragma omp simd
-            for (int i = 0; i < IC; i++) dwr[i] += d * x[i];
+                for (int i = 0; i < IC; i++) dwr[i] += d * x[i];
+            }
         }
-        if (dbias) dbias[o] += sb;
+        if (dbias)
+            for (int o = o0; o < o1; o++) {
+                real sb = 0;
+                for (int n = 0; n < N; n++) sb += dout[(size_t)n * OC + o];
+                dbias[o] += sb;
+            }
     }
 }
 

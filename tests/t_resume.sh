@@ -4,7 +4,7 @@
 set -u
 d=build/t_resume
 rm -rf "$d" && mkdir -p "$d"
-args=(-c llama_tiny --layers 2 -b 4 -t 32 -x 8 -v 4 --val-batches 2 -g 0 -n 4 --keep 5)
+args=(-c llama_tiny -i data/mobydick.txt --layers 2 -b 4 -t 32 -x 8 -v 4 --val-batches 2 -g 0 -n 4 --keep 5)
 status=0
 ok() { if eval "$2"; then echo "[PASS] $1"; else echo "[FAIL] $1"; status=1; fi; }
 
