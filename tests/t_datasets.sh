@@ -9,6 +9,10 @@ PY=/usr/bin/python3
 for b in build/test_datasets build/prepare; do
     if [ ! -x "$b" ]; then echo "[FAIL] datasets_build: $b is missing; run 'make $b'"; exit 1; fi
 done
+# the Llama 3 rank file is not committed: fetch it (npm) if this checkout lacks it
+if [ ! -f data/tokenizers/llama3.tiktoken ] && ! bash dev/data/fetch_tokenizers.sh > /dev/null; then
+    echo "[FAIL] rank files: 'bash dev/data/fetch_tokenizers.sh' failed"; exit 1
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
