@@ -25,11 +25,6 @@ struct DataLoader {
     std::vector<int32_t> window;    // [T+1] scratch
 };
 
-static inline bool ends_with(const std::string& s, const char* suf) {
-    size_t n = strlen(suf);
-    return s.size() >= n && s.compare(s.size() - n, n, suf) == 0;
-}
-
 // Opens `path`: a .txt file as bytes (only the byte range [frac0, frac1) of it, used to split
 // one text into train and validation), or token files in any format of llmc/datasets.h (llm.c
 // shards, a Megatron .bin/.idx pair, PaddleNLP _ids.npy/_idx.npz), read in order.

@@ -236,11 +236,6 @@ struct TokenDataset {
     std::vector<uint32_t> order;     // [num_samples] window read by each sample; empty = in order
 };
 
-static inline bool ds_ends_with(const std::string& s, const char* suffix) {
-    size_t n = strlen(suffix);
-    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 static void dataset_open_megatron(TokenDataset* d, const std::string& prefix) {
     std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
     if (!file_exists(idx_path)) die("Megatron data set '%s': index file '%s' not found (the .bin needs its .idx beside it)", prefix.c_str(), idx_path.c_str());
@@ -313,10 +308,10 @@ static void dataset_open(TokenDataset* d, const char* path_or_glob, int seq, uin
     d->seq = seq;
     std::string p = path_or_glob;
     if (p.find_first_of("*?[") != std::string::npos) dataset_open_llmc(d, p);
-    else if (ds_ends_with(p, ".bin") && file_exists(p.substr(0, p.size() - 4) + ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4));
-    else if (ds_ends_with(p, ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4));
-    else if (ds_ends_with(p, ".bin")) dataset_open_llmc(d, p);
-    else if (ds_ends_with(p, "_ids.npy") || ds_ends_with(p, "_idx.npz")) dataset_open_paddle(d, p.substr(0, p.size() - 8));
+    else if (ends_with(p, ".bin") && file_exists(p.substr(0, p.size() - 4) + ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4));
+    else if (ends_with(p, ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4));
+    else if (ends_with(p, ".bin")) dataset_open_llmc(d, p);
+    else if (ends_with(p, "_ids.npy") || ends_with(p, "_idx.npz")) dataset_open_paddle(d, p.substr(0, p.size() - 8));
     else if (file_exists(p + ".idx") || file_exists(p + ".bin")) dataset_open_megatron(d, p);
     else if (file_exists(p + "_ids.npy") || file_exists(p + "_idx.npz")) dataset_open_paddle(d, p);
     else die("cannot find a data set at '%s': expected X.bin + X.idx (Megatron), X_ids.npy + X_idx.npz (PaddleNLP), "

@@ -67,6 +67,11 @@ static inline std::vector<uint8_t> read_file_bytes(const std::string& path) {
     return buf;
 }
 
+static inline bool ends_with(const std::string& s, const char* suffix) {
+    size_t n = strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
 static inline bool file_exists(const std::string& path) {
     FILE* f = fopen(path.c_str(), "rb");
     if (!f) return false;
