@@ -86,7 +86,7 @@ static void test_reference(const char* path) {
     std::vector<float> ref_logits((size_t)N * V), logits((size_t)N * V);
     st_read_f32(&st, st_require(&st, "ref.logits", (int64_t)ref_logits.size()), ref_logits.data());
     for (int n = 0; n < N; n++)
-        for (int v = 0; v < V; v++) logits[(size_t)n * V + v] = g.logits[(size_t)n * Vp + v];
+        for (int v = 0; v < V; v++) logits[(size_t)n * V + v] = g.cur->logits[(size_t)n * Vp + v];
     double e = rel_err(logits.data(), ref_logits.data(), logits.size());
     check(e < TOL_LOGITS, tag + " logits", "relative error %.3g >= %.3g", e, TOL_LOGITS);
     printf("  logits rel err %.3g\n", e);

@@ -4,252 +4,853 @@
 // is checked against, so it is written for clarity and exact determinism. The layers, forward
 // and backward, are in llmc/ref_ops.h; this file wires them into the model and the run.
 //
+// Parallel layouts (DESIGN.md section 4) run under mpirun: world = pp x dp x tp ranks
+// (llmc/topology.h). Tensor parallelism (Megatron) splits heads, kv heads, the MLP and the
+// vocabulary (llmc/tp.h), with optional sequence parallelism in the norm and residual regions;
+// pipeline parallelism runs contiguous chunks of layers on stages in a 1F1B or interleaved 1F1B
+// order (llmc/pp_schedule.h); ZeRO 1-3 shards optimizer state, gradients and parameters over
+// dp (llmc/zero.h); every collective goes through llmc/comm.h. The forward and backward below
+// are written layer by layer with each collective where it happens; with one process every
+// collective is a no-op and the arithmetic is exactly that of the plain model.
+//
 // The model code is templated on the float type: float for training, double for the
 // finite-difference check in test_gpt_cpu.cpp (which includes this file with TESTING defined).
 //
 // Shapes: B batch, T time, C channels, H query heads, KV kv heads, hd head dim,
 // qd = H*hd, kvd = KV*hd, F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), Vp padded vocab.
+// On a rank: Hl = H/tp, KVl = KV/tp, Fl = F/tp, Vpl = Vp/tp, qdl = Hl*hd, N = B*T rows, and
+// Nl = B*T/tp rows of the residual stream under SP (else N).
 #include <omp.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 #include "llmc/args.h"
 #include "llmc/checkpoint.h"
+#include "llmc/comm.h"
 #include "llmc/config.h"
 #include "llmc/dataloader.h"
 #include "llmc/flops.h"
+#include "llmc/init.h"
 #include "llmc/logger.h"
 #include "llmc/lr_schedule.h"
 #include "llmc/params.h"
+#include "llmc/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
 #include "llmc/tokenizer.h"
+#include "llmc/topology.h"
+#include "llmc/tp.h"
 #include "llmc/weights_io.h"
+#include "llmc/zero.h"
 
 // ----------------------------------------------------------------------------------------------
-// The model: one flat buffer each for params and grads, laid out by the parameter table.
+// The parallel layout of this rank. One process: everything 1, every group of size 1.
+
+struct Layout {
+    Topology topo;                 // coordinates and group members (llmc/topology.h)
+    int zero = 0;                  // ZeRO stage over dp
+    bool sp = false;               // sequence parallelism over the tp group
+    int vpp = 1;                   // chunks per pipeline stage
+    std::vector<int> chunk_first;  // [pp*vpp + 1] first layer of each chunk
+    Comm world, tp, dp, pp, emb;   // emb: first and last stage (tied embedding), else self
+};
+
+static inline Layout layout_single(const ModelConfig& c) {
+    Layout L;
+    L.topo = topo_make(1, 1, 1, 0);
+    L.chunk_first = {0, c.n_layer};
+    return L;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The model: flat buffers for this rank's params, grads and moments, laid out by its local
+// parameter table (its stage's tensors, its tp slice); ZeRO shards some of them over dp.
 
 template <typename real>
 struct LayerActs {
-    std::vector<real> x;                          // [N,C] block input (residual stream)
-    std::vector<real> ln1, ln1_mean, ln1_rstd;    // [N,C], [N], [N]
-    std::vector<real> qkv;                        // [N, qd+2kvd], q and k after RoPE
-    std::vector<real> att;                        // [B,H,T,T] softmax probabilities
-    std::vector<real> atty;                       // [N,qd] attention output, before attn_out
-    std::vector<real> x_mid;                      // [N,C] residual after attention
-    std::vector<real> ln2, ln2_mean, ln2_rstd;    // [N,C], [N], [N]
-    std::vector<real> fc1;                        // [N,F1]
-    std::vector<real> act;                        // [N,F]
+    std::vector<real> x;                          // [Nl,C] block input (residual stream)
+    std::vector<real> ln1, ln1_mean, ln1_rstd;    // [Nl,C], [Nl], [Nl]
+    std::vector<real> ln1_full;                   // [N,C] SP: ln1 gathered over the sequence
+    std::vector<real> qkv;                        // [N, qdl+2kvdl], q and k after RoPE
+    std::vector<real> att;                        // [B,Hl,T,T] softmax probabilities
+    std::vector<real> atty;                       // [N,qdl] attention output, before attn_out
+    std::vector<real> x_mid;                      // [Nl,C] residual after attention
+    std::vector<real> ln2, ln2_mean, ln2_rstd;    // [Nl,C], [Nl], [Nl]
+    std::vector<real> ln2_full;                   // [N,C] SP
+    std::vector<real> fc1;                        // [N,F1l]
+    std::vector<real> act;                        // [N,Fl]
+};
+
+// One micro-batch's activations through one chunk of layers (the whole model with pp = 1).
+template <typename real>
+struct ChunkActs {
+    int chunk = 0, B = 0, T = 0;
+    std::vector<LayerActs<real>> layers;               // the chunk's layers
+    std::vector<real> x_out;                           // [Nl,C] chunk output
+    std::vector<real> lnf, lnf_mean, lnf_rstd, lnf_full;  // last chunk: [Nl,C], [Nl], [Nl], SP [N,C]
+    std::vector<real> logits, lse;                     // last chunk: [N,Vpl] (dlogits after backward), [N]
+    std::vector<real> dx;                              // [Nl,C] grad of the output, then of the input
+    std::vector<int32_t> inputs, targets;              // [N]
+    bool has_targets = false;
+    double loss = 0;
+    int n_valid = 0;
+    size_t bytes = 0;
 };
 
 template <typename real>
 struct GPT {
-    ModelConfig cfg;
-    ParamTable table;
-    std::vector<real> params, grads;   // [table.total]
-    std::vector<real> m, v;            // AdamW moments [table.total]
-    int B = 0, T = 0;
-    std::vector<LayerActs<real>> acts;
-    std::vector<real> x_final, lnf, lnf_mean, lnf_rstd;  // [N,C], [N,C], [N], [N]
-    std::vector<real> logits, lse;                       // [N,Vp] (dlogits after backward), [N]
-    std::vector<real> rope_cos, rope_sin;                // [T, hd/2]
-    std::vector<int32_t> inputs, targets;                // [N]
-    std::vector<real> dres, dln, dtmp, dqkv, datty, dfc1, dact;  // backward scratch
+    ModelConfig cfg;                     // the whole model
+    Layout L;
+    ParamTable full;                     // the whole model's parameter table
+    ParamTable table;                    // this rank's tensors: the layout of params/grads/m/v
+    std::vector<int> global;             // local spec -> spec of the full table
+    std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the full tensor
+    int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn, vocab rows from v0
+    std::vector<Bucket> buckets;         // embeddings, one per layer, final norm and head
+    std::vector<int> bucket_of;          // local spec -> bucket
+    Range shard;                         // this dp rank's ZeRO shard of the flat buffer
+    std::vector<real> params;            // [table.total]; ZeRO-3: [shard] (gathered per bucket in pbuf)
+    std::vector<real> grads;             // [table.total]; ZeRO-2/3: [shard] (bucket scratch in gbuf)
+    std::vector<real> m, v;              // AdamW moments, [table.total]; ZeRO >= 1: [shard]
+    std::vector<std::vector<real>> pbuf, gbuf;    // per bucket, only while in use
+    std::vector<std::vector<std::unique_ptr<ChunkActs<real>>>> pool;  // free activations per chunk
+    std::unique_ptr<ChunkActs<real>> cur;         // gpt_forward's activations (one stage)
+    int B = 0, T = 0;                             // scratch sizes
+    std::vector<real> rope_cos, rope_sin;         // [T, hd/2]
+    std::vector<real> dres, dln, dfull, dres_full, dtmp, seq_buf, seq_out;  // [Nl,C] .. [N,C] scratch
+    std::vector<real> dqkv, datty, dfc1, dact, row_mx, row_sum, row_tgt;    // backward scratch
     double loss = 0;
     int n_valid = 0;
+    size_t act_bytes = 0, act_peak = 0, pbuf_bytes = 0, pbuf_peak = 0, gbuf_bytes = 0, gbuf_peak = 0;
 
-    real* P(int idx) { return idx < 0 ? nullptr : params.data() + table.specs[idx].offset; }
-    real* G(int idx) { return idx < 0 ? nullptr : grads.data() + table.specs[idx].offset; }
+    real* P(int idx) {
+        if (idx < 0) return nullptr;
+        const size_t off = table.specs[idx].offset;
+        if (L.zero < 3) return params.data() + off;
+        const int b = bucket_of[idx];
+        return pbuf[b].data() + (off - buckets[b].range.lo);
+    }
+    real* G(int idx) {
+        if (idx < 0) return nullptr;
+        const size_t off = table.specs[idx].offset;
+        if (L.zero < 2) return grads.data() + off;
+        const int b = bucket_of[idx];
+        return gbuf[b].data() + (off - buckets[b].range.lo);
+    }
 };
 
-template <typename real>
-void gpt_build(GPT<real>* g, const ModelConfig& c) {
-    g->cfg = c;
-    g->table = build_param_table(c);
-    g->params.assign(g->table.total, 0);
-    g->grads.assign(g->table.total, 0);
-    g->m.assign(g->table.total, 0);
-    g->v.assign(g->table.total, 0);
+// The tensors a rank of pipeline stage `stage` and tp rank `tp_rank` holds (llmc/tp.h).
+static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable& full, const Layout& L, int stage, int tp_rank) {
+    const int pp = L.topo.pp, n_chunks = pp * L.vpp;
+    const int last_stage = pp_stage_of_chunk(n_chunks - 1, pp);
+    std::vector<bool> keep(full.specs.size(), false);
+    for (size_t k = 0; k < full.specs.size(); k++) {
+        const ParamSpec& s = full.specs[k];
+        if (s.layer >= 0) {
+            for (int ch = 0; ch < n_chunks; ch++)
+                if (s.layer >= L.chunk_first[ch] && s.layer < L.chunk_first[ch + 1]) keep[k] = pp_stage_of_chunk(ch, pp) == stage;
+        } else if ((int)k == full.wte) {
+            keep[k] = stage == 0 || (c.tied && stage == last_stage);  // the last stage's copy feeds the tied head
+        } else if ((int)k == full.wpe) {
+            keep[k] = stage == 0;
+        } else {
+            keep[k] = stage == last_stage;  // final norm and LM head
+        }
+    }
+    return tp_local_table(full, c, L.topo.tp, tp_rank, keep);
 }
 
-// Seeded init, independent of threads and layout (llmc/rng.h): normal(0, std) for matrices,
-// std/sqrt(2L) for residual projections, ones for norm weights, zeros for biases and for the
-// vocabulary padding rows.
+template <typename real>
+void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullptr) {
+    g->cfg = c;
+    g->L = layout ? *layout : layout_single(c);
+    const Layout& L = g->L;
+    const int tp = L.topo.tp, dp = L.topo.dp;
+    g->full = build_param_table(c);
+    LocalTable lt = gpt_local_table(c, g->full, L, L.topo.pp_rank, L.topo.tp_rank);
+    g->table = lt.t;
+    g->global = lt.global;
+    g->slice = lt.slice;
+    g->Hl = c.n_head / tp; g->KVl = c.n_kv_head / tp; g->Fl = c.ffn / tp;
+    g->Vpl = c.padded_vocab / tp; g->v0 = L.topo.tp_rank * g->Vpl;
+    g->buckets = zero_buckets(g->table);
+    g->bucket_of.assign(g->table.specs.size(), -1);
+    for (int b = 0; b < (int)g->buckets.size(); b++)
+        for (int k = g->buckets[b].first_spec; k < g->buckets[b].end_spec; k++) g->bucket_of[k] = b;
+    g->shard = zero_shard(g->table.total, dp, L.topo.dp_rank);
+    const size_t total = g->table.total, sh = g->shard.size();
+    g->params.assign(L.zero >= 3 ? sh : total, 0);
+    g->grads.assign(L.zero >= 2 ? sh : total, 0);
+    g->m.assign(L.zero >= 1 ? sh : total, 0);
+    g->v.assign(L.zero >= 1 ? sh : total, 0);
+    g->pbuf.assign(g->buckets.size(), {});
+    g->gbuf.assign(g->buckets.size(), {});
+    g->pool.clear();
+    g->pool.resize(L.chunk_first.size() - 1);
+}
+
+// Takes this rank's part of whole-model buffers [full.total] (params, and moments or nullptr
+// for zeros): its tensors, its tp slices, its ZeRO shards.
+template <typename real>
+void gpt_set_full(GPT<real>* g, const real* params, const real* m, const real* v) {
+    std::vector<real> local(g->table.total);
+    auto take = [&](const real* src, std::vector<real>* dst, bool sharded) {
+        if (!src) { std::fill(dst->begin(), dst->end(), (real)0); return; }
+        for (size_t i = 0; i < g->table.specs.size(); i++) {
+            const ParamSpec& f = g->full.specs[g->global[i]];
+            tp_extract(src + f.offset, f.cols, g->slice[i], local.data() + g->table.specs[i].offset);
+        }
+        const size_t lo = sharded ? g->shard.lo : 0;
+        std::copy(local.begin() + lo, local.begin() + lo + dst->size(), dst->begin());
+    };
+    take(params, &g->params, g->L.zero >= 3);
+    take(m, &g->m, g->L.zero >= 1);
+    take(v, &g->v, g->L.zero >= 1);
+}
+
+// Seeded init of the whole model (llmc/init.h, independent of threads and layout), this rank's part.
 template <typename real>
 void gpt_init(GPT<real>* g, uint64_t seed) {
-    const ModelConfig& c = g->cfg;
-    for (size_t k = 0; k < g->table.specs.size(); k++) {
-        const ParamSpec& s = g->table.specs[k];
-        real* p = g->params.data() + s.offset;
-        double std = s.init == INIT_NORMAL_RESID ? c.init_std / std::sqrt(2.0 * c.n_layer) : c.init_std;
-        const size_t live = (size_t)(s.live_rows * s.cols);
-        for (size_t i = 0; i < s.numel(); i++) {
-            if (s.init == INIT_ONES) p[i] = 1;
-            else if (s.init == INIT_ZEROS || i >= live) p[i] = 0;
-            else p[i] = (real)(std * normal_at(seed, k, i));
+    std::vector<real> full(g->full.total);
+    params_init_full(g->cfg, g->full, full.data(), seed);
+    gpt_set_full(g, full.data(), (const real*)nullptr, (const real*)nullptr);
+}
+
+// The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole
+// model's params, m and v [full.total] (vocabulary padding rows zero). Each rank first gathers its
+// ZeRO shards over dp; then the dp-rank-0 member of every (stage, tp rank) sends its tensors.
+template <typename real>
+void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m, std::vector<real>* v) {
+    const Layout& L = g->L;
+    const size_t total = g->table.total;
+    const std::vector<int> counts = zero_counts({0, total}, total, L.topo.dp);
+    auto whole = [&](const std::vector<real>& buf, bool sharded) {
+        std::vector<real> out(total);
+        if (sharded) comm_all_gather(L.dp, buf.data(), out.data(), counts);
+        else std::copy(buf.begin(), buf.end(), out.begin());
+        return out;
+    };
+    std::vector<real> mine[3] = {whole(g->params, L.zero >= 3), whole(g->m, L.zero >= 1), whole(g->v, L.zero >= 1)};
+    std::vector<real>* dst[3] = {params, m, v};
+    if (L.topo.rank == 0)
+        for (std::vector<real>* d : dst) d->assign(g->full.total, 0);
+    for (int r = 0; r < L.topo.world; r++) {
+        Topology o = topo_make(L.topo.dp, L.topo.tp, L.topo.pp, r);
+        if (o.dp_rank != 0) continue;
+        if (r == L.topo.rank && r != 0) {
+            CommRequest req[3];
+            for (int i = 0; i < 3; i++) comm_send(L.world, mine[i].data(), total, 0, 100 + i, &req[i]);
+            for (int i = 0; i < 3; i++) comm_wait(&req[i]);
+        }
+        if (L.topo.rank != 0) continue;
+        LocalTable lt = gpt_local_table(g->cfg, g->full, L, o.pp_rank, o.tp_rank);
+        for (int i = 0; i < 3; i++) {
+            std::vector<real> buf = r == 0 ? mine[i] : std::vector<real>(lt.t.total);
+            if (r != 0) comm_recv(L.world, buf.data(), lt.t.total, r, 100 + i);
+            for (size_t k = 0; k < lt.t.specs.size(); k++) {
+                const ParamSpec& f = g->full.specs[lt.global[k]];
+                tp_insert(buf.data() + lt.t.specs[k].offset, lt.slice[k], f.cols, dst[i]->data() + f.offset);
+            }
         }
     }
 }
 
+// ----------------------------------------------------------------------------------------------
+// ZeRO: parameters gathered per bucket just before use (stage 3), gradients reduced per bucket.
+
 template <typename real>
-void gpt_alloc_acts(GPT<real>* g, int B, int T) {
+void params_gather(GPT<real>* g, int b) {
+    if (g->L.zero < 3 || !g->pbuf[b].empty()) return;
+    const Range r = g->buckets[b].range, mine = zero_intersect(r, g->shard);
+    g->pbuf[b].resize(r.size());
+    comm_all_gather(g->L.dp, g->params.data() + (mine.lo - g->shard.lo), g->pbuf[b].data(),
+                    zero_counts(r, g->table.total, g->L.topo.dp));
+    g->pbuf_bytes += r.size() * sizeof(real);
+    g->pbuf_peak = std::max(g->pbuf_peak, g->pbuf_bytes);
+}
+
+template <typename real>
+void params_release(GPT<real>* g, int b) {
+    if (g->L.zero < 3 || g->pbuf[b].empty()) return;
+    g->pbuf_bytes -= g->pbuf[b].size() * sizeof(real);
+    std::vector<real>().swap(g->pbuf[b]);
+}
+
+// ZeRO-2/3: a zeroed gradient scratch for bucket b (kept until the bucket is reduced).
+template <typename real>
+void grads_begin(GPT<real>* g, int b) {
+    if (g->L.zero < 2 || !g->gbuf[b].empty()) return;
+    g->gbuf[b].assign(g->buckets[b].range.size(), 0);
+    g->gbuf_bytes += g->gbuf[b].size() * sizeof(real);
+    g->gbuf_peak = std::max(g->gbuf_peak, g->gbuf_bytes);
+}
+
+// Sums bucket b's gradients (buf: its values) over the ranks that computed parts of them:
+// under SP the replicated tensors over tp (each rank saw its part of the sequence); the tied
+// embedding between first and last stage; then over dp: all-reduce (ZeRO 0, 1) or
+// reduce-scatter added into this rank's shard (ZeRO 2, 3).
+template <typename real>
+void grads_reduce_bucket(GPT<real>* g, int b, real* buf) {
+    const Layout& L = g->L;
+    const Bucket& bk = g->buckets[b];
+    for (int k = bk.first_spec; k < bk.end_spec; k++) {
+        const ParamSpec& s = g->table.specs[k];
+        real* p = buf + (s.offset - bk.range.lo);
+        if (L.sp && s.tp == TP_NONE) comm_all_reduce_sum(L.tp, p, s.numel());
+        if (k == g->table.wte && g->cfg.tied && L.topo.pp > 1) comm_all_reduce_sum(L.emb, p, s.numel());
+    }
+    if (L.zero < 2) { comm_all_reduce_sum(L.dp, buf, bk.range.size()); return; }
+    const std::vector<int> counts = zero_counts(bk.range, g->table.total, L.topo.dp);
+    std::vector<real> part(counts[L.topo.dp_rank]);
+    comm_reduce_scatter(L.dp, buf, part.data(), counts);
+    real* dst = g->grads.data() + (zero_intersect(bk.range, g->shard).lo - g->shard.lo);
+    for (size_t i = 0; i < part.size(); i++) dst[i] += part[i];
+}
+
+// ZeRO-2/3, after a layer's backward: its bucket is reduced now and its scratch freed.
+template <typename real>
+void grads_layer_done(GPT<real>* g, int b) {
+    if (g->L.zero < 2) return;
+    grads_reduce_bucket(g, b, g->gbuf[b].data());
+    g->gbuf_bytes -= g->gbuf[b].size() * sizeof(real);
+    std::vector<real>().swap(g->gbuf[b]);
+}
+
+// End of the step: every bucket not reduced yet (all of them for ZeRO 0/1; the embedding and
+// head buckets for ZeRO 2/3, whose gradients gather over the whole step and over two stages).
+template <typename real>
+void grads_reduce_all(GPT<real>* g) {
+    for (int b = 0; b < (int)g->buckets.size(); b++) {
+        if (g->L.zero < 2) { grads_reduce_bucket(g, b, g->grads.data() + g->buckets[b].range.lo); continue; }
+        if (g->buckets[b].layer >= 0) continue;
+        grads_begin(g, b);
+        grads_layer_done(g, b);
+    }
+}
+
+template <typename real>
+void grads_zero(GPT<real>* g) {
+    std::fill(g->grads.begin(), g->grads.end(), (real)0);
+    for (int b = 0; b < (int)g->buckets.size(); b++)
+        if (!g->gbuf[b].empty()) { g->gbuf_bytes -= g->gbuf[b].size() * sizeof(real); std::vector<real>().swap(g->gbuf[b]); }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Tensor-parallel communication of the residual stream [B,T,C]. Without SP every tp rank holds
+// all of it; with SP rank r holds the sequence part [B, T/tp, C] starting at t = r*T/tp.
+
+// Sum over tp of partial results full[N,C] (after a row-parallel matmul, or the input gradient
+// of a column-parallel one): SP keeps this rank's sequence part (reduce-scatter, returned in
+// seq_out), otherwise all of it (all-reduce in place).
+template <typename real>
+real* tp_reduce(GPT<real>* g, real* full, int B, int T) {
+    const Layout& L = g->L;
+    const int C = g->cfg.n_embd;
+    if (!L.sp) { comm_all_reduce_sum(L.tp, full, (size_t)B * T * C); return full; }
+    const int tp = L.topo.tp, Tl = T / tp;
+    real* packed = g->seq_buf.data();  // [tp][B][Tl][C]
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            std::copy(full + ((size_t)b * T + r * Tl) * C, full + ((size_t)b * T + (r + 1) * Tl) * C,
+                      packed + (((size_t)r * B + b) * Tl) * C);
+    comm_reduce_scatter(L.tp, packed, g->seq_out.data(), std::vector<int>(tp, B * Tl * C));
+    return g->seq_out.data();
+}
+
+// Input of a column-parallel matmul (or the output gradient of a row-parallel one): SP gathers
+// every rank's sequence part of x into full [B,T,C]; otherwise x is already whole.
+template <typename real>
+const real* tp_gather(GPT<real>* g, const real* x, real* full, int B, int T) {
+    const Layout& L = g->L;
+    if (!L.sp) return x;
+    const int C = g->cfg.n_embd, tp = L.topo.tp, Tl = T / tp;
+    real* packed = g->seq_buf.data();
+    comm_all_gather(L.tp, x, packed, std::vector<int>(tp, B * Tl * C));
+    for (int r = 0; r < tp; r++)
+        for (int b = 0; b < B; b++)
+            std::copy(packed + (((size_t)r * B + b) * Tl) * C, packed + (((size_t)r * B + b + 1) * Tl) * C,
+                      full + ((size_t)b * T + r * Tl) * C);
+    return full;
+}
+
+// out[n] = x[n] + (y[n] + bias): the residual add, the row-parallel bias added once after the sum.
+template <typename real>
+void residual_add(real* out, const real* x, const real* y, const real* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[(size_t)n * C + c] + (y[(size_t)n * C + c] + (bias ? bias[c] : (real)0));
+}
+
+// SP: the row-parallel bias gradient from this rank's rows (summed over tp with the norms).
+template <typename real>
+void bias_backward(real* db, const real* dout, int N, int C) {
+    if (!db) return;
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < C; c++) {
+        real s = 0;
+        for (int n = 0; n < N; n++) s += dout[(size_t)n * C + c];
+        db[c] += s;
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward and backward of one chunk of layers for one micro-batch.
+
+template <typename real>
+void gpt_alloc_scratch(GPT<real>* g, int B, int T) {
     if (g->B == B && g->T == T) return;
     const ModelConfig& c = g->cfg;
-    const size_t N = (size_t)B * T, C = c.n_embd, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn,
-                 F1 = cfg_fc1_dim(c), Vp = c.padded_vocab;
+    const size_t N = (size_t)B * T, Nl = g->L.sp ? N / g->L.topo.tp : N, C = c.n_embd, hd = c.head_dim;
+    const size_t qdl = g->Hl * hd, qkvdl = (g->Hl + 2 * g->KVl) * hd, F1l = c.mlp == MLP_SWIGLU ? 2 * g->Fl : g->Fl;
     g->B = B;
     g->T = T;
-    g->acts.assign(c.n_layer, LayerActs<real>());
-    for (LayerActs<real>& a : g->acts) {
-        a.x.resize(N * C); a.ln1.resize(N * C); a.ln1_mean.resize(N); a.ln1_rstd.resize(N);
-        a.qkv.resize(N * qkvd); a.att.resize((size_t)B * c.n_head * T * T); a.atty.resize(N * qd);
-        a.x_mid.resize(N * C); a.ln2.resize(N * C); a.ln2_mean.resize(N); a.ln2_rstd.resize(N);
-        a.fc1.resize(N * F1); a.act.resize(N * F);
-    }
-    g->x_final.resize(N * C); g->lnf.resize(N * C); g->lnf_mean.resize(N); g->lnf_rstd.resize(N);
-    g->logits.resize(N * Vp); g->lse.resize(N);
-    g->inputs.resize(N); g->targets.resize(N);
-    g->dres.resize(N * C); g->dln.resize(N * C); g->dtmp.resize(N * C); g->dqkv.resize(N * qkvd);
-    g->datty.resize(N * qd); g->dfc1.resize(N * F1); g->dact.resize(N * F);
+    g->dres.resize(Nl * C); g->dln.resize(Nl * C); g->dfull.resize(N * C); g->dtmp.resize(N * C);
+    if (g->L.sp) { g->dres_full.resize(N * C); g->seq_buf.resize(N * C); g->seq_out.resize(Nl * C); }
+    g->dqkv.resize(N * qkvdl); g->datty.resize(N * qdl); g->dfc1.resize(N * F1l); g->dact.resize(N * g->Fl);
+    g->row_mx.resize(N); g->row_sum.resize(N); g->row_tgt.resize(N);
     if (c.pos == POS_ROPE) rope_tables(c, T, &g->rope_cos, &g->rope_sin);
 }
 
-// Forward pass on inputs[B*T]; with targets (may be nullptr) computes the mean loss over
-// non-ignored targets. Tokens must be in [0, vocab).
+template <typename real>
+ChunkActs<real>* acts_acquire(GPT<real>* g, int chunk, int B, int T) {
+    gpt_alloc_scratch(g, B, T);
+    std::vector<std::unique_ptr<ChunkActs<real>>>& free_list = g->pool[chunk];
+    while (!free_list.empty() && (free_list.back()->B != B || free_list.back()->T != T)) free_list.pop_back();
+    ChunkActs<real>* a;
+    if (!free_list.empty()) {
+        a = free_list.back().release();
+        free_list.pop_back();
+    } else {
+        const ModelConfig& c = g->cfg;
+        const size_t N = (size_t)B * T, Nl = g->L.sp ? N / g->L.topo.tp : N, C = c.n_embd, hd = c.head_dim;
+        const size_t qdl = g->Hl * hd, qkvdl = (g->Hl + 2 * g->KVl) * hd, F1l = c.mlp == MLP_SWIGLU ? 2 * g->Fl : g->Fl;
+        const size_t NC = g->L.sp ? N * C : 0;
+        a = new ChunkActs<real>();
+        a->chunk = chunk; a->B = B; a->T = T;
+        a->layers.resize(g->L.chunk_first[chunk + 1] - g->L.chunk_first[chunk]);
+        for (LayerActs<real>& la : a->layers) {
+            la.x.resize(Nl * C); la.ln1.resize(Nl * C); la.ln1_mean.resize(Nl); la.ln1_rstd.resize(Nl); la.ln1_full.resize(NC);
+            la.qkv.resize(N * qkvdl); la.att.resize((size_t)B * g->Hl * T * T); la.atty.resize(N * qdl);
+            la.x_mid.resize(Nl * C); la.ln2.resize(Nl * C); la.ln2_mean.resize(Nl); la.ln2_rstd.resize(Nl); la.ln2_full.resize(NC);
+            la.fc1.resize(N * F1l); la.act.resize(N * g->Fl);
+            a->bytes += (Nl * C * 4 + Nl * 4 + NC * 2 + N * (qkvdl + qdl + F1l + g->Fl) + (size_t)B * g->Hl * T * T) * sizeof(real);
+        }
+        a->x_out.resize(Nl * C); a->dx.resize(Nl * C);
+        a->inputs.resize(N); a->targets.resize(N);
+        a->bytes += Nl * C * 2 * sizeof(real) + N * 2 * sizeof(int32_t);
+        if (chunk + 1 == (int)g->L.chunk_first.size() - 1) {
+            a->lnf.resize(Nl * C); a->lnf_mean.resize(Nl); a->lnf_rstd.resize(Nl); a->lnf_full.resize(NC);
+            a->logits.resize(N * g->Vpl); a->lse.resize(N);
+            a->bytes += (Nl * C + Nl * 2 + NC + N * g->Vpl + N) * sizeof(real);
+        }
+    }
+    g->act_bytes += a->bytes;
+    g->act_peak = std::max(g->act_peak, g->act_bytes);
+    return a;
+}
+
+template <typename real>
+void acts_release(GPT<real>* g, ChunkActs<real>* a) {
+    g->act_bytes -= a->bytes;
+    g->pool[a->chunk].emplace_back(a);
+}
+
+// Vocabulary-parallel cross-entropy over the first V of Vp logits; each rank holds columns
+// [v0, v0 + Vpl) of logits [N,Vpl]. Full logits are never gathered: the row max, the sum of
+// exps and the target logit are summed (max-ed) over tp. Returns the sum of the losses of the
+// valid rows (targets of -1 are ignored); lse[N] keeps log-sum-exp for backward.
+template <typename real>
+double vocab_parallel_ce_forward(GPT<real>* g, real* lse, const real* logits, const int32_t* targets, int N) {
+    const int V = g->cfg.vocab_size, Vpl = g->Vpl, v0 = g->v0, nv = std::max(0, std::min(Vpl, V - v0));
+    real* mx = g->row_mx.data(); real* sum = g->row_sum.data(); real* tgt = g->row_tgt.data();
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const real* l = logits + (size_t)n * Vpl;
+        real m = -INFINITY;
+        for (int v = 0; v < nv; v++) m = std::max(m, l[v]);
+        mx[n] = m;
+        const int t = targets[n] - v0;
+        tgt[n] = t >= 0 && t < nv ? l[t] : (real)0;
+    }
+    comm_all_reduce_max(g->L.tp, mx, N);
+    comm_all_reduce_sum(g->L.tp, tgt, N);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const real* l = logits + (size_t)n * Vpl;
+        real s = 0;
+        for (int v = 0; v < nv; v++) s += std::exp(l[v] - mx[n]);
+        sum[n] = s;
+    }
+    comm_all_reduce_sum(g->L.tp, sum, N);
+    double total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int n = 0; n < N; n++) {
+        lse[n] = mx[n] + std::log(sum[n]);
+        if (targets[n] >= 0) total += (double)(lse[n] - tgt[n]);
+    }
+    return total;
+}
+
+// logits [N,Vpl] are overwritten with dloss/dlogits = (softmax - onehot) * scale on valid rows.
+template <typename real>
+void vocab_parallel_ce_backward(GPT<real>* g, real* logits, const real* lse, const int32_t* targets, int N, real scale) {
+    const int V = g->cfg.vocab_size, Vpl = g->Vpl, v0 = g->v0;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        real* l = logits + (size_t)n * Vpl;
+        const bool valid = targets[n] >= 0;
+        for (int v = 0; v < Vpl; v++) {
+            real p = (v0 + v < V && valid) ? std::exp(l[v] - lse[n]) : (real)0;
+            l[v] = (p - (valid && v0 + v == targets[n] ? (real)1 : (real)0)) * scale;
+        }
+    }
+}
+
+// Forward of chunk a->chunk on a->inputs (first chunk) or a->layers[0].x (received); the last
+// chunk computes logits and, with targets, the mean loss.
+template <typename real>
+void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
+    const ModelConfig& c = g->cfg;
+    const ParamTable& t = g->table;
+    const Layout& L = g->L;
+    const int chunk = a->chunk, B = a->B, T = a->T, tp = L.topo.tp, Tl = L.sp ? T / tp : T;
+    const int N = B * T, Nl = B * Tl, C = c.n_embd, hd = c.head_dim, Hl = g->Hl, KVl = g->KVl, qdl = Hl * hd,
+              qkvdl = (Hl + 2 * KVl) * hd, Fl = g->Fl, F1l = c.mlp == MLP_SWIGLU ? 2 * Fl : Fl, Vpl = g->Vpl;
+    const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    const int l0 = L.chunk_first[chunk], l1 = L.chunk_first[chunk + 1], last = (int)L.chunk_first.size() - 2;
+
+    if (chunk == 0) {
+        // vocabulary-parallel embedding: a token outside this rank's rows gives zeros, the sum over
+        // tp fills them in; then the position embedding of this rank's positions
+        const int b = g->bucket_of[t.wte];
+        params_gather(g, b);
+        const real* wte = g->P(t.wte);
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const int v = a->inputs[n] - g->v0;
+            for (int ch = 0; ch < C; ch++) g->dtmp[(size_t)n * C + ch] = v >= 0 && v < Vpl ? wte[(size_t)v * C + ch] : (real)0;
+        }
+        const real* x = tp_reduce(g, g->dtmp.data(), B, T);  // [Nl,C]
+        const real* wpe = g->P(t.wpe);
+        real* x0 = a->layers[0].x.data();
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < Nl; n++) {
+            const int pos = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
+            for (int ch = 0; ch < C; ch++) x0[(size_t)n * C + ch] = x[(size_t)n * C + ch] + (wpe ? wpe[(size_t)pos * C + ch] : (real)0);
+        }
+        params_release(g, b);
+    }
+    for (int l = l0; l < l1; l++) {
+        const ParamTable::Block& w = t.blocks[l];
+        LayerActs<real>& la = a->layers[l - l0];
+        real* x_out = l + 1 < l1 ? a->layers[l - l0 + 1].x.data() : a->x_out.data();
+        const int bk = g->bucket_of[w.ln1_w];
+        params_gather(g, bk);  // ZeRO-3: this layer's weights, freed at the end of the layer
+        norm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), la.x.data(), g->P(w.ln1_w), g->P(w.ln1_b), Nl, C,
+                     c.norm_eps, rms);
+        const real* ln1 = tp_gather(g, la.ln1.data(), la.ln1_full.data(), B, T);  // [N,C]
+        matmul_forward(la.qkv.data(), ln1, g->P(w.qkv_w), g->P(w.qkv_b), N, C, qkvdl);  // column-parallel: this rank's heads
+        if (c.pos == POS_ROPE) rope_rotate(la.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, +1);
+        attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Hl, KVl, hd);
+        matmul_forward(g->dtmp.data(), la.atty.data(), g->P(w.attn_out_w), (const real*)nullptr, N, qdl, C);  // row-parallel
+        const real* y = tp_reduce(g, g->dtmp.data(), B, T);  // [Nl,C]
+        residual_add(la.x_mid.data(), la.x.data(), y, g->P(w.attn_out_b), Nl, C);
+        norm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.x_mid.data(), g->P(w.ln2_w), g->P(w.ln2_b), Nl,
+                     C, c.norm_eps, rms);
+        const real* ln2 = tp_gather(g, la.ln2.data(), la.ln2_full.data(), B, T);
+        matmul_forward(la.fc1.data(), ln2, g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1l);  // column-parallel: gate and up split each
+        mlp_act_forward(la.act.data(), la.fc1.data(), N, Fl, swiglu);
+        matmul_forward(g->dtmp.data(), la.act.data(), g->P(w.fc2_w), (const real*)nullptr, N, Fl, C);  // row-parallel
+        y = tp_reduce(g, g->dtmp.data(), B, T);
+        residual_add(x_out, la.x_mid.data(), y, g->P(w.fc2_b), Nl, C);
+        params_release(g, bk);
+    }
+    if (chunk == last) {
+        const int head = c.tied ? t.wte : t.lm_head, bf = g->bucket_of[t.lnf_w], bh = g->bucket_of[head];
+        params_gather(g, bf);
+        params_gather(g, bh);
+        norm_forward(a->lnf.data(), a->lnf_mean.data(), a->lnf_rstd.data(), a->x_out.data(), g->P(t.lnf_w), g->P(t.lnf_b), Nl, C,
+                     c.norm_eps, rms);
+        const real* lnf = tp_gather(g, a->lnf.data(), a->lnf_full.data(), B, T);
+        matmul_forward(a->logits.data(), lnf, g->P(head), (const real*)nullptr, N, C, Vpl);  // this rank's vocabulary columns
+        params_release(g, bf);
+        params_release(g, bh);
+        a->loss = 0;
+        a->n_valid = 0;
+        if (a->has_targets) {
+            for (int n = 0; n < N; n++) a->n_valid += a->targets[n] >= 0;
+            double total = vocab_parallel_ce_forward(g, a->lse.data(), a->logits.data(), a->targets.data(), N);
+            a->loss = a->n_valid ? total / a->n_valid : 0.0;
+        }
+    }
+}
+
+// Backward of (loss * loss_scale) through chunk a->chunk, accumulated into the gradients. The
+// last chunk starts from its loss, the others from a->dx (gradient of the chunk output); the
+// first chunk ends in the embeddings, the others leave the gradient of their input in a->dx.
+template <typename real>
+void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
+    const ModelConfig& c = g->cfg;
+    const ParamTable& t = g->table;
+    const Layout& L = g->L;
+    const int chunk = a->chunk, B = a->B, T = a->T, tp = L.topo.tp, Tl = L.sp ? T / tp : T;
+    const int N = B * T, Nl = B * Tl, C = c.n_embd, hd = c.head_dim, Hl = g->Hl, KVl = g->KVl, qdl = Hl * hd,
+              qkvdl = (Hl + 2 * KVl) * hd, Fl = g->Fl, F1l = c.mlp == MLP_SWIGLU ? 2 * Fl : Fl, Vpl = g->Vpl;
+    const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    const int l0 = L.chunk_first[chunk], l1 = L.chunk_first[chunk + 1], last = (int)L.chunk_first.size() - 2;
+    auto zero = [](std::vector<real>& v) { std::fill(v.begin(), v.end(), (real)0); };
+
+    if (chunk == last) {
+        const real scale = a->n_valid ? (real)(loss_scale / a->n_valid) : (real)0;
+        const int head = c.tied ? t.wte : t.lm_head, bf = g->bucket_of[t.lnf_w], bh = g->bucket_of[head];
+        params_gather(g, bf); params_gather(g, bh);
+        grads_begin(g, bf); grads_begin(g, bh);
+        vocab_parallel_ce_backward(g, a->logits.data(), a->lse.data(), a->targets.data(), N, scale);
+        zero(g->dfull);
+        const real* lnf = L.sp ? a->lnf_full.data() : a->lnf.data();
+        matmul_backward(g->dfull.data(), g->G(head), (real*)nullptr, a->logits.data(), lnf, g->P(head), N, C, Vpl);
+        const real* dln = tp_reduce(g, g->dfull.data(), B, T);  // the head is column-parallel: sum its input gradient
+        zero(g->dres);
+        norm_backward(g->dres.data(), g->G(t.lnf_w), g->G(t.lnf_b), dln, a->x_out.data(), g->P(t.lnf_w), a->lnf_mean.data(),
+                      a->lnf_rstd.data(), Nl, C, rms);
+        params_release(g, bf); params_release(g, bh);
+    } else {
+        std::copy(a->dx.begin(), a->dx.end(), g->dres.begin());
+    }
+    for (int l = l1 - 1; l >= l0; l--) {
+        const ParamTable::Block& w = t.blocks[l];
+        LayerActs<real>& la = a->layers[l - l0];
+        const int bk = g->bucket_of[w.ln1_w];
+        params_gather(g, bk);
+        grads_begin(g, bk);
+        // dres is the gradient of the block output = x_mid + fc2(act(fc1(ln2(x_mid))))
+        const real* dy = tp_gather(g, g->dres.data(), g->dres_full.data(), B, T);  // [N,C]
+        zero(g->dact);
+        matmul_backward(g->dact.data(), g->G(w.fc2_w), L.sp ? (real*)nullptr : g->G(w.fc2_b), dy, la.act.data(), g->P(w.fc2_w), N,
+                        Fl, C);
+        if (L.sp) bias_backward(g->G(w.fc2_b), g->dres.data(), Nl, C);
+        mlp_act_backward(g->dfc1.data(), g->dact.data(), la.fc1.data(), N, Fl, swiglu);
+        zero(g->dfull);
+        const real* ln2 = L.sp ? la.ln2_full.data() : la.ln2.data();
+        matmul_backward(g->dfull.data(), g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1.data(), ln2, g->P(w.fc1_w), N, C, F1l);
+        const real* dln = tp_reduce(g, g->dfull.data(), B, T);
+        norm_backward(g->dres.data(), g->G(w.ln2_w), g->G(w.ln2_b), dln, la.x_mid.data(), g->P(w.ln2_w), la.ln2_mean.data(),
+                      la.ln2_rstd.data(), Nl, C, rms);
+        // dres is now the gradient of x_mid = x + attn_out(attention(qkv(ln1(x))))
+        dy = tp_gather(g, g->dres.data(), g->dres_full.data(), B, T);
+        zero(g->datty);
+        matmul_backward(g->datty.data(), g->G(w.attn_out_w), L.sp ? (real*)nullptr : g->G(w.attn_out_b), dy, la.atty.data(),
+                        g->P(w.attn_out_w), N, qdl, C);
+        if (L.sp) bias_backward(g->G(w.attn_out_b), g->dres.data(), Nl, C);
+        attention_backward(g->dqkv.data(), g->datty.data(), la.qkv.data(), la.att.data(), B, T, Hl, KVl, hd);
+        if (c.pos == POS_ROPE) rope_rotate(g->dqkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, -1);
+        zero(g->dfull);
+        const real* ln1 = L.sp ? la.ln1_full.data() : la.ln1.data();
+        matmul_backward(g->dfull.data(), g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv.data(), ln1, g->P(w.qkv_w), N, C, qkvdl);
+        dln = tp_reduce(g, g->dfull.data(), B, T);
+        norm_backward(g->dres.data(), g->G(w.ln1_w), g->G(w.ln1_b), dln, la.x.data(), g->P(w.ln1_w), la.ln1_mean.data(),
+                      la.ln1_rstd.data(), Nl, C, rms);
+        params_release(g, bk);
+        grads_layer_done(g, bk);  // ZeRO-2/3: this layer's gradients are reduce-scattered now
+    }
+    if (chunk == 0) {
+        // token embedding: this rank's vocabulary rows, from the gradient of every position;
+        // position embedding: this rank's positions
+        grads_begin(g, g->bucket_of[t.wte]);
+        const real* dy = tp_gather(g, g->dres.data(), g->dres_full.data(), B, T);
+        real* dwte = g->G(t.wte);
+        real* dwpe = g->G(t.wpe);
+#pragma omp parallel for schedule(static)
+        for (int ch = 0; ch < C; ch++) {
+            for (int n = 0; n < N; n++) {
+                const int v = a->inputs[n] - g->v0;
+                if (v >= 0 && v < Vpl) dwte[(size_t)v * C + ch] += dy[(size_t)n * C + ch];
+            }
+            if (dwpe)
+                for (int n = 0; n < Nl; n++)
+                    dwpe[(size_t)(L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl) * C + ch] += g->dres[(size_t)n * C + ch];
+        }
+    } else {
+        std::copy(g->dres.begin(), g->dres.end(), a->dx.begin());
+    }
+}
+
+// Forward pass of a one-stage layout on inputs[B*T]; with targets (may be nullptr) computes the
+// mean loss over non-ignored targets. Tokens must be in [0, vocab).
 template <typename real>
 void gpt_forward(GPT<real>* g, const int32_t* inputs, const int32_t* targets, int B, int T) {
     const ModelConfig& c = g->cfg;
-    const ParamTable& t = g->table;
-    gpt_alloc_acts(g, B, T);
-    const int N = B * T, C = c.n_embd, H = c.n_head, KV = c.n_kv_head, hd = c.head_dim, qd = cfg_q_dim(c),
-              qkvd = cfg_qkv_dim(c), F = c.ffn, F1 = cfg_fc1_dim(c), Vp = c.padded_vocab;
-    const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    const int N = B * T;
+    if (g->L.chunk_first.size() != 2) die("gpt_forward needs a one-stage layout (pipeline runs use pipeline_run)");
     for (int n = 0; n < N; n++) {
         if (inputs[n] < 0 || inputs[n] >= c.vocab_size) die("input token %d out of range [0, %d)", inputs[n], c.vocab_size);
         if (targets && (targets[n] < -1 || targets[n] >= c.vocab_size))
             die("target token %d out of range [-1, %d)", targets[n], c.vocab_size);
     }
-    std::copy(inputs, inputs + N, g->inputs.begin());
-    if (targets) std::copy(targets, targets + N, g->targets.begin());
-
-    embedding_forward(g->acts[0].x.data(), inputs, g->P(t.wte), g->P(t.wpe), N, T, C);
-    for (int l = 0; l < c.n_layer; l++) {
-        const ParamTable::Block& w = t.blocks[l];
-        LayerActs<real>& a = g->acts[l];
-        real* x_out = l + 1 < c.n_layer ? g->acts[l + 1].x.data() : g->x_final.data();
-        norm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), a.x.data(), g->P(w.ln1_w), g->P(w.ln1_b), N, C,
-                     c.norm_eps, rms);
-        matmul_forward(a.qkv.data(), a.ln1.data(), g->P(w.qkv_w), g->P(w.qkv_b), N, C, qkvd);
-        if (c.pos == POS_ROPE) rope_rotate(a.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, H, KV, hd, +1);
-        attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, H, KV, hd);
-        matmul_forward(g->dtmp.data(), a.atty.data(), g->P(w.attn_out_w), g->P(w.attn_out_b), N, qd, C);
-        for (size_t i = 0; i < (size_t)N * C; i++) a.x_mid[i] = a.x[i] + g->dtmp[i];
-        norm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.x_mid.data(), g->P(w.ln2_w), g->P(w.ln2_b), N,
-                     C, c.norm_eps, rms);
-        matmul_forward(a.fc1.data(), a.ln2.data(), g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1);
-        mlp_act_forward(a.act.data(), a.fc1.data(), N, F, swiglu);
-        matmul_forward(g->dtmp.data(), a.act.data(), g->P(w.fc2_w), g->P(w.fc2_b), N, F, C);
-        for (size_t i = 0; i < (size_t)N * C; i++) x_out[i] = a.x_mid[i] + g->dtmp[i];
+    if (!g->cur || g->cur->B != B || g->cur->T != T) {
+        if (g->cur) acts_release(g, g->cur.release());
+        g->cur.reset(acts_acquire(g, 0, B, T));
     }
-    norm_forward(g->lnf.data(), g->lnf_mean.data(), g->lnf_rstd.data(), g->x_final.data(), g->P(t.lnf_w), g->P(t.lnf_b),
-                 N, C, c.norm_eps, rms);
-    const int head = c.tied ? t.wte : t.lm_head;
-    matmul_forward(g->logits.data(), g->lnf.data(), g->P(head), (const real*)nullptr, N, C, Vp);
-    g->loss = 0;
-    g->n_valid = 0;
-    if (targets) {
-        for (int n = 0; n < N; n++) g->n_valid += targets[n] >= 0;
-        double total = crossentropy_forward(g->lse.data(), g->logits.data(), targets, N, c.vocab_size, Vp);
-        g->loss = g->n_valid ? total / g->n_valid : 0.0;
-    }
+    ChunkActs<real>* a = g->cur.get();
+    std::copy(inputs, inputs + N, a->inputs.begin());
+    a->has_targets = targets != nullptr;
+    if (targets) std::copy(targets, targets + N, a->targets.begin());
+    chunk_forward(g, a);
+    g->loss = a->loss;
+    g->n_valid = a->n_valid;
 }
 
-// Backward of (loss * loss_scale), accumulated into grads. Needs a forward with targets.
+// Backward of (loss * loss_scale) after gpt_forward with targets, accumulated into grads.
 template <typename real>
 void gpt_backward(GPT<real>* g, double loss_scale) {
-    const ModelConfig& c = g->cfg;
-    const ParamTable& t = g->table;
-    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, H = c.n_head, KV = c.n_kv_head, hd = c.head_dim,
-              qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn, F1 = cfg_fc1_dim(c), Vp = c.padded_vocab;
-    const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
-    const real scale = g->n_valid ? (real)(loss_scale / g->n_valid) : (real)0;
-    auto zero = [](std::vector<real>& v) { std::fill(v.begin(), v.end(), (real)0); };
-
-    crossentropy_backward(g->logits.data(), g->lse.data(), g->targets.data(), N, c.vocab_size, Vp, scale);
-    const int head = c.tied ? t.wte : t.lm_head;
-    zero(g->dln);
-    matmul_backward(g->dln.data(), g->G(head), (real*)nullptr, g->logits.data(), g->lnf.data(), g->P(head), N, C, Vp);
-    zero(g->dres);
-    norm_backward(g->dres.data(), g->G(t.lnf_w), g->G(t.lnf_b), g->dln.data(), g->x_final.data(), g->P(t.lnf_w),
-                  g->lnf_mean.data(), g->lnf_rstd.data(), N, C, rms);
-    for (int l = c.n_layer - 1; l >= 0; l--) {
-        const ParamTable::Block& w = t.blocks[l];
-        LayerActs<real>& a = g->acts[l];
-        // dres is the gradient of the block output = x_mid + fc2(act(fc1(ln2(x_mid))))
-        zero(g->dact);
-        matmul_backward(g->dact.data(), g->G(w.fc2_w), g->G(w.fc2_b), g->dres.data(), a.act.data(), g->P(w.fc2_w), N, F, C);
-        mlp_act_backward(g->dfc1.data(), g->dact.data(), a.fc1.data(), N, F, swiglu);
-        zero(g->dln);
-        matmul_backward(g->dln.data(), g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1.data(), a.ln2.data(), g->P(w.fc1_w), N, C, F1);
-        norm_backward(g->dres.data(), g->G(w.ln2_w), g->G(w.ln2_b), g->dln.data(), a.x_mid.data(), g->P(w.ln2_w),
-                      a.ln2_mean.data(), a.ln2_rstd.data(), N, C, rms);
-        // dres is now the gradient of x_mid = x + attn_out(attention(qkv(ln1(x))))
-        zero(g->datty);
-        matmul_backward(g->datty.data(), g->G(w.attn_out_w), g->G(w.attn_out_b), g->dres.data(), a.atty.data(),
-                        g->P(w.attn_out_w), N, qd, C);
-        attention_backward(g->dqkv.data(), g->datty.data(), a.qkv.data(), a.att.data(), B, T, H, KV, hd);
-        if (c.pos == POS_ROPE) rope_rotate(g->dqkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, H, KV, hd, -1);
-        zero(g->dln);
-        matmul_backward(g->dln.data(), g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv.data(), a.ln1.data(), g->P(w.qkv_w), N, C, qkvd);
-        norm_backward(g->dres.data(), g->G(w.ln1_w), g->G(w.ln1_b), g->dln.data(), a.x.data(), g->P(w.ln1_w),
-                      a.ln1_mean.data(), a.ln1_rstd.data(), N, C, rms);
-    }
-    embedding_backward(g->G(t.wte), g->G(t.wpe), g->dres.data(), g->inputs.data(), N, T, C);
+    chunk_backward(g, g->cur.get(), loss_scale);
 }
 
-// Global gradient L2 norm, summed in double over fixed chunks (deterministic).
+// ----------------------------------------------------------------------------------------------
+// The pipeline: one stage's schedule (llmc/pp_schedule.h) over n_mb micro-batches, forward and
+// backward (training) or forward only (validation). Sends do not block (their buffers wait in
+// `sends` until the end); receives do. Returns this rank's sum of micro-batch losses / loss_div
+// (non-zero only on the last stage).
+
+template <typename real>
+struct PendingSend {
+    CommRequest req;
+    std::vector<real> buf;
+};
+
+template <typename real>
+double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
+                    int n_mb, int B, int T, bool backward, int loss_div) {
+    const Layout& L = g->L;
+    const int pp = L.topo.pp, n_chunks = (int)L.chunk_first.size() - 1, last = n_chunks - 1;
+    const int N = B * T;
+    const std::vector<PpOp> ops = backward ? pp_schedule(pp, L.vpp, n_mb, L.topo.pp_rank) : pp_forward_schedule(pp, L.vpp, n_mb, L.topo.pp_rank);
+    std::map<std::pair<int, int>, ChunkActs<real>*> live;  // (micro-batch, chunk) -> activations
+    std::vector<PendingSend<real>> sends;
+    auto tag = [&](int mb, int chunk, bool grad) { return (mb * n_chunks + chunk) * 2 + (grad ? 1 : 0); };
+    auto send = [&](const std::vector<real>& buf, int peer, int tg) {
+        sends.push_back({CommRequest(), buf});
+        comm_send(L.pp, sends.back().buf.data(), buf.size(), peer, tg, &sends.back().req);
+        g->act_bytes += buf.size() * sizeof(real);
+        g->act_peak = std::max(g->act_peak, g->act_bytes);
+    };
+    auto release = [&](std::pair<int, int> key) { acts_release(g, live[key]); live.erase(key); };
+    double loss = 0;
+    for (const PpOp& o : ops) {
+        const std::pair<int, int> key(o.mb, o.chunk);
+        switch (o.kind) {
+            case PP_RECV_ACT: {
+                ChunkActs<real>* a = live[key] = acts_acquire(g, o.chunk, B, T);
+                comm_recv(L.pp, a->layers[0].x.data(), a->layers[0].x.size(), o.peer, tag(o.mb, o.chunk, false));
+                break;
+            }
+            case PP_FWD: {
+                if (!live.count(key)) live[key] = acts_acquire(g, o.chunk, B, T);
+                ChunkActs<real>* a = live[key];
+                if (o.chunk == 0) std::copy(inputs[o.mb].begin(), inputs[o.mb].begin() + N, a->inputs.begin());
+                a->has_targets = o.chunk == last;
+                if (o.chunk == last) std::copy(targets[o.mb].begin(), targets[o.mb].begin() + N, a->targets.begin());
+                chunk_forward(g, a);
+                if (o.chunk == last) loss += a->loss / loss_div;
+                if (!backward && o.chunk == last) release(key);
+                break;
+            }
+            case PP_SEND_ACT:
+                send(live[key]->x_out, o.peer, tag(o.mb, o.chunk + 1, false));
+                if (!backward) release(key);
+                break;
+            case PP_RECV_GRAD: {
+                ChunkActs<real>* a = live[key];
+                comm_recv(L.pp, a->dx.data(), a->dx.size(), o.peer, tag(o.mb, o.chunk, true));
+                break;
+            }
+            case PP_BWD:
+                chunk_backward(g, live[key], 1.0 / loss_div);
+                if (o.chunk == 0) release(key);
+                break;
+            case PP_SEND_GRAD:
+                send(live[key]->dx, o.peer, tag(o.mb, o.chunk - 1, true));
+                release(key);
+                break;
+        }
+    }
+    for (PendingSend<real>& s : sends) {
+        comm_wait(&s.req);
+        g->act_bytes -= s.buf.size() * sizeof(real);
+    }
+    return loss;
+}
+
+// Global gradient L2 norm, counting every parameter once across dp, tp and pp: each dp rank
+// its shard, replicated tensors on tp rank 0 only, the tied embedding on the first stage only.
+// Summed in double over fixed chunks (deterministic), then over all ranks.
 template <typename real>
 double grad_norm(const GPT<real>* g) {
-    const size_t n = g->grads.size(), chunk = 1 << 16, nchunks = (n + chunk - 1) / chunk;
-    std::vector<double> part(nchunks, 0.0);
-#pragma omp parallel for schedule(static)
-    for (size_t k = 0; k < nchunks; k++) {
-        double s = 0;
-        for (size_t i = k * chunk; i < std::min(n, (k + 1) * chunk); i++) s += (double)g->grads[i] * g->grads[i];
-        part[k] = s;
+    const Layout& L = g->L;
+    std::vector<Range> counted;  // ranges of the flat buffer, in this rank's shard
+    for (int k = 0; k < (int)g->table.specs.size(); k++) {
+        const ParamSpec& s = g->table.specs[k];
+        if (s.tp == TP_NONE && L.topo.tp_rank != 0) continue;
+        if (k == g->table.wte && L.topo.pp_rank != 0) continue;
+        Range r = zero_intersect({s.offset, s.offset + s.numel()}, g->shard);
+        if (r.size() == 0) continue;
+        if (!counted.empty() && counted.back().hi == r.lo) counted.back().hi = r.hi;
+        else counted.push_back(r);
     }
+    const real* base = g->grads.data() - (L.zero >= 2 ? g->shard.lo : 0);
     double s = 0;
-    for (double x : part) s += x;
+    for (const Range& r : counted) {
+        const size_t n = r.size(), chunk = 1 << 16, nchunks = (n + chunk - 1) / chunk;
+        std::vector<double> part(nchunks, 0.0);
+#pragma omp parallel for schedule(static)
+        for (size_t k = 0; k < nchunks; k++) {
+            double ps = 0;
+            for (size_t i = r.lo + k * chunk; i < r.lo + std::min(n, (k + 1) * chunk); i++) ps += (double)base[i] * base[i];
+            part[k] = ps;
+        }
+        for (double x : part) s += x;
+    }
+    comm_all_reduce_sum(L.world, &s, 1);
     return std::sqrt(s);
 }
 
 // AdamW in PyTorch's form: p *= 1 - lr*wd (matrices only); m, v moments with bias
 // correction; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). Grads are scaled by grad_scale
-// (the clipping coefficient) as they are read.
+// (the clipping coefficient) as they are read. ZeRO >= 1: each dp rank updates its shard only.
 template <typename real>
 void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const TrainConfig& tc, double grad_scale) {
+    const int zero = g->L.zero;
     const double bc1 = 1.0 - std::pow(tc.beta1, t), bc2 = 1.0 - std::pow(tc.beta2, t);
+    const Range mine = zero >= 1 ? g->shard : Range{0, g->table.total};
+    const size_t sh = g->shard.lo;
+    real* pb = g->params.data() - (zero >= 3 ? sh : 0);  // indexed by flat-buffer position
+    real* gb = g->grads.data() - (zero >= 2 ? sh : 0);
+    real* mb = g->m.data() - (zero >= 1 ? sh : 0);
+    real* vb = g->v.data() - (zero >= 1 ? sh : 0);
     for (const ParamSpec& s : g->table.specs) {
+        const Range r = zero_intersect({s.offset, s.offset + s.numel()}, mine);
         const real wd = s.is_matrix ? (real)tc.weight_decay : (real)0;
         const real b1 = (real)tc.beta1, b2 = (real)tc.beta2, eps = (real)tc.eps, lr_r = (real)lr,
                    step = (real)(lr / bc1), sbc2 = (real)std::sqrt(bc2), gs = (real)grad_scale;
-        real* p = g->params.data() + s.offset;
-        real* gr = g->grads.data() + s.offset;
-        real* m = g->m.data() + s.offset;
-        real* v = g->v.data() + s.offset;
-        const int64_t n = (int64_t)s.numel();
+        const int64_t lo = (int64_t)r.lo, hi = (int64_t)r.hi;
 #pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < n; i++) {
-            real gi = gr[i] * gs;
-            p[i] *= (real)1 - lr_r * wd;
-            m[i] = b1 * m[i] + ((real)1 - b1) * gi;
-            v[i] = b2 * v[i] + ((real)1 - b2) * gi * gi;
-            p[i] -= step * m[i] / (std::sqrt(v[i]) / sbc2 + eps);
+        for (int64_t i = lo; i < hi; i++) {
+            real gi = gb[i] * gs;
+            pb[i] *= (real)1 - lr_r * wd;
+            mb[i] = b1 * mb[i] + ((real)1 - b1) * gi;
+            vb[i] = b2 * vb[i] + ((real)1 - b2) * gi * gi;
+            pb[i] -= step * mb[i] / (std::sqrt(vb[i]) / sbc2 + eps);
         }
     }
+    // ZeRO 1/2: every dp rank gets the others' updated shards
+    if (zero == 1 || zero == 2)
+        comm_all_gather(g->L.dp, g->params.data() + sh, g->params.data(), zero_counts({0, g->table.total}, g->table.total, g->L.topo.dp));
 }
 
 // Clipping coefficient as torch.nn.utils.clip_grad_norm_: clip / (norm + 1e-6), at most 1.
@@ -258,26 +859,27 @@ static inline double clip_coef(double norm, double clip) {
     return std::min(1.0, clip / (norm + 1e-6));
 }
 
-// One optimizer step over `accum` micro-batches: inputs/targets [accum][B*T]. Returns the mean
-// micro-batch loss; *norm_out gets the pre-clip global gradient norm.
+// One optimizer step over this rank's micro-batches inputs/targets [accum][B*T] (its dp share
+// of accum*dp). Returns the global mean micro-batch loss; *norm_out gets the pre-clip global
+// gradient norm.
 template <typename real>
 double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
                   const std::vector<std::vector<int32_t>>& targets, int B, int T, int step, const TrainConfig& tc,
                   double lr, double* norm_out) {
-    std::fill(g->grads.begin(), g->grads.end(), (real)0);
+    const Layout& L = g->L;
+    grads_zero(g);
     const int accum = (int)inputs.size();
-    double loss = 0;
-    for (int a = 0; a < accum; a++) {
-        gpt_forward(g, inputs[a].data(), targets[a].data(), B, T);
-        gpt_backward(g, 1.0 / accum);
-        loss += g->loss / accum;
-    }
+    double loss = pipeline_run(g, inputs, targets, accum, B, T, true, accum * L.topo.dp);
+    grads_reduce_all(g);
+    // the loss: summed over dp from one rank of each last-stage tp group
+    const bool counts_loss = L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0;
+    if (!counts_loss) loss = 0;
+    comm_all_reduce_sum(L.world, &loss, 1);
     double norm = grad_norm(g);
     adamw_update(g, step + 1, lr, tc, clip_coef(norm, tc.grad_clip));
     *norm_out = norm;
     return loss;
 }
-
 // Samples the next token from the logits of row n (temperature 1) using the run's RNG.
 static inline int sample_token(const float* logits, int V, uint64_t* rng) {
     float mx = -INFINITY;
@@ -300,7 +902,7 @@ static inline std::vector<int32_t> generate(GPT<float>* g, std::vector<int32_t> 
         int len = std::min((int)prompt.size(), T);
         std::copy(prompt.end() - len, prompt.end(), window.begin());
         gpt_forward(g, window.data(), (const int32_t*)nullptr, 1, T);
-        const float* row = g->logits.data() + (size_t)(len - 1) * g->cfg.padded_vocab;
+        const float* row = g->cur->logits.data() + (size_t)(len - 1) * g->Vpl;
         prompt.push_back(sample_token(row, g->cfg.vocab_size, rng));
     }
     return prompt;
@@ -311,24 +913,131 @@ static inline double now_ms() {
 }
 
 #ifndef TESTING
+// A bad parallel layout stops every rank before any work: rank 0 says what is wrong.
+static void layout_error(const Comm& world, const char* fmt, ...) {
+    if (world.rank == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "error: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n");
+        va_end(ap);
+    }
+    comm_finalize();
+    exit(1);
+}
+
+// Checks the flags against the world and the model, then makes this rank's layout and groups.
+static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainConfig& tc, long total_batch) {
+    const int tp = tc.tp, pp = tc.pp, W = world.size;
+    if (W % (tp * pp) != 0)
+        layout_error(world, "%d ranks (mpirun -np) are not a multiple of --tp %d x --pp %d = %d", W, tp, pp, tp * pp);
+    const int dp = W / (tp * pp);
+    if (tc.dp && tc.dp != dp)
+        layout_error(world, "--dp %d x --tp %d x --pp %d = %d ranks, but %d were started (mpirun -np)", tc.dp, tp, pp,
+                     tc.dp * tp * pp, W);
+    std::string err = tp_check(mc, tp);
+    if (!err.empty()) layout_error(world, "%s", err.c_str());
+    if (tc.sp && tc.T % tp != 0) layout_error(world, "--sp 1 splits the sequence: -t %d is not divisible by --tp %d", tc.T, tp);
+    if (tc.vpp > 1 && pp == 1) layout_error(world, "--vpp %d needs pipeline stages (--pp > 1)", tc.vpp);
+    Layout L;
+    err = pp_layer_layout(mc.n_layer, pp, tc.vpp, tc.layout, &L.chunk_first);
+    if (!err.empty()) layout_error(world, "%s", err.c_str());
+    const long micro_tokens = (long)tc.B * tc.T * dp;
+    if (total_batch % micro_tokens != 0)
+        layout_error(world, "flag -d %ld is not a multiple of B*T*dp = %d*%d*%d = %ld", total_batch, tc.B, tc.T, dp, micro_tokens);
+    const long accum = total_batch / micro_tokens;
+    if (tc.vpp > 1 && accum % pp != 0)
+        layout_error(world, "interleaved 1F1B needs micro-batches (gradient accumulation %ld = -d / (b*t*dp)) to be a multiple "
+                     "of --pp %d (raise -d)", accum, pp);
+    L.topo = topo_make(dp, tp, pp, world.rank);
+    L.zero = tc.zero;
+    L.sp = tc.sp && tp > 1;
+    L.vpp = tc.vpp;
+    L.world = world;
+    L.tp = comm_group(world, L.topo.tp_group);
+    L.dp = comm_group(world, L.topo.dp_group);
+    L.pp = comm_group(world, L.topo.pp_group);
+    const bool end_stage = L.topo.pp_rank == 0 || L.topo.pp_rank == pp - 1;
+    L.emb = comm_group(world, end_stage ? L.topo.emb_group : std::vector<int>{world.rank});
+    return L;
+}
+
+// Bytes this rank holds, measured and by formula (ZeRO divides by dp, TP by tp, PP by stages).
+template <typename real>
+void print_memory(const GPT<real>& g, int n_mb) {
+    const Layout& L = g.L;
+    const double P = (double)g.table.total * sizeof(real), dp = L.topo.dp;
+    // ZeRO-3 holds one layer's weights at a time, or the head's (final norm and embedding) together;
+    // ZeRO-2/3 hold one layer's gradient bucket, plus the embedding and head buckets for the step
+    double max_layer = 0, ends = 0;
+    for (const Bucket& b : g.buckets) {
+        if (b.layer >= 0) max_layer = std::max(max_layer, (double)b.range.size() * sizeof(real));
+        else ends += (double)b.range.size() * sizeof(real);
+    }
+    // activations: one micro-batch through one chunk, times the chunks in flight (1F1B: pp - stage
+    // micro-batches; interleaved: its warm-up + 1 chunk passes; no pipeline: 1)
+    const int pp = L.topo.pp, s = L.topo.pp_rank, n_chunks = (int)L.chunk_first.size() - 1;
+    const int total = n_mb * L.vpp;
+    const int inflight = std::min(total, L.vpp == 1 ? pp - s : (pp - s - 1) * 2 + (L.vpp - 1) * pp + 1);
+    const ModelConfig& c = g.cfg;
+    const double N = (double)g.B * g.T, Nl = L.sp ? N / L.topo.tp : N, C = c.n_embd, hd = c.head_dim;
+    const double F1l = c.mlp == MLP_SWIGLU ? 2.0 * g.Fl : g.Fl, sp_full = L.sp ? 2 * N * C : 0;
+    const double per_layer = 4 * Nl * C + 4 * Nl + sp_full + N * ((g.Hl + 2 * g.KVl) * hd + g.Hl * hd + F1l + g.Fl) +
+                             (double)g.B * g.Hl * g.T * g.T;
+    const double per_chunk_io = 2 * Nl * C + 2 * N * sizeof(int32_t) / sizeof(real);
+    const double head = (Nl * C + 2 * Nl + (L.sp ? N * C : 0) + N * g.Vpl + N);
+    const double layers_per_chunk = (double)c.n_layer / n_chunks;
+    // non-blocking sends keep their buffers [Nl,C] until the end of the step
+    int n_sends = 0;
+    for (const PpOp& o : pp_schedule(pp, L.vpp, n_mb, s)) n_sends += o.kind == PP_SEND_ACT || o.kind == PP_SEND_GRAD;
+    const double act = (inflight * (layers_per_chunk * per_layer + per_chunk_io) + (s == pp - 1 ? head : 0) + n_sends * Nl * C) *
+                       sizeof(real);
+    MemoryRow row;
+    row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
+    row.params = (double)g.params.size() * sizeof(real) + g.pbuf_peak;
+    row.grads = (double)g.grads.size() * sizeof(real) + g.gbuf_peak;
+    row.optim = (double)(g.m.size() + g.v.size()) * sizeof(real);
+    row.acts = (double)g.act_peak;
+    const double shard = std::ceil(P / dp);
+    row.f_params = L.zero >= 3 ? shard + std::max(max_layer, ends) : P;
+    row.f_grads = L.zero >= 2 ? shard + ends + max_layer : P;
+    row.f_optim = 2 * (L.zero >= 1 ? shard : P);
+    row.f_acts = act;
+    print_memory_rows(L.world, row);
+}
+
 int main(int argc, char** argv) {
+    Comm world = comm_init(&argc, &argv);
     ModelConfig mc;
     TrainConfig tc;
     parse_args(argc, argv, &mc, &tc);
+    const bool rank0 = world.rank == 0;
 
-    GPT<float> g;
-    gpt_build(&g, mc);
-    gpt_init(&g, tc.seed);
-    if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.table, g.params.data());
     if (!tc.export_init.empty()) {
-        hf_export(tc.export_init, mc, g.table, g.params.data());
-        printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(g.table),
-               tc.export_init.c_str());
+        GPT<float> g;
+        gpt_build(&g, mc);
+        gpt_init(&g, tc.seed);
+        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.table, g.params.data());
+        if (rank0) {
+            hf_export(tc.export_init, mc, g.table, g.params.data());
+            printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(g.table),
+                   tc.export_init.c_str());
+        }
+        comm_finalize();
         return 0;
     }
 
+    // the parallel layout; the vocabulary is padded to a multiple of 128 * tp
+    config_finalize(mc, tc.tp);
+    const int B = tc.B, T = tc.T;
+    if (tc.total_batch == 0) tc.total_batch = (long)B * T * (world.size / std::max(1, tc.tp * tc.pp));
+    Layout layout = make_layout(world, mc, tc, tc.total_batch);
+    const int dp = layout.topo.dp;
+    GPT<float> g;
+    gpt_build(&g, mc, &layout);
+
     // data: a .txt file without -j is split 90/10 into train and validation
-    const int B = tc.B, T = tc.T, dp = 1;
     DataLoader train, val;
     const bool split_text = tc.val_data.empty() && ends_with(tc.train_data, ".txt");
     loader_open(&train, tc.train_data, T, 0.0, split_text ? 0.9 : 1.0);
@@ -338,41 +1047,61 @@ int main(int argc, char** argv) {
     if ((int64_t)train.max_token >= mc.vocab_size || (have_val && (int64_t)val.max_token >= mc.vocab_size))
         die("data '%s' holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
             tc.train_data.c_str(), std::max(train.max_token, val.max_token), mc.vocab_size);
-    const long micro_tokens = (long)B * T * dp;
-    if (tc.total_batch == 0) tc.total_batch = micro_tokens;
-    if (tc.total_batch % micro_tokens != 0)
-        die("flag -d %ld is not a multiple of B*T*dp = %d*%d*%d = %ld", tc.total_batch, B, T, dp, micro_tokens);
-    const int accum = (int)(tc.total_batch / micro_tokens);
+    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
 
+    // weights: every rank makes the whole model (seeded init, --init-from, a checkpoint of any
+    // layout) and keeps its part
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
-    if (!resume_dir.empty()) {
-        checkpoint_load(resume_dir, mc, g.table, g.params.data(), g.m.data(), g.v.data(), &state);
-        printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
+    {
+        std::vector<float> p(g.full.total), m, v;
+        params_init_full(mc, g.full, p.data(), tc.seed);
+        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
+        if (!resume_dir.empty()) {
+            m.assign(g.full.total, 0.0f);
+            v.assign(g.full.total, 0.0f);
+            checkpoint_load(resume_dir, mc, g.full, p.data(), m.data(), v.data(), &state);
+            if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
+        }
+        gpt_set_full(&g, p.data(), m.empty() ? nullptr : m.data(), v.empty() ? nullptr : v.data());
     }
-    if (!tc.out_dir.empty()) {
+    // whole-model buffers on rank 0 for checkpoints and exports
+    auto save_checkpoint = [&]() {
+        std::vector<float> p, m, v;
+        gpt_get_full(&g, &p, &m, &v);
+        if (rank0) checkpoint_save(tc.out_dir, mc, g.full, p.data(), m.data(), v.data(), state, tc.keep_last);
+        comm_barrier(world);
+    };
+    if (rank0 && !tc.out_dir.empty()) {
         std::error_code ec;
         fs::create_directories(tc.out_dir, ec);
         if (ec) die("cannot create output directory '%s' (flag -o): %s", tc.out_dir.c_str(), ec.message().c_str());
     }
 
-    const int64_t n_params = param_count(g.table);
-    print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
-    printf("threads: %d\n", omp_get_max_threads());
+    const int64_t n_params = param_count(g.full);
+    if (rank0) {
+        print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
+        printf("threads: %d", omp_get_max_threads());
+        if (world.size > 1)
+            printf(", ranks: %d = pp %d x dp %d x tp %d%s, ZeRO %d%s", world.size, layout.topo.pp, dp, layout.topo.tp,
+                   layout.sp ? " (sp)" : "", layout.zero, layout.vpp > 1 ? (", vpp " + std::to_string(layout.vpp)).c_str() : "");
+        printf("\n");
+    }
     Logger lg;
-    logger_open(&lg, tc.out_dir, !resume_dir.empty());
+    logger_open(&lg, rank0 ? tc.out_dir : "", !resume_dir.empty());
     lg.tokens_per_step = (double)tc.total_batch;
     lg.flops_per_token = model_flops_per_token(mc, T);
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
+    std::vector<std::vector<int32_t>> val_in(tc.val_batches, std::vector<int32_t>((size_t)B * T)), val_tg = val_in;
+    // validation: every dp group runs all batches through its pipeline; one rank's sum counts
     auto evaluate = [&]() -> double {
-        double s = 0;
-        for (int i = 0; i < tc.val_batches; i++) {
-            loader_batch(&val, (uint64_t)i * B, B, inputs[0].data(), targets[0].data());
-            gpt_forward(&g, inputs[0].data(), targets[0].data(), B, T);
-            s += g.loss;
-        }
+        for (int i = 0; i < tc.val_batches; i++) loader_batch(&val, (uint64_t)i * B, B, val_in[i].data(), val_tg[i].data());
+        double s = pipeline_run(&g, val_in, val_tg, tc.val_batches, B, T, false, 1);
+        const Topology& tp = layout.topo;
+        if (!(tp.pp_rank == tp.pp - 1 && tp.tp_rank == 0 && tp.dp_rank == 0)) s = 0;
+        comm_all_reduce_sum(world, &s, 1);
         return s / tc.val_batches;
     };
     Tokenizer tok;  // decodes samples (--tokenizer); none: samples print as token ids
@@ -383,7 +1112,7 @@ int main(int argc, char** argv) {
                 tokenizer_vocab_size(&tok), mc.vocab_size);
     }
     auto print_sample = [&]() {
-        if (tc.gen_tokens <= 0) return;
+        if (tc.gen_tokens <= 0 || world.size > 1) return;  // sampling runs in one process
         // prompt: a newline for byte models, end-of-text for BPE ones, token 0 otherwise
         int32_t start = tc.tokenizer.empty() ? 0 : tc.tokenizer == "bytes" ? '\n' : (int32_t)tokenizer_eot(&tok);
         std::vector<int32_t> out = generate(&g, {start}, tc.gen_tokens, T, &state.rng);
@@ -398,34 +1127,46 @@ int main(int argc, char** argv) {
     };
 
     double loss = 0, val_loss = -1;
-    if (have_val && state.step == 0 && tc.val_every > 0) { val_loss = evaluate(); log_val(&lg, 0, val_loss); }
+    if (have_val && state.step == 0 && tc.val_every > 0) {
+        val_loss = evaluate();
+        if (rank0) log_val(&lg, 0, val_loss);
+    }
+    const int first_step = state.step;
     for (int step = state.step; step < tc.steps; step++) {
         double t0 = now_ms();
+        // dp rank r's micro-step a reads samples first + (a*dp + r)*B ..: the samples of the
+        // one-process run with accum*dp micro-batches
         for (int a = 0; a < accum; a++) {
-            loader_batch(&train, state.train_sample, B, inputs[a].data(), targets[a].data());
-            state.train_sample += B;
+            loader_batch(&train, state.train_sample + (uint64_t)(a * dp + layout.topo.dp_rank) * B, B, inputs[a].data(),
+                         targets[a].data());
         }
+        state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         loss = train_step(&g, inputs, targets, B, T, step, tc, lr, &norm);
         state.step = step + 1;
-        log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
+        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
         if (!std::isfinite(loss)) die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+        if (step == first_step && world.size > 1) print_memory(g, accum);
         const bool last = step + 1 == tc.steps;
         if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
             val_loss = evaluate();
-            log_val(&lg, step + 1, val_loss);
+            if (rank0) log_val(&lg, step + 1, val_loss);
         }
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
-        if (!tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last))
-            checkpoint_save(tc.out_dir, mc, g.table, g.params.data(), g.m.data(), g.v.data(), state, tc.keep_last);
+        if (!tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last)) save_checkpoint();
     }
     print_sample();
     if (!tc.save_safetensors.empty()) {
-        hf_export(tc.save_safetensors, mc, g.table, g.params.data());
-        printf("wrote %s\n", tc.save_safetensors.c_str());
+        std::vector<float> p, m, v;
+        gpt_get_full(&g, &p, &m, &v);
+        if (rank0) {
+            hf_export(tc.save_safetensors, mc, g.full, p.data());
+            printf("wrote %s\n", tc.save_safetensors.c_str());
+        }
     }
-    log_summary(&lg, mc, n_params, loss, val_loss, 0.0);
+    if (rank0) log_summary(&lg, mc, n_params, loss, val_loss, 0.0);
+    comm_finalize();
     return 0;
 }
 #endif

@@ -35,6 +35,12 @@ struct TrainConfig {
     std::string save_safetensors = "";  // write the final weights (safetensors)
     uint64_t seed = 1337;
     std::string tokenizer = "auto";  // decodes samples: auto = bytes for .txt, gpt2 / llama3 by vocab
+    // parallel layout (DESIGN.md section 4): world = pp x dp x tp ranks under mpirun
+    int tp = 1, pp = 1, dp = 0;      // dp 0: world / (tp * pp)
+    int zero = 0;                    // ZeRO stage over dp: 0, 1, 2 or 3
+    bool sp = false;                 // sequence parallelism (needs tp > 1 to matter)
+    int vpp = 1;                     // model chunks per pipeline stage (interleaved 1F1B)
+    std::string layout = "";         // layers per chunk, e.g. "3,5"; empty: even
 };
 
 static inline void print_presets() {
@@ -85,7 +91,14 @@ static inline void print_usage(const char* prog) {
            "  --resume auto|PATH   continue from the latest complete checkpoint in -o, or from PATH\n"
            "  --init-from FILE     initial weights from a safetensors file (Hugging Face names)\n"
            "  --export-init FILE   write the initial weights as safetensors and exit\n"
-           "  --save-safetensors FILE   write the final weights as safetensors\n\n");
+           "  --save-safetensors FILE   write the final weights as safetensors\n"
+           "parallel layout (run under mpirun -np N, N = dp * tp * pp):\n"
+           "  --tp N --pp N        tensor- and pipeline-parallel degrees (default 1); dp = N / (tp*pp)\n"
+           "  --dp N               data-parallel degree, checked against N / (tp*pp)\n"
+           "  --zero 0|1|2|3       ZeRO stage over dp (default 0)\n"
+           "  --sp 0|1             sequence parallelism in the norm and residual regions (default 0)\n"
+           "  --vpp N              model chunks per pipeline stage, interleaved 1F1B (default 1)\n"
+           "  --layout A,B,...     layers per chunk (pp*vpp counts; default: even)\n\n");
     print_presets();
 }
 
@@ -191,13 +204,19 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--init-from") tc->init_from = s;
         else if (a == "--export-init") tc->export_init = s;
         else if (a == "--save-safetensors") tc->save_safetensors = s;
+        else if (a == "--tp") tc->tp = as_pos();
+        else if (a == "--pp") tc->pp = as_pos();
+        else if (a == "--dp") tc->dp = as_pos();
+        else if (a == "--zero") { long z = as_int(); if (z < 0 || z > 3) die("flag --zero expects 0, 1, 2 or 3, got '%s'", v); tc->zero = (int)z; }
+        else if (a == "--sp") tc->sp = as_bool();
+        else if (a == "--vpp") tc->vpp = as_pos();
+        else if (a == "--layout") tc->layout = s;
         else die("unknown flag '%s' (see --help)", a.c_str());
     }
     config_finalize(*mc);
     if (data_given && !val_given) tc->val_data = "";  // the default validation set belongs to the default data
     if (tc->tokenizer == "auto") {
-        const bool text = tc->train_data.size() >= 4 && tc->train_data.compare(tc->train_data.size() - 4, 4, ".txt") == 0;
-        tc->tokenizer = text ? "bytes" : mc->vocab_size == 50257 ? "gpt2" : mc->vocab_size == 128256 ? "llama3" : "";
+        tc->tokenizer = ends_with(tc->train_data, ".txt") ? "bytes" : mc->vocab_size == 50257 ? "gpt2" : mc->vocab_size == 128256 ? "llama3" : "";
     }
     if (tc->T == 0) tc->T = mc->seq_len;
     if (tc->T > mc->seq_len) die("flag -t %d exceeds the model's sequence length %d (raise --seq)", tc->T, mc->seq_len);

@@ -2,10 +2,12 @@
 //   console: the config table at start, one line per step, validation and sample lines
 //   <out>/metrics.jsonl: one JSON object per step / validation
 //   <out>/summary.json: the fields benchmark harnesses read (throughput, MFU, memory, losses)
+//   the memory table of a parallel run: per rank, measured bytes beside the analytic formula
 #pragma once
 #include <cstdio>
 #include <string>
 #include <vector>
+#include "llmc/comm.h"
 #include "llmc/config.h"
 #include "llmc/flops.h"
 #include "llmc/utils.h"
@@ -104,4 +106,30 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
             c.name.c_str(), (long long)n_params, lg->n_devices, med, tok_s, mfu, nominal_mfu, lg->flops_per_token,
             peak_mem_bytes, final_loss, val_json, lg->step_ms.size());
     fclose_check(f, p.c_str());
+}
+
+// Memory of one rank: bytes measured (buffers held, peaks of the gathered ZeRO-3 weights, the
+// gradient buckets and the activations) and by the analytic formula.
+struct MemoryRow {
+    double rank, dp_rank, tp_rank, pp_rank;
+    double params, grads, optim, acts;
+    double f_params, f_grads, f_optim, f_acts;
+};
+
+// Every rank calls it; rank 0 prints one line per rank.
+static inline void print_memory_rows(const Comm& world, const MemoryRow& row) {
+    const int n = sizeof(MemoryRow) / sizeof(double);
+    std::vector<double> all((size_t)n * world.size);
+    comm_all_gather(world, (const double*)&row, all.data(), std::vector<int>(world.size, n));
+    if (world.rank != 0) return;
+    auto mib = [](double b) { return b / (1 << 20); };
+    printf("memory per rank, MiB: measured (formula)\n");
+    printf("  rank  pp dp tp |          params |           grads |       optimizer |     activations\n");
+    for (int r = 0; r < world.size; r++) {
+        const MemoryRow* m = (const MemoryRow*)(all.data() + (size_t)r * n);
+        printf("  %4d  %2d %2d %2d | %6.3f (%6.3f) | %6.3f (%6.3f) | %6.3f (%6.3f) | %6.3f (%6.3f)\n", (int)m->rank,
+               (int)m->pp_rank, (int)m->dp_rank, (int)m->tp_rank, mib(m->params), mib(m->f_params), mib(m->grads),
+               mib(m->f_grads), mib(m->optim), mib(m->f_optim), mib(m->acts), mib(m->f_acts));
+    }
+    fflush(stdout);
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/t_probe_build.sh: the GPU probe programs (dev/probe/, mk/probe.mk) build and behave without a GPU.
 #   - build/ceilings and build/nccl_ranks build; fresh compiles are warning-free
-#   - both binaries hold sm_80 and sm_90a code (cuobjdump --list-elf, or the fatbin entry headers)
+#   - both binaries hold sm_80 and sm_90a code (scripts/fatbin_archs.sh: cuobjdump, or the fatbin headers)
 #   - nccl_ranks links against a wheel-style NCCL that has only libnccl.so.2 (no libnccl.so)
 #   - with no GPU visible each program exits 1 with a clear message (no crash, no hang); --help works;
 #     bad flags and a stale or missing NCCL id file are clear errors
@@ -25,8 +25,6 @@ B=build
 T=build/t_probe_build
 rm -rf "$T"
 mkdir -p "$T"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=$(command -v python3)
 
 cfg=$(make -s --no-print-directory probe-config)
 nccl_home=$(echo "$cfg" | sed -n 's/^nccl_home=//p')
@@ -69,37 +67,8 @@ fi
 
 # ---- architectures in the binaries
 CUOBJDUMP=$(command -v cuobjdump || { [ -x "$CUDA_HOME/bin/cuobjdump" ] && echo "$CUDA_HOME/bin/cuobjdump"; })
-# Without cuobjdump: read the fatbin entry headers in the executable. Layout (as nvcc 12-13 write it):
-# fatbin header {u32 magic 0xBA55ED50, u16 version, u16 header size, u64 payload size}, then entries
-# {u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload size, ..., u32 arch at +28, u64 flags at
-# +40 where 0x100000 marks an arch-specific "a" target}. Prints one sm_XX[a] per ELF entry.
-list_elf_archs() {
-    if [ -n "$CUOBJDUMP" ]; then
-        "$CUOBJDUMP" --list-elf "$1" | grep -o 'sm_[0-9]*a\{0,1\}' | sort -u
-        return
-    fi
-    "$PY" - "$1" <<'EOF'
-import struct, sys
-data = open(sys.argv[1], "rb").read()
-magic = struct.pack("<I", 0xBA55ED50)
-archs = set()
-pos = data.find(magic)
-while pos >= 0:
-    _, _, hsize, fsize = struct.unpack_from("<IHHQ", data, pos)
-    entry, end = pos + hsize, pos + hsize + fsize
-    while entry + 48 <= end:
-        kind, _, ehsize, esize = struct.unpack_from("<HHIQ", data, entry)
-        arch = struct.unpack_from("<I", data, entry + 28)[0]
-        flags = struct.unpack_from("<Q", data, entry + 40)[0]
-        if kind == 2:
-            archs.add("sm_%d%s" % (arch, "a" if flags & 0x100000 else ""))
-        if ehsize == 0:
-            break
-        entry += ehsize + esize
-    pos = data.find(magic, end)
-print("\n".join(sorted(archs)))
-EOF
-}
+# cuobjdump --list-elf, or without it the fatbin entry headers read by scripts/fatbin_archs.sh
+list_elf_archs() { bash scripts/fatbin_archs.sh "$1"; }
 if [ -z "$CUOBJDUMP" ]; then
     # the header reader must tell sm_90 from sm_90a: check it on a one-kernel program built for sm_90 only
     printf '__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\nint main() { k<<<1, 1>>>(nullptr); return 0; }\n' > "$T/one.cu"

@@ -1,0 +1,515 @@
+// llmc/attention.cuh: causal flash attention with GQA, forward and backward, bf16 in and out,
+// fp32 softmax statistics, tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). The T x T
+// score matrix is never stored: the forward keeps one logsumexp per query row, and the backward
+// recomputes the probabilities from it (the FlashAttention-2 structure).
+//
+// Layouts (B batch, T time, H query heads, KV kv heads, hd head dim, group = H / KV):
+//   qkv   [B, T, (H + 2KV) * hd]  per token: H query heads, then KV key heads, then KV value heads
+//   out   [B, T, H * hd]
+//   lse   [B, H, T] fp32          logsumexp of the scaled scores of each query row (natural log)
+//   dqkv  [B, T, (H + 2KV) * hd]  overwritten by the backward (every element is written)
+// Query head h reads kv head h / group; K and V are never copied per query head.
+// Requirements (checked by the launchers): hd in {64, 80, 128}, T a multiple of 64, H % KV == 0;
+// every tensor 16-byte aligned (cudaMalloc pointers are), since tiles move in 16-byte copies.
+//
+// Launchers:
+//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream)
+//   attention_backward(dqkv, dq_accum, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
+//     dq_accum [B, T, H * hd] fp32 and dvec [B, H, T] fp32 are scratch buffers of the caller.
+// dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
+// versions; dev/cuda/notes_attention.md describes the design and its expected performance.
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include "llmc/cuda_common.cuh"
+#include "llmc/utils.h"
+
+// ---- tensor-core and shared-memory primitives ----------------------------------------------------
+
+// d[4] += A[16x16] * B[16x8]; a: 4 regs of bf16x2 (row-major fragment), b: 2 regs (column fragment).
+// Fragment ownership, with g = lane / 4 and q = lane % 4:
+//   a0 (row g, cols 2q..2q+1) a1 (row g+8, same) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..)
+//   b0 (rows 2q..2q+1, col g) b1 (rows 2q+8.., col g)
+//   d0,d1 (row g, cols 2q..2q+1) d2,d3 (row g+8, cols 2q..2q+1)
+__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 tiles from shared memory; lane l gives the address of row l % 8 of tile l / 8
+// (16 contiguous bytes). Plain: register i holds (row g; columns 2q, 2q+1) of tile i, the a / b
+// fragment pattern of a matrix stored with k contiguous. Transposed: register i holds
+// (rows 2q, 2q+1; column g), the b fragment of a row-major [k][n] matrix.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* smem_row) {
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* smem_row) {
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ uint32_t lds32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 16-byte global -> shared copy that bypasses the registers (and L1) on sm_80+.
+__device__ __forceinline__ void cp_async16(__nv_bfloat16* smem, const __nv_bfloat16* gmem) {
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Copies a [ROWS, HD] tile (row stride ld elements in global memory) into shared memory with row
+// stride HD + ATT_PAD, 16 bytes per thread and step. ASYNC: cp.async (the caller commits and waits);
+// otherwise through registers (visible after the caller's __syncthreads).
+static const int ATT_PAD = 8;  // 16 bytes of padding per shared row: conflict-free fragment loads
+template <int ROWS, int HD, int THREADS, bool ASYNC>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat16* gmem, size_t ld) {
+    constexpr int CHUNKS = HD / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        if (ASYNC) {
+            cp_async16(smem + r * (HD + ATT_PAD) + col, gmem + r * ld + col);
+        } else {
+            *reinterpret_cast<int4*>(smem + r * (HD + ATT_PAD) + col) =
+                *reinterpret_cast<const int4*>(gmem + r * ld + col);
+        }
+    }
+}
+
+// ---- forward ---------------------------------------------------------------------------------------
+
+static const int ATT_FWD_BM = 64;   // query rows per block: 4 warps x 16
+static const int ATT_FWD_BN = 64;   // keys per tile
+// 4 warps per block. The kernels are declared for 2 resident blocks per SM: that lets ptxas use up to
+// 255 registers (without the hint it settles on 128 for some variants on sm_90a and spills).
+static const int ATT_THREADS = 128;
+
+// One block per (query tile, b * H + h). Each warp owns 16 query rows: Q fragments stay in
+// registers, S = Q K^T (16 x 64) and O (16 x hd) are fp32 accumulators, and the online softmax runs
+// on S in registers (log2 domain). PIPELINED: K/V tiles double-buffered with cp.async (tile j + 1
+// loads while tile j is computed), K fragments read with ldmatrix (one instruction per two n8
+// tiles instead of four 32-bit loads), and the longest causal tiles launched first: the grid is
+// (b * H + h, reversed query tile), and blocks start in order of x fastest, so every head's last
+// query tile goes out in the first wave and the short tiles fill the tail; otherwise one buffer,
+// synchronous loads, 32-bit fragment loads, grid (query tile, b * H + h).
+template <int HD, bool PIPELINED>
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int H, int KV) {
+    constexpr int LDS = HD + ATT_PAD;          // shared row stride (elements)
+    constexpr int STAGES = PIPELINED ? 2 : 1;
+    constexpr int KC = HD / 16;                // k-chunks of the head dim
+    constexpr int NT = ATT_FWD_BN / 8;         // n8 tiles of S
+    constexpr int DT = HD / 8;                 // n8 tiles of O
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);   // [BM][LDS]
+    __nv_bfloat16* sK = sQ + ATT_FWD_BM * LDS;                          // [STAGES][BN][LDS]
+    __nv_bfloat16* sV = sK + STAGES * ATT_FWD_BN * LDS;                 // [STAGES][BN][LDS]
+
+    const int n_qt = T / ATT_FWD_BM;
+    const int qt = PIPELINED ? n_qt - 1 - (int)blockIdx.y : (int)blockIdx.x;
+    const int bh = PIPELINED ? blockIdx.x : blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const __nv_bfloat16* qbase = qkv + ((size_t)b * T + (size_t)qt * ATT_FWD_BM) * ld + h * HD;
+    const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const int n_kt = qt + 1;  // causal: key tiles 0..qt (BM == BN)
+
+    load_tile<ATT_FWD_BM, HD, ATT_THREADS, PIPELINED>(sQ, qbase, ld);
+    if (PIPELINED) {
+        load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sK, kbase, ld);
+        load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sV, vbase, ld);
+        cp_async_commit();
+    }
+
+    uint32_t qf[KC][4];
+    float o[DT][4];
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};  // rows g and g + 8
+    const float scale_log2 = rsqrtf((float)HD) * 1.4426950408889634f;
+    const int row0 = qt * ATT_FWD_BM + warp * 16 + g;  // this thread's first query row (second: + 8)
+
+    for (int j = 0; j < n_kt; j++) {
+        const int st = PIPELINED ? (j & 1) : 0;
+        __nv_bfloat16* k_s = sK + st * ATT_FWD_BN * LDS;
+        __nv_bfloat16* v_s = sV + st * ATT_FWD_BN * LDS;
+        if (PIPELINED) {
+            if (j + 1 < n_kt) {
+                const size_t off = (size_t)(j + 1) * ATT_FWD_BN * ld;
+                load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sK + (st ^ 1) * ATT_FWD_BN * LDS, kbase + off, ld);
+                load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sV + (st ^ 1) * ATT_FWD_BN * LDS, vbase + off, ld);
+                cp_async_commit();
+                cp_async_wait<1>();
+            } else {
+                cp_async_wait<0>();
+            }
+        } else {
+            const size_t off = (size_t)j * ATT_FWD_BN * ld;
+            load_tile<ATT_FWD_BN, HD, ATT_THREADS, false>(k_s, kbase + off, ld);
+            load_tile<ATT_FWD_BN, HD, ATT_THREADS, false>(v_s, vbase + off, ld);
+        }
+        __syncthreads();
+        if (j == 0) {
+            const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;
+            for (int kc = 0; kc < KC; kc++) {
+                qf[kc][0] = lds32(qw + g * LDS + kc * 16 + 2 * q4);
+                qf[kc][1] = lds32(qw + (g + 8) * LDS + kc * 16 + 2 * q4);
+                qf[kc][2] = lds32(qw + g * LDS + kc * 16 + 2 * q4 + 8);
+                qf[kc][3] = lds32(qw + (g + 8) * LDS + kc * 16 + 2 * q4 + 8);
+            }
+        }
+        // S = Q K^T: B[k = dim][n = key] = K[key][dim], a contiguous pair per register
+        float s[NT][4];
+        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        if (PIPELINED) {
+            // tiles: (keys n*8.., dims kc*16), (same keys, dims +8), (keys +8, dims kc*16), (keys +8, dims +8)
+            const int mat = lane / 8, r8 = lane % 8;
+            for (int n = 0; n < NT; n += 2) {
+                const __nv_bfloat16* kr = k_s + (n * 8 + (mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
+                for (int kc = 0; kc < KC; kc++) {
+                    uint32_t kb[4];
+                    ldmatrix_x4(kb, kr + kc * 16);
+                    mma_bf16_16816(s[n], qf[kc], kb[0], kb[1]);
+                    mma_bf16_16816(s[n + 1], qf[kc], kb[2], kb[3]);
+                }
+            }
+        } else {
+            for (int n = 0; n < NT; n++) {
+                const __nv_bfloat16* kr = k_s + (n * 8 + g) * LDS + 2 * q4;
+                for (int kc = 0; kc < KC; kc++) mma_bf16_16816(s[n], qf[kc], lds32(kr + kc * 16), lds32(kr + kc * 16 + 8));
+            }
+        }
+        // scale into the log2 domain; mask keys after the query on the diagonal tile
+        const bool diag = (j == qt);
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) {
+                const int key = j * ATT_FWD_BN + n * 8 + 2 * q4 + (e & 1);
+                const int row = row0 + (e >> 1) * 8;
+                float x = s[n][e] * scale_log2;
+                if (diag && key > row) x = -INFINITY;
+                s[n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        // online softmax: a row's 64 scores live in the 4 threads of a quad
+        float corr[2];
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(m_row[r], mx[r]);  // finite: key 0 is visible to every row
+            corr[r] = exp2f(m_row[r] - m_new);
+            m_row[r] = m_new;
+            l_row[r] *= corr[r];
+        }
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(s[n][e] - m_row[e >> 1]);
+                s[n][e] = p;
+                l_row[e >> 1] += p;  // partial over this thread's columns; the quad sums at the end
+            }
+        for (int d = 0; d < DT; d++) {
+            o[d][0] *= corr[0]; o[d][1] *= corr[0];
+            o[d][2] *= corr[1]; o[d][3] *= corr[1];
+        }
+        // O += P V: the S accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c
+        for (int c = 0; c < ATT_FWD_BN / 16; c++) {
+            uint32_t pa[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
+                              pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            const int mat = lane / 8, r8 = lane % 8;
+            const __nv_bfloat16* vr = v_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, vr + d * 8);
+                mma_bf16_16816(o[d], pa, vb[0], vb[1]);
+                mma_bf16_16816(o[d + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads();  // the next iteration overwrites a buffer read here
+    }
+
+    // finish: full row sums, normalise, write O and the logsumexp
+    for (int r = 0; r < 2; r++) {
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+    }
+    const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        __nv_bfloat16* orow = out + ((size_t)b * T + row) * H * HD + h * HD + 2 * q4;
+        for (int d = 0; d < DT; d++)
+            *reinterpret_cast<__nv_bfloat162*>(orow + d * 8) =
+                __floats2bfloat162_rn(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+        if (q4 == 0) lse[((size_t)b * H + h) * T + row] = (m_row[r] + __log2f(l_row[r])) * 0.6931471805599453f;
+    }
+}
+
+static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
+    if (B < 1 || T < 1 || H < 1 || KV < 1 || H % KV != 0)
+        die("attention: bad shape B=%d T=%d H=%d KV=%d (need positive sizes and H a multiple of KV)", B, T, H, KV);
+    if (T % 64 != 0) die("attention: T=%d is not a multiple of 64 (the kernels' tile size); pad the sequence", T);
+    if (hd != 64 && hd != 80 && hd != 128) die("attention: head dim %d is not supported (64, 80 or 128)", hd);
+}
+
+template <int HD, bool PIPELINED>
+static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
+                                 int KV, cudaStream_t stream) {
+    const int stages = PIPELINED ? 2 : 1;
+    const size_t smem = (size_t)(ATT_FWD_BM + 2 * stages * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD, PIPELINED>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid = PIPELINED ? dim3(B * H, T / ATT_FWD_BM) : dim3(T / ATT_FWD_BM, B * H);
+    attention_forward_kernel<HD, PIPELINED><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, H, KV);
+    cudaCheck(cudaGetLastError());
+}
+
+// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16. PIPELINED false is the
+// single-buffer version kept for the dev/cuda comparison; the trainer uses the default.
+template <bool PIPELINED = true>
+static void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
+                              int hd, cudaStream_t stream) {
+    attention_check_shape(B, T, H, KV, hd);
+    if (hd == 64) attention_forward_hd<64, PIPELINED>(out, lse, qkv, B, T, H, KV, stream);
+    else if (hd == 80) attention_forward_hd<80, PIPELINED>(out, lse, qkv, B, T, H, KV, stream);
+    else attention_forward_hd<128, PIPELINED>(out, lse, qkv, B, T, H, KV, stream);
+}
+
+// ---- backward --------------------------------------------------------------------------------------
+
+// dvec[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (fp32); dq_accum <- 0. One warp per (b, t, h).
+__global__ void attention_backward_preprocess_kernel(float* dvec, float* dq_accum, const __nv_bfloat16* dout,
+                                                     const __nv_bfloat16* out, int B, int T, int H, int hd) {
+    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (warp >= B * T * H) return;
+    const int h = warp % H, t = (warp / H) % T, b = warp / (H * T);
+    const size_t off = (size_t)warp * hd;  // [B,T,H,hd] row of this (b, t, h)
+    float acc = 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+        acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+        dq_accum[off + d] = 0.0f;
+    }
+    for (int m = 16; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (lane == 0) dvec[((size_t)b * H + h) * T + t] = acc;
+}
+
+// dqkv's query part <- bf16(dq_accum).
+__global__ void attention_dq_convert_kernel(__nv_bfloat16* dqkv, const float* dq_accum, int B, int T, int H, int KV,
+                                            int hd) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t qd = (size_t)H * hd;
+    if (i >= (size_t)B * T * qd) return;
+    const size_t bt = i / qd, c = i % qd;
+    dqkv[bt * (H + 2 * KV) * hd + c] = __float2bfloat16(dq_accum[i]);
+}
+
+static const int ATT_BWD_BN = 64;  // keys per block: 4 warps x 16
+
+// One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
+// every head, which have the most query tiles (longest first). Each warp owns 16 keys and keeps
+// their dK and dV (16 x hd each, fp32) in registers while the block walks every query head of the
+// GQA group and every query tile at or after the key tile; dK and dV are then written once, so
+// the group's sum needs no atomics. Per query tile of BM rows (Q, dO, lse, D staged in shared memory):
+//   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO, dP^T = V dO^T,
+//   dS^T = P^T (dP^T - D), dK += dS^T Q; dS goes through shared memory and dQ += dS K
+//   (fp32 atomics into dq_accum, scale folded in).
+// Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
+// [k][n]); rows are padded by 16 bytes, so the eight rows of each 8x8 tile hit distinct banks.
+template <int HD, int BM>
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_backward_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                          const float* lse, const float* dvec, int T, int H, int KV) {
+    constexpr int LDS = HD + ATT_PAD;
+    constexpr int LDP = ATT_BWD_BN + ATT_PAD;   // dS row stride
+    constexpr int KC = HD / 16;
+    constexpr int NQ = BM / 8;                  // n8 tiles over the query tile
+    constexpr int DT = HD / 8;
+    constexpr int RT = BM / 16;                 // dQ: row tiles ...
+    constexpr int DP = 4 / RT;                  // ... times head-dim parts = 4 warps
+    constexpr int DQT = HD / DP / 8;            // n8 tiles of a warp's dQ slice
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
+    __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
+    __nv_bfloat16* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
+    __nv_bfloat16* sdO = sQ + BM * LDS;                               // [BM][LDS]
+    __nv_bfloat16* sdS = sdO + BM * LDS;                              // [BM][LDP]  dS[query][key]
+    float* sL = reinterpret_cast<float*>(sdS + BM * LDP);             // [BM] lse * log2(e)
+    float* sD = sL + BM;                                              // [BM]
+
+    const int kt = blockIdx.y;
+    const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+    cp_async_commit();
+
+    const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    float dk[DT][4], dv[DT][4];
+    for (int d = 0; d < DT; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
+    const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
+    const int first_qt = kt * ATT_BWD_BN / BM, n_qt = T / BM;
+
+    for (int hi = 0; hi < group; hi++) {
+        const int h = kh * group + hi;
+        for (int it = first_qt; it < n_qt; it++) {
+            const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
+            load_tile<BM, HD, ATT_THREADS, true>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+            load_tile<BM, HD, ATT_THREADS, true>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+            cp_async_commit();
+            for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
+                const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
+                sL[i] = lse[r] * 1.4426950408889634f;
+                sD[i] = dvec[r];
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+
+            // S^T = K Q^T and dP^T = V dO^T (16 keys x BM queries per warp)
+            float st[NQ][4], dpt[NQ][4];
+            for (int n = 0; n < NQ; n++)
+                for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+            for (int kc = 0; kc < KC; kc++) {
+                // A tiles: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+                uint32_t ka[4], va[4];
+                const int a_off = ((mat & 1) * 8 + r8) * LDS + kc * 16 + (mat >> 1) * 8;
+                ldmatrix_x4(ka, kw + a_off);
+                ldmatrix_x4(va, vw + a_off);
+                // B tiles (Q^T, dO^T): (queries n*8.., k 0-7), (same, k 8-15), (queries +8, k 0-7), (+8, k 8-15)
+                for (int n = 0; n < NQ; n += 2) {
+                    const int b_off = (n * 8 + (mat >> 1) * 8 + r8) * LDS + kc * 16 + (mat & 1) * 8;
+                    uint32_t qb[4], ob[4];
+                    ldmatrix_x4(qb, sQ + b_off);
+                    ldmatrix_x4(ob, sdO + b_off);
+                    mma_bf16_16816(st[n], ka, qb[0], qb[1]);
+                    mma_bf16_16816(st[n + 1], ka, qb[2], qb[3]);
+                    mma_bf16_16816(dpt[n], va, ob[0], ob[1]);
+                    mma_bf16_16816(dpt[n + 1], va, ob[2], ob[3]);
+                }
+            }
+            // P^T and dS^T in place (rows: keys key0, key0 + 8; columns: queries)
+            for (int n = 0; n < NQ; n++)
+                for (int e = 0; e < 4; e++) {
+                    const int qi = n * 8 + 2 * q4 + (e & 1);
+                    const int key = key0 + (e >> 1) * 8;
+                    const float p = (key > it * BM + qi) ? 0.0f : exp2f(st[n][e] * scale_log2 - sL[qi]);
+                    st[n][e] = p;
+                    dpt[n][e] = p * (dpt[n][e] - sD[qi]);
+                }
+            // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
+            for (int c = 0; c < BM / 16; c++) {
+                uint32_t pa[4] = {pack_bf16x2(st[2 * c][0], st[2 * c][1]), pack_bf16x2(st[2 * c][2], st[2 * c][3]),
+                                  pack_bf16x2(st[2 * c + 1][0], st[2 * c + 1][1]),
+                                  pack_bf16x2(st[2 * c + 1][2], st[2 * c + 1][3])};
+                uint32_t sa[4] = {pack_bf16x2(dpt[2 * c][0], dpt[2 * c][1]), pack_bf16x2(dpt[2 * c][2], dpt[2 * c][3]),
+                                  pack_bf16x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
+                                  pack_bf16x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
+                const int row = c * 16 + (mat & 1) * 8 + r8;
+                for (int d = 0; d < DT; d += 2) {
+                    uint32_t ob[4], qb[4];
+                    ldmatrix_x4_trans(ob, sdO + row * LDS + d * 8 + (mat >> 1) * 8);
+                    ldmatrix_x4_trans(qb, sQ + row * LDS + d * 8 + (mat >> 1) * 8);
+                    mma_bf16_16816(dv[d], pa, ob[0], ob[1]);
+                    mma_bf16_16816(dv[d + 1], pa, ob[2], ob[3]);
+                    mma_bf16_16816(dk[d], sa, qb[0], qb[1]);
+                    mma_bf16_16816(dk[d + 1], sa, qb[2], qb[3]);
+                }
+            }
+            // dS -> shared as [query][key] bf16 for the dQ product
+            for (int n = 0; n < NQ; n++)
+                for (int e = 0; e < 4; e++) {
+                    const int qi = n * 8 + 2 * q4 + (e & 1);
+                    sdS[qi * LDP + warp * 16 + g + (e >> 1) * 8] = __float2bfloat16(dpt[n][e]);
+                }
+            __syncthreads();
+            // dQ[BM, hd] += dS[BM, 64] K[64, hd]; warp: row tile warp % RT, head-dim part warp / RT
+            {
+                const int rt = warp % RT, dpart = warp / RT;
+                float dq[DQT][4];
+                for (int d = 0; d < DQT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+                const __nv_bfloat16* sr = sdS + (rt * 16) * LDP;
+                for (int c = 0; c < ATT_BWD_BN / 16; c++) {
+                    uint32_t a[4];
+                    ldmatrix_x4(a, sr + ((mat & 1) * 8 + r8) * LDP + c * 16 + (mat >> 1) * 8);
+                    const __nv_bfloat16* kr = sK + (c * 16 + (mat & 1) * 8 + r8) * LDS + dpart * (HD / DP) + (mat >> 1) * 8;
+                    for (int d = 0; d < DQT; d += 2) {
+                        uint32_t kb[4];
+                        ldmatrix_x4_trans(kb, kr + d * 8);
+                        mma_bf16_16816(dq[d], a, kb[0], kb[1]);
+                        mma_bf16_16816(dq[d + 1], a, kb[2], kb[3]);
+                    }
+                }
+                for (int r = 0; r < 2; r++) {
+                    const int row = it * BM + rt * 16 + g + r * 8;
+                    float* dst = dq_accum + ((size_t)b * T + row) * H * HD + (size_t)h * HD + dpart * (HD / DP) + 2 * q4;
+                    for (int d = 0; d < DQT; d++) {
+                        atomicAdd(dst + d * 8, dq[d][2 * r] * scale);
+                        atomicAdd(dst + d * 8 + 1, dq[d][2 * r + 1] * scale);
+                    }
+                }
+            }
+            __syncthreads();  // sQ, sdO, sdS are overwritten by the next query tile
+        }
+    }
+    // write dK (scaled) and dV of this warp's 16 keys
+    for (int r = 0; r < 2; r++) {
+        const size_t row = (size_t)b * T + key0 + r * 8;
+        __nv_bfloat16* dkr = dqkv + row * ld + (size_t)(H + kh) * HD + 2 * q4;
+        __nv_bfloat16* dvr = dqkv + row * ld + (size_t)(H + KV + kh) * HD + 2 * q4;
+        for (int d = 0; d < DT; d++) {
+            *reinterpret_cast<__nv_bfloat162*>(dkr + d * 8) =
+                __floats2bfloat162_rn(dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(dvr + d * 8) = __floats2bfloat162_rn(dv[d][2 * r], dv[d][2 * r + 1]);
+        }
+    }
+}
+
+template <int HD>
+static void attention_backward_hd(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloat16* dout,
+                                  const __nv_bfloat16* qkv, const float* lse, const float* dvec, int B, int T, int H,
+                                  int KV, cudaStream_t stream) {
+    // 32 query rows per tile keep dK, dV, S^T and dP^T in registers; hd 80 takes 64 so that the dQ
+    // slices (hd / (4 / (BM / 16)) columns per warp) are an even number of n8 tiles
+    constexpr int BM = HD == 80 ? 64 : 32;
+    const size_t smem = (size_t)(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
+                        (size_t)BM * (ATT_BWD_BN + ATT_PAD) * sizeof(__nv_bfloat16) + 2 * BM * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_kernel<HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+    dim3 grid(B * KV, T / ATT_BWD_BN);
+    attention_backward_kernel<HD, BM><<<grid, ATT_THREADS, smem, stream>>>(dqkv, dq_accum, dout, qkv, lse, dvec, T, H, KV);
+    cudaCheck(cudaGetLastError());
+}
+
+// dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv.
+// Scratch: dq_accum [B,T,H*hd] fp32, dvec [B,H,T] fp32.
+static void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* dvec, const __nv_bfloat16* dout,
+                               const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T,
+                               int H, int KV, int hd, cudaStream_t stream) {
+    attention_check_shape(B, T, H, KV, hd);
+    const int rows = B * T * H;
+    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dq_accum, dout, out, B, T, H, hd);
+    cudaCheck(cudaGetLastError());
+    if (hd == 64) attention_backward_hd<64>(dqkv, dq_accum, dout, qkv, lse, dvec, B, T, H, KV, stream);
+    else if (hd == 80) attention_backward_hd<80>(dqkv, dq_accum, dout, qkv, lse, dvec, B, T, H, KV, stream);
+    else attention_backward_hd<128>(dqkv, dq_accum, dout, qkv, lse, dvec, B, T, H, KV, stream);
+    const size_t n = (size_t)B * T * H * hd;
+    attention_dq_convert_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dqkv, dq_accum, B, T, H, KV, hd);
+    cudaCheck(cudaGetLastError());
+}

@@ -1,0 +1,155 @@
+// llmc/comm.h: the small collectives interface the parallel trainer is written against.
+// A Comm is a group of ranks (the world, or a dp / tp / pp / embedding sub-group). Every call
+// is collective over the group except send/recv. With USE_MPI the calls map onto MPI (every
+// call checked, with file and line); without it there is one process and every call is the
+// identity (a group of size 1). Calls on a group of size 1 return at once, so the
+// one-process path pays nothing. The CUDA trainer implements the same calls with NCCL.
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include "llmc/utils.h"
+#ifdef USE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#define mpi_check(call) mpi_check_((call), #call, __FILE__, __LINE__)
+static inline void mpi_check_(int err, const char* what, const char* file, int line) {
+    if (err == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(err, msg, &len);
+    fprintf(stderr, "error: MPI call %s failed at %s:%d: %s\n", what, file, line, msg);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+template <typename T> static inline MPI_Datatype mpi_type();
+template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
+template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+#endif
+
+struct Comm {
+    int size = 1, rank = 0;
+#ifdef USE_MPI
+    MPI_Comm mpi = MPI_COMM_NULL;
+#endif
+};
+
+// A pending non-blocking send; its buffer must stay alive until comm_wait.
+struct CommRequest {
+#ifdef USE_MPI
+    MPI_Request req = MPI_REQUEST_NULL;
+#endif
+};
+
+// The world. Without MPI, or when the program was not started by a launcher (mpirun, srun),
+// one process that never initialises MPI (no start-up cost).
+static inline Comm comm_init(int* argc, char*** argv) {
+    Comm w;
+#ifdef USE_MPI
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("PMIX_RANK")) return w;
+    mpi_check(MPI_Init(argc, argv));
+    w.mpi = MPI_COMM_WORLD;
+    mpi_check(MPI_Comm_size(w.mpi, &w.size));
+    mpi_check(MPI_Comm_rank(w.mpi, &w.rank));
+#endif
+    return w;
+}
+
+static inline void comm_finalize() {
+#ifdef USE_MPI
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init) mpi_check(MPI_Finalize());
+#endif
+}
+
+// Sub-group of `parent` holding the ranks in `members` (world ranks, in group-rank order); the
+// calling rank must be one of them. Collective over parent: every rank calls it with its own list.
+static inline Comm comm_group(const Comm& parent, const std::vector<int>& members) {
+    Comm c;
+    c.size = (int)members.size();
+    for (int i = 0; i < c.size; i++)
+        if (members[i] == parent.rank) c.rank = i;
+#ifdef USE_MPI
+    if (parent.size == 1) return c;
+    // color: the group's first member identifies the group; key: the position in it
+    mpi_check(MPI_Comm_split(parent.mpi, members[0], c.rank, &c.mpi));
+#endif
+    return c;
+}
+
+// buf[n] = sum (or max) over the group, on every rank.
+template <typename T>
+static inline void comm_all_reduce_sum(const Comm& c, T* buf, size_t n) {
+    if (c.size == 1 || n == 0) return;
+#ifdef USE_MPI
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type<T>(), MPI_SUM, c.mpi));
+#endif
+}
+template <typename T>
+static inline void comm_all_reduce_max(const Comm& c, T* buf, size_t n) {
+    if (c.size == 1 || n == 0) return;
+#ifdef USE_MPI
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, mpi_type<T>(), MPI_MAX, c.mpi));
+#endif
+}
+
+// send[sum(counts)] summed over the group; rank r receives the r-th piece, counts[r] values.
+template <typename T>
+static inline void comm_reduce_scatter(const Comm& c, const T* send, T* recv, const std::vector<int>& counts) {
+    if (c.size == 1) { if (recv != send) memcpy(recv, send, sizeof(T) * counts[0]); return; }
+#ifdef USE_MPI
+    mpi_check(MPI_Reduce_scatter(send, recv, counts.data(), mpi_type<T>(), MPI_SUM, c.mpi));
+#endif
+}
+
+// Rank r contributes send[counts[r]]; every rank receives all pieces in rank order in recv.
+// send may already sit at its place in recv (in place).
+template <typename T>
+static inline void comm_all_gather(const Comm& c, const T* send, T* recv, const std::vector<int>& counts) {
+    if (c.size == 1) { if (recv != send) memcpy(recv, send, sizeof(T) * counts[0]); return; }
+#ifdef USE_MPI
+    std::vector<int> displs(c.size, 0);
+    for (int r = 1; r < c.size; r++) displs[r] = displs[r - 1] + counts[r - 1];
+    const void* src = send == recv + displs[c.rank] ? MPI_IN_PLACE : (const void*)send;
+    mpi_check(MPI_Allgatherv(src, counts[c.rank], mpi_type<T>(), recv, counts.data(), displs.data(), mpi_type<T>(), c.mpi));
+#endif
+}
+
+template <typename T>
+static inline void comm_broadcast(const Comm& c, T* buf, size_t n, int root) {
+    if (c.size == 1 || n == 0) return;
+#ifdef USE_MPI
+    mpi_check(MPI_Bcast(buf, (int)n, mpi_type<T>(), root, c.mpi));
+#endif
+}
+
+// Point to point within a group (peer is a group rank). The send does not block: the buffer
+// must stay untouched until comm_wait(req). The receive blocks until the data is there.
+template <typename T>
+static inline void comm_send(const Comm& c, const T* buf, size_t n, int peer, int tag, CommRequest* req) {
+    if (c.size == 1) die("comm_send: a group of one rank has no peer (rank %d)", peer);
+#ifdef USE_MPI
+    mpi_check(MPI_Isend(buf, (int)n, mpi_type<T>(), peer, tag, c.mpi, &req->req));
+#endif
+}
+template <typename T>
+static inline void comm_recv(const Comm& c, T* buf, size_t n, int peer, int tag) {
+    if (c.size == 1) die("comm_recv: a group of one rank has no peer (rank %d)", peer);
+#ifdef USE_MPI
+    mpi_check(MPI_Recv(buf, (int)n, mpi_type<T>(), peer, tag, c.mpi, MPI_STATUS_IGNORE));
+#endif
+}
+static inline void comm_wait(CommRequest* req) {
+#ifdef USE_MPI
+    mpi_check(MPI_Wait(&req->req, MPI_STATUS_IGNORE));
+#endif
+}
+
+static inline void comm_barrier(const Comm& c) {
+    if (c.size == 1) return;
+#ifdef USE_MPI
+    mpi_check(MPI_Barrier(c.mpi));
+#endif
+}

@@ -1,0 +1,161 @@
+// llmc/embedding.cuh: token (+ learned position) embedding, forward and a deterministic backward. The fastest
+// versions of dev/cuda/embedding.cu.
+//   embedding_forward(out, tok, wte, wpe, N, T, C, stream)   out[N,C] = wte[tok[n]] (+ wpe[n % T]); wpe may be null
+//   EmbeddingPlan, embedding_plan_build(plan, tok_host, N, V)  the rows of each distinct token, on the device
+//   embedding_plan_rows(...)   the host counting sort behind it
+//   embedding_backward(dwte, dwpe, dout, plan, N, T, C, stream)
+//       dwte[v] += sum of dout rows whose token is v; dwpe[t] += sum over the batch of dout[b*T + t] (if dwpe)
+// Deterministic backward without float atomics, in the manner of llm.c's encoder backward: the host (which has
+// the tokens before the step) groups row indices by token, ascending, in a counting sort; on the device, one
+// thread per (distinct token, 8 channels) sums that token's rows in that order in fp32 and adds the sum to
+// dwte once. The same launch has T further blocks for dwpe, summing the batch in order. Needs C % 8 == 0.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+#include <cuda_bf16.h>
+#include "llmc/cuda_common.cuh"
+#include "llmc/packed.cuh"
+#include "llmc/utils.h"
+
+static const int EMBEDDING_THREADS = 128;
+
+__global__ void embedding_forward_kernel(__nv_bfloat16* __restrict__ out, const int32_t* __restrict__ tok,
+                                         const __nv_bfloat16* __restrict__ wte, const __nv_bfloat16* __restrict__ wpe,
+                                         int N, int T, int C) {
+    const size_t per_row = C / 8, v = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (v >= (size_t)N * per_row) return;
+    const int n = (int)(v / per_row), c = 8 * (int)(v % per_row);
+    Pack8 e = load8(wte + (size_t)tok[n] * C + c);
+    if (wpe) {
+        Pack8 p = load8(wpe + (size_t)(n % T) * C + c);
+#pragma unroll
+        for (int j = 0; j < 8; j++) e.v[j] = __float2bfloat16(__bfloat162float(e.v[j]) + __bfloat162float(p.v[j]));
+    }
+    store8(out + (size_t)n * C + c, e);
+}
+
+static void embedding_check_shape(const char* what, int N, int T, int C) {
+    if (N <= 0 || T <= 0 || C <= 0 || C % 8 != 0 || N % T != 0)
+        die("%s: needs N a multiple of T and C a multiple of 8, got N %d T %d C %d", what, N, T, C);
+}
+
+static void embedding_forward(__nv_bfloat16* out, const int32_t* tok, const __nv_bfloat16* wte, const __nv_bfloat16* wpe,
+                              int N, int T, int C, cudaStream_t stream) {
+    embedding_check_shape("embedding_forward", N, T, C);
+    const size_t work = (size_t)N * (C / 8);
+    embedding_forward_kernel<<<(unsigned)ceil_div(work, 256), 256, 0, stream>>>(out, tok, wte, wpe, N, T, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// The rows of each distinct token: token[u] owns rows[offset[u] .. offset[u+1]), ascending.
+struct EmbeddingPlan {
+    int n = 0;               // rows the plan describes
+    int unique = 0;          // distinct tokens in this batch
+    int max_count = 0;       // most rows of one token (for tolerances and load-balance notes)
+    int* d_token = nullptr;  // [unique]
+    int* d_offset = nullptr; // [unique + 1]
+    int* d_rows = nullptr;   // [N]
+    int capacity = 0;        // N the device arrays were sized for
+};
+
+// Counting sort of the host tokens by id, stable, so rows stay ascending within a token. Outputs: token[u] the
+// distinct ids ascending, offset[u] where their rows start in rows (offset has unique + 1 entries), and the
+// largest row count of one token.
+static void embedding_plan_rows(const int32_t* tok, int N, int V, std::vector<int>* token, std::vector<int>* offset,
+                                std::vector<int>* rows, int* max_count) {
+    std::vector<int> start(V + 1, 0);
+    for (int n = 0; n < N; n++) {
+        if (tok[n] < 0 || tok[n] >= V) die("embedding_plan_build: token %d at row %d is outside the vocabulary [0, %d)", tok[n], n, V);
+        start[tok[n] + 1]++;
+    }
+    token->clear();
+    offset->clear();
+    *max_count = 0;
+    for (int v = 0; v < V; v++) {
+        const int count = start[v + 1];
+        if (count > 0) {
+            token->push_back(v);
+            offset->push_back(start[v]);
+            *max_count = std::max(*max_count, count);
+        }
+        start[v + 1] += start[v];  // now the first row of token v + 1
+    }
+    offset->push_back(N);
+    rows->assign(N, 0);
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (int n = 0; n < N; n++) (*rows)[fill[tok[n]]++] = n;
+}
+
+// Builds the plan on the host and uploads it, reusing the device arrays when N fits.
+static void embedding_plan_build(EmbeddingPlan* plan, const int32_t* tok, int N, int V) {
+    std::vector<int> token, offset, rows;
+    embedding_plan_rows(tok, N, V, &token, &offset, &rows, &plan->max_count);
+    plan->n = N;
+    plan->unique = (int)token.size();
+    if (plan->capacity < N) {
+        if (plan->d_token) {
+            cudaCheck(cudaFree(plan->d_token));
+            cudaCheck(cudaFree(plan->d_offset));
+            cudaCheck(cudaFree(plan->d_rows));
+        }
+        cudaCheck(cudaMalloc(&plan->d_token, N * sizeof(int)));
+        cudaCheck(cudaMalloc(&plan->d_offset, (N + 1) * sizeof(int)));
+        cudaCheck(cudaMalloc(&plan->d_rows, N * sizeof(int)));
+        plan->capacity = N;
+    }
+    cudaCheck(cudaMemcpy(plan->d_token, token.data(), token.size() * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(plan->d_offset, offset.data(), offset.size() * sizeof(int), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(plan->d_rows, rows.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+}
+
+static void embedding_plan_free(EmbeddingPlan* plan) {
+    if (!plan->d_token) return;
+    cudaCheck(cudaFree(plan->d_token));
+    cudaCheck(cudaFree(plan->d_offset));
+    cudaCheck(cudaFree(plan->d_rows));
+    *plan = EmbeddingPlan{};
+}
+
+// grid (unique + T, ceil(C/8 / threads)): block x < unique sums the rows of token[x] into dwte; block
+// x = unique + t (only when dwpe) sums dout[b*T + t] over b into dwpe[t]
+__global__ void embedding_backward_kernel(__nv_bfloat16* __restrict__ dwte, __nv_bfloat16* __restrict__ dwpe,
+                                          const __nv_bfloat16* __restrict__ dout, const int* __restrict__ token,
+                                          const int* __restrict__ offset, const int* __restrict__ rows, int unique,
+                                          int N, int T, int C) {
+    const int c = 8 * (blockIdx.y * blockDim.x + threadIdx.x);
+    if (c >= C) return;
+    float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    __nv_bfloat16* dst;
+    if ((int)blockIdx.x < unique) {
+        const int u = blockIdx.x;
+        for (int k = offset[u]; k < offset[u + 1]; k++) {
+            Pack8 d = load8(dout + (size_t)rows[k] * C + c);
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[j] += __bfloat162float(d.v[j]);
+        }
+        dst = dwte + (size_t)token[u] * C + c;
+    } else {
+        const int t = blockIdx.x - unique;
+        for (int n = t; n < N; n += T) {
+            Pack8 d = load8(dout + (size_t)n * C + c);
+#pragma unroll
+            for (int j = 0; j < 8; j++) s[j] += __bfloat162float(d.v[j]);
+        }
+        dst = dwpe + (size_t)t * C + c;
+    }
+    Pack8 g = load8(dst);
+#pragma unroll
+    for (int j = 0; j < 8; j++) g.v[j] = __float2bfloat16(__bfloat162float(g.v[j]) + s[j]);
+    store8(dst, g);
+}
+
+static void embedding_backward(__nv_bfloat16* dwte, __nv_bfloat16* dwpe, const __nv_bfloat16* dout,
+                               const EmbeddingPlan& plan, int N, int T, int C, cudaStream_t stream) {
+    embedding_check_shape("embedding_backward", N, T, C);
+    if (plan.n != N) die("embedding_backward: the plan was built for %d rows, not %d", plan.n, N);
+    dim3 grid(plan.unique + (dwpe ? T : 0), (unsigned)ceil_div(C / 8, EMBEDDING_THREADS));
+    embedding_backward_kernel<<<grid, EMBEDDING_THREADS, 0, stream>>>(dwte, dwpe, dout, plan.d_token, plan.d_offset,
+                                                                      plan.d_rows, plan.unique, N, T, C);
+    cudaCheck(cudaGetLastError());
+}

@@ -1,0 +1,132 @@
+// llmc/matmul.cuh: every linear layer's matmuls through cuBLASLt, with the epilogues fused
+// where cuBLASLt offers them: the bias add (forward) and the bias gradient (backward). The MLP
+// activations stay in llmc/mlp_act.cuh, whose GELU is exactly the reference's tanh form and which
+// the selective recompute calls on its own.
+//
+// Row-major shapes as the trainer sees them (W is [out, in], nn.Linear's layout):
+//   matmul_forward:         out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC])
+//   matmul_backward_input:  dinp[N,IC] = dout[N,OC] @ W[OC,IC]           (overwritten)
+//   matmul_backward_weight: dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += sum_n dout[n,:]
+// cuBLASLt is column-major; a row-major [R, C] matrix is a column-major [C, R] one, so each
+// call below is written with the transposes that make the column-major product come out as
+// the row-major result (derivations beside each call).
+#pragma once
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include "llmc/cuda_common.cuh"
+
+#ifdef ENABLE_FP32
+typedef float floatX;                       // the fp32 build, for tight testing
+static const cudaDataType_t CUDA_FLOATX = CUDA_R_32F;
+#else
+typedef __nv_bfloat16 floatX;               // the default: bf16 weights and activations
+static const cudaDataType_t CUDA_FLOATX = CUDA_R_16BF;
+#endif
+
+struct MatmulContext {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_size = 32ull << 20;   // 32 MiB, what Hopper kernels ask for
+    float* bias_scratch = nullptr;          // [max bias length] fp32, for accumulating bias grads
+    int bias_scratch_len = 0;
+};
+
+static inline void matmul_init(MatmulContext* ctx, int max_bias_len) {
+    cublasCheck(cublasLtCreate(&ctx->handle));
+    cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_size));
+    cudaCheck(cudaMalloc(&ctx->bias_scratch, sizeof(float) * (size_t)max_bias_len));
+    ctx->bias_scratch_len = max_bias_len;
+}
+
+static inline void matmul_free(MatmulContext* ctx) {
+    cudaCheck(cudaFree(ctx->workspace));
+    cudaCheck(cudaFree(ctx->bias_scratch));
+    cublasCheck(cublasLtDestroy(ctx->handle));
+}
+
+// The one cuBLASLt call: D[m,n] (column-major) = op(A)[m,k] @ op(B)[k,n] (+ D if accumulate),
+// with an epilogue. A, B, D are floatX; lda/ldb/ldd are the column-major leading dimensions.
+// bias: the epilogue's bias input or bias-gradient output (floatX for inputs, fp32 for
+// gradients).
+static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, floatX* d, const floatX* a, const floatX* b,
+                                   int m, int n, int k, bool trans_a, bool trans_b, bool accumulate,
+                                   cublasLtEpilogue_t epilogue, const void* bias, cudaDataType_t bias_type) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32 accumulation
+    cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    }
+    // column-major layouts of the stored matrices (before op)
+    cublasLtMatrixLayout_t la, lb, ld_;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld_, CUDA_FLOATX, m, n, m));
+
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->workspace_size,
+                                                     sizeof(ctx->workspace_size)));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found));
+    if (found == 0) {
+        fprintf(stderr, "error: cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d "
+                        "(shapes must be multiples of 8 for bf16 tensor cores)\n", m, n, k, (int)trans_a, (int)trans_b,
+                (int)epilogue);
+        exit(1);
+    }
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &heur.algo,
+                               ctx->workspace, ctx->workspace_size, stream));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+}
+
+// out[N,OC] = inp[N,IC] @ W[OC,IC]^T + bias. Column-major: out is [OC,N] = W^T... precisely,
+// W row-major [OC,IC] is column-major [IC,OC], so op(A) = A^T is [OC,IC]; inp is column-major
+// [IC,N]: D[OC,N] = A^T[OC,IC] @ B[IC,N].
+static inline void matmul_forward(MatmulContext* ctx, cudaStream_t stream, floatX* out, const floatX* inp,
+                                  const floatX* w, const floatX* bias, int N, int IC, int OC) {
+    cublasLtEpilogue_t ep = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    cublaslt_matmul(ctx, stream, out, w, inp, OC, N, IC, true, false, false, ep, bias, CUDA_FLOATX);
+}
+
+// dinp[N,IC] = dout[N,OC] @ W[OC,IC]. Column-major: W is [IC,OC] as stored, dout is [OC,N]:
+// D[IC,N] = A[IC,OC] @ B[OC,N].
+static inline void matmul_backward_input(MatmulContext* ctx, cudaStream_t stream, floatX* dinp, const floatX* dout,
+                                         const floatX* w, int N, int IC, int OC) {
+    cublaslt_matmul(ctx, stream, dinp, w, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                    CUDA_R_32F);
+}
+
+// Accumulates the fp32 bias gradient of one micro-batch into the floatX parameter gradient.
+__global__ static void bias_grad_accumulate_kernel(floatX* dbias, const float* scratch, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dbias[i] = (floatX)((float)dbias[i] + scratch[i]);
+}
+
+// dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += column sums of dout. Column-major: inp is
+// [IC,N], dout is [OC,N] so op(B) = B^T is [N,OC]: D[IC,OC] = A[IC,N] @ B^T[N,OC], which is
+// dW row-major [OC,IC]. BGRADB reduces op(B) over k = N: one value per output channel.
+static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t stream, floatX* dw, floatX* dbias,
+                                          const floatX* dout, const floatX* inp, int N, int IC, int OC) {
+    if (dbias && OC > ctx->bias_scratch_len) {
+        fprintf(stderr, "error: bias of %d channels exceeds the matmul scratch of %d\n", OC, ctx->bias_scratch_len);
+        exit(1);
+    }
+    cublasLtEpilogue_t ep = dbias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    cublaslt_matmul(ctx, stream, dw, inp, dout, IC, OC, N, false, true, true, ep, dbias ? ctx->bias_scratch : nullptr,
+                    CUDA_R_32F);
+    if (dbias) {
+        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC);
+        cudaCheck(cudaGetLastError());
+    }
+}

@@ -1,0 +1,289 @@
+// test_gpt.cu: checks of the CUDA trainer on a GPU, against the PyTorch reference states that
+// train_gpt.py --ref writes (tests/t_gpu.sh makes them with shapes the kernels take: head dim 64,
+// T a multiple of 64).
+//   test_gpt ref FILE...   per reference state:
+//     logits and loss of the first micro-batch; every gradient; the vocabulary padding rows' zero
+//     gradient; --recompute selective and full against none (same loss, same gradients, less memory);
+//     the reference's AdamW steps (losses, gradient norms, learning rates); bitwise determinism of two
+//     runs; bit-exact resume from a checkpoint written half-way.
+// Each check prints "[PASS] name" or "[FAIL] name: detail"; the exit status is 1 on any failure.
+//
+// Tolerances, derived from bf16 (unit roundoff u = 2^-8: a rounding moves a value by at most 2^-9 of
+// it). The reference is fp32 PyTorch; this model rounds its weights to bf16 and rounds activations at
+// every stored tensor: the embedding sum, then per layer the ln1 output, qkv (and RoPE), the attention
+// output, the projection and residual, ln2, fc1, the activation, fc2 and residual (about 5 roundings on a
+// path through a layer that each carry a relative error of at most u/2 of their tensor's scale, the
+// matmuls accumulating in fp32), then lnf and the logits. Adding the bounds linearly:
+//   logits:     max |ours - ref| <= (3 + 5L) * 2^-9 * max |ref|          (L = 2 here: 13 * 2^-9 = 0.025)
+//   loss:       |ours - ref| <= 2 * max |logit error|  (d loss / d logit_i sums to at most 2 in absolute
+//               value over a row: softmax - onehot), so <= 2 * tol_logits * max |ref logits|
+//   gradients:  the backward repeats the forward's path in reverse and rounds once more per stage
+//               (dres, dln, datty, dqkv, dfc1, dact), and the weight gradients are accumulated in bf16:
+//               twice the logits bound, per tensor relative to its max |ref|
+//   step losses: the loss bound, doubled for the drift of 10 AdamW steps on bf16-rounded weights,
+//               relative to the loss; gradient norms: the gradient bound, relative
+// These are bounds a correct implementation stays well inside; llm.c's check of its GPT-2 logits
+// allowed an absolute 25.0 on logits of order 100 (0.25 relative), ten times looser.
+#define TESTING
+#include "train_gpt.cu"
+
+static int g_failed = 0;
+
+static void check(bool ok, const std::string& name, const char* fmt = "", ...) {
+    if (ok) { printf("[PASS] %s\n", name.c_str()); return; }
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    printf("[FAIL] %s: %s\n", name.c_str(), buf);
+    g_failed++;
+}
+
+// max |a - b| / max(max |b|, floor): the error relative to the tensor's own scale
+static double rel_err(const float* a, const float* b, size_t n, double floor_ = 1e-6) {
+    double md = 0, mb = 0;
+    for (size_t i = 0; i < n; i++) {
+        md = std::max(md, (double)std::fabs(a[i] - b[i]));
+        mb = std::max(mb, (double)std::fabs(b[i]));
+    }
+    return md / std::max(mb, floor_);
+}
+
+static std::vector<float> download_bf16(const floatX* d, size_t n) {
+    std::vector<__nv_bfloat16> h(n);
+    cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(floatX), cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    return f;
+}
+
+// The gradients of one micro-batch (loss scale 1) at the current weights, head gradient folded in.
+static std::vector<float> micro_batch_grads(GPT* g, const int32_t* in, const int32_t* tg) {
+    gpt_zero_grad(g);
+    gpt_forward(g, in, tg);
+    gpt_backward(g, in, 1.0);
+    gpt_fold_head_grad(g);
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return download_bf16(g->grads, g->table.total);
+}
+
+// Steps [s0, s1) of the reference's training run; losses and norms appended.
+static void run_steps(GPT* g, const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets, int A, int N,
+                      int s0, int s1, int S, const TrainConfig& tc, std::vector<double>* losses,
+                      std::vector<double>* norms, std::vector<double>* lrs) {
+    for (int s = s0; s < s1; s++) {
+        std::vector<std::vector<int32_t>> in(A), tg(A);
+        for (int a = 0; a < A; a++) {
+            const size_t off = ((size_t)s * A + a) * N;
+            in[a].assign(inputs.begin() + off, inputs.begin() + off + N);
+            tg[a].assign(targets.begin() + off, targets.begin() + off + N);
+        }
+        double lr = lr_at(s, S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
+        double norm = 0;
+        double loss = train_step(g, in, tg, s, tc, lr, &norm);
+        losses->push_back(loss);
+        norms->push_back(norm);
+        if (lrs) lrs->push_back(lr);
+    }
+}
+
+static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+static void test_reference(const char* path) {
+    SafeTensors st;
+    st_open(&st, path);
+    std::string tag = fs::path(path).stem().string();
+    auto meta = [&](const char* k) {
+        auto it = st.metadata.find(k);
+        if (it == st.metadata.end()) die("%s: no '%s' in metadata", path, k);
+        return it->second;
+    };
+    ModelConfig c = config_from_json(meta("config"), path);
+    Json tj;
+    std::string err, train_text = meta("train");
+    if (!json_parse(train_text.data(), train_text.size(), &tj, &err)) die("%s: bad 'train' metadata: %s", path, err.c_str());
+    auto num = [&](const char* k) {
+        const Json* v = tj.get(k);
+        if (!v || v->kind != Json::NUM) die("%s: 'train' metadata lacks '%s'", path, k);
+        return v->num;
+    };
+    const int B = (int)num("batch"), T = (int)num("seq"), A = (int)num("accum"), S = (int)num("steps");
+    TrainConfig tc;
+    tc.lr = num("lr"); tc.min_lr = num("min_lr"); tc.warmup = (int)num("warmup"); tc.decay_frac = num("decay_frac");
+    tc.beta1 = num("beta1"); tc.beta2 = num("beta2"); tc.eps = num("eps"); tc.weight_decay = num("wd");
+    tc.grad_clip = num("clip"); tc.steps = S;
+    const Json* sch = tj.get("schedule");
+    if (!sch || sch->kind != Json::STR || !lr_schedule_from_name(sch->str, &tc.schedule)) die("%s: bad schedule", path);
+
+    const double tol_logits = (3.0 + 5.0 * c.n_layer) / 512.0;
+    const double tol_grad = 2.0 * tol_logits;
+    printf("%s: L=%d C=%d H=%d KV=%d hd=%d B=%d T=%d accum=%d steps=%d; tolerances logits %.3g, gradients %.3g\n",
+           tag.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, B, T, A, S, tol_logits, tol_grad);
+
+    ParamTable table = build_param_table(c);
+    std::vector<float> init(table.total, 0.0f);
+    hf_read_tensors(&st, table, "", init.data());
+    const int N = B * T, V = c.vocab_size, Vp = c.padded_vocab;
+    std::vector<int32_t> inputs((size_t)S * A * N), targets((size_t)S * A * N);
+    st_read_i32(&st, st_require(&st, "ref.inputs", (int64_t)inputs.size()), inputs.data());
+    st_read_i32(&st, st_require(&st, "ref.targets", (int64_t)targets.size()), targets.data());
+
+    GPT g;
+    gpt_build(&g, c, B, T, RECOMPUTE_NONE, false, (float)tc.weight_decay);
+    gpt_set_weights(&g, init.data(), nullptr, nullptr);
+
+    // logits and loss of the first micro-batch
+    gpt_forward(&g, inputs.data(), targets.data());
+    std::vector<float> logits((size_t)N * V), ref_logits((size_t)N * V);
+    for (int r0 = 0; r0 < N; r0 += g.cls_chunk) {
+        const int rows = std::min(g.cls_chunk, N - r0);
+        gpt_logits(&g, r0, rows);
+        std::vector<float> chunk = download_bf16(g.logits, (size_t)rows * Vp);
+        for (int n = 0; n < rows; n++)
+            for (int v = 0; v < V; v++) logits[(size_t)(r0 + n) * V + v] = chunk[(size_t)n * Vp + v];
+    }
+    st_read_f32(&st, st_require(&st, "ref.logits", (int64_t)ref_logits.size()), ref_logits.data());
+    double e = rel_err(logits.data(), ref_logits.data(), logits.size());
+    check(e < tol_logits, tag + " logits", "relative error %.3g >= %.3g", e, tol_logits);
+    printf("  logits rel err %.3g (tolerance %.3g)\n", e, tol_logits);
+    double max_logit = 0;
+    for (float x : ref_logits) max_logit = std::max(max_logit, (double)std::fabs(x));
+    float ref_loss;
+    st_read_f32(&st, st_require(&st, "ref.loss", 1), &ref_loss);
+    const double loss = gpt_loss(&g), tol_loss = 2.0 * tol_logits * max_logit;
+    check(std::fabs(loss - ref_loss) <= tol_loss, tag + " loss", "ours %.7f ref %.7f, |diff| %.3g > %.3g", loss, ref_loss,
+          std::fabs(loss - ref_loss), tol_loss);
+    printf("  loss ours %.7f ref %.7f |diff| %.3g (tolerance %.3g)\n", loss, ref_loss, std::fabs(loss - ref_loss), tol_loss);
+
+    // every gradient, per tensor of the parameter table, against the scale of the whole tensor
+    const std::vector<float> grads = micro_batch_grads(&g, inputs.data(), targets.data());
+    double worst = 0;
+    std::string worst_name;
+    for (const ParamSpec& s : table.specs) {
+        std::vector<float> ref, ours;
+        for (const HfPiece& p : s.hf) {
+            const StTensor* rt = st_require(&st, "ref.grad." + p.name, p.rows * s.cols);
+            std::vector<float> r((size_t)rt->numel()), o((size_t)rt->numel());
+            st_read_f32(&st, rt, r.data());
+            hf_pack(grads.data() + s.offset, p.row0, p.rows, s.cols, p.transpose, o.data());
+            ref.insert(ref.end(), r.begin(), r.end());
+            ours.insert(ours.end(), o.begin(), o.end());
+        }
+        double ge = rel_err(ours.data(), ref.data(), ours.size());
+        if (ge >= worst) { worst = ge; worst_name = s.name; }
+    }
+    check(worst < tol_grad, tag + " gradients (all tensors)", "worst %s rel err %.3g >= %.3g", worst_name.c_str(), worst,
+          tol_grad);
+    printf("  gradients: worst rel err %.3g (%s)\n", worst, worst_name.c_str());
+    bool pad_zero = true;
+    for (int idx : {table.wte, table.lm_head}) {
+        if (idx < 0) continue;
+        const ParamSpec& s = table.specs[idx];
+        for (size_t i = (size_t)(s.live_rows * s.cols); i < s.numel(); i++) pad_zero &= grads[s.offset + i] == 0.0f;
+    }
+    check(pad_zero, tag + " vocab padding rows get zero gradient");
+
+    // recompute: the recomputed layers are the same kernels on the same inputs, so the loss is bitwise
+    // the same; the gradients too, up to the attention backward's fp32 atomics (one bf16 rounding)
+    for (Recompute r : {RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
+        GPT h;
+        gpt_build(&h, c, B, T, r, false, (float)tc.weight_decay);
+        gpt_set_weights(&h, init.data(), nullptr, nullptr);
+        const std::vector<float> hg = micro_batch_grads(&h, inputs.data(), targets.data());
+        const std::string name = tag + " --recompute " + recompute_name(r);
+        check(h.loss == g.loss, name + " loss is bitwise that of none", "%.9g vs %.9g", h.loss, g.loss);
+        double rw = 0;
+        for (const ParamSpec& s : table.specs)
+            rw = std::max(rw, rel_err(hg.data() + s.offset, grads.data() + s.offset, s.numel()));
+        check(rw <= 1.0 / 256, name + " gradients match none", "worst rel diff %.3g > 2^-8", rw);
+        check(h.allocated < g.allocated, name + " allocates less than none", "%.0f vs %.0f bytes", h.allocated, g.allocated);
+        printf("  --recompute %s: %.2f MiB allocated vs %.2f MiB (none); gradients rel diff %.3g\n", recompute_name(r),
+               h.allocated / 1048576.0, g.allocated / 1048576.0, rw);
+        gpt_free(&h);
+    }
+
+    // the reference's AdamW steps with accumulation, clipping and the schedule
+    std::vector<float> ref_losses(S), ref_norms(S), ref_lrs(S);
+    st_read_f32(&st, st_require(&st, "ref.losses", S), ref_losses.data());
+    st_read_f32(&st, st_require(&st, "ref.grad_norms", S), ref_norms.data());
+    st_read_f32(&st, st_require(&st, "ref.lrs", S), ref_lrs.data());
+    std::vector<double> losses, norms, lrs;
+    gpt_set_weights(&g, init.data(), nullptr, nullptr);
+    run_steps(&g, inputs, targets, A, N, 0, S, S, tc, &losses, &norms, &lrs);
+    const double tol_train = 2.0 * tol_loss / std::fabs(ref_loss);
+    double worst_loss = 0, worst_norm = 0, worst_lr = 0;
+    for (int s = 0; s < S; s++) {
+        worst_loss = std::max(worst_loss, std::fabs(losses[s] - ref_losses[s]) / std::fabs(ref_losses[s]));
+        worst_norm = std::max(worst_norm, std::fabs(norms[s] - ref_norms[s]) / std::fabs(ref_norms[s]));
+        worst_lr = std::max(worst_lr, std::fabs(lrs[s] - ref_lrs[s]) / std::fabs(ref_lrs[s]));
+        printf("  step %2d loss ours %.6f ref %.6f | norm ours %.5f ref %.5f | lr %.4e\n", s + 1, losses[s], ref_losses[s],
+               norms[s], ref_norms[s], lrs[s]);
+    }
+    check(worst_lr < 1e-6, tag + " lr schedule matches", "rel err %.3g", worst_lr);
+    check(worst_loss < tol_train, tag + " training losses", "worst rel err %.3g >= %.3g", worst_loss, tol_train);
+    check(worst_norm < tol_grad, tag + " gradient norms", "worst rel err %.3g >= %.3g", worst_norm, tol_grad);
+    std::vector<float> final_a;
+    gpt_get_weights(&g, &final_a, nullptr, nullptr);
+
+    // bitwise determinism: the same run again from the same weights
+    std::vector<double> losses_b, norms_b;
+    gpt_set_weights(&g, init.data(), nullptr, nullptr);
+    run_steps(&g, inputs, targets, A, N, 0, S, S, tc, &losses_b, &norms_b, nullptr);
+    std::vector<float> final_b;
+    gpt_get_weights(&g, &final_b, nullptr, nullptr);
+    check(losses_b == losses && norms_b == norms && same_bits(final_a, final_b), tag + " two runs are bitwise identical",
+          "losses %s, norms %s, weights %s", losses_b == losses ? "same" : "differ", norms_b == norms ? "same" : "differ",
+          same_bits(final_a, final_b) ? "same" : "differ");
+
+    // bit-exact resume: a checkpoint after half the steps, loaded into a fresh model, finishes the run
+    // with the same losses and the same weights and moments as the uninterrupted run
+    const int half = S / 2;
+    const std::string dir = "build/t_gpu/ckpt_" + tag;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    std::vector<double> l1, n1, l2, n2;
+    TrainState state;
+    gpt_set_weights(&g, init.data(), nullptr, nullptr);
+    run_steps(&g, inputs, targets, A, N, 0, half, S, tc, &l1, &n1, nullptr);
+    state.step = half;
+    {
+        std::vector<float> p, m, v;
+        gpt_get_weights(&g, &p, &m, &v);
+        checkpoint_save(dir, c, table, p.data(), m.data(), v.data(), state, 1);
+    }
+    run_steps(&g, inputs, targets, A, N, half, S, S, tc, &l1, &n1, nullptr);
+    std::vector<float> pa, ma, va;
+    gpt_get_weights(&g, &pa, &ma, &va);
+    gpt_free(&g);
+    GPT r;
+    gpt_build(&r, c, B, T, RECOMPUTE_NONE, false, (float)tc.weight_decay);
+    {
+        std::vector<float> p(table.total), m(table.total), v(table.total);
+        TrainState rs;
+        checkpoint_load(checkpoint_resolve("auto", dir), c, table, p.data(), m.data(), v.data(), &rs);
+        check(rs.step == half, tag + " checkpoint step", "%d vs %d", rs.step, half);
+        gpt_set_weights(&r, p.data(), m.data(), v.data());
+    }
+    run_steps(&r, inputs, targets, A, N, half, S, S, tc, &l2, &n2, nullptr);
+    std::vector<float> pb, mb, vb;
+    gpt_get_weights(&r, &pb, &mb, &vb);
+    const bool same_losses = std::equal(l2.begin(), l2.end(), l1.begin() + half);
+    check(same_losses && same_bits(pa, pb) && same_bits(ma, mb) && same_bits(va, vb), tag + " resume is bit-exact",
+          "losses %s, weights %s, moments %s", same_losses ? "same" : "differ", same_bits(pa, pb) ? "same" : "differ",
+          same_bits(ma, mb) && same_bits(va, vb) ? "same" : "differ");
+    gpt_free(&r);
+}
+
+int main(int argc, char** argv) {
+    if (argc >= 3 && std::string(argv[1]) == "ref") {
+        cuda_require_device();
+        for (int i = 2; i < argc; i++) test_reference(argv[i]);
+    } else {
+        fprintf(stderr, "usage: %s ref FILE...   (reference states of train_gpt.py --ref; see tests/t_gpu.sh)\n", argv[0]);
+        return 2;
+    }
+    return g_failed ? 1 : 0;
+}

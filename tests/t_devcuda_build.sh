@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# tests/t_devcuda_build.sh: the kernel playground dev/cuda (dev/cuda/Makefile, mk/devcuda.mk) builds and behaves
+# without a GPU.
+#   - every program of dev/cuda/Makefile's PROGRAMS builds into build/devcuda/ and its compile log (written by
+#     the build) has no warning
+#   - every binary holds sm_80 and sm_90a code (scripts/fatbin_archs.sh)
+#   - the standalone `make -C dev/cuda` builds a program with the same flags (one program, fresh, into build/)
+#   - --help prints a usage line and exits 0; with no GPU visible each program exits 1 saying so; bad arguments
+#     (unknown flag, malformed or unsupported --sizes, version out of range) exit 1 with a clear message
+#   - host-side harness logic (a small program compiled here): L2 rotation count, size parsing, tolerance
+#     formula and comparison, the embedding backward's counting sort, per-version seeds, AdamW step constants
+#   - run_all.sh parses (bash -n) and answers --help
+#   - on a machine with a GPU: every program passes its own validation (--check-only at small sizes)
+# Takes about 20 s on 2 cores without a GPU when build/devcuda is up to date (two nvcc compiles; 70 s on a busy
+# machine), about a minute more when it must build the six programs. Without nvcc it prints [SKIP] and exits 0.
+set -u
+cd "$(dirname "$0")/.."
+unset MAKEFLAGS MFLAGS MAKELEVEL  # run from `make test -jN`, nested makes would warn about the jobserver
+
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
+    echo "[SKIP] dev/cuda build: nvcc not found (PATH or $CUDA_HOME/bin); nothing to check"
+    exit 0
+fi
+NVCC=$(command -v nvcc || echo "$CUDA_HOME/bin/nvcc")
+
+fails=0
+pass() { echo "[PASS] $1"; }
+fail() { echo "[FAIL] $1: $2"; fails=$((fails + 1)); }
+B=build/devcuda
+T=build/t_devcuda_build
+rm -rf "$T"
+mkdir -p "$T"
+PROGRAMS=$(sed -n 's/^PROGRAMS *:= *//p' dev/cuda/Makefile)
+[ -n "$PROGRAMS" ] || fail "dev/cuda/Makefile" "no PROGRAMS line"
+
+# ---- builds, compile logs, architectures
+for p in $PROGRAMS; do
+    if make -s --no-print-directory "$B/$p" > "$T/make_$p.log" 2>&1; then pass "make $B/$p"
+    else fail "make $B/$p" "$(tail -n 5 "$T/make_$p.log")"; continue; fi
+    if [ ! -f "$B/$p.log" ]; then fail "$p compile log" "$B/$p.log missing"
+    elif grep -qi "warning" "$B/$p.log"; then fail "$p compiles warning-free" "$(grep -i -m 3 warning "$B/$p.log")"
+    else pass "$p compiles warning-free"; fi
+    archs=$(bash scripts/fatbin_archs.sh "$B/$p" | tr '\n' ' ')
+    if echo " $archs" | grep -q " sm_80 " && echo " $archs" | grep -q " sm_90a "; then pass "$p has sm_80 and sm_90a code ($archs)"
+    else fail "$p architectures" "want sm_80 and sm_90a, found '$archs'"; fi
+done
+
+# the standalone Makefile, fresh, one small program
+if make -s --no-print-directory -C dev/cuda OUT="$(pwd)/$T/standalone" global_norm > "$T/standalone.log" 2>&1 \
+    && [ -x "$T/standalone/global_norm" ]; then
+    if grep -qi warning "$T/standalone.log"; then fail "make -C dev/cuda global_norm warning-free" "$(grep -i -m 3 warning "$T/standalone.log")"
+    else pass "make -C dev/cuda global_norm (standalone Makefile) builds warning-free"; fi
+    archs=$(bash scripts/fatbin_archs.sh "$T/standalone/global_norm" | tr '\n' ' ')
+    if [ "$archs" = "sm_80 sm_90a " ]; then pass "standalone build has sm_80 and sm_90a code"
+    else fail "standalone build architectures" "want 'sm_80 sm_90a', found '$archs'"; fi
+else
+    fail "make -C dev/cuda global_norm" "$(tail -n 5 "$T/standalone.log")"
+fi
+
+# ---- behaviour without a GPU and on bad arguments (CUDA_VISIBLE_DEVICES= hides any GPU)
+expect_error() {  # name, expected message, command...
+    local name=$1 want=$2; shift 2
+    local got rc
+    got=$(timeout 60 "$@" 2>&1); rc=$?
+    if [ $rc -eq 1 ] && echo "$got" | grep -q -- "$want"; then pass "$name"
+    else fail "$name" "want exit 1 and '$want'; got exit $rc: $(echo "$got" | tail -n 3)"; fi
+}
+for p in $PROGRAMS; do
+    bin=$B/$p
+    [ -x "$bin" ] || continue
+    got=$("$bin" --help 2>&1); rc=$?
+    if [ $rc -eq 0 ] && echo "$got" | head -n 1 | grep -q "^usage: "; then pass "$p --help"
+    else fail "$p --help" "exit $rc: $(echo "$got" | head -n 2)"; fi
+    expect_error "$p without a GPU" "no usable CUDA device" env CUDA_VISIBLE_DEVICES= "$bin" --check-only
+    expect_error "$p: unknown flag" "unknown argument '--bogus'" "$bin" --bogus
+    expect_error "$p: malformed --sizes" "is not a size" "$bin" --sizes 12xfoo
+    expect_error "$p: version out of range" "version expects an integer" "$bin" 99
+done
+[ -x "$B/norm" ] && expect_error "norm: C not a multiple of 8" "C must be a multiple of 8" "$B/norm" --sizes 64x100
+[ -x "$B/norm" ] && expect_error "norm: wrong number of dims" "has 3 numbers" "$B/norm" --sizes 1x2x3
+[ -x "$B/rope" ] && expect_error "rope: head dim not a multiple of 16" "hd must be a multiple of 16" "$B/rope" --sizes 1x16x4x4x72
+[ -x "$B/adamw" ] && expect_error "adamw: C not a multiple of 64" "C must be a multiple of 64" "$B/adamw" --sizes 2x100
+
+# ---- host-side harness logic
+cat > "$T/units.cu" <<'EOF'
+// host-only checks of dev/cuda/common.h and the host parts of llmc/embedding.cuh, llmc/adamw.cuh, llmc/norm.cuh
+#include "dev/cuda/common.h"
+#include "llmc/adamw.cuh"
+#include "llmc/embedding.cuh"
+#include "llmc/norm.cuh"
+static int failures = 0;
+static void expect(bool ok, const char* what) {
+    printf("%s %s\n", ok ? "[PASS]" : "[FAIL]", what);
+    if (!ok) failures++;
+}
+int main() {
+    const size_t MiB = 1 << 20, GiB = 1ull << 30;
+    expect(rotation_count(64 * MiB, 50 * MiB, 80 * GiB) == 3, "rotation: 64 MiB sets span 3x a 50 MiB L2 with 3 sets");
+    expect(rotation_count(200 * MiB, 50 * MiB, 80 * GiB) == 1, "rotation: a set over 3x L2 is not rotated");
+    expect(rotation_count(1024, 50 * MiB, 80 * GiB) == 64, "rotation: at most 64 sets");
+    expect(rotation_count(1 * GiB, 512 * MiB, 2 * GiB) == 1, "rotation: limited by free memory");
+    std::vector<std::vector<long>> s = parse_sizes("16384x2048,8x4", 2, "NxC");
+    expect(s.size() == 2 && s[0][0] == 16384 && s[0][1] == 2048 && s[1][0] == 8 && s[1][1] == 4, "parse_sizes: two NxC sizes");
+    Tolerance t = tolerance(U_BF16, 4096, 2.0);
+    expect(t.rtol == 1.0 / 256 + 8.0 / 16777216 && t.atol == (64.0 + 8.0) / 16777216 * 2.0, "tolerance: u_out + 8 u32, (sqrt(K) + 8) u32 S");
+    std::string rep;
+    std::vector<float> got = {1.0f, 2.0f};
+    std::vector<double> ref = {1.0, 2.0 + 2.0 * 1.0 / 256 * 2.0 * 0.99};  // just inside 2 * rtol * |ref| (atol 0)
+    expect(check_close("x", got, ref, Tolerance{1.0 / 256, 0.0}, &rep) <= 1.0 && rep.empty(), "check_close: inside the bound passes");
+    ref[1] = 2.0 * (1.0 + 2.0 / 256 * 1.02);
+    expect(check_close("x", got, ref, Tolerance{1.0 / 256, 0.0}, &rep) > 1.0 && !rep.empty(), "check_close: outside the bound fails");
+    std::vector<float> zero = {0.0f, 1e-30f};
+    expect(check_close("z", std::vector<float>{0.0f}, std::vector<double>{0.0}, Tolerance{1.0 / 256, 0.0}, &rep) == 0.0 &&
+           check_close("z", zero, std::vector<double>{0.0, 0.0}, Tolerance{1.0 / 256, 0.0}, &rep) > 1.0,
+           "check_close: at atol 0 an exact zero passes and any difference from zero fails");
+    got[0] = NAN;
+    expect(check_close("x", got, std::vector<double>{1.0, 2.0}, Tolerance{1.0, 1.0}, &rep) > 1.0, "check_close: NaN fails");
+    expect(seed_for("norm", 1, 0) != seed_for("norm", 2, 0) && seed_for("norm", 1, 0) != seed_for("norm", 1, 1) &&
+           seed_for("norm", 1, 0) != seed_for("rope", 1, 0), "seed_for: fresh seeds per kernel, version, size");
+    Layout lay;
+    size_t a = lay.add(3), b = lay.add(5);
+    expect(a == 0 && b == 256 && lay.total == 261, "Layout: 256-byte aligned offsets");
+    float step, rsbc2;
+    AdamWHyper h = {1e-3f, 0.9f, 0.95f, 1e-8f};
+    adamw_step_constants(h, 2, &step, &rsbc2);
+    const double b1 = h.beta1, b2 = h.beta2, want_step = (double)h.lr / (1 - b1 * b1), want_rs = 1 / std::sqrt(1 - b2 * b2);
+    expect(std::fabs(step / want_step - 1) < 1e-6 && std::fabs(rsbc2 / want_rs - 1) < 1e-6 && std::fabs(want_step - 1e-3 / 0.19) < 1e-8,
+           "adamw: bias-corrected constants lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t)");
+    expect(norm_backward_scratch_floats(16384, 2048) == 512u * 4096u && norm_backward_scratch_floats(33, 8) == 2u * 16u,
+           "norm backward: one partial row pair per 32 rows");
+    // counting sort: random skewed tokens against a direct grouping
+    const int N = 5000, V = 300;
+    std::vector<int32_t> tok(N);
+    for (int n = 0; n < N; n++) tok[n] = (int32_t)(V * std::pow(host_uniform(7, n, 0.0f, 1.0f), 3.0f)) % V;
+    std::vector<int> token, offset, rows;
+    int max_count = 0;
+    embedding_plan_rows(tok.data(), N, V, &token, &offset, &rows, &max_count);
+    std::vector<std::vector<int>> direct(V);
+    for (int n = 0; n < N; n++) direct[tok[n]].push_back(n);
+    bool ok = offset.size() == token.size() + 1 && offset.back() == N && (int)rows.size() == N;
+    int want_max = 0;
+    size_t u = 0;
+    for (int v = 0; v < V && ok; v++) {
+        want_max = std::max(want_max, (int)direct[v].size());
+        if (direct[v].empty()) continue;
+        ok = u < token.size() && token[u] == v &&
+             std::vector<int>(rows.begin() + offset[u], rows.begin() + offset[u + 1]) == direct[v];
+        u++;
+    }
+    expect(ok && u == token.size() && max_count == want_max, "embedding plan: rows grouped by token, ascending, all once");
+    return failures ? 1 : 0;
+}
+EOF
+if "$NVCC" -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-function,-fopenmp "$T/units.cu" -o "$T/units" > "$T/units_build.log" 2>&1; then
+    if grep -qi warning "$T/units_build.log"; then fail "harness unit program compiles warning-free" "$(grep -i -m 3 warning "$T/units_build.log")"
+    else pass "harness unit program compiles warning-free"; fi
+    "$T/units" > "$T/units.log" 2>&1
+    rc=$?
+    cat "$T/units.log"
+    [ $rc -eq 0 ] || grep -q '^\[FAIL\]' "$T/units.log" || fail "harness unit program" "exit $rc: $(tail -n 3 "$T/units.log")"
+else
+    fail "compile harness unit program" "$(tail -n 5 "$T/units_build.log")"
+fi
+
+# ---- the run-all script
+if bash -n dev/cuda/run_all.sh; then pass "dev/cuda/run_all.sh parses (bash -n)"
+else fail "dev/cuda/run_all.sh" "bash -n reports a syntax error"; fi
+if bash dev/cuda/run_all.sh --help | grep -q "^usage: dev/cuda/run_all.sh"; then pass "dev/cuda/run_all.sh --help"
+else fail "dev/cuda/run_all.sh --help" "no usage line"; fi
+
+# ---- with a GPU: every program's own validation at small sizes
+if [ -x "$B/norm" ] && "$B/norm" --check-only --sizes 64x256 > "$T/gpu_norm.log" 2>&1; then
+    for p in $PROGRAMS; do
+        case $p in
+            norm) sizes=256x768,100x4096,40x12288 ;;
+            rope) sizes=2x64x8x2x128,1x50x6x3x80 ;;
+            mlp_act) sizes=300x1024 ;;
+            adamw) sizes=2x256 ;;
+            global_norm) sizes=1000003,8 ;;
+            embedding) sizes=2x128x768 ;;
+            *) sizes= ;;
+        esac
+        if timeout 300 "$B/$p" --check-only ${sizes:+--sizes $sizes} > "$T/gpu_$p.log" 2>&1; then pass "$p --check-only on this GPU"
+        else fail "$p --check-only on this GPU" "$(grep -E 'FAIL|error' "$T/gpu_$p.log" | head -n 5)"; fi
+    done
+else
+    echo "[SKIP] runs on a GPU: none usable ($(tail -n 1 "$T/gpu_norm.log" 2>/dev/null))"
+fi
+
+[ $fails -eq 0 ]

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Parallel layouts of the CPU reference (DESIGN.md section 4): every layout computes what one
+# process computes. Checks:
+#   1. build/test_parallel units: topology, 1F1B / interleaved schedules (simulated: no deadlock,
+#      sends match receives, forward before backward, in-flight bound), ZeRO shards and buckets,
+#      TP slices, one-process collectives.
+#   2. parity: for gpt3_tiny (vocab 301: padded 384, or 512 at tp 2 and 4, so some vocabulary
+#      shards are partly or wholly padding) and llama_tiny (GQA 4 heads / 2 kv heads), each layout
+#      of the matrix below trains 10 steps on the same global batch (-b 2 -t 32 -d 512: 8
+#      micro-batches of 2 sequences per step) and must print the one-process losses within
+#      LOSS_TOL and write final weights within WEIGHT_TOL (per tensor: max |a-b| / (max |b| +
+#      1e-3); the slack is fp32 reassociation, amplified by AdamW on near-zero gradients such as the
+#      key bias, whose exact gradient is 0).
+#   3. a checkpoint written at tp2 pp2 dp2 zero3 resumes in one process, and a one-process
+#      checkpoint resumes at pp2 vpp2 dp2 zero3 sp, both continuing the one-process loss curve.
+#   4. bad layouts stop on every rank with exit status 1 and one message naming the number.
+# Runs with OMP_NUM_THREADS=1 under mpirun --oversubscribe (up to 8 ranks on 2 cores): about
+# 2.5 minutes on 2 busy cores.
+set -u
+# a directory of its own, so that runs of the suite side by side do not meet (kept on failure)
+d=build/t_parallel.$$
+rm -rf "$d" && mkdir -p "$d"
+status=0
+export OMP_NUM_THREADS=1
+LOSS_TOL=1e-5
+WEIGHT_TOL=1e-3
+
+./build/test_parallel units || status=1
+
+if ! command -v mpirun > /dev/null; then
+    echo "[FAIL] mpirun not found: install OpenMPI with 'apt-get install -y openmpi-bin libopenmpi-dev' (or bash scripts/install_deps.sh), then make"
+    exit 1
+fi
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+
+# run NAME MODEL NP FLAGS...: 10 steps (or STEPS) into $d/NAME, log in $d/NAME.log
+run() {
+    local name=$1 model=$2 np=$3; shift 3
+    local args=(-c "$model" -b 2 -t 32 -d 512 -x "${STEPS:-10}" -v 0 -g 0 -i data/mobydick.txt -j "" -o "$d/$name")
+    [ "$model" = gpt3_tiny ] && args+=(--vocab 301)
+    if [ "$np" = 1 ]; then timeout 300 ./train_gpt_cpu "${args[@]}" "$@" > "$d/$name.log" 2>&1
+    else timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${args[@]}" "$@" > "$d/$name.log" 2>&1; fi
+}
+# losses A B [FIRST [KEY]]: worst |difference| of the KEY (default loss; val_loss) of steps
+# FIRST.. (default 1) of two runs (their metrics.jsonl, 9 digits), or "missing"
+losses() {
+    /usr/bin/python3 - "$d/$1/metrics.jsonl" "$d/$2/metrics.jsonl" "${3:-1}" "${4:-loss}" <<'PY'
+import json, sys
+key = sys.argv[4]
+def read(p):
+    out = {}
+    try:
+        for line in open(p):
+            j = json.loads(line)
+            if key in j: out[j["step"]] = j[key]
+    except (OSError, ValueError):
+        pass
+    return out
+a, b, first = read(sys.argv[1]), read(sys.argv[2]), int(sys.argv[3])
+steps = [s for s in b if s >= first]
+if not steps or any(s not in a for s in steps): print("missing"); sys.exit()
+print("%.3g" % max(abs(a[s] - b[s]) for s in steps))
+PY
+}
+within() { /usr/bin/python3 -c "import sys; sys.exit(0 if sys.argv[1] != 'missing' and float(sys.argv[1]) <= float(sys.argv[2]) else 1)" "$1" "$2"; }
+
+# name | model | ranks | flags
+matrix=(
+  "dp2|2|--dp 2"
+  "tp2|2|--tp 2"
+  "pp2|2|--pp 2"
+  "dp2_zero1|2|--dp 2 --zero 1"
+  "tp2_sp_dp2_zero2|4|--tp 2 --sp 1 --zero 2"
+  "pp4|4|--pp 4"
+  "pp2_vpp2_dp2_zero3|4|--pp 2 --vpp 2 --zero 3"
+  "tp2_pp2_zero1|4|--tp 2 --pp 2 --zero 1"
+  "tp2_pp2_dp2_zero2_sp|8|--tp 2 --pp 2 --zero 2 --sp 1"
+  "tp2_pp2_dp2_zero3_vpp2_sp|8|--tp 2 --pp 2 --vpp 2 --zero 3 --sp 1"
+)
+extra_gpt=(
+  "tp4_sp|4|--tp 4 --sp 1"
+  "pp2_layout13_dp2_zero3|4|--pp 2 --layout 1,3 --zero 3"
+  "dp8_zero2|8|--dp 8 --zero 2"
+)
+worst_loss=0; worst_w=0
+for model in gpt3_tiny llama_tiny; do
+    run "$model.base" "$model" 1 -n 5 -v 5 --val-batches 2
+    cases=("${matrix[@]}")
+    [ "$model" = gpt3_tiny ] && cases+=("${extra_gpt[@]}")
+    for c in "${cases[@]}"; do
+        IFS='|' read -r name np flags <<< "$c"
+        extra=()
+        [ "$name" = tp2_pp2_zero1 ] && extra=(-n 5 -v 5 --val-batches 2)
+        # shellcheck disable=SC2086
+        run "$model.$name" "$model" "$np" $flags "${extra[@]}"
+        rc=$?
+        l=$(losses "$model.$name" "$model.base")
+        if [ $rc -eq 0 ] && within "$l" $LOSS_TOL; then
+            echo "[PASS] $model $name ($np ranks): 10 losses within $LOSS_TOL of one process (worst $l)"
+            worst_loss=$(/usr/bin/python3 -c "print(max($worst_loss, $l))")
+        else
+            echo "[FAIL] $model $name ($np ranks): exit $rc, worst loss difference $l > $LOSS_TOL; $(grep -m1 -iE 'error' "$d/$model.$name.log")"
+            status=1
+            continue
+        fi
+        out=$(./build/test_parallel compare "$d/$model.$name/ckpt_00000010/model.safetensors" "$d/$model.base/ckpt_00000010/model.safetensors" \
+              $WEIGHT_TOL "$model $name: final weights within $WEIGHT_TOL of one process") || status=1
+        echo "$out"
+        w=$(echo "$out" | sed -n 's/.*worst \([0-9.e+-]*\) at.*/\1/p')
+        [ -n "$w" ] && worst_w=$(/usr/bin/python3 -c "print(max($worst_w, $w))")
+    done
+done
+echo "largest differences across the matrix: loss $worst_loss, final weights $worst_w"
+for model in gpt3_tiny llama_tiny; do
+    l=$(losses "$model.tp2_pp2_zero1" "$model.base" 0 val_loss)
+    if within "$l" $LOSS_TOL; then echo "[PASS] $model tp2 pp2: validation losses (steps 0, 5, 10) within $LOSS_TOL of one process (worst $l)"
+    else echo "[FAIL] $model tp2 pp2: validation loss difference $l > $LOSS_TOL"; status=1; fi
+done
+
+# memory table: ZeRO-3 at dp 2 holds half the moments of ZeRO-0 and shards the weights
+grep -q "memory per rank" "$d/gpt3_tiny.pp2_vpp2_dp2_zero3.log" && grep -A3 "memory per rank" "$d/gpt3_tiny.pp2_vpp2_dp2_zero3.log" | sed 's/^/    /'
+opt_z3=$(grep -A2 "memory per rank" "$d/gpt3_tiny.pp2_vpp2_dp2_zero3.log" | tail -1 | awk -F'|' '{print $4}' | awk '{print $1}')
+opt_z1=$(grep -A2 "memory per rank" "$d/gpt3_tiny.tp2_pp2_zero1.log" | tail -1 | awk -F'|' '{print $4}' | awk '{print $1}')
+opt_z0=$(grep -A2 "memory per rank" "$d/gpt3_tiny.pp2.log" | tail -1 | awk -F'|' '{print $4}' | awk '{print $1}')
+if /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a - b/2) < 0.01 * b else 1)" "${opt_z3:-0}" "${opt_z0:-1}"; then
+    echo "[PASS] memory: ZeRO-3 at dp 2 holds half the optimizer state of ZeRO-0 ($opt_z3 vs $opt_z0 MiB on stage 0)"
+else
+    echo "[FAIL] memory: optimizer MiB ZeRO-3 dp2 '$opt_z3' is not half of ZeRO-0 '$opt_z0'"; status=1
+fi
+if /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if b < a * 0.6 else 1)" "${opt_z0:-0}" "${opt_z1:-1}"; then
+    echo "[PASS] memory: TP 2 holds about half the optimizer state per rank ($opt_z1 vs $opt_z0 MiB on stage 0)"
+else
+    echo "[FAIL] memory: optimizer MiB at tp 2 '$opt_z1' is not about half of tp 1 '$opt_z0'"; status=1
+fi
+
+# resume across layouts: a tp2 pp2 zero1 checkpoint in one process; a one-process one at tp2 pp2 vpp2 dp2 zero3 sp
+mkdir -p "$d/res1" "$d/res2"
+cp -r "$d/gpt3_tiny.tp2_pp2_zero1/ckpt_00000005" "$d/res1/"
+cp -r "$d/gpt3_tiny.base/ckpt_00000005" "$d/res2/"
+run res1 gpt3_tiny 1 --resume auto
+l=$(losses res1 gpt3_tiny.base 6)
+if grep -q "resumed from .*ckpt_00000005 at step 5" "$d/res1.log" && within "$l" $LOSS_TOL; then
+    echo "[PASS] checkpoint of tp2 pp2 zero1 resumes in one process: steps 6-10 within $LOSS_TOL (worst $l)"
+else
+    echo "[FAIL] checkpoint of tp2 pp2 zero1 resumed in one process: worst loss difference $l"; status=1
+fi
+./build/test_parallel compare "$d/res1/ckpt_00000010/model.safetensors" "$d/gpt3_tiny.base/ckpt_00000010/model.safetensors" \
+    $WEIGHT_TOL "resumed in one process: final weights within $WEIGHT_TOL" || status=1
+run res2 gpt3_tiny 8 --resume auto --tp 2 --pp 2 --vpp 2 --zero 3 --sp 1
+l=$(losses res2 gpt3_tiny.base 6)
+if grep -q "resumed from .*ckpt_00000005 at step 5" "$d/res2.log" && within "$l" $LOSS_TOL; then
+    echo "[PASS] one-process checkpoint resumes at tp2 pp2 vpp2 dp2 zero3 sp: steps 6-10 within $LOSS_TOL (worst $l)"
+else
+    echo "[FAIL] one-process checkpoint resumed at tp2 pp2 vpp2 dp2 zero3 sp: worst loss difference $l"; status=1
+fi
+./build/test_parallel compare "$d/res2/ckpt_00000010/optim.safetensors" "$d/gpt3_tiny.base/ckpt_00000010/optim.safetensors" \
+    $WEIGHT_TOL "resumed at tp2 pp2 vpp2 dp2 zero3 sp: final AdamW moments within $WEIGHT_TOL" || status=1
+
+# bad layouts: exit 1 on every rank within 60 s, the message once, naming the number
+bad() {
+    local name=$1 np=$2 pattern=$3; shift 3
+    timeout 60 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu -b 2 -t 32 -x 1 -v 0 -g 0 -i data/mobydick.txt -j "" -o "" "$@" > "$d/bad.txt" 2>&1
+    local rc=$? n
+    n=$(grep -cE -- "$pattern" "$d/bad.txt")
+    if [ $rc -eq 1 ] && [ "$n" -eq 1 ] && ! grep -q "^step" "$d/bad.txt"; then echo "[PASS] bad layout: $name"
+    else echo "[FAIL] bad layout: $name: exit $rc, message seen $n times: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1; fi
+}
+bad "ranks not dp x tp x pp" 3 "3 ranks \(mpirun -np\) are not a multiple of --tp 2" -c llama_tiny --tp 2
+bad "--dp that does not match the ranks" 4 "--dp 3 x --tp 2 x --pp 1 = 6 ranks, but 4 were started" -c llama_tiny --tp 2 --dp 3
+bad "kv heads that do not divide by tp" 4 "--kv-heads 2 is not divisible by --tp 4" -c llama_tiny --tp 4
+bad "heads that do not divide by tp" 4 "--heads 2 is not divisible by --tp 4" -c gpt3_tiny --vocab 301 --heads 2 --kv-heads 2 --tp 4
+bad "ffn that does not divide by tp" 2 "--ffn 301 is not divisible by --tp 2" -c gpt3_tiny --vocab 301 --ffn 301 --tp 2
+bad "layers that do not divide into stages" 3 "4 layers, not divisible into pp\*vpp = 3" -c llama_tiny --pp 3
+bad "vpp without enough layers" 2 "4 layers, fewer than pp\*vpp = 8" -c llama_tiny --pp 2 --vpp 4
+bad "--layout that does not sum to the layers" 2 "--layout 1,2 sums to 3 layers" -c llama_tiny --pp 2 --layout 1,2
+bad "micro-batches not a multiple of pp (interleaved)" 2 "gradient accumulation 3 .* multiple of --pp 2" -c llama_tiny --pp 2 --vpp 2 -d 192
+bad "T not divisible by tp under SP" 2 "-t 31 is not divisible by --tp 2" -c llama_tiny --tp 2 --sp 1 -t 31
+[ $status -eq 0 ] && rm -rf "$d"
+exit $status

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The host-side modes of the CUDA trainer, which run without a GPU: its initial weights are bitwise
+# those of train_gpt_cpu (llmc/init.h), --print-config gives JSON that train_gpt.py builds the same
+# model from, the memory estimate follows the hand-derived activation sizes and shrinks with
+# --recompute, and bad shapes, flags and a missing GPU stop with a clear message. A few seconds.
+set -u
+if [ ! -x ./train_gpt ]; then
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+        echo "[FAIL] ./train_gpt is not built: run make train_gpt"; exit 1
+    fi
+    echo "[SKIP] no nvcc: train_gpt cannot be built here"; exit 0
+fi
+[ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
+d=build/t_train_gpt_host
+rm -rf "$d" && mkdir -p "$d"
+status=0
+pass() { echo "[PASS] $1"; }
+fail() { echo "[FAIL] $1: $2"; status=1; }
+
+# 1. the same seeded init as the CPU trainer, byte for byte, for both families
+for m in "gpt3_tiny" "llama_tiny --tied 1 --pos learned --bias 1"; do
+    name=${m%% *}
+    ./train_gpt -c $m --export-init "$d/$name.cuda.safetensors" > "$d/$name.cuda.log" 2>&1
+    ./train_gpt_cpu -c $m --export-init "$d/$name.cpu.safetensors" > "$d/$name.cpu.log" 2>&1
+    if cmp -s "$d/$name.cuda.safetensors" "$d/$name.cpu.safetensors"; then pass "init of $m matches train_gpt_cpu"
+    else fail "init of $m matches train_gpt_cpu" "the --export-init files differ"; fi
+done
+
+# 2. --print-config: JSON that train_gpt.py reads, describing the same model (parameter count)
+./train_gpt -c llama3.2_1b --print-config "$d/llama.json" > /dev/null 2>&1 || fail "--print-config" "exit status $?"
+want=$(./train_gpt_cpu --help | awk '$1 == "llama3.2_1b" { print $8 }')
+got=$(/usr/bin/python3 -c "
+import sys; sys.path.insert(0, '.'); import train_gpt as t
+cfg = t.parse_config(open('$d/llama.json').read(), 'x')
+c = cfg
+C, L, F, V = c['n_embd'], c['n_layer'], c['ffn'], c['vocab_size']
+qd, kvd = c['n_head'] * c['head_dim'], c['n_kv_head'] * c['head_dim']
+n = V * C + L * (2 * C + C * (qd + 2 * kvd) + qd * C + 2 * F * C + F * C) + C + (0 if c['tied'] else V * C)
+print(n)" 2>&1)
+if [ "$got" = "$want" ]; then pass "--print-config JSON parses in train_gpt.py with the preset's $want parameters"
+else fail "--print-config" "train_gpt.py read '$got', the preset table says '$want'"; fi
+
+# 3. memory estimate: full recompute keeps one [B*T, C] bf16 tensor per layer: gpt3_125m, B=8, T=1024:
+#    12 * 8*1024 * 768 * 2 bytes = 0.1406 GiB; and none > selective > full in total
+est() { ./train_gpt -c gpt3_125m -b 8 -t 1024 --estimate-memory 80 --recompute "$1" 2>&1; }
+full_layers=$(est full | sed -n 's/.*activations \([0-9.]*\) (per layer.*/\1/p')
+if [ "$full_layers" = "0.14" ]; then pass "--recompute full keeps L*B*T*C bf16 (0.14 GiB)"
+else fail "--recompute full activations" "printed '$full_layers' GiB, derived 0.14"; fi
+t_none=$(est none | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
+t_sel=$(est selective | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
+t_full=$(est full | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
+if awk -v a="$t_none" -v b="$t_sel" -v c="$t_full" 'BEGIN { exit !(a > b && b > c && c > 0) }'; then
+    pass "memory estimate shrinks with recompute ($t_none > $t_sel > $t_full GiB)"
+else fail "memory estimate shrinks with recompute" "none $t_none, selective $t_sel, full $t_full"; fi
+out=$(./train_gpt -c llama3_8b -b 1 -t 8192 --recompute full --estimate-memory 79 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "bf16-moments" <<< "$out" && grep -q "GiB are free" <<< "$out"; then
+    pass "too little memory: llama3_8b on 79 GiB stops and names the flags"
+else fail "too little memory" "rc $rc: $(tail -1 <<< "$out")"; fi
+
+# 4. clear failures: shapes the kernels cannot take, bad flags, no GPU
+expect_fail() {  # name, message fragment, command...
+    local name=$1 frag=$2; shift 2
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && grep -q -- "$frag" <<< "$out"; then pass "$name"
+    else fail "$name" "rc $rc, output: $(tail -1 <<< "$out")"; fi
+}
+expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
+expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
+expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
+expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
+expect_fail "parallel flags are refused" "one GPU" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 --tp 2
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
+    expect_fail "no GPU: a clear message" "no usable CUDA device" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 64 -x 1 -o ""
+fi
+exit $status

@@ -1,0 +1,292 @@
+// tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/topology.h,
+// pp_schedule.h, zero.h, tp.h, comm.h without MPI) and a weight comparer for the parity runs.
+//   build/test_parallel units                 every unit check, one [PASS]/[FAIL] line each
+//   build/test_parallel compare A B TOL NAME  tensor-by-tensor max |a-b| / (max|b| + 1e-3) of two
+//                                             safetensors files (same names, F32), within TOL
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+#include "llmc/comm.h"
+#include "llmc/config.h"
+#include "llmc/params.h"
+#include "llmc/pp_schedule.h"
+#include "llmc/safetensors.h"
+#include "llmc/topology.h"
+#include "llmc/tp.h"
+#include "llmc/zero.h"
+
+static int failures = 0;
+static void check(bool ok, const std::string& name, const char* fmt = "", ...) {
+    if (ok) { printf("[PASS] %s\n", name.c_str()); return; }
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    printf("[FAIL] %s: %s\n", name.c_str(), buf);
+    failures++;
+}
+
+static void test_topology() {
+    bool ok = true;
+    std::string bad;
+    for (int dp : {1, 2, 3}) for (int tp : {1, 2, 4}) for (int pp : {1, 2, 3}) {
+        const int W = dp * tp * pp;
+        std::vector<Topology> all;
+        for (int r = 0; r < W; r++) all.push_back(topo_make(dp, tp, pp, r));
+        for (int r = 0; r < W; r++) {
+            const Topology& t = all[r];
+            bool good = topo_rank_of(dp, tp, t.pp_rank, t.dp_rank, t.tp_rank) == r && t.tp_rank == r % tp &&
+                        (int)t.tp_group.size() == tp && (int)t.dp_group.size() == dp && (int)t.pp_group.size() == pp &&
+                        t.tp_group[t.tp_rank] == r && t.dp_group[t.dp_rank] == r && t.pp_group[t.pp_rank] == r;
+            // every member of a group sees the same member list; tp neighbours are adjacent ranks
+            for (int m : t.tp_group) good &= all[m].tp_group == t.tp_group && all[m].pp_rank == t.pp_rank && all[m].dp_rank == t.dp_rank;
+            for (int m : t.dp_group) good &= all[m].dp_group == t.dp_group && all[m].tp_rank == t.tp_rank;
+            for (int m : t.pp_group) good &= all[m].pp_group == t.pp_group;
+            for (int i = 1; i < tp; i++) good &= t.tp_group[i] == t.tp_group[0] + i;
+            good &= t.emb_group.front() == t.pp_group.front() && t.emb_group.back() == t.pp_group.back();
+            if (!good) { ok = false; bad = "dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " rank " + std::to_string(r); }
+        }
+    }
+    check(ok, "topology: coordinates round trip, groups consistent, tp fastest", "%s", bad.c_str());
+    Topology t = topo_make(2, 2, 2, 6);  // (pp 1, dp 1, tp 0)
+    check(t.pp_rank == 1 && t.dp_rank == 1 && t.tp_rank == 0 && t.tp_group == std::vector<int>({6, 7}) &&
+              t.dp_group == std::vector<int>({4, 6}) && t.pp_group == std::vector<int>({2, 6}),
+          "topology: rank 6 of dp2 tp2 pp2 is (pp 1, dp 1, tp 0) by hand");
+}
+
+// Runs every stage's list with non-blocking sends and blocking receives; fails on a deadlock,
+// an unmatched message, a backward before its forward, or a step out of place.
+static std::string simulate(int pp, int vpp, int n_mb, int* max_inflight_excess) {
+    std::vector<std::vector<PpOp>> ops(pp);
+    for (int s = 0; s < pp; s++) ops[s] = pp_schedule(pp, vpp, n_mb, s);
+    std::vector<size_t> pc(pp, 0);
+    std::map<std::tuple<int, int, int, int>, int> chan;  // (kind 0 act / 1 grad, mb, chunk received, to stage) -> from stage
+    std::vector<std::set<std::pair<int, int>>> fwd_done(pp), bwd_done(pp);
+    std::vector<int> inflight(pp, 0);
+    *max_inflight_excess = -1000;
+    const int last = pp * vpp - 1;
+    for (;;) {
+        bool progress = false, all_done = true;
+        for (int s = 0; s < pp; s++) {
+            while (pc[s] < ops[s].size()) {
+                const PpOp& o = ops[s][pc[s]];
+                if (pp_stage_of_chunk(o.chunk, pp) != s) return "stage " + std::to_string(s) + " runs chunk " + std::to_string(o.chunk);
+                if (o.kind == PP_RECV_ACT || o.kind == PP_RECV_GRAD) {
+                    auto key = std::make_tuple(o.kind == PP_RECV_ACT ? 0 : 1, o.mb, o.chunk, s);
+                    auto it = chan.find(key);
+                    if (it == chan.end()) break;  // blocks
+                    if (it->second != o.peer) return "receive from the wrong stage";
+                    chan.erase(it);
+                } else if (o.kind == PP_SEND_ACT) {
+                    chan[std::make_tuple(0, o.mb, o.chunk + 1, o.peer)] = s;
+                } else if (o.kind == PP_SEND_GRAD) {
+                    chan[std::make_tuple(1, o.mb, o.chunk - 1, o.peer)] = s;
+                } else if (o.kind == PP_FWD) {
+                    if (!fwd_done[s].insert({o.mb, o.chunk}).second) return "forward twice";
+                    if (o.chunk > 0 && (pc[s] == 0 || ops[s][pc[s] - 1].kind != PP_RECV_ACT)) return "forward without its input";
+                    inflight[s]++;
+                    *max_inflight_excess = std::max(*max_inflight_excess, inflight[s] - (pp - s) * vpp);
+                } else {
+                    if (!fwd_done[s].count({o.mb, o.chunk})) return "backward of mb " + std::to_string(o.mb) + " before its forward";
+                    if (!bwd_done[s].insert({o.mb, o.chunk}).second) return "backward twice";
+                    if (o.chunk < last && (pc[s] == 0 || ops[s][pc[s] - 1].kind != PP_RECV_GRAD)) return "backward without its gradient";
+                    inflight[s]--;
+                }
+                pc[s]++;
+                progress = true;
+            }
+            all_done &= pc[s] == ops[s].size();
+        }
+        if (all_done) break;
+        if (!progress) return "deadlock";
+    }
+    if (!chan.empty()) return "a message is never received";
+    for (int s = 0; s < pp; s++)
+        if ((int)fwd_done[s].size() != n_mb * vpp || (int)bwd_done[s].size() != n_mb * vpp) return "missing steps";
+    return "";
+}
+
+static void test_schedule() {
+    std::string err;
+    int worst_excess = -1000;
+    for (int pp : {1, 2, 3, 4}) for (int vpp : {1, 2, 3}) for (int k : {1, 2, 3}) {
+        const int n_mb = vpp == 1 ? k + pp - 2 > 0 ? k + pp - 2 : 1 : k * pp;
+        int excess = 0;
+        std::string e = simulate(pp, vpp, n_mb, &excess);
+        if (!e.empty() && err.empty()) err = "pp" + std::to_string(pp) + " vpp" + std::to_string(vpp) + " mb" + std::to_string(n_mb) + ": " + e;
+        if (vpp == 1) worst_excess = std::max(worst_excess, excess);
+    }
+    check(err.empty(), "pp schedule: 1F1B and interleaved run to the end with non-blocking sends, every send received, "
+          "every forward before its backward", "%s", err.c_str());
+    check(worst_excess <= 0, "pp schedule: 1F1B keeps at most pp - stage micro-batches in flight", "excess %d", worst_excess);
+    // 1F1B by hand: pp 2, 3 micro-batches, stage 0: F0 F1 B0 F2 B1 B2
+    std::string seq;
+    for (const PpOp& o : pp_schedule(2, 1, 3, 0))
+        if (o.kind == PP_FWD || o.kind == PP_BWD) seq += (o.kind == PP_FWD ? "F" : "B") + std::to_string(o.mb) + " ";
+    check(seq == "F0 F1 B0 F2 B1 B2 ", "pp schedule: 1F1B stage 0 of 2 is F0 F1 B0 F2 B1 B2", "got %s", seq.c_str());
+    std::vector<int> first;
+    check(pp_layer_layout(4, 2, 1, "", &first).empty() && first == std::vector<int>({0, 2, 4}), "pp layout: even split of 4 layers on 2 stages");
+    check(pp_layer_layout(8, 2, 1, "3,5", &first).empty() && first == std::vector<int>({0, 3, 8}), "pp layout: explicit 3,5");
+    check(pp_layer_layout(4, 2, 2, "", &first).empty() && first == std::vector<int>({0, 1, 2, 3, 4}), "pp layout: 2 stages x 2 chunks");
+    std::string e1 = pp_layer_layout(4, 2, 4, "", &first), e2 = pp_layer_layout(8, 2, 1, "3,4", &first),
+                e3 = pp_layer_layout(6, 4, 1, "", &first);
+    check(e1.find("fewer than pp*vpp = 8") != std::string::npos && e2.find("sums to 7") != std::string::npos &&
+              e3.find("6 layers, not divisible") != std::string::npos,
+          "pp layout: bad layouts name the wrong number", "%s | %s | %s", e1.c_str(), e2.c_str(), e3.c_str());
+}
+
+// the tiny presets with a byte vocabulary (256), whatever the preset's own
+static ModelConfig preset(const char* name, int tp = 1) {
+    ModelConfig c;
+    find_preset(name, &c);
+    c.vocab_size = 256;
+    config_finalize(c, tp);
+    return c;
+}
+
+static void test_zero() {
+    bool ok = true;
+    for (const char* name : {"gpt3_tiny", "llama_tiny"}) {
+        ParamTable t = build_param_table(preset(name));
+        std::vector<Bucket> bs = zero_buckets(t);
+        size_t at = 0;
+        int layers = 0;
+        for (const Bucket& b : bs) { ok &= b.range.lo == at; at = b.range.hi; layers += b.layer >= 0; }
+        ok &= at == t.total && layers == 4 && bs.size() == 6 && bs.front().layer == -1 && bs.back().layer == -1;
+        for (int dp : {1, 2, 3, 8}) {
+            size_t covered = 0;
+            for (int r = 0; r < dp; r++) {
+                Range s = zero_shard(t.total, dp, r);
+                ok &= s.lo == covered;
+                covered = s.hi;
+            }
+            ok &= covered == t.total;
+            for (const Bucket& b : bs) {
+                std::vector<int> c = zero_counts(b.range, t.total, dp);
+                size_t sum = 0;
+                for (int r = 0; r < dp; r++) {
+                    sum += c[r];
+                    ok &= zero_intersect(b.range, zero_shard(t.total, dp, r)).size() == (size_t)c[r];
+                }
+                ok &= sum == b.range.size();
+            }
+        }
+    }
+    check(ok, "zero: shards tile the buffer, buckets are embeddings + one per layer + head, bucket counts add up");
+    Range s = zero_shard(10, 3, 2);
+    check(s.lo == 8 && s.hi == 10 && zero_counts({3, 9}, 10, 3) == std::vector<int>({1, 4, 1}),
+          "zero: shards of 10 over 3 ranks by hand (4,4,2); bucket [3,9) splits 1,4,1");
+}
+
+static void test_tp() {
+    bool ok = true;
+    std::string where;
+    for (const char* name : {"gpt3_tiny", "llama_tiny"}) for (int tp : {1, 2, 4}) {
+        ModelConfig c = preset(name, tp);
+        if (!tp_check(c, tp).empty()) continue;
+        ParamTable full = build_param_table(c);
+        std::vector<bool> keep(full.specs.size(), true);
+        size_t sum = 0;
+        std::vector<std::vector<int>> hits(full.specs.size());
+        for (size_t k = 0; k < full.specs.size(); k++) hits[k].assign(full.specs[k].numel(), 0);
+        for (int r = 0; r < tp; r++) {
+            LocalTable lt = tp_local_table(full, c, tp, r, keep);
+            sum += lt.t.total;
+            for (size_t i = 0; i < lt.t.specs.size(); i++) {
+                const ParamSpec& f = full.specs[lt.global[i]];
+                // mark through extract: a full tensor of element indices
+                std::vector<float> idx(f.numel()), loc(lt.t.specs[i].numel());
+                for (size_t e = 0; e < idx.size(); e++) idx[e] = (float)e;
+                tp_extract(idx.data(), f.cols, lt.slice[i], loc.data());
+                for (float e : loc) hits[lt.global[i]][(size_t)e]++;
+                std::vector<float> back(f.numel(), -1);
+                tp_insert(loc.data(), lt.slice[i], f.cols, back.data());
+                for (size_t e = 0; e < back.size(); e++) ok &= back[e] < 0 || back[e] == idx[e];
+            }
+        }
+        size_t replicated = 0;
+        for (size_t k = 0; k < full.specs.size(); k++) {
+            const bool split = full.specs[k].tp != TP_NONE;
+            if (!split) replicated += full.specs[k].numel();
+            for (int h : hits[k]) if (h != (split ? 1 : tp)) { ok = false; where = name + std::string(" ") + full.specs[k].name; }
+        }
+        ok &= sum == full.total + replicated * (tp - 1);
+    }
+    check(ok, "tp: the slices of every split tensor cover it exactly once, replicated ones on every rank", "%s", where.c_str());
+    // llama_tiny: H 4, KV 2, hd 32, F 352; tp 2 rank 1 holds q heads 2,3 (rows 64..127), k head 1, v head 1
+    ModelConfig c = preset("llama_tiny", 2);
+    ParamTable full = build_param_table(c);
+    std::vector<TpBlock> q = tp_slice(full.specs[full.blocks[0].qkv_w], c, 2, 1);
+    std::vector<TpBlock> gu = tp_slice(full.specs[full.blocks[0].fc1_w], c, 2, 1);
+    std::vector<TpBlock> o = tp_slice(full.specs[full.blocks[0].fc2_w], c, 2, 1);
+    check(q.size() == 3 && q[0].row0 == 64 && q[0].rows == 64 && q[1].row0 == 128 + 32 && q[1].rows == 32 && q[2].row0 == 192 + 32 &&
+              gu[0].row0 == 176 && gu[1].row0 == 352 + 176 && o[0].col0 == 176 && o[0].cols == 176 && o[0].rows == 128,
+          "tp: llama_tiny tp2 rank 1 slices of qkv, gate-up and fc2 by hand");
+    check(c.padded_vocab == 256 && preset("gpt3_tiny", 4).padded_vocab == 512, "tp: vocabulary padded to a multiple of 128*tp");
+    std::string e = tp_check(preset("llama_tiny", 4), 4);
+    check(e.find("--kv-heads 2 is not divisible by --tp 4") != std::string::npos, "tp: kv heads that do not divide name the number", "%s", e.c_str());
+    ParamTable fv = build_param_table(preset("gpt3_tiny", 4));
+    LocalTable l3 = tp_local_table(fv, preset("gpt3_tiny", 4), 4, 3, std::vector<bool>(fv.specs.size(), true));
+    LocalTable l1 = tp_local_table(fv, preset("gpt3_tiny", 4), 4, 1, std::vector<bool>(fv.specs.size(), true));
+    check(l3.t.specs[l3.t.wte].live_rows == 0 && l1.t.specs[l1.t.wte].live_rows == 128, "tp: live vocabulary rows per shard (256 of 512 over 4)");
+}
+
+static void test_comm_single() {
+    Comm c;
+    std::vector<float> a = {1, 2, 3}, r(3);
+    comm_all_reduce_sum(c, a.data(), 3);
+    comm_all_reduce_max(c, a.data(), 3);
+    comm_reduce_scatter(c, a.data(), r.data(), {3});
+    std::vector<float> g(3);
+    comm_all_gather(c, r.data(), g.data(), {3});
+    comm_broadcast(c, g.data(), 3, 0);
+    Comm sub = comm_group(c, {0});
+    check(g == std::vector<float>({1, 2, 3}) && sub.size == 1 && sub.rank == 0, "comm: one process, every collective is the identity");
+}
+
+static int compare(const char* a, const char* b, double tol, const char* name) {
+    SafeTensors sa, sb;
+    st_open(&sa, a);
+    st_open(&sb, b);
+    double worst = 0;
+    std::string worst_name;
+    size_t n = 0;
+    bool same_names = sa.tensors.size() == sb.tensors.size();
+    for (const StTensor& t : sa.tensors) {
+        const StTensor* u = st_find(&sb, t.name);
+        if (!u || u->numel() != t.numel()) { same_names = false; continue; }
+        std::vector<float> x(t.numel()), y(t.numel());
+        st_read_f32(&sa, &t, x.data());
+        st_read_f32(&sb, u, y.data());
+        double mx = 0, mb = 0;
+        for (int64_t i = 0; i < t.numel(); i++) { mx = std::max(mx, (double)std::fabs(x[i] - y[i])); mb = std::max(mb, (double)std::fabs(y[i])); }
+        const double rel = mx / (mb + 1e-3);
+        if (rel > worst || !(rel == rel)) { worst = rel; worst_name = t.name; }
+        n++;
+    }
+    const bool ok = same_names && n > 0 && worst <= tol;
+    if (ok) printf("[PASS] %s (%zu tensors, worst %.3g at %s)\n", name, n, worst, worst_name.c_str());
+    else printf("[FAIL] %s: %zu tensors, names match %d, worst %.3g at %s > %.3g\n", name, n, same_names, worst, worst_name.c_str(), tol);
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+    std::string mode = argc > 1 ? argv[1] : "";
+    if (mode == "compare" && argc == 6) return compare(argv[2], argv[3], atof(argv[4]), argv[5]);
+    if (mode != "units") {
+        fprintf(stderr, "usage: %s units | compare A.safetensors B.safetensors TOL NAME\n", argv[0]);
+        return 1;
+    }
+    test_topology();
+    test_schedule();
+    test_zero();
+    test_tp();
+    test_comm_single();
+    return failures ? 1 : 0;
+}

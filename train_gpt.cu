@@ -1,0 +1,989 @@
+// train_gpt.cu: the CUDA trainer on one GPU. The same model as train_gpt_cpu.cpp (every switch of the
+// model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or SwiGLU, biases on/off, tied or
+// untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data and logs; bf16 weights
+// and activations with fp32 accumulation, fp32 master weights and AdamW moments.
+//
+// Memory, one allocation per kind (llm.c style):
+//   params     [P] bf16     the weights the kernels read, laid out by the parameter table (llmc/params.h)
+//   grads      [P] bf16     same offsets; every kernel writes bf16 weight gradients (see docs/cuda_trainer.md)
+//   master     [P] fp32     AdamW's master weights; params = bf16(master) after each update
+//   m, v       [P] fp32     AdamW moments (bf16 with --bf16-moments)
+//   head_grad  [Vp,C] fp32  the LM head gradient, accumulated over the step by the fused classifier,
+//                           added into grads once per step
+//   acts                    per layer what the backward needs (less with --recompute), plus one shared set
+//   scratch                 one layer's backward buffers, the classifier's logits chunk, the norms' partials
+//
+// Forward of one layer l (x = the residual stream entering it, [N,C] with N = B*T):
+//   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: x[0] = embedding + 0)
+//   qkv = ln1 Wqkv^T (+b); rope(q, k)          cuBLASLt (bias epilogue), rope_rotate_inplace
+//   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA)
+//   y = atty Wo^T (+b)
+//   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
+//   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up
+//   y = act W2^T (+b)                          (added to x_mid by the next layer's norm, or by the final norm)
+// then x_final = x_mid[L-1] + y; lnf = norm(x_final); the fused classifier computes logits chunk by chunk,
+// the loss and the logits gradient in place. The backward runs the same steps in reverse, with one residual
+// gradient dres [N,C] that each norm's backward adds its input gradient into.
+//
+// --recompute none|selective|full: none keeps every layer's activations; selective keeps qkv and fc1 but
+// recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
+// input x[l] and recomputes the whole layer just before its backward.
+//
+// Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
+// F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include "llmc/args.h"
+#include "llmc/checkpoint.h"
+#include "llmc/config.h"
+#include "llmc/dataloader.h"
+#include "llmc/flops.h"
+#include "llmc/init.h"
+#include "llmc/logger.h"
+#include "llmc/lr_schedule.h"
+#include "llmc/params.h"
+#include "llmc/rng.h"
+#include "llmc/tokenizer.h"
+#include "llmc/weights_io.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/norm.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/mlp_act.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/classifier.cuh"
+#include "llmc/embedding.cuh"
+#include "llmc/adamw.cuh"
+#include "llmc/global_norm.cuh"
+
+#ifdef ENABLE_FP32
+#error "train_gpt.cu: the kernels of llmc/*.cuh are bf16-only for now; build with PRECISION=BF16 (the default)"
+#endif
+
+// ----------------------------------------------------------------------------------------------
+// Flags of the CUDA trainer only (the rest are llmc/args.h's, shared with train_gpt_cpu).
+
+enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
+
+static const char* recompute_name(Recompute r) {
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+struct CudaOptions {
+    Recompute recompute = RECOMPUTE_NONE;
+    bool bf16_moments = false;
+    std::string print_config;      // write the model config JSON (train_gpt.py --config) and exit
+    double estimate_gib = -1;      // >= 0: print the memory estimate against this many GiB and exit
+};
+
+static void print_cuda_usage() {
+    printf("CUDA trainer flags (besides those below):\n"
+           "  --recompute none|selective|full   activation recompute (default none): selective recomputes the\n"
+           "                       attention output and the MLP activation, full recomputes every layer from\n"
+           "                       its input in the backward\n"
+           "  --bf16-moments 0|1   AdamW moments in bf16 instead of fp32 (default 0)\n"
+           "  --print-config FILE  write the model config as JSON (train_gpt.py --config) and exit\n"
+           "  --estimate-memory GIB   print the memory estimate of this run against GIB of device memory and\n"
+           "                       exit (no GPU needed); status 1 when it does not fit\n\n");
+}
+
+// Takes the CUDA-only flags out of argv (the rest go to parse_args). Returns the remaining argv.
+static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o) {
+    std::vector<char*> rest{argv[0]};
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "-h" || a == "--help") print_cuda_usage();
+        const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory";
+        if (!ours) { rest.push_back(argv[i]); continue; }
+        if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
+        std::string v = argv[++i];
+        if (a == "--recompute") {
+            if (v == "none") o->recompute = RECOMPUTE_NONE;
+            else if (v == "selective") o->recompute = RECOMPUTE_SELECTIVE;
+            else if (v == "full") o->recompute = RECOMPUTE_FULL;
+            else die("flag --recompute expects none, selective or full, got '%s'", v.c_str());
+        } else if (a == "--bf16-moments") {
+            if (v != "0" && v != "1") die("flag --bf16-moments expects 0 or 1, got '%s'", v.c_str());
+            o->bf16_moments = v == "1";
+        } else if (a == "--print-config") {
+            o->print_config = v;
+        } else {
+            char* end = nullptr;
+            o->estimate_gib = strtod(v.c_str(), &end);
+            if (v.empty() || *end || !(o->estimate_gib > 0)) die("flag --estimate-memory expects GiB > 0, got '%s'", v.c_str());
+        }
+    }
+    return rest;
+}
+
+// Shapes the kernels cannot take stop here, before any allocation, naming the flag to change.
+static void check_shapes(const ModelConfig& c, int B, int T) {
+    const int C = c.n_embd, hd = c.head_dim;
+    if (C % 8 != 0 || C > NORM_MAX_C)
+        die("--embd %d: the CUDA kernels need a multiple of 8 up to %d (128-bit rows)", C, NORM_MAX_C);
+    if (hd != 64 && hd != 80 && hd != 128)
+        die("head dim %d (--embd / --heads, or --head-dim): the attention kernels take 64, 80 or 128", hd);
+    if (T % 64 != 0) die("-t %d: the attention kernels need a sequence length that is a multiple of 64", T);
+    if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Activation buffers. Each kind is either stored per layer or, when the recompute mode regenerates
+// it in the backward, held once and shared by all layers.
+
+enum ActKind { A_X, A_LN1, A_LN1_STATS, A_QKV, A_ATTY, A_LSE, A_XMID, A_LN2, A_LN2_STATS, A_FC1, A_ACT, A_COUNT };
+
+struct ActSizes {
+    size_t bytes[A_COUNT];  // one layer's buffer of each kind
+};
+
+static ActSizes act_sizes(const ModelConfig& c, int B, int T) {
+    const size_t N = (size_t)B * T, C = c.n_embd, bf = sizeof(floatX), f = sizeof(float);
+    ActSizes s;
+    s.bytes[A_X] = N * C * bf;                                     // x      [N,C]   layer input (residual)
+    s.bytes[A_LN1] = N * C * bf;                                   // ln1    [N,C]
+    s.bytes[A_LN1_STATS] = 2 * N * f;                              // mean, rstd [N] fp32
+    s.bytes[A_QKV] = N * cfg_qkv_dim(c) * bf;                      // qkv    [N,qkvd] (q, k rotated)
+    s.bytes[A_ATTY] = N * cfg_q_dim(c) * bf;                       // atty   [N,qd]  attention output
+    s.bytes[A_LSE] = (size_t)B * c.n_head * T * f;                 // lse    [B,H,T] fp32
+    s.bytes[A_XMID] = N * C * bf;                                  // x_mid  [N,C]   after attention
+    s.bytes[A_LN2] = N * C * bf;                                   // ln2    [N,C]
+    s.bytes[A_LN2_STATS] = 2 * N * f;
+    s.bytes[A_FC1] = N * cfg_fc1_dim(c) * bf;                      // fc1    [N,F1]  pre-activation
+    s.bytes[A_ACT] = N * c.ffn * bf;                               // act    [N,F]
+    return s;
+}
+
+// true: every layer keeps its own buffer of this kind; false: one shared buffer, recomputed
+static bool act_stored(ActKind k, Recompute r) {
+    if (k == A_X) return true;
+    if (r == RECOMPUTE_FULL) return false;
+    if (r == RECOMPUTE_SELECTIVE) return k != A_ATTY && k != A_LSE && k != A_ACT;
+    return true;
+}
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Rows of the classifier's logits chunk: at most 256 MiB of bf16 logits, at least 64 rows.
+static int classifier_chunk(const ModelConfig& c, int B, int T) {
+    const size_t rows = (256ull << 20) / (2 * (size_t)c.padded_vocab);
+    return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
+}
+
+// Everything the run allocates on the device, by kind (bytes). The allocation below uses the same
+// sizes, so the estimate is what cudaMalloc is asked for (plus the CUDA context and cuBLASLt's own).
+struct MemoryEstimate {
+    double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace;
+    double total() const { return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace; }
+};
+
+// The scratch buffers of one micro-batch, in elements; listed once for the estimate and the allocation.
+struct ScratchLayout {
+    size_t zeros, y, x_final, lnf, lnf_stats, dres, dln, datty, dqkv, dfc1, dact, dq_accum, dvec, norm_partial,
+        logits, losses, tokens, gnorm, rope;
+};
+
+static ScratchLayout scratch_layout(const ModelConfig& c, int B, int T) {
+    const size_t N = (size_t)B * T, C = c.n_embd;
+    ScratchLayout s;
+    s.zeros = N * C;                                  // [N,C] bf16 zeros: the "y" of norms without a residual add
+    s.y = N * C;                                      // [N,C] bf16 a matmul output about to join the residual
+    s.x_final = N * C;                                // [N,C] bf16 residual after the last layer
+    s.lnf = N * C;                                    // [N,C] bf16
+    s.lnf_stats = 2 * N;                              // [2,N] fp32
+    s.dres = N * C;                                   // [N,C] bf16 residual-stream gradient
+    s.dln = N * C;                                    // [N,C] bf16 gradient of a norm output
+    s.datty = N * cfg_q_dim(c);                       // [N,qd] bf16
+    s.dqkv = N * cfg_qkv_dim(c);                      // [N,qkvd] bf16
+    s.dfc1 = N * cfg_fc1_dim(c);                      // [N,F1] bf16
+    s.dact = N * c.ffn;                               // [N,F] bf16
+    s.dq_accum = N * cfg_q_dim(c);                    // [N,qd] fp32 attention backward
+    s.dvec = (size_t)B * c.n_head * T;                // [B,H,T] fp32 attention backward
+    s.norm_partial = norm_backward_scratch_floats((int)N, (int)C);  // fp32
+    s.logits = (size_t)classifier_chunk(c, B, T) * c.padded_vocab;  // [chunk,Vp] bf16
+    s.losses = N;                                     // [N] fp32
+    s.tokens = 2 * N;                                 // inputs, targets [N] int32
+    s.gnorm = GLOBAL_NORM_BLOCKS + 2;                 // partials, then norm and clip coefficient (fp32)
+    s.rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim : 0;  // cos, sin [T, hd/2] fp32
+    return s;
+}
+
+static size_t scratch_bytes(const ScratchLayout& s) {
+    const size_t bf = sizeof(floatX), f = 4;
+    return align256(s.zeros * bf) + align256(s.y * bf) + align256(s.x_final * bf) +
+           align256(s.lnf * bf) + align256(s.lnf_stats * f) + align256(s.dres * bf) + align256(s.dln * bf) +
+           align256(s.datty * bf) + align256(s.dqkv * bf) + align256(s.dfc1 * bf) + align256(s.dact * bf) +
+           align256(s.dq_accum * f) + align256(s.dvec * f) + align256(s.norm_partial * f) + align256(s.logits * bf) +
+           align256(s.losses * f) + align256(s.tokens * 4) + align256(s.gnorm * f);
+}
+
+// Allocated apart from the scratch block: the RoPE tables and the embedding plan's three int arrays.
+static size_t scratch_extra_bytes(const ScratchLayout& s) {
+    return 2 * align256(s.rope / 2 * 4) + 3 * align256((s.losses + 1) * 4);
+}
+
+static size_t max_bias_len(const ModelConfig& c) {
+    return (size_t)std::max({c.n_embd, cfg_qkv_dim(c), cfg_fc1_dim(c)});
+}
+
+static MemoryEstimate estimate_memory(const ModelConfig& c, const ParamTable& t, int B, int T, Recompute r,
+                                      bool bf16_moments) {
+    MemoryEstimate e;
+    const double P = (double)t.total;
+    e.params = P * sizeof(floatX);
+    e.grads = P * sizeof(floatX);
+    e.master = P * 4;
+    e.moments = P * 2 * (bf16_moments ? 2 : 4);
+    e.head_grad = (double)c.padded_vocab * c.n_embd * 4;
+    const ActSizes a = act_sizes(c, B, T);
+    e.acts_layers = 0;
+    e.acts_shared = 0;
+    for (int k = 0; k < A_COUNT; k++) {
+        if (act_stored((ActKind)k, r)) e.acts_layers += (double)align256(a.bytes[k]) * c.n_layer;
+        else e.acts_shared += (double)align256(a.bytes[k]);
+    }
+    const ScratchLayout s = scratch_layout(c, B, T);
+    e.scratch = (double)(scratch_bytes(s) + scratch_extra_bytes(s));
+    MatmulContext mm;
+    e.workspace = (double)mm.workspace_size + (double)max_bias_len(c) * 4;
+    return e;
+}
+
+static void print_memory_estimate(const MemoryEstimate& e, Recompute r, double device_bytes) {
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
+           e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
+    printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
+           "cuBLASLt %.2f\n", e.acts_layers / G, recompute_name(r), e.acts_shared / G, e.scratch / G, e.workspace / G);
+    printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
+}
+
+// Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
+static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, double available) {
+    if (e.total() <= available) return;
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
+    std::string hint;
+    if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
+    hint += " lower -b or -t (activations and scratch scale with B*T);";
+    if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
+    if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
+    die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
+        available / G, hint.c_str());
+}
+
+// ----------------------------------------------------------------------------------------------
+// Small kernels of the trainer itself
+
+// params[i] = bf16(master[i])
+__global__ void bf16_from_f32_kernel(floatX* dst, const float* src, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16(src[i]);
+}
+
+// dst[i] = bf16(dst[i] + src[i]): the fp32 LM-head gradient joins the bf16 gradients once per step
+__global__ void add_f32_into_bf16_kernel(floatX* dst, const float* src, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16(__bfloat162float(dst[i]) + src[i]);
+}
+
+// ----------------------------------------------------------------------------------------------
+// The model
+
+struct LayerActs {
+    floatX* x;        // [N,C]    input of the layer (the residual stream)
+    floatX* ln1;      // [N,C]
+    float* ln1_mean;  // [N]
+    float* ln1_rstd;  // [N]
+    floatX* qkv;      // [N,qkvd] after RoPE
+    floatX* atty;     // [N,qd]
+    float* lse;       // [B,H,T]
+    floatX* x_mid;    // [N,C]    x + attention branch
+    floatX* ln2;      // [N,C]
+    float* ln2_mean;  // [N]
+    float* ln2_rstd;  // [N]
+    floatX* fc1;      // [N,F1]
+    floatX* act;      // [N,F]
+};
+
+struct GPT {
+    ModelConfig cfg;
+    ParamTable table;
+    int B = 0, T = 0;
+    Recompute recompute = RECOMPUTE_NONE;
+    bool bf16_moments = false;
+    cudaStream_t stream = nullptr;
+    MatmulContext mm;
+    // one allocation per kind
+    floatX* params = nullptr;   // [P]
+    floatX* grads = nullptr;    // [P]
+    float* master = nullptr;    // [P]
+    void* m = nullptr;          // [P] fp32 or bf16
+    void* v = nullptr;          // [P]
+    float* head_grad = nullptr; // [Vp,C]
+    char* acts_memory = nullptr;
+    char* scratch_memory = nullptr;
+    std::vector<LayerActs> layers;
+    // scratch (shapes in scratch_layout)
+    floatX *zeros, *y, *x_final, *lnf, *dres, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
+    float *lnf_mean, *lnf_rstd, *dq_accum, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin;
+    int32_t *inputs, *targets;
+    int cls_chunk = 0;
+    EmbeddingPlan plan;
+    AdamWTable<float> adam_f32;
+    AdamWTable<__nv_bfloat16> adam_bf16;
+    double allocated = 0;       // bytes asked of cudaMalloc
+    // host side of the current micro-batch
+    std::vector<float> h_losses;
+    int n_valid = 0;
+    double loss = 0;            // mean loss of the last micro-batch with targets
+
+    floatX* P(int k) const { return k < 0 ? nullptr : params + table.specs[k].offset; }
+    floatX* G(int k) const { return k < 0 ? nullptr : grads + table.specs[k].offset; }
+    int head() const { return cfg.tied ? table.wte : table.lm_head; }
+};
+
+template <typename T>
+static void cuda_alloc(GPT* g, T** p, size_t bytes) {
+    cudaCheck(cudaMalloc((void**)p, std::max<size_t>(bytes, 1)));
+    g->allocated += (double)bytes;
+}
+
+// Carves consecutive 256-byte-aligned buffers out of one allocation.
+struct Carver {
+    char* base;
+    size_t off = 0;
+    template <typename T>
+    T* take(size_t count) {
+        T* p = (T*)(base + off);
+        off += align256(count * sizeof(T));
+        return p;
+    }
+};
+
+template <typename Moment>
+static AdamWTable<Moment> adamw_table_build(GPT* g, float wd) {
+    std::vector<AdamWTensor<Moment>> ts;
+    for (const ParamSpec& s : g->table.specs) {
+        AdamWTensor<Moment> t{};
+        t.param = g->params + s.offset;
+        t.grad = g->grads + s.offset;
+        t.master = g->master + s.offset;
+        t.m = (Moment*)g->m + s.offset;
+        t.v = (Moment*)g->v + s.offset;
+        t.n = s.numel();
+        t.weight_decay = s.is_matrix ? wd : 0.0f;
+        ts.push_back(t);
+    }
+    return adamw_table_upload(ts);
+}
+
+// Allocates everything for micro-batches of B x T. weight_decay goes into the AdamW table.
+static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay) {
+    check_shapes(c, B, T);
+    g->cfg = c;
+    g->table = build_param_table(c);
+    for (const ParamSpec& s : g->table.specs)
+        if (s.offset % 8 != 0 || s.numel() % 8 != 0)
+            die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 bf16 at a time)",
+                s.name.c_str(), s.offset, s.numel());
+    g->B = B;
+    g->T = T;
+    g->recompute = r;
+    g->bf16_moments = bf16_moments;
+    cudaCheck(cudaStreamCreate(&g->stream));
+    matmul_init(&g->mm, (int)max_bias_len(c));
+    g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
+    const size_t P = g->table.total, msz = bf16_moments ? 2 : 4;
+    cuda_alloc(g, &g->params, P * sizeof(floatX));
+    cuda_alloc(g, &g->grads, P * sizeof(floatX));
+    cuda_alloc(g, &g->master, P * sizeof(float));
+    cuda_alloc(g, (char**)&g->m, P * msz);
+    cuda_alloc(g, (char**)&g->v, P * msz);
+    cuda_alloc(g, &g->head_grad, (size_t)c.padded_vocab * c.n_embd * sizeof(float));
+    cudaCheck(cudaMemset(g->m, 0, P * msz));
+    cudaCheck(cudaMemset(g->v, 0, P * msz));
+
+    // activations: the stored kinds per layer, then one copy of each shared kind
+    const ActSizes as = act_sizes(c, B, T);
+    size_t act_total = 0;
+    for (int k = 0; k < A_COUNT; k++) act_total += align256(as.bytes[k]) * (act_stored((ActKind)k, r) ? c.n_layer : 1);
+    cuda_alloc(g, &g->acts_memory, act_total);
+    Carver cv{g->acts_memory};
+    void* shared[A_COUNT];
+    for (int k = 0; k < A_COUNT; k++)
+        if (!act_stored((ActKind)k, r)) shared[k] = cv.take<char>(as.bytes[k]);
+    g->layers.resize(c.n_layer);
+    for (LayerActs& la : g->layers) {
+        void* p[A_COUNT];
+        for (int k = 0; k < A_COUNT; k++) p[k] = act_stored((ActKind)k, r) ? cv.take<char>(as.bytes[k]) : shared[k];
+        const size_t N = (size_t)B * T;
+        la.x = (floatX*)p[A_X];
+        la.ln1 = (floatX*)p[A_LN1];
+        la.ln1_mean = (float*)p[A_LN1_STATS];
+        la.ln1_rstd = la.ln1_mean + N;
+        la.qkv = (floatX*)p[A_QKV];
+        la.atty = (floatX*)p[A_ATTY];
+        la.lse = (float*)p[A_LSE];
+        la.x_mid = (floatX*)p[A_XMID];
+        la.ln2 = (floatX*)p[A_LN2];
+        la.ln2_mean = (float*)p[A_LN2_STATS];
+        la.ln2_rstd = la.ln2_mean + N;
+        la.fc1 = (floatX*)p[A_FC1];
+        la.act = (floatX*)p[A_ACT];
+    }
+
+    // scratch, in the order of scratch_layout
+    const ScratchLayout s = scratch_layout(c, B, T);
+    cuda_alloc(g, &g->scratch_memory, scratch_bytes(s));
+    Carver sc{g->scratch_memory};
+    g->zeros = sc.take<floatX>(s.zeros);
+    g->y = sc.take<floatX>(s.y);
+    g->x_final = sc.take<floatX>(s.x_final);
+    g->lnf = sc.take<floatX>(s.lnf);
+    g->lnf_mean = sc.take<float>(s.lnf_stats);
+    g->lnf_rstd = g->lnf_mean + (size_t)B * T;
+    g->dres = sc.take<floatX>(s.dres);
+    g->dln = sc.take<floatX>(s.dln);
+    g->datty = sc.take<floatX>(s.datty);
+    g->dqkv = sc.take<floatX>(s.dqkv);
+    g->dfc1 = sc.take<floatX>(s.dfc1);
+    g->dact = sc.take<floatX>(s.dact);
+    g->dq_accum = sc.take<float>(s.dq_accum);
+    g->dvec = sc.take<float>(s.dvec);
+    g->norm_partial = sc.take<float>(s.norm_partial);
+    g->logits = sc.take<floatX>(s.logits);
+    g->losses = sc.take<float>(s.losses);
+    g->inputs = sc.take<int32_t>(s.tokens);
+    g->targets = g->inputs + (size_t)B * T;
+    g->gnorm = sc.take<float>(s.gnorm);
+    cudaCheck(cudaMemset(g->zeros, 0, s.zeros * sizeof(floatX)));
+    g->cls_chunk = classifier_chunk(c, B, T);
+    g->rope_cos = g->rope_sin = nullptr;
+    if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
+    embedding_plan_build(&g->plan, std::vector<int32_t>((size_t)B * T, 0).data(), B * T, c.vocab_size);
+    g->allocated += (double)scratch_extra_bytes(s);
+    if (bf16_moments) g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
+    else g->adam_f32 = adamw_table_build<float>(g, weight_decay);
+    g->h_losses.resize((size_t)B * T);
+}
+
+// Uploads whole-model fp32 weights [P] (and moments, or zeros when m is null); params = bf16(master).
+static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
+    const size_t P = g->table.total;
+    cudaCheck(cudaMemcpy(g->master, p, P * sizeof(float), cudaMemcpyHostToDevice));
+    bf16_from_f32_kernel<<<(unsigned)ceil_div(P, 256), 256, 0, g->stream>>>(g->params, g->master, P);
+    cudaCheck(cudaGetLastError());
+    const size_t msz = g->bf16_moments ? 2 : 4;
+    if (!m) {
+        cudaCheck(cudaMemset(g->m, 0, P * msz));
+        cudaCheck(cudaMemset(g->v, 0, P * msz));
+    } else if (!g->bf16_moments) {
+        cudaCheck(cudaMemcpy(g->m, m, P * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(g->v, v, P * 4, cudaMemcpyHostToDevice));
+    } else {
+        std::vector<__nv_bfloat16> h(P);
+        for (size_t i = 0; i < P; i++) h[i] = __float2bfloat16(m[i]);
+        cudaCheck(cudaMemcpy(g->m, h.data(), P * 2, cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < P; i++) h[i] = __float2bfloat16(v[i]);
+        cudaCheck(cudaMemcpy(g->v, h.data(), P * 2, cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaStreamSynchronize(g->stream));
+}
+
+// Downloads the fp32 master weights and the moments (as fp32) for checkpoints and exports.
+static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
+    const size_t P = g->table.total;
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    p->resize(P);
+    cudaCheck(cudaMemcpy(p->data(), g->master, P * 4, cudaMemcpyDeviceToHost));
+    if (!m) return;
+    m->resize(P);
+    v->resize(P);
+    if (!g->bf16_moments) {
+        cudaCheck(cudaMemcpy(m->data(), g->m, P * 4, cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(v->data(), g->v, P * 4, cudaMemcpyDeviceToHost));
+    } else {
+        std::vector<__nv_bfloat16> h(P);
+        cudaCheck(cudaMemcpy(h.data(), g->m, P * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < P; i++) (*m)[i] = __bfloat162float(h[i]);
+        cudaCheck(cudaMemcpy(h.data(), g->v, P * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < P; i++) (*v)[i] = __bfloat162float(h[i]);
+    }
+}
+
+static void gpt_free(GPT* g) {
+    for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
+                    (void*)g->acts_memory, (void*)g->scratch_memory, (void*)g->rope_cos, (void*)g->rope_sin})
+        if (p) cudaCheck(cudaFree(p));
+    if (g->bf16_moments) adamw_table_free(&g->adam_bf16);
+    else adamw_table_free(&g->adam_f32);
+    embedding_plan_free(&g->plan);
+    matmul_free(&g->mm);
+    cudaCheck(cudaStreamDestroy(g->stream));
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward
+
+// The attention half of layer l after ln1: qkv, RoPE, attention, output projection into g->y.
+static void attention_block_forward(GPT* g, const ParamTable::Block& w, LayerActs& la) {
+    const ModelConfig& c = g->cfg;
+    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = c.n_head, KV = c.n_kv_head;
+    matmul_forward(&g->mm, g->stream, la.qkv, la.ln1, g->P(w.qkv_w), g->P(w.qkv_b), N, C, cfg_qkv_dim(c));
+    if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
+    attention_forward(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
+}
+
+// The MLP activation of layer l: act from fc1.
+static void mlp_act_forward(GPT* g, LayerActs& la) {
+    const size_t N = (size_t)g->B * g->T;
+    if (g->cfg.mlp == MLP_SWIGLU) swiglu_forward(la.act, la.fc1, (int)N, g->cfg.ffn, g->stream);
+    else gelu_forward(la.act, la.fc1, N * g->cfg.ffn, g->stream);
+}
+
+// Layer l up to its MLP output in g->y. x_prev_mid: x[l] = x_prev_mid + g->y (the previous layer's
+// x_mid and MLP output) is formed by ln1's residual add; null when la.x already holds x[l] (layer 0, a
+// recompute), and then ln1 = norm(la.x + 0) writes its residual output (la.x again) into g->y.
+static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
+    const ModelConfig& c = g->cfg;
+    const ParamTable::Block& w = g->table.blocks[l];
+    LayerActs& la = g->layers[l];
+    const int N = g->B * g->T, C = c.n_embd, F = c.ffn, F1 = cfg_fc1_dim(c);
+    const bool rms = c.norm == NORM_RMSNORM;
+    if (x_prev_mid)
+        fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w), g->P(w.ln1_b),
+                                    N, C, c.norm_eps, rms, g->stream);
+    else
+        fused_residual_norm_forward(g->y, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, g->zeros, g->P(w.ln1_w),
+                                    g->P(w.ln1_b), N, C, c.norm_eps, rms, g->stream);
+    attention_block_forward(g, w, la);
+    matmul_forward(&g->mm, g->stream, g->y, la.atty, g->P(w.attn_out_w), g->P(w.attn_out_b), N, cfg_q_dim(c), C);
+    fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), N,
+                                C, c.norm_eps, rms, g->stream);
+    matmul_forward(&g->mm, g->stream, la.fc1, la.ln2, g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1);
+    mlp_act_forward(g, la);
+    matmul_forward(&g->mm, g->stream, g->y, la.act, g->P(w.fc2_w), g->P(w.fc2_b), N, F, C);
+}
+
+// Forward of a micro-batch inputs[B*T] (host) through the final norm: g->lnf [N,C]. targets[B*T]
+// (host, -1 = ignore, may be null) are uploaded for the classifier. Tokens must be in [0, vocab).
+static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
+    const ModelConfig& c = g->cfg;
+    const ParamTable& t = g->table;
+    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer;
+    for (int n = 0; n < N; n++) {
+        if (inputs[n] < 0 || inputs[n] >= c.vocab_size) die("input token %d out of range [0, %d)", inputs[n], c.vocab_size);
+        if (targets && (targets[n] < -1 || targets[n] >= c.vocab_size))
+            die("target token %d out of range [-1, %d)", targets[n], c.vocab_size);
+    }
+    cudaCheck(cudaMemcpyAsync(g->inputs, inputs, (size_t)N * 4, cudaMemcpyHostToDevice, g->stream));
+    g->n_valid = 0;
+    if (targets) {
+        for (int n = 0; n < N; n++) g->n_valid += targets[n] >= 0;
+        cudaCheck(cudaMemcpyAsync(g->targets, targets, (size_t)N * 4, cudaMemcpyHostToDevice, g->stream));
+    }
+    // x[0] = wte[token] (+ wpe[t]); layer 0's norm adds zeros
+    embedding_forward(g->layers[0].x, g->inputs, g->P(t.wte), g->P(t.wpe), N, T, C, g->stream);
+    for (int l = 0; l < L; l++) layer_forward(g, l, l == 0 ? nullptr : g->layers[l - 1].x_mid);
+    fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[L - 1].x_mid, g->y, g->P(t.lnf_w),
+                                g->P(t.lnf_b), N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
+}
+
+// logits[rows, Vp] (bf16, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk.
+static void gpt_logits(GPT* g, int row0, int rows) {
+    const ModelConfig& c = g->cfg;
+    matmul_lt(g->mm.handle, g->logits, CUDA_R_16BF, c.padded_vocab, g->lnf + (size_t)row0 * c.n_embd, false, c.n_embd,
+              g->P(g->head()), true, c.n_embd, rows, c.padded_vocab, c.n_embd, 0.0f, g->mm.workspace,
+              g->mm.workspace_size, g->stream);
+}
+
+// Mean loss over the valid targets of the micro-batch after gpt_forward (no gradients).
+static double gpt_loss(GPT* g) {
+    const ModelConfig& c = g->cfg;
+    const int N = g->B * g->T;
+    for (int r0 = 0; r0 < N; r0 += g->cls_chunk) {
+        const int rows = std::min(g->cls_chunk, N - r0);
+        gpt_logits(g, r0, rows);
+        fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size, c.padded_vocab,
+                              0.0f, g->stream);
+    }
+    cudaCheck(cudaMemcpyAsync(g->h_losses.data(), g->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    double s = 0;
+    for (int n = 0; n < N; n++) s += g->h_losses[n];
+    g->loss = g->n_valid ? s / g->n_valid : 0.0;
+    return g->loss;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Backward
+
+// Backward of (loss * loss_scale) after gpt_forward with targets, accumulated into the gradients
+// (the LM head's into head_grad, fp32). Also computes the micro-batch loss (g->loss).
+static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
+    const ModelConfig& c = g->cfg;
+    const ParamTable& t = g->table;
+    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer, hd = c.head_dim, H = c.n_head,
+              KV = c.n_kv_head, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn, F1 = cfg_fc1_dim(c);
+    const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    // the token rows of this micro-batch, grouped by token, for the embedding backward
+    embedding_plan_build(&g->plan, inputs, N, c.vocab_size);
+
+    // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf
+    const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
+    fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N, C,
+                     c.vocab_size, c.padded_vocab, g->cls_chunk, scale, g->mm.handle, g->mm.workspace,
+                     g->mm.workspace_size, g->stream);
+    cudaCheck(cudaMemcpyAsync(g->h_losses.data(), g->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)N * C * sizeof(floatX), g->stream));
+    norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
+                  g->lnf_rstd, N, C, rms, g->stream);
+
+    for (int l = L - 1; l >= 0; l--) {
+        const ParamTable::Block& w = t.blocks[l];
+        LayerActs& la = g->layers[l];
+        if (g->recompute == RECOMPUTE_FULL) {
+            layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x (g->y is free now)
+        } else if (g->recompute == RECOMPUTE_SELECTIVE) {
+            attention_forward(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
+            mlp_act_forward(g, la);
+        }
+        // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid)))))
+        matmul_backward_input(&g->mm, g->stream, g->dact, g->dres, g->P(w.fc2_w), N, F, C);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc2_w), g->G(w.fc2_b), g->dres, la.act, N, F, C);
+        if (swiglu) swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream);
+        else gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream);
+        matmul_backward_input(&g->mm, g->stream, g->dln, g->dfc1, g->P(w.fc1_w), N, C, F1);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1, la.ln2, N, C, F1);
+        norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w), la.ln2_mean,
+                      la.ln2_rstd, N, C, rms, g->stream);
+        // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x)))))
+        matmul_backward_input(&g->mm, g->stream, g->datty, g->dres, g->P(w.attn_out_w), N, qd, C);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.attn_out_w), g->G(w.attn_out_b), g->dres, la.atty, N, qd, C);
+        attention_backward(g->dqkv, g->dq_accum, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
+        if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
+        matmul_backward_input(&g->mm, g->stream, g->dln, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1, N, C, qkvd);
+        norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
+                      la.ln1_rstd, N, C, rms, g->stream);
+    }
+    // dres = d(x[0]) = d(wte[token] + wpe[t])
+    embedding_backward(g->G(t.wte), g->G(t.wpe), g->dres, g->plan, N, T, C, g->stream);
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    double s = 0;
+    for (int n = 0; n < N; n++) s += g->h_losses[n];
+    g->loss = g->n_valid ? s / g->n_valid : 0.0;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The optimizer step
+
+static void gpt_zero_grad(GPT* g) {
+    cudaCheck(cudaMemsetAsync(g->grads, 0, g->table.total * sizeof(floatX), g->stream));
+    cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->cfg.padded_vocab * g->cfg.n_embd * 4, g->stream));
+}
+
+// The fp32 LM-head gradient of the step joins the bf16 gradients (once per step, after the last micro-batch).
+static void gpt_fold_head_grad(GPT* g) {
+    const size_t hn = (size_t)g->cfg.padded_vocab * g->cfg.n_embd;
+    add_f32_into_bf16_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(g->G(g->head()), g->head_grad, hn);
+    cudaCheck(cudaGetLastError());
+}
+
+// The head gradient joins the others; global norm and clip coefficient on the device; AdamW for
+// 1-based step t. Returns the pre-clip global gradient norm.
+static double gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
+    gpt_fold_head_grad(g);
+    float* partial = g->gnorm;
+    float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
+    global_norm(out, partial, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
+    AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
+    if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, out + 1, g->stream);
+    else adamw_update(g->adam_f32, h, t, out + 1, g->stream);
+    float norm = 0;
+    cudaCheck(cudaMemcpyAsync(&norm, out, sizeof(float), cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return norm;
+}
+
+// One optimizer step over the micro-batches inputs/targets [accum][B*T]. Returns the mean
+// micro-batch loss; *norm_out gets the pre-clip global gradient norm.
+static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs,
+                         const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
+                         double* norm_out) {
+    const int accum = (int)inputs.size();
+    gpt_zero_grad(g);
+    double loss = 0;
+    for (int a = 0; a < accum; a++) {
+        gpt_forward(g, inputs[a].data(), targets[a].data());
+        gpt_backward(g, inputs[a].data(), 1.0 / accum);
+        loss += g->loss / accum;
+    }
+    *norm_out = gpt_update(g, step + 1, lr, tc);
+    return loss;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Sampling: the forward over a window in row 0 of the batch (the other rows hold token 0; causal
+// attention keeps them apart), the logits of the last prompt position, sampled on the host.
+
+static int sample_from_logits(const float* logits, int V, uint64_t* rng) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = std::max(mx, logits[v]);
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += std::exp((double)logits[v] - mx);
+    double r = rng_next_u01(rng) * sum, acc = 0;
+    for (int v = 0; v < V; v++) {
+        acc += std::exp((double)logits[v] - mx);
+        if (r < acc) return v;
+    }
+    return V - 1;
+}
+
+static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n, uint64_t* rng) {
+    const ModelConfig& c = g->cfg;
+    const int T = g->T;
+    std::vector<int32_t> window((size_t)g->B * T, 0);
+    std::vector<__nv_bfloat16> row(c.padded_vocab);
+    std::vector<float> logits(c.vocab_size);
+    for (int i = 0; i < n; i++) {
+        const int len = std::min((int)prompt.size(), T);
+        std::copy(prompt.end() - len, prompt.end(), window.begin());
+        gpt_forward(g, window.data(), nullptr);
+        gpt_logits(g, len - 1, 1);
+        cudaCheck(cudaMemcpyAsync(row.data(), g->logits, row.size() * 2, cudaMemcpyDeviceToHost, g->stream));
+        cudaCheck(cudaStreamSynchronize(g->stream));
+        for (int v = 0; v < c.vocab_size; v++) logits[v] = __bfloat162float(row[v]);
+        prompt.push_back(sample_from_logits(logits.data(), c.vocab_size, rng));
+    }
+    return prompt;
+}
+
+// ----------------------------------------------------------------------------------------------
+// The run
+
+static double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Dense bf16 peak of the device from its name (DESIGN.md section 7); 0 when unknown (no MFU printed).
+static double device_peak_flops(const char* name) {
+    std::string n = name;
+    if (n.find("H100") != std::string::npos || n.find("H200") != std::string::npos || n.find("H800") != std::string::npos)
+        return 989e12;
+    if (n.find("A100") != std::string::npos || n.find("A800") != std::string::npos) return 312e12;
+    return 0.0;
+}
+
+// Training FLOPs per token the GPU executes: the model FLOPs (llmc/flops.h) plus the recomputed forward
+// work: the layers' matmuls (2 per weight) and attention (4 * qd * T per layer) under full, attention
+// under selective (its share of 12 * L * qd * T in the model FLOPs is the forward's third).
+static double hardware_flops_per_token(const ModelConfig& c, int T, Recompute r) {
+    const double attn_fwd = 4.0 * c.n_layer * (double)cfg_q_dim(c) * T;
+    const double layer_mm = 2.0 * (double)(matmul_weight_count(c) - (int64_t)c.vocab_size * c.n_embd);
+    const double extra = r == RECOMPUTE_FULL ? layer_mm + attn_fwd : r == RECOMPUTE_SELECTIVE ? attn_fwd : 0.0;
+    return model_flops_per_token(c, T) + extra;
+}
+
+// Device memory in use now (every process), for the peak-memory figure.
+static double device_used_bytes() {
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    return (double)(total_b - free_b);
+}
+
+#ifndef TESTING
+int main(int argc, char** argv) {
+    CudaOptions opt;
+    std::vector<char*> rest = parse_cuda_flags(argc, argv, &opt);
+    ModelConfig mc;
+    TrainConfig tc;
+    parse_args((int)rest.size(), rest.data(), &mc, &tc);
+
+    // host-only modes: no GPU needed
+    if (!opt.print_config.empty()) {
+        write_text(opt.print_config, config_to_json(mc) + "\n");
+        printf("wrote the config of %s to %s\n", mc.name.c_str(), opt.print_config.c_str());
+        return 0;
+    }
+    if (!tc.export_init.empty()) {
+        ParamTable t = build_param_table(mc);
+        std::vector<float> p(t.total);
+        params_init_full(mc, t, p.data(), tc.seed);
+        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, t, p.data());
+        hf_export(tc.export_init, mc, t, p.data());
+        printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(t),
+               tc.export_init.c_str());
+        return 0;
+    }
+    if (tc.tp != 1 || tc.pp != 1 || tc.dp > 1 || tc.zero != 0 || tc.sp || tc.vpp != 1)
+        die("this train_gpt trains on one GPU: --tp, --pp, --dp, --zero, --sp and --vpp must keep their defaults "
+            "(the parallel layouts run in train_gpt_cpu under mpirun)");
+    const int B = tc.B, T = tc.T;
+    check_shapes(mc, B, T);
+    if (tc.total_batch == 0) tc.total_batch = (long)B * T;
+    if (tc.total_batch % ((long)B * T) != 0)
+        die("flag -d %ld is not a multiple of B*T = %d*%d = %ld", tc.total_batch, B, T, (long)B * T);
+    const int accum = (int)(tc.total_batch / ((long)B * T));
+    ParamTable table = build_param_table(mc);
+    const MemoryEstimate est = estimate_memory(mc, table, B, T, opt.recompute, opt.bf16_moments);
+    if (opt.estimate_gib > 0) {
+        const double avail = opt.estimate_gib * 1024.0 * 1024.0 * 1024.0;
+        print_memory_estimate(est, opt.recompute, avail);
+        require_memory(est, opt.recompute, opt.bf16_moments, avail);
+        printf("fits\n");
+        return 0;
+    }
+
+    // the device
+    cuda_require_device();
+    int dev = 0;
+    cudaCheck(cudaSetDevice(dev));
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, dev));
+    if (prop.major < 8)
+        die("%s has compute capability %d.%d; train_gpt needs 8.0 or newer (bf16 tensor cores, cp.async)", prop.name,
+            prop.major, prop.minor);
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
+           total_b / 1073741824.0, free_b / 1073741824.0);
+    print_memory_estimate(est, opt.recompute, (double)total_b);
+    require_memory(est, opt.recompute, opt.bf16_moments, (double)free_b);
+
+    // data: a .txt file without -j is split 90/10 into train and validation
+    DataLoader train, val;
+    const bool split_text = tc.val_data.empty() && ends_with(tc.train_data, ".txt");
+    loader_open(&train, tc.train_data, T, 0.0, split_text ? 0.9 : 1.0);
+    if (split_text) loader_open(&val, tc.train_data, T, 0.9, 1.0);
+    else if (!tc.val_data.empty()) loader_open(&val, tc.val_data, T);
+    const bool have_val = val.num_samples > 0;
+    if ((int64_t)train.max_token >= mc.vocab_size || (have_val && (int64_t)val.max_token >= mc.vocab_size))
+        die("data '%s' holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
+            tc.train_data.c_str(), std::max(train.max_token, val.max_token), mc.vocab_size);
+
+    GPT g;
+    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay);
+    TrainState state;
+    state.rng = tc.seed ^ 0x5DEECE66Dull;
+    const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
+    {
+        std::vector<float> p(table.total), m, v;
+        params_init_full(mc, table, p.data(), tc.seed);
+        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
+        if (!resume_dir.empty()) {
+            m.assign(table.total, 0.0f);
+            v.assign(table.total, 0.0f);
+            checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), &state);
+            printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
+        }
+        gpt_set_weights(&g, p.data(), m.empty() ? nullptr : m.data(), v.empty() ? nullptr : v.data());
+    }
+    auto save_checkpoint = [&]() {
+        std::vector<float> p, m, v;
+        gpt_get_weights(&g, &p, &m, &v);
+        checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last);
+    };
+    if (!tc.out_dir.empty()) {
+        std::error_code ec;
+        fs::create_directories(tc.out_dir, ec);
+        if (ec) die("cannot create output directory '%s' (flag -o): %s", tc.out_dir.c_str(), ec.message().c_str());
+    }
+
+    const int64_t n_params = param_count(table);
+    print_config_table(mc, n_params, B, T, accum, 1, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
+    printf("bf16 weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
+           opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
+    const double hw_flops = hardware_flops_per_token(mc, T, opt.recompute);
+    printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
+           model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
+    Logger lg;
+    logger_open(&lg, tc.out_dir, !resume_dir.empty());
+    lg.tokens_per_step = (double)tc.total_batch;
+    lg.flops_per_token = model_flops_per_token(mc, T);
+    lg.peak_flops = device_peak_flops(prop.name);
+
+    std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
+    std::vector<int32_t> val_in((size_t)B * T), val_tg((size_t)B * T);
+    auto evaluate = [&]() -> double {
+        double s = 0;
+        for (int i = 0; i < tc.val_batches; i++) {
+            loader_batch(&val, (uint64_t)i * B, B, val_in.data(), val_tg.data());
+            gpt_forward(&g, val_in.data(), val_tg.data());
+            s += gpt_loss(&g);
+        }
+        return s / tc.val_batches;
+    };
+    Tokenizer tok;  // decodes samples (--tokenizer); none: samples print as token ids
+    if (!tc.tokenizer.empty()) {
+        tokenizer_load_auto(&tok, tc.tokenizer.c_str());
+        if (tokenizer_vocab_size(&tok) > (uint32_t)mc.vocab_size)
+            die("--tokenizer %s has %u tokens but the model's vocabulary is %d", tc.tokenizer.c_str(),
+                tokenizer_vocab_size(&tok), mc.vocab_size);
+    }
+    auto print_sample = [&]() {
+        if (tc.gen_tokens <= 0) return;
+        int32_t start = tc.tokenizer.empty() ? 0 : tc.tokenizer == "bytes" ? '\n' : (int32_t)tokenizer_eot(&tok);
+        std::vector<int32_t> out = generate(&g, {start}, tc.gen_tokens, &state.rng);
+        printf("--- sample ---\n");
+        if (!tc.tokenizer.empty()) {
+            std::vector<uint32_t> ids(out.begin(), out.end());
+            printf("%s", tokenizer_decode(&tok, ids.data(), ids.size()).c_str());
+        } else {
+            for (int32_t x : out) printf("%d ", x);
+        }
+        printf("\n--------------\n");
+    };
+
+    double loss = 0, val_loss = -1, peak_used = 0;
+    if (have_val && state.step == 0 && tc.val_every > 0) {
+        val_loss = evaluate();
+        log_val(&lg, 0, val_loss);
+    }
+    const int first_step = state.step;
+    for (int step = state.step; step < tc.steps; step++) {
+        double t0 = now_ms();
+        for (int a = 0; a < accum; a++)
+            loader_batch(&train, state.train_sample + (uint64_t)a * B, B, inputs[a].data(), targets[a].data());
+        state.train_sample += (uint64_t)B * accum;
+        double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
+        double norm = 0;
+        loss = train_step(&g, inputs, targets, step, tc, lr, &norm);
+        state.step = step + 1;
+        log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
+        if (!std::isfinite(loss)) die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+        const double used = device_used_bytes();
+        if (used > peak_used || step == first_step) {
+            peak_used = std::max(peak_used, used);
+            if (step == first_step)
+                printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f), %.2f GiB in use on the device\n",
+                       g.allocated / 1073741824.0, est.total() / 1073741824.0, used / 1073741824.0);
+        }
+        const bool last = step + 1 == tc.steps;
+        if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
+            val_loss = evaluate();
+            log_val(&lg, step + 1, val_loss);
+        }
+        if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
+        if (!tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last)) save_checkpoint();
+    }
+    print_sample();
+    if (!tc.save_safetensors.empty()) {
+        std::vector<float> p;
+        gpt_get_weights(&g, &p, nullptr, nullptr);
+        hf_export(tc.save_safetensors, mc, table, p.data());
+        printf("wrote %s\n", tc.save_safetensors.c_str());
+    }
+    printf("peak device memory in use: %.2f GiB\n", peak_used / 1073741824.0);
+    log_summary(&lg, mc, n_params, loss, val_loss, peak_used);
+    gpt_free(&g);
+    return 0;
+}
+#endif
