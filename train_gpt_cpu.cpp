@@ -1092,6 +1092,7 @@ int main(int argc, char** argv) {
     logger_open(&lg, rank0 ? tc.out_dir : "", !resume_dir.empty());
     lg.tokens_per_step = (double)tc.total_batch;
     lg.flops_per_token = model_flops_per_token(mc, T);
+    lg.n_devices = world.size;  // throughput is reported per rank
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     std::vector<std::vector<int32_t>> val_in(tc.val_batches, std::vector<int32_t>((size_t)B * T)), val_tg = val_in;
@@ -1112,7 +1113,11 @@ int main(int argc, char** argv) {
                 tokenizer_vocab_size(&tok), mc.vocab_size);
     }
     auto print_sample = [&]() {
-        if (tc.gen_tokens <= 0 || world.size > 1) return;  // sampling runs in one process
+        if (tc.gen_tokens <= 0) return;
+        if (world.size > 1) {
+            if (rank0) printf("no sample: sampling runs in one process (resume the checkpoint without mpirun to sample)\n");
+            return;
+        }
         // prompt: a newline for byte models, end-of-text for BPE ones, token 0 otherwise
         int32_t start = tc.tokenizer.empty() ? 0 : tc.tokenizer == "bytes" ? '\n' : (int32_t)tokenizer_eot(&tok);
         std::vector<int32_t> out = generate(&g, {start}, tc.gen_tokens, T, &state.rng);
