@@ -56,7 +56,7 @@ all: train_gpt_cpu test_gpt_cpu
 train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
-test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp $(HEADERS)
+test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp tests/check.h $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
 # Topic fragments (tests, tools, dev programs) add their own targets and append to ALL_TEST_DEPS.

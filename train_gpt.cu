@@ -32,7 +32,6 @@
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -49,7 +48,7 @@
 #include "llmc/lr_schedule.h"
 #include "llmc/params.h"
 #include "llmc/rng.h"
-#include "llmc/tokenizer.h"
+#include "llmc/sampling.h"
 #include "llmc/weights_io.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
@@ -734,19 +733,6 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
 // Sampling: the forward over a window in row 0 of the batch (the other rows hold token 0; causal
 // attention keeps them apart), the logits of the last prompt position, sampled on the host.
 
-static int sample_from_logits(const float* logits, int V, uint64_t* rng) {
-    float mx = -INFINITY;
-    for (int v = 0; v < V; v++) mx = std::max(mx, logits[v]);
-    double sum = 0;
-    for (int v = 0; v < V; v++) sum += std::exp((double)logits[v] - mx);
-    double r = rng_next_u01(rng) * sum, acc = 0;
-    for (int v = 0; v < V; v++) {
-        acc += std::exp((double)logits[v] - mx);
-        if (r < acc) return v;
-    }
-    return V - 1;
-}
-
 static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n, uint64_t* rng) {
     const ModelConfig& c = g->cfg;
     const int T = g->T;
@@ -769,9 +755,6 @@ static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n,
 // ----------------------------------------------------------------------------------------------
 // The run
 
-static double now_ms() {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Dense bf16 peak of the device from its name (DESIGN.md section 7); 0 when unknown (no MFU printed).
 static double device_peak_flops(const char* name) {
@@ -860,14 +843,7 @@ int main(int argc, char** argv) {
 
     // data: a .txt file without -j is split 90/10 into train and validation
     DataLoader train, val;
-    const bool split_text = tc.val_data.empty() && ends_with(tc.train_data, ".txt");
-    loader_open(&train, tc.train_data, T, 0.0, split_text ? 0.9 : 1.0);
-    if (split_text) loader_open(&val, tc.train_data, T, 0.9, 1.0);
-    else if (!tc.val_data.empty()) loader_open(&val, tc.val_data, T);
-    const bool have_val = val.num_samples > 0;
-    if ((int64_t)train.max_token >= mc.vocab_size || (have_val && (int64_t)val.max_token >= mc.vocab_size))
-        die("data '%s' holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
-            tc.train_data.c_str(), std::max(train.max_token, val.max_token), mc.vocab_size);
+    const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
 
     GPT g;
     gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay);
@@ -921,25 +897,11 @@ int main(int argc, char** argv) {
         }
         return s / tc.val_batches;
     };
-    Tokenizer tok;  // decodes samples (--tokenizer); none: samples print as token ids
-    if (!tc.tokenizer.empty()) {
-        tokenizer_load_auto(&tok, tc.tokenizer.c_str());
-        if (tokenizer_vocab_size(&tok) > (uint32_t)mc.vocab_size)
-            die("--tokenizer %s has %u tokens but the model's vocabulary is %d", tc.tokenizer.c_str(),
-                tokenizer_vocab_size(&tok), mc.vocab_size);
-    }
+    Sampler sampler;  // decodes samples (--tokenizer); none: samples print as token ids
+    sampler_open(&sampler, tc.tokenizer, mc.vocab_size);
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
-        int32_t start = tc.tokenizer.empty() ? 0 : tc.tokenizer == "bytes" ? '\n' : (int32_t)tokenizer_eot(&tok);
-        std::vector<int32_t> out = generate(&g, {start}, tc.gen_tokens, &state.rng);
-        printf("--- sample ---\n");
-        if (!tc.tokenizer.empty()) {
-            std::vector<uint32_t> ids(out.begin(), out.end());
-            printf("%s", tokenizer_decode(&tok, ids.data(), ids.size()).c_str());
-        } else {
-            for (int32_t x : out) printf("%d ", x);
-        }
-        printf("\n--------------\n");
+        sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, &state.rng));
     };
 
     double loss = 0, val_loss = -1, peak_used = 0;

@@ -22,7 +22,6 @@
 // Nl = B*T/tp rows of the residual stream under SP (else N).
 #include <omp.h>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
@@ -43,7 +42,7 @@
 #include "llmc/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
-#include "llmc/tokenizer.h"
+#include "llmc/sampling.h"
 #include "llmc/topology.h"
 #include "llmc/tp.h"
 #include "llmc/weights_io.h"
@@ -880,20 +879,6 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     *norm_out = norm;
     return loss;
 }
-// Samples the next token from the logits of row n (temperature 1) using the run's RNG.
-static inline int sample_token(const float* logits, int V, uint64_t* rng) {
-    float mx = -INFINITY;
-    for (int v = 0; v < V; v++) mx = std::max(mx, logits[v]);
-    double sum = 0;
-    for (int v = 0; v < V; v++) sum += std::exp((double)logits[v] - mx);
-    double r = rng_next_u01(rng) * sum, acc = 0;
-    for (int v = 0; v < V; v++) {
-        acc += std::exp((double)logits[v] - mx);
-        if (r < acc) return v;
-    }
-    return V - 1;
-}
-
 // Generates n tokens after a prompt; the forward pass is re-run over the window (no KV cache:
 // this is the reference, not a server).
 static inline std::vector<int32_t> generate(GPT<float>* g, std::vector<int32_t> prompt, int n, int T, uint64_t* rng) {
@@ -903,14 +888,11 @@ static inline std::vector<int32_t> generate(GPT<float>* g, std::vector<int32_t> 
         std::copy(prompt.end() - len, prompt.end(), window.begin());
         gpt_forward(g, window.data(), (const int32_t*)nullptr, 1, T);
         const float* row = g->cur->logits.data() + (size_t)(len - 1) * g->Vpl;
-        prompt.push_back(sample_token(row, g->cfg.vocab_size, rng));
+        prompt.push_back(sample_from_logits(row, g->cfg.vocab_size, rng));
     }
     return prompt;
 }
 
-static inline double now_ms() {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 #ifndef TESTING
 // A bad parallel layout stops every rank before any work: rank 0 says what is wrong.
@@ -1039,14 +1021,7 @@ int main(int argc, char** argv) {
 
     // data: a .txt file without -j is split 90/10 into train and validation
     DataLoader train, val;
-    const bool split_text = tc.val_data.empty() && ends_with(tc.train_data, ".txt");
-    loader_open(&train, tc.train_data, T, 0.0, split_text ? 0.9 : 1.0);
-    if (split_text) loader_open(&val, tc.train_data, T, 0.9, 1.0);
-    else if (!tc.val_data.empty()) loader_open(&val, tc.val_data, T);
-    const bool have_val = val.num_samples > 0;
-    if ((int64_t)train.max_token >= mc.vocab_size || (have_val && (int64_t)val.max_token >= mc.vocab_size))
-        die("data '%s' holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
-            tc.train_data.c_str(), std::max(train.max_token, val.max_token), mc.vocab_size);
+    const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
 
     // weights: every rank makes the whole model (seeded init, --init-from, a checkpoint of any
@@ -1105,30 +1080,15 @@ int main(int argc, char** argv) {
         comm_all_reduce_sum(world, &s, 1);
         return s / tc.val_batches;
     };
-    Tokenizer tok;  // decodes samples (--tokenizer); none: samples print as token ids
-    if (!tc.tokenizer.empty()) {
-        tokenizer_load_auto(&tok, tc.tokenizer.c_str());
-        if (tokenizer_vocab_size(&tok) > (uint32_t)mc.vocab_size)
-            die("--tokenizer %s has %u tokens but the model's vocabulary is %d", tc.tokenizer.c_str(),
-                tokenizer_vocab_size(&tok), mc.vocab_size);
-    }
+    Sampler sampler;  // decodes samples (--tokenizer); none: samples print as token ids
+    sampler_open(&sampler, tc.tokenizer, mc.vocab_size);
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
         if (world.size > 1) {
             if (rank0) printf("no sample: sampling runs in one process (resume the checkpoint without mpirun to sample)\n");
             return;
         }
-        // prompt: a newline for byte models, end-of-text for BPE ones, token 0 otherwise
-        int32_t start = tc.tokenizer.empty() ? 0 : tc.tokenizer == "bytes" ? '\n' : (int32_t)tokenizer_eot(&tok);
-        std::vector<int32_t> out = generate(&g, {start}, tc.gen_tokens, T, &state.rng);
-        printf("--- sample ---\n");
-        if (!tc.tokenizer.empty()) {
-            std::vector<uint32_t> ids(out.begin(), out.end());
-            printf("%s", tokenizer_decode(&tok, ids.data(), ids.size()).c_str());
-        } else {
-            for (int32_t x : out) printf("%d ", x);
-        }
-        printf("\n--------------\n");
+        sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, T, &state.rng));
     };
 
     double loss = 0, val_loss = -1;

@@ -63,3 +63,19 @@ static inline void loader_batch(DataLoader* dl, uint64_t first, int B, int32_t* 
         std::copy(dl->window.begin() + 1, dl->window.end(), targets + (size_t)b * T);
     }
 }
+
+// Opens the training data and the validation data (none when val_path is empty, except that a
+// .txt training file without one is split 90/10), and checks every token fits the vocabulary.
+// Returns whether there is validation data.
+static inline bool loader_open_train_val(DataLoader* train, DataLoader* val, const std::string& train_path,
+                                         const std::string& val_path, int T, int vocab_size) {
+    const bool split_text = val_path.empty() && ends_with(train_path, ".txt");
+    loader_open(train, train_path, T, 0.0, split_text ? 0.9 : 1.0);
+    if (split_text) loader_open(val, train_path, T, 0.9, 1.0);
+    else if (!val_path.empty()) loader_open(val, val_path, T);
+    const bool have_val = val->num_samples > 0;
+    if ((int64_t)train->max_token >= vocab_size || (have_val && (int64_t)val->max_token >= vocab_size))
+        die("data '%s' holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
+            train_path.c_str(), std::max(train->max_token, val->max_token), vocab_size);
+    return have_val;
+}

@@ -6,8 +6,8 @@
 //   norm weights              ones
 //   biases                    zeros
 //   vocabulary padding rows   zeros (never trained: they get no gradient)
-// The same arithmetic as train_gpt_cpu.cpp params_init_full, so both trainers start from
-// bitwise-identical fp32 weights (tests/t_train_gpt_host.sh compares their --export-init files).
+// Both trainers call it, so they start from bitwise-identical fp32 weights
+// (tests/t_train_gpt_host.sh compares their --export-init files).
 #pragma once
 #include <cmath>
 #include <cstdint>

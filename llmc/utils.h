@@ -2,6 +2,7 @@
 // Every failure prints what went wrong, where (file:line of the caller), and exits 1.
 #pragma once
 #include <cerrno>
+#include <chrono>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -77,4 +78,9 @@ static inline bool file_exists(const std::string& path) {
     if (!f) return false;
     fclose(f);
     return true;
+}
+
+// wall-clock milliseconds, for step timing
+static inline double now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

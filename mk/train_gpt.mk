@@ -13,7 +13,7 @@ train_gpt: train_gpt.cu $(TRAIN_GPT_DEPS)
 	@test -n "$(NVCC)" || { echo "error: $@ needs nvcc (none on PATH or in CUDA_HOME=$(CUDA_HOME)/bin)"; exit 1; }
 	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
 
-test_gpt: test_gpt.cu train_gpt.cu $(TRAIN_GPT_DEPS)
+test_gpt: test_gpt.cu train_gpt.cu tests/check.h $(TRAIN_GPT_DEPS)
 	@test -n "$(NVCC)" || { echo "error: $@ needs nvcc (none on PATH or in CUDA_HOME=$(CUDA_HOME)/bin)"; exit 1; }
 	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
 

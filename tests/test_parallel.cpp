@@ -20,17 +20,7 @@
 #include "llmc/tp.h"
 #include "llmc/zero.h"
 
-static int failures = 0;
-static void check(bool ok, const std::string& name, const char* fmt = "", ...) {
-    if (ok) { printf("[PASS] %s\n", name.c_str()); return; }
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    printf("[FAIL] %s: %s\n", name.c_str(), buf);
-    failures++;
-}
+#include "tests/check.h"
 
 static void test_topology() {
     bool ok = true;
@@ -288,5 +278,5 @@ int main(int argc, char** argv) {
     test_zero();
     test_tp();
     test_comm_single();
-    return failures ? 1 : 0;
+    return g_failed ? 1 : 0;
 }

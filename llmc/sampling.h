@@ -1,0 +1,57 @@
+// llmc/sampling.h: text generation pieces both trainers share: drawing the next token from a
+// row of logits with the run's RNG (temperature 1), the prompt, and printing a sample through
+// the tokenizer named by --tokenizer (none: token ids). The forward pass that produces the
+// logits is each trainer's own.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "llmc/rng.h"
+#include "llmc/tokenizer.h"
+
+struct Sampler {
+    std::string name;   // the tokenizer: "bytes", "gpt2", "llama3", a rank file, or "" for ids
+    Tokenizer tok;
+};
+
+static inline void sampler_open(Sampler* s, const std::string& name, int vocab_size) {
+    s->name = name;
+    if (name.empty()) return;
+    tokenizer_load_auto(&s->tok, name.c_str());
+    if (tokenizer_vocab_size(&s->tok) > (uint32_t)vocab_size)
+        die("--tokenizer %s has %u tokens but the model's vocabulary is %d", name.c_str(), tokenizer_vocab_size(&s->tok),
+            vocab_size);
+}
+
+// the prompt: a newline for byte models, end-of-text for BPE ones, token 0 without a tokenizer
+static inline int32_t sampler_start_token(const Sampler* s) {
+    if (s->name.empty()) return 0;
+    return s->name == "bytes" ? '\n' : (int32_t)tokenizer_eot(&s->tok);
+}
+
+// Draws a token from softmax(logits[0..V)) with one uniform of the RNG.
+static inline int sample_from_logits(const float* logits, int V, uint64_t* rng) {
+    float mx = -INFINITY;
+    for (int v = 0; v < V; v++) mx = std::max(mx, logits[v]);
+    double sum = 0;
+    for (int v = 0; v < V; v++) sum += std::exp((double)logits[v] - mx);
+    double r = rng_next_u01(rng) * sum, acc = 0;
+    for (int v = 0; v < V; v++) {
+        acc += std::exp((double)logits[v] - mx);
+        if (r < acc) return v;
+    }
+    return V - 1;
+}
+
+static inline void sampler_print(const Sampler* s, const std::vector<int32_t>& ids) {
+    printf("--- sample ---\n");
+    if (!s->name.empty()) {
+        std::vector<uint32_t> u(ids.begin(), ids.end());
+        printf("%s", tokenizer_decode(&s->tok, u.data(), u.size()).c_str());
+    } else {
+        for (int32_t x : ids) printf("%d ", x);
+    }
+    printf("\n--------------\n");
+}
