@@ -28,6 +28,7 @@
 #include "train_gpt.cu"
 
 #include "tests/check.h"
+#include "tests/ref_state.h"
 
 static std::vector<float> download_bf16(const floatX* d, size_t n) {
     std::vector<__nv_bfloat16> h(n);
@@ -72,30 +73,15 @@ static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 }
 
 static void test_reference(const char* path) {
-    SafeTensors st;
-    st_open(&st, path);
-    std::string tag = fs::path(path).stem().string();
-    auto meta = [&](const char* k) {
-        auto it = st.metadata.find(k);
-        if (it == st.metadata.end()) die("%s: no '%s' in metadata", path, k);
-        return it->second;
-    };
-    ModelConfig c = config_from_json(meta("config"), path);
-    Json tj;
-    std::string err, train_text = meta("train");
-    if (!json_parse(train_text.data(), train_text.size(), &tj, &err)) die("%s: bad 'train' metadata: %s", path, err.c_str());
-    auto num = [&](const char* k) {
-        const Json* v = tj.get(k);
-        if (!v || v->kind != Json::NUM) die("%s: 'train' metadata lacks '%s'", path, k);
-        return v->num;
-    };
-    const int B = (int)num("batch"), T = (int)num("seq"), A = (int)num("accum"), S = (int)num("steps");
-    TrainConfig tc;
-    tc.lr = num("lr"); tc.min_lr = num("min_lr"); tc.warmup = (int)num("warmup"); tc.decay_frac = num("decay_frac");
-    tc.beta1 = num("beta1"); tc.beta2 = num("beta2"); tc.eps = num("eps"); tc.weight_decay = num("wd");
-    tc.grad_clip = num("clip"); tc.steps = S;
-    const Json* sch = tj.get("schedule");
-    if (!sch || sch->kind != Json::STR || !lr_schedule_from_name(sch->str, &tc.schedule)) die("%s: bad schedule", path);
+    RefState ref;
+    ref_state_open(&ref, path);
+    const SafeTensors& st = ref.st;
+    const ModelConfig& c = ref.c;
+    const TrainConfig& tc = ref.tc;
+    const std::string& tag = ref.tag;
+    const int B = ref.B, T = ref.T, A = ref.A, S = ref.S;
+    const std::vector<int32_t>& inputs = ref.inputs;
+    const std::vector<int32_t>& targets = ref.targets;
 
     const double tol_logits = (3.0 + 5.0 * c.n_layer) / 512.0;
     const double tol_grad = 2.0 * tol_logits;
@@ -106,9 +92,6 @@ static void test_reference(const char* path) {
     std::vector<float> init(table.total, 0.0f);
     hf_read_tensors(&st, table, "", init.data());
     const int N = B * T, V = c.vocab_size, Vp = c.padded_vocab;
-    std::vector<int32_t> inputs((size_t)S * A * N), targets((size_t)S * A * N);
-    st_read_i32(&st, st_require(&st, "ref.inputs", (int64_t)inputs.size()), inputs.data());
-    st_read_i32(&st, st_require(&st, "ref.targets", (int64_t)targets.size()), targets.data());
 
     GPT g;
     gpt_build(&g, c, B, T, RECOMPUTE_NONE, false, (float)tc.weight_decay);

@@ -9,6 +9,7 @@
 #include "train_gpt_cpu.cpp"
 
 #include "tests/check.h"
+#include "tests/ref_state.h"
 
 // ----------------------------------------------------------------------------------------------
 // Tolerances against PyTorch, both in fp32 on the CPU. The two implementations sum in
@@ -27,38 +28,20 @@ static const double TOL_WEIGHTS = 1e-3;
 static const double TOL_WEIGHTS_BULK = 1e-5;
 
 static void test_reference(const char* path) {
-    SafeTensors st;
-    st_open(&st, path);
-    std::string tag = std::string(path).substr(std::string(path).find_last_of('/') + 1);
-    auto meta = [&](const char* k) {
-        auto it = st.metadata.find(k);
-        if (it == st.metadata.end()) die("%s: no '%s' in metadata", path, k);
-        return it->second;
-    };
-    ModelConfig c = config_from_json(meta("config"), path);
-    Json tj;
-    std::string err, train_text = meta("train");
-    if (!json_parse(train_text.data(), train_text.size(), &tj, &err)) die("%s: bad 'train' metadata: %s", path, err.c_str());
-    auto num = [&](const char* k) {
-        const Json* v = tj.get(k);
-        if (!v || v->kind != Json::NUM) die("%s: 'train' metadata lacks '%s'", path, k);
-        return v->num;
-    };
-    const int B = (int)num("batch"), T = (int)num("seq"), A = (int)num("accum"), S = (int)num("steps");
-    TrainConfig tc;
-    tc.lr = num("lr"); tc.min_lr = num("min_lr"); tc.warmup = (int)num("warmup"); tc.decay_frac = num("decay_frac");
-    tc.beta1 = num("beta1"); tc.beta2 = num("beta2"); tc.eps = num("eps"); tc.weight_decay = num("wd");
-    tc.grad_clip = num("clip"); tc.steps = S;
-    const Json* sch = tj.get("schedule");
-    if (!sch || sch->kind != Json::STR || !lr_schedule_from_name(sch->str, &tc.schedule)) die("%s: bad schedule", path);
+    RefState r;
+    ref_state_open(&r, path);
+    const SafeTensors& st = r.st;
+    const ModelConfig& c = r.c;
+    const TrainConfig& tc = r.tc;
+    const std::string& tag = r.tag;
+    const int B = r.B, T = r.T, A = r.A, S = r.S;
+    const std::vector<int32_t>& inputs = r.inputs;
+    const std::vector<int32_t>& targets = r.targets;
 
     GPT<float> g;
     gpt_build(&g, c);
     hf_read_tensors(&st, g.table, "", g.params.data());
     const int N = B * T, V = c.vocab_size, Vp = c.padded_vocab;
-    std::vector<int32_t> inputs((size_t)S * A * N), targets((size_t)S * A * N);
-    st_read_i32(&st, st_require(&st, "ref.inputs", (int64_t)inputs.size()), inputs.data());
-    st_read_i32(&st, st_require(&st, "ref.targets", (int64_t)targets.size()), targets.data());
 
     // logits and loss of the first micro-batch
     gpt_forward(&g, inputs.data(), targets.data(), B, T);

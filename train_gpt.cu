@@ -184,7 +184,7 @@ struct MemoryEstimate {
 
 // The scratch buffers of one micro-batch, in elements; listed once for the estimate and the allocation.
 struct ScratchLayout {
-    size_t zeros, y, x_final, lnf, lnf_stats, dres, dln, datty, dqkv, dfc1, dact, dq_accum, dvec, norm_partial,
+    size_t zeros, y, x_final, lnf, lnf_stats, dres, dln, datty, dqkv, dfc1, dact, dvec, norm_partial,
         logits, losses, tokens, gnorm, rope;
 };
 
@@ -202,7 +202,6 @@ static ScratchLayout scratch_layout(const ModelConfig& c, int B, int T) {
     s.dqkv = N * cfg_qkv_dim(c);                      // [N,qkvd] bf16
     s.dfc1 = N * cfg_fc1_dim(c);                      // [N,F1] bf16
     s.dact = N * c.ffn;                               // [N,F] bf16
-    s.dq_accum = N * cfg_q_dim(c);                    // [N,qd] fp32 attention backward
     s.dvec = (size_t)B * c.n_head * T;                // [B,H,T] fp32 attention backward
     s.norm_partial = norm_backward_scratch_floats((int)N, (int)C);  // fp32
     s.logits = (size_t)classifier_chunk(c, B, T) * c.padded_vocab;  // [chunk,Vp] bf16
@@ -218,7 +217,7 @@ static size_t scratch_bytes(const ScratchLayout& s) {
     return align256(s.zeros * bf) + align256(s.y * bf) + align256(s.x_final * bf) +
            align256(s.lnf * bf) + align256(s.lnf_stats * f) + align256(s.dres * bf) + align256(s.dln * bf) +
            align256(s.datty * bf) + align256(s.dqkv * bf) + align256(s.dfc1 * bf) + align256(s.dact * bf) +
-           align256(s.dq_accum * f) + align256(s.dvec * f) + align256(s.norm_partial * f) + align256(s.logits * bf) +
+           align256(s.dvec * f) + align256(s.norm_partial * f) + align256(s.logits * bf) +
            align256(s.losses * f) + align256(s.tokens * 4) + align256(s.gnorm * f);
 }
 
@@ -331,7 +330,7 @@ struct GPT {
     std::vector<LayerActs> layers;
     // scratch (shapes in scratch_layout)
     floatX *zeros, *y, *x_final, *lnf, *dres, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
-    float *lnf_mean, *lnf_rstd, *dq_accum, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin;
+    float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin;
     int32_t *inputs, *targets;
     int cls_chunk = 0;
     EmbeddingPlan plan;
@@ -454,7 +453,6 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->dqkv = sc.take<floatX>(s.dqkv);
     g->dfc1 = sc.take<floatX>(s.dfc1);
     g->dact = sc.take<floatX>(s.dact);
-    g->dq_accum = sc.take<float>(s.dq_accum);
     g->dvec = sc.take<float>(s.dvec);
     g->norm_partial = sc.take<float>(s.norm_partial);
     g->logits = sc.take<floatX>(s.logits);
@@ -595,12 +593,12 @@ static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
                                 g->P(t.lnf_b), N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
 }
 
-// logits[rows, Vp] (bf16, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk.
+// logits[rows, Vp] (bf16, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
+// head as a linear layer (IC = C, OC = Vp), the same GEMM as step 1 of fused_classifier.
 static void gpt_logits(GPT* g, int row0, int rows) {
     const ModelConfig& c = g->cfg;
-    matmul_lt(g->mm.handle, g->logits, CUDA_R_16BF, c.padded_vocab, g->lnf + (size_t)row0 * c.n_embd, false, c.n_embd,
-              g->P(g->head()), true, c.n_embd, rows, c.padded_vocab, c.n_embd, 0.0f, g->mm.workspace,
-              g->mm.workspace_size, g->stream);
+    matmul_forward(&g->mm, g->stream, g->logits, g->lnf + (size_t)row0 * c.n_embd, g->P(g->head()), nullptr, rows,
+                   c.n_embd, c.padded_vocab);
 }
 
 // Mean loss over the valid targets of the micro-batch after gpt_forward (no gradients).
@@ -638,8 +636,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf
     const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
     fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N, C,
-                     c.vocab_size, c.padded_vocab, g->cls_chunk, scale, g->mm.handle, g->mm.workspace,
-                     g->mm.workspace_size, g->stream);
+                     c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
     cudaCheck(cudaMemcpyAsync(g->h_losses.data(), g->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, g->stream));
     cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)N * C * sizeof(floatX), g->stream));
     norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
@@ -666,7 +663,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x)))))
         matmul_backward_input(&g->mm, g->stream, g->datty, g->dres, g->P(w.attn_out_w), N, qd, C);
         matmul_backward_weight(&g->mm, g->stream, g->G(w.attn_out_w), g->G(w.attn_out_b), g->dres, la.atty, N, qd, C);
-        attention_backward(g->dqkv, g->dq_accum, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
+        attention_backward(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
         matmul_backward_input(&g->mm, g->stream, g->dln, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
         matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1, N, C, qkvd);

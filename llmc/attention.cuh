@@ -14,8 +14,8 @@
 //
 // Launchers:
 //   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream)
-//   attention_backward(dqkv, dq_accum, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
-//     dq_accum [B, T, H * hd] fp32 and dvec [B, H, T] fp32 are scratch buffers of the caller.
+//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
+//     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
 #pragma once
@@ -288,34 +288,27 @@ static void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat1
 }
 
 // ---- backward --------------------------------------------------------------------------------------
+// Two kernels after the preprocess, each writing its part of dqkv once, with no atomics: the result
+// does not depend on the order in which blocks run (two runs give the same bits).
+//   dK, dV: one block per (key tile, kv head), summing over the query tiles and the GQA group;
+//   dQ:     one block per (query tile, query head), summing over the key tiles.
+// Both recompute P = exp(S * scale - lse) and dS = P * (dP - D) from Q, K, V, dO.
 
-// dvec[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (fp32); dq_accum <- 0. One warp per (b, t, h).
-__global__ void attention_backward_preprocess_kernel(float* dvec, float* dq_accum, const __nv_bfloat16* dout,
-                                                     const __nv_bfloat16* out, int B, int T, int H, int hd) {
+static const int ATT_BWD_BN = 64;  // keys per tile (the dK/dV block's 4 warps x 16; the dQ block's key loop)
+static const int ATT_DQ_BM = 64;   // query rows per dQ block: 4 warps x 16
+
+// dvec[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (fp32), the D of dS = P (dP - D). One warp per (b, t, h).
+__global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                                                     int B, int T, int H, int hd) {
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (warp >= B * T * H) return;
     const int h = warp % H, t = (warp / H) % T, b = warp / (H * T);
     const size_t off = (size_t)warp * hd;  // [B,T,H,hd] row of this (b, t, h)
     float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) {
-        acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
-        dq_accum[off + d] = 0.0f;
-    }
+    for (int d = lane; d < hd; d += 32) acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
     for (int m = 16; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
     if (lane == 0) dvec[((size_t)b * H + h) * T + t] = acc;
 }
-
-// dqkv's query part <- bf16(dq_accum).
-__global__ void attention_dq_convert_kernel(__nv_bfloat16* dqkv, const float* dq_accum, int B, int T, int H, int KV,
-                                            int hd) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t qd = (size_t)H * hd;
-    if (i >= (size_t)B * T * qd) return;
-    const size_t bt = i / qd, c = i % qd;
-    dqkv[bt * (H + 2 * KV) * hd + c] = __float2bfloat16(dq_accum[i]);
-}
-
-static const int ATT_BWD_BN = 64;  // keys per block: 4 warps x 16
 
 // One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
 // every head, which have the most query tiles (longest first). Each warp owns 16 keys and keeps
@@ -323,29 +316,23 @@ static const int ATT_BWD_BN = 64;  // keys per block: 4 warps x 16
 // GQA group and every query tile at or after the key tile; dK and dV are then written once, so
 // the group's sum needs no atomics. Per query tile of BM rows (Q, dO, lse, D staged in shared memory):
 //   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO, dP^T = V dO^T,
-//   dS^T = P^T (dP^T - D), dK += dS^T Q; dS goes through shared memory and dQ += dS K
-//   (fp32 atomics into dq_accum, scale folded in).
+//   dS^T = P^T (dP^T - D), dK += dS^T Q.
 // Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
 // [k][n]); rows are padded by 16 bytes, so the eight rows of each 8x8 tile hit distinct banks.
 template <int HD, int BM>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_backward_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                          const float* lse, const float* dvec, int T, int H, int KV) {
+attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                               const float* lse, const float* dvec, int T, int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;
-    constexpr int LDP = ATT_BWD_BN + ATT_PAD;   // dS row stride
     constexpr int KC = HD / 16;
     constexpr int NQ = BM / 8;                  // n8 tiles over the query tile
     constexpr int DT = HD / 8;
-    constexpr int RT = BM / 16;                 // dQ: row tiles ...
-    constexpr int DP = 4 / RT;                  // ... times head-dim parts = 4 warps
-    constexpr int DQT = HD / DP / 8;            // n8 tiles of a warp's dQ slice
     extern __shared__ __align__(16) unsigned char att_smem[];
     __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
     __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
     __nv_bfloat16* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
     __nv_bfloat16* sdO = sQ + BM * LDS;                               // [BM][LDS]
-    __nv_bfloat16* sdS = sdO + BM * LDS;                              // [BM][LDP]  dS[query][key]
-    float* sL = reinterpret_cast<float*>(sdS + BM * LDP);             // [BM] lse * log2(e)
+    float* sL = reinterpret_cast<float*>(sdO + BM * LDS);             // [BM] lse * log2(e)
     float* sD = sL + BM;                                              // [BM]
 
     const int kt = blockIdx.y;
@@ -432,40 +419,7 @@ attention_backward_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloa
                     mma_bf16_16816(dk[d + 1], sa, qb[2], qb[3]);
                 }
             }
-            // dS -> shared as [query][key] bf16 for the dQ product
-            for (int n = 0; n < NQ; n++)
-                for (int e = 0; e < 4; e++) {
-                    const int qi = n * 8 + 2 * q4 + (e & 1);
-                    sdS[qi * LDP + warp * 16 + g + (e >> 1) * 8] = __float2bfloat16(dpt[n][e]);
-                }
-            __syncthreads();
-            // dQ[BM, hd] += dS[BM, 64] K[64, hd]; warp: row tile warp % RT, head-dim part warp / RT
-            {
-                const int rt = warp % RT, dpart = warp / RT;
-                float dq[DQT][4];
-                for (int d = 0; d < DQT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
-                const __nv_bfloat16* sr = sdS + (rt * 16) * LDP;
-                for (int c = 0; c < ATT_BWD_BN / 16; c++) {
-                    uint32_t a[4];
-                    ldmatrix_x4(a, sr + ((mat & 1) * 8 + r8) * LDP + c * 16 + (mat >> 1) * 8);
-                    const __nv_bfloat16* kr = sK + (c * 16 + (mat & 1) * 8 + r8) * LDS + dpart * (HD / DP) + (mat >> 1) * 8;
-                    for (int d = 0; d < DQT; d += 2) {
-                        uint32_t kb[4];
-                        ldmatrix_x4_trans(kb, kr + d * 8);
-                        mma_bf16_16816(dq[d], a, kb[0], kb[1]);
-                        mma_bf16_16816(dq[d + 1], a, kb[2], kb[3]);
-                    }
-                }
-                for (int r = 0; r < 2; r++) {
-                    const int row = it * BM + rt * 16 + g + r * 8;
-                    float* dst = dq_accum + ((size_t)b * T + row) * H * HD + (size_t)h * HD + dpart * (HD / DP) + 2 * q4;
-                    for (int d = 0; d < DQT; d++) {
-                        atomicAdd(dst + d * 8, dq[d][2 * r] * scale);
-                        atomicAdd(dst + d * 8 + 1, dq[d][2 * r + 1] * scale);
-                    }
-                }
-            }
-            __syncthreads();  // sQ, sdO, sdS are overwritten by the next query tile
+            __syncthreads();  // sQ, sdO, sL, sD are overwritten by the next query tile
         }
     }
     // write dK (scaled) and dV of this warp's 16 keys
@@ -481,35 +435,157 @@ attention_backward_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloa
     }
 }
 
+// One block per (b * H + query head, reversed query tile), x fastest: as in the forward, every head's
+// last query tile (the most key tiles) goes out in the first wave. Q and dO of the block's 64 rows stay
+// in shared memory; K/V tiles 0..qt are double-buffered with cp.async and walked in increasing order.
+// Each warp owns 16 query rows and keeps their dQ (16 x hd, fp32) in registers. Per key tile:
+//   S = Q K^T, dP = dO V^T, P = exp(S * scale - lse), dS = P (dP - D), dQ += dS K;
+// dQ is scaled and written once (bf16) into the query part of dqkv.
 template <int HD>
-static void attention_backward_hd(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloat16* dout,
-                                  const __nv_bfloat16* qkv, const float* lse, const float* dvec, int B, int T, int H,
-                                  int KV, cudaStream_t stream) {
-    // 32 query rows per tile keep dK, dV, S^T and dP^T in registers; hd 80 takes 64 so that the dQ
-    // slices (hd / (4 / (BM / 16)) columns per warp) are an even number of n8 tiles
-    constexpr int BM = HD == 80 ? 64 : 32;
-    const size_t smem = (size_t)(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
-                        (size_t)BM * (ATT_BWD_BN + ATT_PAD) * sizeof(__nv_bfloat16) + 2 * BM * sizeof(float);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_kernel<HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-    dim3 grid(B * KV, T / ATT_BWD_BN);
-    attention_backward_kernel<HD, BM><<<grid, ATT_THREADS, smem, stream>>>(dqkv, dq_accum, dout, qkv, lse, dvec, T, H, KV);
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                             const float* lse, const float* dvec, int T, int H, int KV) {
+    static_assert(ATT_DQ_BM == ATT_BWD_BN, "the causal limit below assumes square tiles");
+    constexpr int LDS = HD + ATT_PAD;
+    constexpr int KC = HD / 16;
+    constexpr int NT = ATT_BWD_BN / 8;  // n8 tiles of S and dP (keys)
+    constexpr int DT = HD / 8;          // n8 tiles of dQ
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BM][LDS]
+    __nv_bfloat16* sdO = sQ + ATT_DQ_BM * LDS;                        // [BM][LDS]
+    __nv_bfloat16* sK = sdO + ATT_DQ_BM * LDS;                        // [2][BN][LDS]
+    __nv_bfloat16* sV = sK + 2 * ATT_BWD_BN * LDS;                    // [2][BN][LDS]
+
+    const int qt = T / ATT_DQ_BM - 1 - (int)blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const size_t q_row0 = (size_t)b * T + (size_t)qt * ATT_DQ_BM;
+    const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const int n_kt = qt + 1;  // causal: key tiles 0..qt
+
+    load_tile<ATT_DQ_BM, HD, ATT_THREADS, true>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+    load_tile<ATT_DQ_BM, HD, ATT_THREADS, true>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK, kbase, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV, vbase, ld);
+    cp_async_commit();
+
+    const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    const int row0 = qt * ATT_DQ_BM + warp * 16 + g;  // this thread's query rows: row0 and row0 + 8
+    float L[2], D[2];                                 // lse * log2(e) and D of the two rows
+    for (int r = 0; r < 2; r++) {
+        const size_t i = ((size_t)b * H + h) * T + row0 + r * 8;
+        L[r] = lse[i] * 1.4426950408889634f;
+        D[r] = dvec[i];
+    }
+    float dq[DT][4];
+    for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;   // this warp's 16 query rows (A operand rows)
+    const __nv_bfloat16* ow = sdO + (warp * 16) * LDS;
+
+    for (int j = 0; j < n_kt; j++) {
+        const int st = j & 1;
+        const __nv_bfloat16* k_s = sK + st * ATT_BWD_BN * LDS;
+        const __nv_bfloat16* v_s = sV + st * ATT_BWD_BN * LDS;
+        if (j + 1 < n_kt) {
+            const size_t off = (size_t)(j + 1) * ATT_BWD_BN * ld;
+            load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK + (st ^ 1) * ATT_BWD_BN * LDS, kbase + off, ld);
+            load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV + (st ^ 1) * ATT_BWD_BN * LDS, vbase + off, ld);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+
+        // S = Q K^T and dP = dO V^T (16 queries x 64 keys per warp)
+        float s[NT][4], dp[NT][4];
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+        for (int kc = 0; kc < KC; kc++) {
+            // A tiles: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+            uint32_t qa[4], oa[4];
+            const int a_off = ((mat & 1) * 8 + r8) * LDS + kc * 16 + (mat >> 1) * 8;
+            ldmatrix_x4(qa, qw + a_off);
+            ldmatrix_x4(oa, ow + a_off);
+            // B tiles (K^T, V^T): (keys n*8.., k 0-7), (same, k 8-15), (keys +8, k 0-7), (+8, k 8-15)
+            for (int n = 0; n < NT; n += 2) {
+                const int b_off = (n * 8 + (mat >> 1) * 8 + r8) * LDS + kc * 16 + (mat & 1) * 8;
+                uint32_t kb[4], vb[4];
+                ldmatrix_x4(kb, k_s + b_off);
+                ldmatrix_x4(vb, v_s + b_off);
+                mma_bf16_16816(s[n], qa, kb[0], kb[1]);
+                mma_bf16_16816(s[n + 1], qa, kb[2], kb[3]);
+                mma_bf16_16816(dp[n], oa, vb[0], vb[1]);
+                mma_bf16_16816(dp[n + 1], oa, vb[2], vb[3]);
+            }
+        }
+        // dS in place of S; keys after the query (diagonal tile only) have P = 0
+        const bool diag = (j == qt);
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) {
+                const int key = j * ATT_BWD_BN + n * 8 + 2 * q4 + (e & 1);
+                const int r = e >> 1;
+                const float p = (diag && key > row0 + r * 8) ? 0.0f : exp2f(s[n][e] * scale_log2 - L[r]);
+                s[n][e] = p * (dp[n][e] - D[r]);
+            }
+        // dQ += dS K: the accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c (keys
+        // c*16..); B[k = key][n = dim] = K row-major, so transposed ldmatrix
+        for (int c = 0; c < ATT_BWD_BN / 16; c++) {
+            uint32_t da[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
+                              pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            const __nv_bfloat16* kr = k_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t kb[4];
+                ldmatrix_x4_trans(kb, kr + d * 8);
+                mma_bf16_16816(dq[d], da, kb[0], kb[1]);
+                mma_bf16_16816(dq[d + 1], da, kb[2], kb[3]);
+            }
+        }
+        __syncthreads();  // the next iteration overwrites a buffer read here
+    }
+
+    for (int r = 0; r < 2; r++) {
+        __nv_bfloat16* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
+        for (int d = 0; d < DT; d++)
+            *reinterpret_cast<__nv_bfloat162*>(dqr + d * 8) =
+                __floats2bfloat162_rn(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
+    }
+}
+
+template <int HD>
+static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                  const float* lse, const float* dvec, int B, int T, int H, int KV, cudaStream_t stream) {
+    // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers
+    constexpr int BM = 32;
+    const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
+                           2 * BM * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_kv));
+    attention_backward_dkdv_kernel<HD, BM><<<dim3(B * KV, T / ATT_BWD_BN), ATT_THREADS, smem_kv, stream>>>(
+        dqkv, dout, qkv, lse, dvec, T, H, KV);
+    cudaCheck(cudaGetLastError());
+    // dQ: Q and dO of 64 rows plus double-buffered K and V tiles
+    const size_t smem_q = (size_t)(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_q));
+    attention_backward_dq_kernel<HD><<<dim3(B * H, T / ATT_DQ_BM), ATT_THREADS, smem_q, stream>>>(
+        dqkv, dout, qkv, lse, dvec, T, H, KV);
     cudaCheck(cudaGetLastError());
 }
 
 // dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv.
-// Scratch: dq_accum [B,T,H*hd] fp32, dvec [B,H,T] fp32.
-static void attention_backward(__nv_bfloat16* dqkv, float* dq_accum, float* dvec, const __nv_bfloat16* dout,
-                               const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T,
-                               int H, int KV, int hd, cudaStream_t stream) {
+// Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written by one thread.
+static void attention_backward(__nv_bfloat16* dqkv, float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+                               const __nv_bfloat16* qkv, const float* lse, int B, int T, int H, int KV, int hd,
+                               cudaStream_t stream) {
     attention_check_shape(B, T, H, KV, hd);
     const int rows = B * T * H;
-    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dq_accum, dout, out, B, T, H, hd);
+    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
-    if (hd == 64) attention_backward_hd<64>(dqkv, dq_accum, dout, qkv, lse, dvec, B, T, H, KV, stream);
-    else if (hd == 80) attention_backward_hd<80>(dqkv, dq_accum, dout, qkv, lse, dvec, B, T, H, KV, stream);
-    else attention_backward_hd<128>(dqkv, dq_accum, dout, qkv, lse, dvec, B, T, H, KV, stream);
-    const size_t n = (size_t)B * T * H * hd;
-    attention_dq_convert_kernel<<<(unsigned)((n + 255) / 256), 256, 0, stream>>>(dqkv, dq_accum, B, T, H, KV, hd);
-    cudaCheck(cudaGetLastError());
+    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, B, T, H, KV, stream);
+    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, B, T, H, KV, stream);
+    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, B, T, H, KV, stream);
 }

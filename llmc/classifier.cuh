@@ -1,14 +1,15 @@
 // llmc/classifier.cuh: the fused classifier: LM head plus softmax cross-entropy, forward and
 // backward, in chunks of tokens so that full-batch logits never exist (a 128K vocabulary times
 // 16K tokens would be 4 GiB of bf16). Per chunk of rows:
-//   1. cuBLASLt: logits[rows, Vp] = x[rows, C] W[Vp, C]^T            (bf16 out, fp32 accumulate)
+//   1. matmul_forward: logits[rows, Vp] = x[rows, C] W[Vp, C]^T      (bf16 out, fp32 accumulate)
 //   2. fused_classifier_kernel, one block per row: max and sum of exps in one online pass with
 //      128-bit loads, loss = lse - logit[target], then dlogits = (softmax - onehot) * scale
 //      written over the logits (padded columns >= V and ignored rows (target -1) get 0)
-//   3. cuBLASLt: dx[rows, C] = dlogits W                                  (bf16)
-//   4. cuBLASLt: dW[Vp, C] += dlogits^T x[rows, C]                         (fp32, accumulated)
+//   3. matmul_backward_input: dx[rows, C] = dlogits W                    (bf16)
+//   4. matmul_backward_weight: dW[Vp, C] += dlogits^T x[rows, C]         (fp32, accumulated)
+// The GEMMs are llmc/matmul.cuh's (one cuBLASLt call for the whole project), with the LM head as a
+// linear layer of IC = C inputs and OC = Vp outputs over N = rows tokens.
 // Launchers:
-//   matmul_lt(...)                          one cuBLASLt GEMM in row-major terms (below)
 //   fused_classifier_rows(...)              step 2 on `rows` rows of logits
 //   fused_classifier(...)                   steps 1-4 over all N rows, chunk rows at a time
 // Shapes: N tokens, C channels, V vocabulary, Vp = V padded to a multiple of 8 (the trainer pads
@@ -17,51 +18,14 @@
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cublasLt.h>
 #include "llmc/cuda_common.cuh"
+#include "llmc/matmul.cuh"
 #include "llmc/packed.cuh"
 #include "llmc/utils.h"
 
-// ---- cuBLASLt -------------------------------------------------------------------------------------
-
-// Row-major D[m, n] (ldd) = alpha * opA(A) opB(B) + beta * D, fp32 accumulate, where opA(A) is
-// [m, k] and opB(B) is [k, n]; a_trans means A is stored as [k, m] (row-major, lda), b_trans that
-// B is stored as [n, k] (ldb). A and B are bf16; D is bf16 or fp32 (d_type). cuBLASLt is
-// column-major, so this computes D^T = opB(B)^T opA(A)^T with the operands swapped.
-static void matmul_lt(cublasLtHandle_t lt, void* d, cudaDataType_t d_type, int ldd, const __nv_bfloat16* a,
-                      bool a_trans, int lda, const __nv_bfloat16* b, bool b_trans, int ldb, int m, int n, int k,
-                      float beta, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    // column-major view: D^T[n, m] = opB'(B) [n, k] * opA'(A) [k, m]
-    cublasOperation_t op_first = b_trans ? CUBLAS_OP_T : CUBLAS_OP_N;   // B row-major [k,n] = col-major [n,k]
-    cublasOperation_t op_second = a_trans ? CUBLAS_OP_T : CUBLAS_OP_N;  // A row-major [m,k] = col-major [k,m]
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
-    cublasLtMatrixLayout_t la, lb, lc;
-    // first operand (B): col-major [n, k] when not transposed, stored [k, n] when transposed
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, b_trans ? k : n, b_trans ? n : k, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, a_trans ? m : k, a_trans ? k : m, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lc, d_type, n, m, ldd));
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                                     sizeof(workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 1, &heur, &found));
-    if (found == 0)
-        die("matmul_lt: cuBLASLt has no algorithm for m=%d n=%d k=%d (a_trans %d, b_trans %d, lda %d, ldb %d, ldd %d)",
-            m, n, k, (int)a_trans, (int)b_trans, lda, ldb, ldd);
-    const float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(lt, desc, &alpha, b, la, a, lb, &beta, d, lc, d, lc, &heur.algo, workspace,
-                               workspace_bytes, stream));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lc));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-}
+#ifdef ENABLE_FP32
+#error "llmc/classifier.cuh: the fused classifier is bf16-only; build with PRECISION=BF16 (the default)"
+#endif
 
 // ---- the fused row kernel ---------------------------------------------------------------------------
 
@@ -144,25 +108,25 @@ static void fused_classifier_rows(__nv_bfloat16* logits, float* losses, float* l
 // Forward and backward of the LM head and the loss over N rows, chunk rows at a time.
 //   dx [N, C] bf16 (overwritten), dw [Vp, C] fp32 (accumulated: the caller zeroes it once per step),
 //   losses [N], lse [N] (may be null) <- x [N, C], w [Vp, C], targets [N]; scale is usually
-//   1 / (number of valid targets). logits_chunk [chunk, Vp] bf16 is scratch.
+//   1 / (number of valid targets). logits_chunk [chunk, Vp] bf16 is scratch. mm: the matmul context
+//   (its bias scratch is not used).
 static void fused_classifier(__nv_bfloat16* dx, float* dw, float* losses, float* lse, __nv_bfloat16* logits_chunk,
                              const __nv_bfloat16* x, const __nv_bfloat16* w, const int32_t* targets, int N, int C,
-                             int V, int Vp, int chunk, float scale, cublasLtHandle_t lt, void* workspace,
-                             size_t workspace_bytes, cudaStream_t stream) {
+                             int V, int Vp, int chunk, float scale, MatmulContext* mm, cudaStream_t stream) {
     if (chunk < 1) die("fused_classifier: chunk must be positive (got %d)", chunk);
     for (int r0 = 0; r0 < N; r0 += chunk) {
         const int rows = N - r0 < chunk ? N - r0 : chunk;
         const __nv_bfloat16* xc = x + (size_t)r0 * C;
-        // logits[rows, Vp] = x[rows, C] W^T: A = x (not transposed), B = W stored [Vp, C] (transposed)
-        matmul_lt(lt, logits_chunk, CUDA_R_16BF, Vp, xc, false, C, w, true, C, rows, Vp, C, 0.0f, workspace,
-                  workspace_bytes, stream);
+        // logits[rows, Vp] = x[rows, C] W[Vp, C]^T. Column-major: D[Vp, rows] = W^T[Vp, C] @ x[C, rows]
+        // (m = Vp, n = rows, k = C; A = W stored column-major [C, Vp], transposed; B = x not transposed).
+        matmul_forward(mm, stream, logits_chunk, xc, w, nullptr, rows, C, Vp);
         fused_classifier_rows(logits_chunk, losses + r0, lse ? lse + r0 : nullptr, targets + r0, rows, V, Vp, scale,
                               stream);
-        // dx[rows, C] = dlogits[rows, Vp] W[Vp, C]
-        matmul_lt(lt, dx + (size_t)r0 * C, CUDA_R_16BF, C, logits_chunk, false, Vp, w, false, C, rows, C, Vp, 0.0f,
-                  workspace, workspace_bytes, stream);
-        // dW[Vp, C] += dlogits^T x: A = dlogits stored [rows, Vp] (transposed), B = x[rows, C]
-        matmul_lt(lt, dw, CUDA_R_32F, C, logits_chunk, true, Vp, xc, false, C, Vp, C, rows, 1.0f, workspace,
-                  workspace_bytes, stream);
+        // dx[rows, C] = dlogits[rows, Vp] W[Vp, C]. Column-major: D[C, rows] = W[C, Vp] @ dlogits[Vp, rows]
+        // (m = C, n = rows, k = Vp; neither transposed).
+        matmul_backward_input(mm, stream, dx + (size_t)r0 * C, logits_chunk, w, rows, C, Vp);
+        // dW[Vp, C] += dlogits^T x[rows, C]. Column-major: D[C, Vp] += x[C, rows] @ dlogits^T[rows, Vp]
+        // (m = C, n = Vp, k = rows; B = dlogits stored column-major [Vp, rows], transposed); D fp32, beta 1.
+        matmul_backward_weight(mm, stream, dw, nullptr, logits_chunk, xc, rows, C, Vp);
     }
 }

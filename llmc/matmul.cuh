@@ -1,12 +1,17 @@
-// llmc/matmul.cuh: every linear layer's matmuls through cuBLASLt, with the epilogues fused
-// where cuBLASLt offers them: the bias add (forward) and the bias gradient (backward). The MLP
-// activations stay in llmc/mlp_act.cuh, whose GELU is exactly the reference's tanh form and which
-// the selective recompute calls on its own.
+// llmc/matmul.cuh: every matmul of the project through one cuBLASLt call (cublaslt_matmul), with the
+// epilogues fused where cuBLASLt offers them: the bias add (forward) and the bias gradient
+// (backward). Users: the linear layers of train_gpt.cu and the LM head of the fused classifier
+// (llmc/classifier.cuh). The MLP activations stay in llmc/mlp_act.cuh, whose GELU is exactly the
+// reference's tanh form and which the selective recompute calls on its own.
 //
-// Row-major shapes as the trainer sees them (W is [out, in], nn.Linear's layout):
+// Row-major shapes as the callers see them (W is [out, in], nn.Linear's layout):
 //   matmul_forward:         out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC])
 //   matmul_backward_input:  dinp[N,IC] = dout[N,OC] @ W[OC,IC]           (overwritten)
 //   matmul_backward_weight: dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += sum_n dout[n,:]
+//                           (dW floatX for the layers, fp32 for the classifier's LM head gradient)
+// Inputs are floatX; outputs floatX except dW, which may be fp32. Every matrix is dense (leading
+// dimension = its row length). MatmulContext holds the one cuBLASLt handle, its workspace and the
+// bias-gradient scratch; each call asks cuBLASLt's heuristic for an algorithm (nothing is cached).
 // cuBLASLt is column-major; a row-major [R, C] matrix is a column-major [C, R] one, so each
 // call below is written with the transposes that make the column-major product come out as
 // the row-major result (derivations beside each call).
@@ -31,10 +36,11 @@ struct MatmulContext {
     int bias_scratch_len = 0;
 };
 
+// max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
 static inline void matmul_init(MatmulContext* ctx, int max_bias_len) {
     cublasCheck(cublasLtCreate(&ctx->handle));
     cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_size));
-    cudaCheck(cudaMalloc(&ctx->bias_scratch, sizeof(float) * (size_t)max_bias_len));
+    if (max_bias_len > 0) cudaCheck(cudaMalloc(&ctx->bias_scratch, sizeof(float) * (size_t)max_bias_len));
     ctx->bias_scratch_len = max_bias_len;
 }
 
@@ -44,13 +50,19 @@ static inline void matmul_free(MatmulContext* ctx) {
     cublasCheck(cublasLtDestroy(ctx->handle));
 }
 
+// cuBLASLt's name for the element type behind an output pointer.
+static inline cudaDataType_t cublaslt_type(const float*) { return CUDA_R_32F; }
+static inline cudaDataType_t cublaslt_type(const __nv_bfloat16*) { return CUDA_R_16BF; }
+
 // The one cuBLASLt call: D[m,n] (column-major) = op(A)[m,k] @ op(B)[k,n] (+ D if accumulate),
-// with an epilogue. A, B, D are floatX; lda/ldb/ldd are the column-major leading dimensions.
+// with an epilogue, fp32 accumulation. A and B are floatX, D is d_type (floatX or fp32; C = D).
+// All three are dense: the leading dimension is the stored matrix's column-major row count.
 // bias: the epilogue's bias input or bias-gradient output (floatX for inputs, fp32 for
 // gradients).
-static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, floatX* d, const floatX* a, const floatX* b,
-                                   int m, int n, int k, bool trans_a, bool trans_b, bool accumulate,
-                                   cublasLtEpilogue_t epilogue, const void* bias, cudaDataType_t bias_type) {
+static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void* d, cudaDataType_t d_type,
+                                   const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
+                                   bool accumulate, cublasLtEpilogue_t epilogue, const void* bias,
+                                   cudaDataType_t bias_type) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32 accumulation
     cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -65,7 +77,7 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, floa
     cublasLtMatrixLayout_t la, lb, ld_;
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld_, CUDA_FLOATX, m, n, m));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -76,8 +88,8 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, floa
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found));
     if (found == 0) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d "
-                        "(shapes must be multiples of 8 for bf16 tensor cores)\n", m, n, k, (int)trans_a, (int)trans_b,
-                (int)epilogue);
+                        "output type %d (shapes must be multiples of 8 for bf16 tensor cores)\n", m, n, k,
+                (int)trans_a, (int)trans_b, (int)epilogue, (int)d_type);
         exit(1);
     }
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -90,21 +102,21 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, floa
     cublasCheck(cublasLtMatmulDescDestroy(desc));
 }
 
-// out[N,OC] = inp[N,IC] @ W[OC,IC]^T + bias. Column-major: out is [OC,N] = W^T... precisely,
-// W row-major [OC,IC] is column-major [IC,OC], so op(A) = A^T is [OC,IC]; inp is column-major
-// [IC,N]: D[OC,N] = A^T[OC,IC] @ B[IC,N].
+// out[N,OC] = inp[N,IC] @ W[OC,IC]^T + bias. Column-major: W row-major [OC,IC] is column-major
+// [IC,OC], so op(A) = A^T is [OC,IC]; inp is column-major [IC,N]: D[OC,N] = A^T[OC,IC] @ B[IC,N],
+// which is out row-major [N,OC]. The bias (length OC = m) is added to every column of D.
 static inline void matmul_forward(MatmulContext* ctx, cudaStream_t stream, floatX* out, const floatX* inp,
                                   const floatX* w, const floatX* bias, int N, int IC, int OC) {
     cublasLtEpilogue_t ep = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    cublaslt_matmul(ctx, stream, out, w, inp, OC, N, IC, true, false, false, ep, bias, CUDA_FLOATX);
+    cublaslt_matmul(ctx, stream, out, CUDA_FLOATX, w, inp, OC, N, IC, true, false, false, ep, bias, CUDA_FLOATX);
 }
 
 // dinp[N,IC] = dout[N,OC] @ W[OC,IC]. Column-major: W is [IC,OC] as stored, dout is [OC,N]:
 // D[IC,N] = A[IC,OC] @ B[OC,N].
 static inline void matmul_backward_input(MatmulContext* ctx, cudaStream_t stream, floatX* dinp, const floatX* dout,
                                          const floatX* w, int N, int IC, int OC) {
-    cublaslt_matmul(ctx, stream, dinp, w, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
-                    CUDA_R_32F);
+    cublaslt_matmul(ctx, stream, dinp, CUDA_FLOATX, w, dout, IC, N, OC, false, false, false, CUBLASLT_EPILOGUE_DEFAULT,
+                    nullptr, CUDA_R_32F);
 }
 
 // Accumulates the fp32 bias gradient of one micro-batch into the floatX parameter gradient.
@@ -116,15 +128,17 @@ __global__ static void bias_grad_accumulate_kernel(floatX* dbias, const float* s
 // dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += column sums of dout. Column-major: inp is
 // [IC,N], dout is [OC,N] so op(B) = B^T is [N,OC]: D[IC,OC] = A[IC,N] @ B^T[N,OC], which is
 // dW row-major [OC,IC]. BGRADB reduces op(B) over k = N: one value per output channel.
-static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t stream, floatX* dw, floatX* dbias,
+// GradT (dW's element type) is floatX or float: cuBLASLt accumulates into either (beta = 1).
+template <typename GradT>
+static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t stream, GradT* dw, floatX* dbias,
                                           const floatX* dout, const floatX* inp, int N, int IC, int OC) {
     if (dbias && OC > ctx->bias_scratch_len) {
         fprintf(stderr, "error: bias of %d channels exceeds the matmul scratch of %d\n", OC, ctx->bias_scratch_len);
         exit(1);
     }
     cublasLtEpilogue_t ep = dbias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
-    cublaslt_matmul(ctx, stream, dw, inp, dout, IC, OC, N, false, true, true, ep, dbias ? ctx->bias_scratch : nullptr,
-                    CUDA_R_32F);
+    cublaslt_matmul(ctx, stream, dw, cublaslt_type(dw), inp, dout, IC, OC, N, false, true, true, ep,
+                    dbias ? ctx->bias_scratch : nullptr, CUDA_R_32F);
     if (dbias) {
         bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC);
         cudaCheck(cudaGetLastError());

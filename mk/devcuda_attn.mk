@@ -13,7 +13,7 @@ DEVCUDA_ATTN_DEPS := dev/cuda/common.h dev/cuda/ceilings.h llmc/cuda_common.cuh 
 
 $(BUILD)/devcuda/attention_forward: dev/cuda/attention_forward.cu llmc/attention.cuh $(DEVCUDA_ATTN_DEPS)
 $(BUILD)/devcuda/attention_backward: dev/cuda/attention_backward.cu llmc/attention.cuh $(DEVCUDA_ATTN_DEPS)
-$(BUILD)/devcuda/fused_classifier: dev/cuda/fused_classifier.cu llmc/classifier.cuh $(DEVCUDA_ATTN_DEPS)
+$(BUILD)/devcuda/fused_classifier: dev/cuda/fused_classifier.cu llmc/classifier.cuh llmc/matmul.cuh $(DEVCUDA_ATTN_DEPS)
 
 $(DEVCUDA_ATTN_BINS):
 	@test -n "$(NVCC)" || { echo "error: $@ needs nvcc (none on PATH or in CUDA_HOME=$(CUDA_HOME)/bin)"; exit 1; }

@@ -3,13 +3,18 @@
 // the forward of llmc/attention.cuh.
 //   version 1  one warp per query row, fp32 on CUDA cores: P recomputed from the saved logsumexp,
 //              D = rowsum(dO * O) precomputed; dQ owned by the warp, dK and dV by fp32 atomics.
-//   version 2  llmc/attention.cuh (FA2 structure): one block per (key tile, kv head); dK and dV of
-//              64 keys accumulate in registers over every query head of the GQA group and every
-//              causal query tile (no atomics, no race), tensor cores (mma.sync m16n8k16 bf16),
-//              dQ by fp32 atomics into a scratch buffer converted to bf16 at the end.
+//   version 2  FA2 structure: one block per (key tile, kv head); dK and dV of 64 keys accumulate in
+//              registers over every query head of the GQA group and every causal query tile (no
+//              atomics, no race), tensor cores (mma.sync m16n8k16 bf16), dQ by fp32 atomics into a
+//              scratch buffer converted to bf16 at the end: the order of the atomic adds, and so the
+//              bits of dQ, change from run to run.
+//   version 3  llmc/attention.cuh: version 2 without the dQ part, plus a separate dQ kernel (one block
+//              per (query tile, query head), key tiles in a fixed order, P and dS recomputed, dQ in
+//              registers, written once): no atomics, bitwise reproducible.
 // Layout: qkv [B,T,(H+2KV)*hd], dout and out [B,T,H*hd], lse [B,H,T] fp32 -> dqkv [B,T,(H+2KV)*hd].
 // FLOPs: backward = 2.5 x forward = 2.5 * 4 * B * H * T * T * hd / 2 (five T x T x hd matmuls against
-// the forward's two; the recomputation of S is counted, as FlashAttention-2 counts it).
+// the forward's two; the recomputation of S is counted, as FlashAttention-2 counts it). Version 3 does
+// two more (S and dP again in the dQ kernel); they are not counted, so its TFLOP/s compare as time.
 // Tolerance (notes_attention.md): per part q, k, v: |d - ref| <= 4u * max|ref part| + 4u * |ref|, u = 2^-8.
 // Usage: attention_backward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N] [--help]
 // The checks (fixed shapes above) always run; --sizes sets the timed shapes (default 4x4096x32x32x128).
@@ -65,6 +70,16 @@ __global__ void attention_backward_v1_kernel(float* dq_accum, float* dk_acc, flo
         if (lane + 32 * i < hd) dqr[lane + 32 * i] = dq[i];
 }
 
+// dqkv's query part <- bf16(dq_accum).
+__global__ void attention_dq_convert_kernel(__nv_bfloat16* dqkv, const float* dq_accum, int B, int T, int H, int KV,
+                                            int hd) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t qd = (size_t)H * hd;
+    if (i >= (size_t)B * T * qd) return;
+    const size_t bt = i / qd, c = i % qd;
+    dqkv[bt * (H + 2 * KV) * hd + c] = __float2bfloat16(dq_accum[i]);
+}
+
 // dqkv's key and value parts <- bf16(dk_acc), bf16(dv_acc).
 __global__ void attention_backward_v1_kv_convert_kernel(__nv_bfloat16* dqkv, const float* dk_acc, const float* dv_acc,
                                                         int B, int T, int H, int KV, int hd) {
@@ -77,7 +92,7 @@ __global__ void attention_backward_v1_kv_convert_kernel(__nv_bfloat16* dqkv, con
 }
 
 struct Scratch {
-    float* dq_accum;  // [B,T,H*hd]
+    float* dq_accum;  // [B,T,H*hd] (versions 1 and 2)
     float* dvec;      // [B,H,T]
     float* dk_acc;    // [B,T,KV*hd] (version 1)
     float* dv_acc;    // [B,T,KV*hd] (version 1)
@@ -88,7 +103,7 @@ static void attention_backward_v1(__nv_bfloat16* dqkv, const Scratch& s, const _
                                   int H, int KV, int hd, cudaStream_t stream) {
     attention_check_shape(B, T, H, KV, hd);
     const int rows = B * T * H;
-    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(s.dvec, s.dq_accum, dout, out, B, T, H, hd);
+    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(s.dvec, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
     const size_t n_kv = (size_t)B * T * KV * hd, n_q = (size_t)B * T * H * hd;
     cudaCheck(cudaMemsetAsync(s.dk_acc, 0, n_kv * sizeof(float), stream));
@@ -103,16 +118,215 @@ static void attention_backward_v1(__nv_bfloat16* dqkv, const Scratch& s, const _
     cudaCheck(cudaGetLastError());
 }
 
+// ---- version 2: FA2 dK/dV blocks, dQ by fp32 atomics -------------------------------------------
+// One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
+// every head, which have the most query tiles (longest first). Each warp owns 16 keys and keeps
+// their dK and dV (16 x hd each, fp32) in registers while the block walks every query head of the
+// GQA group and every query tile at or after the key tile; dK and dV are then written once, so
+// the group's sum needs no atomics. Per query tile of BM rows (Q, dO, lse, D staged in shared memory):
+//   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO, dP^T = V dO^T,
+//   dS^T = P^T (dP^T - D), dK += dS^T Q; dS goes through shared memory and dQ += dS K
+//   (fp32 atomics into dq_accum, scale folded in).
+// Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
+// [k][n]); rows are padded by 16 bytes, so the eight rows of each 8x8 tile hit distinct banks.
+template <int HD, int BM>
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_backward_v2_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                             const float* lse, const float* dvec, int T, int H, int KV) {
+    constexpr int LDS = HD + ATT_PAD;
+    constexpr int LDP = ATT_BWD_BN + ATT_PAD;   // dS row stride
+    constexpr int KC = HD / 16;
+    constexpr int NQ = BM / 8;                  // n8 tiles over the query tile
+    constexpr int DT = HD / 8;
+    constexpr int RT = BM / 16;                 // dQ: row tiles ...
+    constexpr int DP = 4 / RT;                  // ... times head-dim parts = 4 warps
+    constexpr int DQT = HD / DP / 8;            // n8 tiles of a warp's dQ slice
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
+    __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
+    __nv_bfloat16* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
+    __nv_bfloat16* sdO = sQ + BM * LDS;                               // [BM][LDS]
+    __nv_bfloat16* sdS = sdO + BM * LDS;                              // [BM][LDP]  dS[query][key]
+    float* sL = reinterpret_cast<float*>(sdS + BM * LDP);             // [BM] lse * log2(e)
+    float* sD = sL + BM;                                              // [BM]
+
+    const int kt = blockIdx.y;
+    const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+    cp_async_commit();
+
+    const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    float dk[DT][4], dv[DT][4];
+    for (int d = 0; d < DT; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
+    const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
+    const int first_qt = kt * ATT_BWD_BN / BM, n_qt = T / BM;
+
+    for (int hi = 0; hi < group; hi++) {
+        const int h = kh * group + hi;
+        for (int it = first_qt; it < n_qt; it++) {
+            const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
+            load_tile<BM, HD, ATT_THREADS, true>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+            load_tile<BM, HD, ATT_THREADS, true>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+            cp_async_commit();
+            for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
+                const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
+                sL[i] = lse[r] * 1.4426950408889634f;
+                sD[i] = dvec[r];
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+
+            // S^T = K Q^T and dP^T = V dO^T (16 keys x BM queries per warp)
+            float st[NQ][4], dpt[NQ][4];
+            for (int n = 0; n < NQ; n++)
+                for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+            for (int kc = 0; kc < KC; kc++) {
+                // A tiles: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+                uint32_t ka[4], va[4];
+                const int a_off = ((mat & 1) * 8 + r8) * LDS + kc * 16 + (mat >> 1) * 8;
+                ldmatrix_x4(ka, kw + a_off);
+                ldmatrix_x4(va, vw + a_off);
+                // B tiles (Q^T, dO^T): (queries n*8.., k 0-7), (same, k 8-15), (queries +8, k 0-7), (+8, k 8-15)
+                for (int n = 0; n < NQ; n += 2) {
+                    const int b_off = (n * 8 + (mat >> 1) * 8 + r8) * LDS + kc * 16 + (mat & 1) * 8;
+                    uint32_t qb[4], ob[4];
+                    ldmatrix_x4(qb, sQ + b_off);
+                    ldmatrix_x4(ob, sdO + b_off);
+                    mma_bf16_16816(st[n], ka, qb[0], qb[1]);
+                    mma_bf16_16816(st[n + 1], ka, qb[2], qb[3]);
+                    mma_bf16_16816(dpt[n], va, ob[0], ob[1]);
+                    mma_bf16_16816(dpt[n + 1], va, ob[2], ob[3]);
+                }
+            }
+            // P^T and dS^T in place (rows: keys key0, key0 + 8; columns: queries)
+            for (int n = 0; n < NQ; n++)
+                for (int e = 0; e < 4; e++) {
+                    const int qi = n * 8 + 2 * q4 + (e & 1);
+                    const int key = key0 + (e >> 1) * 8;
+                    const float p = (key > it * BM + qi) ? 0.0f : exp2f(st[n][e] * scale_log2 - sL[qi]);
+                    st[n][e] = p;
+                    dpt[n][e] = p * (dpt[n][e] - sD[qi]);
+                }
+            // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
+            for (int c = 0; c < BM / 16; c++) {
+                uint32_t pa[4] = {pack_bf16x2(st[2 * c][0], st[2 * c][1]), pack_bf16x2(st[2 * c][2], st[2 * c][3]),
+                                  pack_bf16x2(st[2 * c + 1][0], st[2 * c + 1][1]),
+                                  pack_bf16x2(st[2 * c + 1][2], st[2 * c + 1][3])};
+                uint32_t sa[4] = {pack_bf16x2(dpt[2 * c][0], dpt[2 * c][1]), pack_bf16x2(dpt[2 * c][2], dpt[2 * c][3]),
+                                  pack_bf16x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
+                                  pack_bf16x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
+                const int row = c * 16 + (mat & 1) * 8 + r8;
+                for (int d = 0; d < DT; d += 2) {
+                    uint32_t ob[4], qb[4];
+                    ldmatrix_x4_trans(ob, sdO + row * LDS + d * 8 + (mat >> 1) * 8);
+                    ldmatrix_x4_trans(qb, sQ + row * LDS + d * 8 + (mat >> 1) * 8);
+                    mma_bf16_16816(dv[d], pa, ob[0], ob[1]);
+                    mma_bf16_16816(dv[d + 1], pa, ob[2], ob[3]);
+                    mma_bf16_16816(dk[d], sa, qb[0], qb[1]);
+                    mma_bf16_16816(dk[d + 1], sa, qb[2], qb[3]);
+                }
+            }
+            // dS -> shared as [query][key] bf16 for the dQ product
+            for (int n = 0; n < NQ; n++)
+                for (int e = 0; e < 4; e++) {
+                    const int qi = n * 8 + 2 * q4 + (e & 1);
+                    sdS[qi * LDP + warp * 16 + g + (e >> 1) * 8] = __float2bfloat16(dpt[n][e]);
+                }
+            __syncthreads();
+            // dQ[BM, hd] += dS[BM, 64] K[64, hd]; warp: row tile warp % RT, head-dim part warp / RT
+            {
+                const int rt = warp % RT, dpart = warp / RT;
+                float dq[DQT][4];
+                for (int d = 0; d < DQT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+                const __nv_bfloat16* sr = sdS + (rt * 16) * LDP;
+                for (int c = 0; c < ATT_BWD_BN / 16; c++) {
+                    uint32_t a[4];
+                    ldmatrix_x4(a, sr + ((mat & 1) * 8 + r8) * LDP + c * 16 + (mat >> 1) * 8);
+                    const __nv_bfloat16* kr = sK + (c * 16 + (mat & 1) * 8 + r8) * LDS + dpart * (HD / DP) + (mat >> 1) * 8;
+                    for (int d = 0; d < DQT; d += 2) {
+                        uint32_t kb[4];
+                        ldmatrix_x4_trans(kb, kr + d * 8);
+                        mma_bf16_16816(dq[d], a, kb[0], kb[1]);
+                        mma_bf16_16816(dq[d + 1], a, kb[2], kb[3]);
+                    }
+                }
+                for (int r = 0; r < 2; r++) {
+                    const int row = it * BM + rt * 16 + g + r * 8;
+                    float* dst = dq_accum + ((size_t)b * T + row) * H * HD + (size_t)h * HD + dpart * (HD / DP) + 2 * q4;
+                    for (int d = 0; d < DQT; d++) {
+                        atomicAdd(dst + d * 8, dq[d][2 * r] * scale);
+                        atomicAdd(dst + d * 8 + 1, dq[d][2 * r + 1] * scale);
+                    }
+                }
+            }
+            __syncthreads();  // sQ, sdO, sdS are overwritten by the next query tile
+        }
+    }
+    // write dK (scaled) and dV of this warp's 16 keys
+    for (int r = 0; r < 2; r++) {
+        const size_t row = (size_t)b * T + key0 + r * 8;
+        __nv_bfloat16* dkr = dqkv + row * ld + (size_t)(H + kh) * HD + 2 * q4;
+        __nv_bfloat16* dvr = dqkv + row * ld + (size_t)(H + KV + kh) * HD + 2 * q4;
+        for (int d = 0; d < DT; d++) {
+            *reinterpret_cast<__nv_bfloat162*>(dkr + d * 8) =
+                __floats2bfloat162_rn(dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(dvr + d * 8) = __floats2bfloat162_rn(dv[d][2 * r], dv[d][2 * r + 1]);
+        }
+    }
+}
+
+template <int HD>
+static void attention_backward_v2_hd(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bfloat16* dout,
+                                     const __nv_bfloat16* qkv, const float* lse, const float* dvec, int B, int T, int H,
+                                     int KV, cudaStream_t stream) {
+    // 32 query rows per tile keep dK, dV, S^T and dP^T in registers; hd 80 takes 64 so that the dQ
+    // slices (hd / (4 / (BM / 16)) columns per warp) are an even number of n8 tiles
+    constexpr int BM = HD == 80 ? 64 : 32;
+    const size_t smem = (size_t)(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
+                        (size_t)BM * (ATT_BWD_BN + ATT_PAD) * sizeof(__nv_bfloat16) + 2 * BM * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_v2_kernel<HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+    dim3 grid(B * KV, T / ATT_BWD_BN);
+    attention_backward_v2_kernel<HD, BM><<<grid, ATT_THREADS, smem, stream>>>(dqkv, dq_accum, dout, qkv, lse, dvec, T, H,
+                                                                               KV);
+    cudaCheck(cudaGetLastError());
+}
+
+static void attention_backward_v2(__nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
+                                  const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T,
+                                  int H, int KV, int hd, cudaStream_t stream) {
+    attention_check_shape(B, T, H, KV, hd);
+    const int rows = B * T * H;
+    const size_t n_q = (size_t)B * T * H * hd;
+    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(s.dvec, dout, out, B, T, H, hd);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaMemsetAsync(s.dq_accum, 0, n_q * sizeof(float), stream));
+    if (hd == 64) attention_backward_v2_hd<64>(dqkv, s.dq_accum, dout, qkv, lse, s.dvec, B, T, H, KV, stream);
+    else if (hd == 80) attention_backward_v2_hd<80>(dqkv, s.dq_accum, dout, qkv, lse, s.dvec, B, T, H, KV, stream);
+    else attention_backward_v2_hd<128>(dqkv, s.dq_accum, dout, qkv, lse, s.dvec, B, T, H, KV, stream);
+    attention_dq_convert_kernel<<<(unsigned)((n_q + 255) / 256), 256, 0, stream>>>(dqkv, s.dq_accum, B, T, H, KV, hd);
+    cudaCheck(cudaGetLastError());
+}
+
 static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
                         const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T, int H,
                         int KV, int hd) {
     if (version == 1) attention_backward_v1(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
-    else attention_backward(dqkv, s.dq_accum, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
+    else if (version == 2) attention_backward_v2(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
+    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
 }
 
 // ---- host side ------------------------------------------------------------------------------------
 
-static const int N_VERSIONS = 2;
+static const int N_VERSIONS = 3;
 static const double TARGET_TFLOPS = 400.0;
 
 // Device buffers of one problem, carved from one allocation (a DeviceSets set) by offsets.
@@ -209,7 +423,8 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
 int main(int argc, char** argv) {
     Args a = parse_args(argc, argv,
                         "  Causal GQA flash-attention backward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32,\n"
-                        "  atomics for dK/dV), 2 llmc/attention.cuh (FA2: tensor cores, dK/dV in registers per key tile).\n"
+                        "  atomics for dK/dV), 2 FA2 (tensor cores, dK/dV in registers per key tile, dQ by fp32 atomics),\n"
+                        "  3 llmc/attention.cuh (version 2 with a separate dQ kernel: no atomics, bitwise reproducible).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the llmc forward, each backward version and both together at the --sizes shapes\n"
                         "  (forward 4*B*H*T*T*hd/2 FLOP, backward 2.5x that; target 400 TFLOP/s).\n",

@@ -21,8 +21,6 @@
 #include "llmc/ref_ops.h"
 #include "llmc/classifier.cuh"
 
-static const size_t WORKSPACE_BYTES = 32ull << 20;
-
 // ---- version 1: separate kernels on full logits ----------------------------------------------------
 
 // probs in place of logits [N, Vp] (0 on padded columns), lse [N]. One block per row, three reads.
@@ -127,15 +125,15 @@ struct Problem {
     __nv_bfloat16 *x, *w, *dx, *logits;  // logits: [N, Vp] for version 1, [chunk, Vp] otherwise
     float *dw, *losses, *lse;
     int32_t* targets;
-    cublasLtHandle_t lt;
-    void* workspace;
+    MatmulContext* mm;  // llmc/matmul.cuh: the cuBLASLt handle and workspace every GEMM below uses
 };
 
 static void run_version(int version, const Problem& p) {
     cudaCheck(cudaMemsetAsync(p.dw, 0, (size_t)p.Vp * p.C * sizeof(float), 0));
     if (version == 1) {
-        matmul_lt(p.lt, p.logits, CUDA_R_16BF, p.Vp, p.x, false, p.C, p.w, true, p.C, p.N, p.Vp, p.C, 0.0f, p.workspace,
-                  WORKSPACE_BYTES, 0);
+        // the LM head as a linear layer of IC = C inputs and OC = Vp outputs over N tokens:
+        // logits[N, Vp] = x W^T, dx[N, C] = dlogits W, dW[Vp, C] += dlogits^T x (fp32)
+        matmul_forward(p.mm, 0, p.logits, p.x, p.w, nullptr, p.N, p.C, p.Vp);
         softmax_forward_kernel<<<p.N, 512>>>(p.logits, p.lse, p.V, p.Vp);
         cudaCheck(cudaGetLastError());
         crossentropy_loss_kernel<<<(p.N + 255) / 256, 256>>>(p.losses, p.logits, p.targets, p.N, p.Vp);
@@ -143,27 +141,22 @@ static void run_version(int version, const Problem& p) {
         const size_t n = (size_t)p.N * p.Vp;
         crossentropy_backward_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p.logits, p.targets, p.N, p.Vp, p.scale);
         cudaCheck(cudaGetLastError());
-        matmul_lt(p.lt, p.dx, CUDA_R_16BF, p.C, p.logits, false, p.Vp, p.w, false, p.C, p.N, p.C, p.Vp, 0.0f,
-                  p.workspace, WORKSPACE_BYTES, 0);
-        matmul_lt(p.lt, p.dw, CUDA_R_32F, p.C, p.logits, true, p.Vp, p.x, false, p.C, p.Vp, p.C, p.N, 1.0f,
-                  p.workspace, WORKSPACE_BYTES, 0);
+        matmul_backward_input(p.mm, 0, p.dx, p.logits, p.w, p.N, p.C, p.Vp);
+        matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, p.x, p.N, p.C, p.Vp);
     } else if (version == 2) {
         for (int r0 = 0; r0 < p.N; r0 += p.chunk) {
             const int rows = std::min(p.chunk, p.N - r0);
             const __nv_bfloat16* xc = p.x + (size_t)r0 * p.C;
-            matmul_lt(p.lt, p.logits, CUDA_R_16BF, p.Vp, xc, false, p.C, p.w, true, p.C, rows, p.Vp, p.C, 0.0f,
-                      p.workspace, WORKSPACE_BYTES, 0);
+            matmul_forward(p.mm, 0, p.logits, xc, p.w, nullptr, rows, p.C, p.Vp);
             fused_classifier_v2_kernel<<<rows, 512>>>(p.logits, p.losses + r0, p.lse + r0, p.targets + r0, p.V, p.Vp,
                                                       p.scale);
             cudaCheck(cudaGetLastError());
-            matmul_lt(p.lt, p.dx + (size_t)r0 * p.C, CUDA_R_16BF, p.C, p.logits, false, p.Vp, p.w, false, p.C, rows,
-                      p.C, p.Vp, 0.0f, p.workspace, WORKSPACE_BYTES, 0);
-            matmul_lt(p.lt, p.dw, CUDA_R_32F, p.C, p.logits, true, p.Vp, xc, false, p.C, p.Vp, p.C, rows, 1.0f,
-                      p.workspace, WORKSPACE_BYTES, 0);
+            matmul_backward_input(p.mm, 0, p.dx + (size_t)r0 * p.C, p.logits, p.w, rows, p.C, p.Vp);
+            matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, xc, rows, p.C, p.Vp);
         }
     } else {
         fused_classifier(p.dx, p.dw, p.losses, p.lse, p.logits, p.x, p.w, p.targets, p.N, p.C, p.V, p.Vp, p.chunk,
-                         p.scale, p.lt, p.workspace, WORKSPACE_BYTES, 0);
+                         p.scale, p.mm, 0);
     }
 }
 
@@ -188,8 +181,8 @@ static void make_inputs(int N, int C, int V, int Vp, float w_amp, uint64_t seed,
     }
 }
 
-static Problem alloc_problem(int N, int C, int V, int Vp, int chunk, int version, cublasLtHandle_t lt, void* ws) {
-    Problem p{N, C, V, Vp, chunk, 0.0f, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, lt, ws};
+static Problem alloc_problem(int N, int C, int V, int Vp, int chunk, int version, MatmulContext* mm) {
+    Problem p{N, C, V, Vp, chunk, 0.0f, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, mm};
     const size_t logit_rows = version == 1 ? (size_t)N : (size_t)std::min(chunk, N);
     cudaCheck(cudaMalloc(&p.x, (size_t)N * C * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&p.w, (size_t)Vp * C * sizeof(__nv_bfloat16)));
@@ -217,13 +210,13 @@ static void upload_problem(Problem* p, const std::vector<bf16>& x, const std::ve
     cudaCheck(cudaMemcpy(p->targets, targets.data(), targets.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 }
 
-static bool check_version(int version, cublasLtHandle_t lt, void* ws) {
+static bool check_version(int version, MatmulContext* mm) {
     const int N = 300, C = 128, V = 1000, Vp = 1024, chunk = 128;
     std::vector<float> x_f, w_f;
     std::vector<bf16> x_h, w_h;
     std::vector<int32_t> targets;
     make_inputs(N, C, V, Vp, 0.35f, seed_for("fused_classifier", version, 0), &x_f, &w_f, &x_h, &w_h, &targets);
-    Problem p = alloc_problem(N, C, V, Vp, chunk, version, lt, ws);
+    Problem p = alloc_problem(N, C, V, Vp, chunk, version, mm);
     upload_problem(&p, x_h, w_h, targets);
     run_version(version, p);
     cudaCheck(cudaDeviceSynchronize());
@@ -304,14 +297,12 @@ int main(int argc, char** argv) {
             die("--sizes: %ldx%ldx%ld: C must be a multiple of 8 and N*C at most 2^31", s[0], s[1], s[2]);
     cuda_require_device();
     print_device_info(0);
-    cublasLtHandle_t lt;
-    cublasCheck(cublasLtCreate(&lt));
-    void* ws;
-    cudaCheck(cudaMalloc(&ws, WORKSPACE_BYTES));
+    MatmulContext mm;
+    matmul_init(&mm, 0);  // no bias gradients here
 
     int failures = 0;
     for (int v = 1; v <= N_VERSIONS; v++)
-        if (!a.version || v == a.version) failures += !check_version(v, lt, ws);
+        if (!a.version || v == a.version) failures += !check_version(v, &mm);
     if (!a.check_only) {
         printf("| kernel | size NxCxV (Vp) | version | ms | TFLOP/s (6*N*C*Vp) | logits buffer MiB | speed-up vs v1 |\n");
         printf("| --- | --- | --- | --- | --- | --- | --- |\n");
@@ -325,7 +316,7 @@ int main(int argc, char** argv) {
             double base_ms = 0.0;
             for (int v = 1; v <= N_VERSIONS; v++) {
                 if (a.version && v != a.version) continue;
-                Problem p = alloc_problem(N, C, V, Vp, CHUNK, v, lt, ws);
+                Problem p = alloc_problem(N, C, V, Vp, CHUNK, v, &mm);
                 upload_problem(&p, x_h, w_h, targets);
                 // one buffer set: every size here is far above 3x L2 (W alone is 0.2-1 GiB)
                 DeviceSets one;
@@ -342,8 +333,7 @@ int main(int argc, char** argv) {
             }
         }
     }
-    cudaCheck(cudaFree(ws));
-    cublasCheck(cublasLtDestroy(lt));
+    matmul_free(&mm);
     if (failures) {
         fprintf(stderr, "error: %d fused_classifier check(s) failed (lines marked [FAIL])\n", failures);
         return 1;
