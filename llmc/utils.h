@@ -84,3 +84,12 @@ static inline bool file_exists(const std::string& path) {
 static inline double now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// Parses a whole decimal integer in [lo, hi] given to `flag`; dies naming the flag otherwise.
+static inline long parse_long(const char* flag, const char* value, long lo, long hi) {
+    char* end = nullptr;
+    long v = strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || v < lo || v > hi)
+        die("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, value);
+    return v;
+}

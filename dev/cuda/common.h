@@ -76,13 +76,6 @@ static void print_usage(FILE* out, const char* prog, const char* about, const ch
             prog, about, versions, sizes_help, default_sizes);
 }
 
-static long parse_long_arg(const char* flag, const char* s, long lo, long hi) {
-    char* end = nullptr;
-    long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < lo || v > hi) die("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
-    return v;
-}
-
 // "16384x2048,16384x4096" -> {{16384, 2048}, {16384, 4096}}; every size must have `dims` positive numbers.
 static std::vector<std::vector<long>> parse_sizes(const char* s, int dims, const char* sizes_help) {
     std::vector<std::vector<long>> out;
@@ -127,9 +120,9 @@ static Args parse_args(int argc, char** argv, const char* about, const char* siz
         if (!strcmp(s, "--help") || !strcmp(s, "-h")) { print_usage(stdout, a.prog, about, sizes_help, default_sizes, versions); exit(0); }
         else if (!strcmp(s, "--check-only")) a.check_only = true;
         else if (!strcmp(s, "--sizes")) sizes = value();
-        else if (!strcmp(s, "--reps")) a.reps = (int)parse_long_arg("--reps", value(), 1, 100000);
-        else if (!strcmp(s, "--warmup")) a.warmup = (int)parse_long_arg("--warmup", value(), 0, 100000);
-        else if (s[0] != '-' && a.version == 0) a.version = (int)parse_long_arg("version", s, 1, versions);
+        else if (!strcmp(s, "--reps")) a.reps = (int)parse_long("--reps", value(), 1, 100000);
+        else if (!strcmp(s, "--warmup")) a.warmup = (int)parse_long("--warmup", value(), 0, 100000);
+        else if (s[0] != '-' && a.version == 0) a.version = (int)parse_long("version", s, 1, versions);
         else die("unknown argument '%s' (see %s --help)", s, a.prog);
     }
     a.sizes = parse_sizes(sizes, dims, sizes_help);

@@ -52,14 +52,6 @@ static void usage(FILE* out) {
         "  --help             this text\n");
 }
 
-static long parse_long(const char* flag, const char* value, long lo, long hi) {
-    char* end = nullptr;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v < lo || v > hi)
-        die("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, value);
-    return v;
-}
-
 static double parse_double(const char* flag, const char* value) {
     char* end = nullptr;
     double v = strtod(value, &end);

@@ -54,14 +54,6 @@ static void usage(FILE* out) {
         "  all ranks are on this machine, so loopback sockets need no network configuration.\n");
 }
 
-static long parse_long(const char* flag, const char* value, long lo, long hi) {
-    char* end = nullptr;
-    long v = strtol(value, &end, 10);
-    if (*value == '\0' || *end != '\0' || v < lo || v > hi)
-        die("%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, value);
-    return v;
-}
-
 static void decode_nccl_version(int code, int* major, int* minor, int* patch) {
     // NCCL_VERSION(X,Y,Z): X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z from 2.9 on
     if (code >= 10000) { *major = code / 10000; *minor = (code % 10000) / 100; }
