@@ -14,6 +14,7 @@
 // Usage: attention_forward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N] [--help]
 // The checks (fixed shapes above) always run; --sizes sets the timed shapes (default 4x4096x32x32x128).
 // Harness: dev/cuda/common.h (command line, inputs, device buffer sets, timing); rows report TFLOP/s.
+#include "dev/cuda/attention_cases.h"
 #include "dev/cuda/common.h"
 #include "llmc/ref_ops.h"
 #include "llmc/attention.cuh"
@@ -134,30 +135,16 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
 }
 
 int main(int argc, char** argv) {
-    Args a = parse_args(argc, argv,
+    Args a = attention_parse_args(argc, argv,
                         "  Causal GQA flash-attention forward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32),\n"
                         "  2 tensor cores + online softmax, 3 llmc/attention.cuh (cp.async double buffering, ldmatrix).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the --sizes shapes (TFLOP/s = 4*B*H*T*T*hd/2 / time; target 400).\n",
-                        "BxTxHxKVxhd (T a multiple of 64, H a multiple of KV, hd 64, 80 or 128)", "4x4096x32x32x128", 5,
-                        N_VERSIONS);
-    for (const std::vector<long>& s : a.sizes) {
-        if (s[0] * s[1] * (s[2] + 2 * s[3]) * s[4] > (1l << 31))
-            die("--sizes: %ldx%ldx%ldx%ldx%ld: the qkv tensor may hold at most 2^31 elements", s[0], s[1], s[2], s[3], s[4]);
-        attention_check_shape((int)s[0], (int)s[1], (int)s[2], (int)s[3], (int)s[4]);
-    }
+                                 N_VERSIONS);
     cuda_require_device();
     print_device_info(0);
 
-    int failures = 0;
-    const int Ts[3] = {128, 256, 1024}, KVs[2] = {8, 2}, hds[3] = {64, 80, 128};
-    for (int v = 1; v <= N_VERSIONS; v++) {
-        if (a.version && v != a.version) continue;
-        size_t case_index = 0;
-        for (int T : Ts)
-            for (int KV : KVs)
-                for (int hd : hds) failures += !check_shape(v, 2, T, 8, KV, hd, case_index++);
-    }
+    int failures = attention_check_all(a, N_VERSIONS, check_shape);
     if (!a.check_only) {
         printf("| kernel | size BxTxHxKVxhd | version | sets | ms | TFLOP/s | %% of %.0f target |\n", TARGET_TFLOPS);
         printf("| --- | --- | --- | --- | --- | --- | --- |\n");
