@@ -72,4 +72,4 @@ test_all: train_gpt_cpu test_gpt_cpu $(ALL_TEST_DEPS)
 	@bash scripts/run_tests.sh
 
 clean:
-	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt
+	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt train_gpt_fp32 test_gpt_fp32

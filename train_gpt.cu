@@ -1,12 +1,14 @@
 // train_gpt.cu: the CUDA trainer on one GPU. The same model as train_gpt_cpu.cpp (every switch of the
 // model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or SwiGLU, biases on/off, tied or
 // untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data and logs; bf16 weights
-// and activations with fp32 accumulation, fp32 master weights and AdamW moments.
+// and activations with fp32 accumulation, fp32 master weights and AdamW moments. make PRECISION=FP32 builds
+// the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
+// llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
 //
-// Memory, one allocation per kind (llm.c style):
-//   params     [P] bf16     the weights the kernels read, laid out by the parameter table (llmc/params.h)
-//   grads      [P] bf16     same offsets; every kernel writes bf16 weight gradients (see docs/cuda_trainer.md)
-//   master     [P] fp32     AdamW's master weights; params = bf16(master) after each update
+// Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
+//   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/params.h)
+//   grads      [P] floatX   same offsets; every kernel writes floatX weight gradients (see docs/cuda_trainer.md)
+//   master     [P] fp32     AdamW's master weights; params = floatX(master) after each update
 //   m, v       [P] fp32     AdamW moments (bf16 with --bf16-moments)
 //   head_grad  [Vp,C] fp32  the LM head gradient, accumulated over the step by the fused classifier,
 //                           added into grads once per step
@@ -55,15 +57,17 @@
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/mlp_act.cuh"
-#include "llmc/attention.cuh"
+#include "llmc/precision.cuh"
+#ifdef ENABLE_FP32
+#include "llmc/attention_rowwise.cuh"  // fp32 build: CUDA-core attention, one warp per row
+#else
+#include "llmc/attention.cuh"          // bf16: flash attention on tensor cores
+#endif
 #include "llmc/classifier.cuh"
 #include "llmc/embedding.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
 
-#ifdef ENABLE_FP32
-#error "train_gpt.cu: the kernels of llmc/*.cuh are bf16-only for now; build with PRECISION=BF16 (the default)"
-#endif
 
 // ----------------------------------------------------------------------------------------------
 // Flags of the CUDA trainer only (the rest are llmc/args.h's, shared with train_gpt_cpu).
@@ -126,9 +130,15 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
     const int C = c.n_embd, hd = c.head_dim;
     if (C % 8 != 0 || C > NORM_MAX_C)
         die("--embd %d: the CUDA kernels need a multiple of 8 up to %d (128-bit rows)", C, NORM_MAX_C);
+#ifdef ENABLE_FP32
+    if (hd > 128 || hd % 16 != 0)
+        die("head dim %d (--embd / --heads, or --head-dim): the fp32 build's attention takes multiples of 16 up to 128",
+            hd);
+#else
     if (hd != 64 && hd != 80 && hd != 128)
         die("head dim %d (--embd / --heads, or --head-dim): the attention kernels take 64, 80 or 128", hd);
     if (T % 64 != 0) die("-t %d: the attention kernels need a sequence length that is a multiple of 64", T);
+#endif
     if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
 }
 
@@ -169,9 +179,9 @@ static bool act_stored(ActKind k, Recompute r) {
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// Rows of the classifier's logits chunk: at most 256 MiB of bf16 logits, at least 64 rows.
+// Rows of the classifier's logits chunk: at most 256 MiB of logits, at least 64 rows.
 static int classifier_chunk(const ModelConfig& c, int B, int T) {
-    const size_t rows = (256ull << 20) / (2 * (size_t)c.padded_vocab);
+    const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)c.padded_vocab);
     return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
 }
 
@@ -191,20 +201,20 @@ struct ScratchLayout {
 static ScratchLayout scratch_layout(const ModelConfig& c, int B, int T) {
     const size_t N = (size_t)B * T, C = c.n_embd;
     ScratchLayout s;
-    s.zeros = N * C;                                  // [N,C] bf16 zeros: the "y" of norms without a residual add
-    s.y = N * C;                                      // [N,C] bf16 a matmul output about to join the residual
-    s.x_final = N * C;                                // [N,C] bf16 residual after the last layer
-    s.lnf = N * C;                                    // [N,C] bf16
+    s.zeros = N * C;                                  // [N,C] floatX zeros: the "y" of norms without a residual add
+    s.y = N * C;                                      // [N,C] floatX a matmul output about to join the residual
+    s.x_final = N * C;                                // [N,C] floatX residual after the last layer
+    s.lnf = N * C;                                    // [N,C] floatX
     s.lnf_stats = 2 * N;                              // [2,N] fp32
-    s.dres = N * C;                                   // [N,C] bf16 residual-stream gradient
-    s.dln = N * C;                                    // [N,C] bf16 gradient of a norm output
-    s.datty = N * cfg_q_dim(c);                       // [N,qd] bf16
-    s.dqkv = N * cfg_qkv_dim(c);                      // [N,qkvd] bf16
-    s.dfc1 = N * cfg_fc1_dim(c);                      // [N,F1] bf16
-    s.dact = N * c.ffn;                               // [N,F] bf16
+    s.dres = N * C;                                   // [N,C] floatX residual-stream gradient
+    s.dln = N * C;                                    // [N,C] floatX gradient of a norm output
+    s.datty = N * cfg_q_dim(c);                       // [N,qd] floatX
+    s.dqkv = N * cfg_qkv_dim(c);                      // [N,qkvd] floatX
+    s.dfc1 = N * cfg_fc1_dim(c);                      // [N,F1] floatX
+    s.dact = N * c.ffn;                               // [N,F] floatX
     s.dvec = (size_t)B * c.n_head * T;                // [B,H,T] fp32 attention backward
     s.norm_partial = norm_backward_scratch_floats((int)N, (int)C);  // fp32
-    s.logits = (size_t)classifier_chunk(c, B, T) * c.padded_vocab;  // [chunk,Vp] bf16
+    s.logits = (size_t)classifier_chunk(c, B, T) * c.padded_vocab;  // [chunk,Vp] floatX
     s.losses = N;                                     // [N] fp32
     s.tokens = 2 * N;                                 // inputs, targets [N] int32
     s.gnorm = GLOBAL_NORM_BLOCKS + 2;                 // partials, then norm and clip coefficient (fp32)
@@ -279,16 +289,35 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
 // ----------------------------------------------------------------------------------------------
 // Small kernels of the trainer itself
 
-// params[i] = bf16(master[i])
-__global__ void bf16_from_f32_kernel(floatX* dst, const float* src, size_t n) {
+// params[i] = floatX(master[i])
+__global__ void floatX_from_f32_kernel(floatX* dst, const float* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = __float2bfloat16(src[i]);
+    if (i < n) dst[i] = to_floatX(src[i]);
 }
 
-// dst[i] = bf16(dst[i] + src[i]): the fp32 LM-head gradient joins the bf16 gradients once per step
-__global__ void add_f32_into_bf16_kernel(floatX* dst, const float* src, size_t n) {
+// dst[i] = floatX(dst[i] + src[i]): the fp32 LM-head gradient joins the floatX gradients once per step
+__global__ void add_f32_into_floatX_kernel(floatX* dst, const float* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = __float2bfloat16(__bfloat162float(dst[i]) + src[i]);
+    if (i < n) dst[i] = to_floatX(to_float(dst[i]) + src[i]);
+}
+
+// The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
+// build the CUDA-core kernels of llmc/attention_rowwise.cuh. Same layouts and meaning.
+static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
+                          cudaStream_t stream) {
+#ifdef ENABLE_FP32
+    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream);
+#else
+    attention_forward(out, lse, qkv, B, T, H, KV, hd, stream);
+#endif
+}
+static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
+                          const float* lse, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
+#ifdef ENABLE_FP32
+    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
+#else
+    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
+#endif
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -389,7 +418,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->table = build_param_table(c);
     for (const ParamSpec& s : g->table.specs)
         if (s.offset % 8 != 0 || s.numel() % 8 != 0)
-            die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 bf16 at a time)",
+            die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 elements at a time)",
                 s.name.c_str(), s.offset, s.numel());
     g->B = B;
     g->T = T;
@@ -471,11 +500,11 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->h_losses.resize((size_t)B * T);
 }
 
-// Uploads whole-model fp32 weights [P] (and moments, or zeros when m is null); params = bf16(master).
+// Uploads whole-model fp32 weights [P] (and moments, or zeros when m is null); params = floatX(master).
 static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
     const size_t P = g->table.total;
     cudaCheck(cudaMemcpy(g->master, p, P * sizeof(float), cudaMemcpyHostToDevice));
-    bf16_from_f32_kernel<<<(unsigned)ceil_div(P, 256), 256, 0, g->stream>>>(g->params, g->master, P);
+    floatX_from_f32_kernel<<<(unsigned)ceil_div(P, 256), 256, 0, g->stream>>>(g->params, g->master, P);
     cudaCheck(cudaGetLastError());
     const size_t msz = g->bf16_moments ? 2 : 4;
     if (!m) {
@@ -535,7 +564,7 @@ static void attention_block_forward(GPT* g, const ParamTable::Block& w, LayerAct
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = c.n_head, KV = c.n_kv_head;
     matmul_forward(&g->mm, g->stream, la.qkv, la.ln1, g->P(w.qkv_w), g->P(w.qkv_b), N, C, cfg_qkv_dim(c));
     if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
-    attention_forward(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
+    attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
 }
 
 // The MLP activation of layer l: act from fc1.
@@ -593,7 +622,7 @@ static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
                                 g->P(t.lnf_b), N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
 }
 
-// logits[rows, Vp] (bf16, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
+// logits[rows, Vp] (floatX, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
 // head as a linear layer (IC = C, OC = Vp), the same GEMM as step 1 of fused_classifier.
 static void gpt_logits(GPT* g, int row0, int rows) {
     const ModelConfig& c = g->cfg;
@@ -648,7 +677,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
         if (g->recompute == RECOMPUTE_FULL) {
             layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x (g->y is free now)
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
-            attention_forward(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
+            attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
             mlp_act_forward(g, la);
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid)))))
@@ -663,7 +692,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x)))))
         matmul_backward_input(&g->mm, g->stream, g->datty, g->dres, g->P(w.attn_out_w), N, qd, C);
         matmul_backward_weight(&g->mm, g->stream, g->G(w.attn_out_w), g->G(w.attn_out_b), g->dres, la.atty, N, qd, C);
-        attention_backward(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
+        attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
         matmul_backward_input(&g->mm, g->stream, g->dln, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
         matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1, N, C, qkvd);
@@ -686,10 +715,10 @@ static void gpt_zero_grad(GPT* g) {
     cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->cfg.padded_vocab * g->cfg.n_embd * 4, g->stream));
 }
 
-// The fp32 LM-head gradient of the step joins the bf16 gradients (once per step, after the last micro-batch).
+// The fp32 LM-head gradient of the step joins the floatX gradients (once per step, after the last micro-batch).
 static void gpt_fold_head_grad(GPT* g) {
     const size_t hn = (size_t)g->cfg.padded_vocab * g->cfg.n_embd;
-    add_f32_into_bf16_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(g->G(g->head()), g->head_grad, hn);
+    add_f32_into_floatX_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(g->G(g->head()), g->head_grad, hn);
     cudaCheck(cudaGetLastError());
 }
 
@@ -734,16 +763,16 @@ static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n,
     const ModelConfig& c = g->cfg;
     const int T = g->T;
     std::vector<int32_t> window((size_t)g->B * T, 0);
-    std::vector<__nv_bfloat16> row(c.padded_vocab);
+    std::vector<floatX> row(c.padded_vocab);
     std::vector<float> logits(c.vocab_size);
     for (int i = 0; i < n; i++) {
         const int len = std::min((int)prompt.size(), T);
         std::copy(prompt.end() - len, prompt.end(), window.begin());
         gpt_forward(g, window.data(), nullptr);
         gpt_logits(g, len - 1, 1);
-        cudaCheck(cudaMemcpyAsync(row.data(), g->logits, row.size() * 2, cudaMemcpyDeviceToHost, g->stream));
+        cudaCheck(cudaMemcpyAsync(row.data(), g->logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, g->stream));
         cudaCheck(cudaStreamSynchronize(g->stream));
-        for (int v = 0; v < c.vocab_size; v++) logits[v] = __bfloat162float(row[v]);
+        for (int v = 0; v < c.vocab_size; v++) logits[v] = to_float(row[v]);
         prompt.push_back(sample_from_logits(logits.data(), c.vocab_size, rng));
     }
     return prompt;
@@ -753,8 +782,10 @@ static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n,
 // The run
 
 
-// Dense bf16 peak of the device from its name (DESIGN.md section 7); 0 when unknown (no MFU printed).
+// Dense bf16 peak of the device from its name (DESIGN.md section 7); 0 when unknown, and in the fp32 test
+// build (no MFU printed).
 static double device_peak_flops(const char* name) {
+    if (std::string(PRECISION_NAME) == "fp32") return 0.0;
     std::string n = name;
     if (n.find("H100") != std::string::npos || n.find("H200") != std::string::npos || n.find("H800") != std::string::npos)
         return 989e12;
@@ -872,8 +903,8 @@ int main(int argc, char** argv) {
 
     const int64_t n_params = param_count(table);
     print_config_table(mc, n_params, B, T, accum, 1, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
-    printf("bf16 weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
-           opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
+    printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
+           PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
     const double hw_flops = hardware_flops_per_token(mc, T, opt.recompute);
     printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
            model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));

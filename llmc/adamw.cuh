@@ -5,7 +5,7 @@
 //   m = beta1 * m + (1 - beta1) * g
 //   v = beta2 * v + (1 - beta2) * g * g
 //   p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),  bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
-//   param = bf16(p)
+//   param = floatX(p)
 // p is the fp32 master weight; m, v are fp32 or bf16 (Moment = float or __nv_bfloat16; bf16 moments are
 // stored rounded to nearest after the update, which uses their fp32 values).
 //   AdamWTensor<Moment>                 one tensor: its pointers, size, weight decay (table built on the host)
@@ -29,8 +29,8 @@ static const int ADAMW_BLOCK_ELEMS = ADAMW_THREADS * 8;
 
 template <typename Moment>
 struct AdamWTensor {
-    __nv_bfloat16* param;         // [n] bf16 model weights (written)
-    const __nv_bfloat16* grad;    // [n] bf16 gradients
+    floatX* param;                // [n] model weights (bf16, or fp32 in the fp32 build; written)
+    const floatX* grad;           // [n] gradients
     float* master;                // [n] fp32 master weights
     Moment* m;                    // [n] first moment
     Moment* v;                    // [n] second moment
@@ -50,24 +50,18 @@ struct AdamWHyper {
     float lr, beta1, beta2, eps;
 };
 
-// 8 moments at p into f[8]
-__device__ __forceinline__ void moment_load8(const float* p, float* f) {
-    float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-}
-__device__ __forceinline__ void moment_load8(const __nv_bfloat16* p, float* f) {
-    Pack8 x = load8(p);
+// 8 values at p (fp32 or bf16) into f[8], and back (rounded to nearest in bf16)
+template <typename T>
+__device__ __forceinline__ void moment_load8(const T* p, float* f) {
+    Vec8<T> x = load8(p);
 #pragma unroll
-    for (int j = 0; j < 8; j++) f[j] = __bfloat162float(x.v[j]);
+    for (int j = 0; j < 8; j++) f[j] = to_float(x.v[j]);
 }
-__device__ __forceinline__ void moment_store8(float* p, const float* f) {
-    ((float4*)p)[0] = make_float4(f[0], f[1], f[2], f[3]);
-    ((float4*)p)[1] = make_float4(f[4], f[5], f[6], f[7]);
-}
-__device__ __forceinline__ void moment_store8(__nv_bfloat16* p, const float* f) {
-    Pack8 x;
+template <typename T>
+__device__ __forceinline__ void moment_store8(T* p, const float* f) {
+    Vec8<T> x;
 #pragma unroll
-    for (int j = 0; j < 8; j++) x.v[j] = __float2bfloat16(f[j]);
+    for (int j = 0; j < 8; j++) x.v[j] = (T)f[j];
     store8(p, x);
 }
 
@@ -108,8 +102,8 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(const AdamWTensor<
     moment_load8(t.v + i, v);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        adamw_element(&p[j], &m[j], &v[j], __bfloat162float(g.v[j]) * gs, decay, h.beta1, h.beta2, h.eps, step, rsbc2);
-        out.v[j] = __float2bfloat16(p[j]);
+        adamw_element(&p[j], &m[j], &v[j], to_float(g.v[j]) * gs, decay, h.beta1, h.beta2, h.eps, step, rsbc2);
+        out.v[j] = to_floatX(p[j]);
     }
     moment_store8(t.master + i, p);
     moment_store8(t.m + i, m);

@@ -1,11 +1,11 @@
 // llmc/classifier.cuh: the fused classifier: LM head plus softmax cross-entropy, forward and
 // backward, in chunks of tokens so that full-batch logits never exist (a 128K vocabulary times
 // 16K tokens would be 4 GiB of bf16). Per chunk of rows:
-//   1. matmul_forward: logits[rows, Vp] = x[rows, C] W[Vp, C]^T      (bf16 out, fp32 accumulate)
+//   1. matmul_forward: logits[rows, Vp] = x[rows, C] W[Vp, C]^T      (floatX out, fp32 accumulate)
 //   2. fused_classifier_kernel, one block per row: max and sum of exps in one online pass with
-//      128-bit loads, loss = lse - logit[target], then dlogits = (softmax - onehot) * scale
+//      8-element vector loads, loss = lse - logit[target], then dlogits = (softmax - onehot) * scale
 //      written over the logits (padded columns >= V and ignored rows (target -1) get 0)
-//   3. matmul_backward_input: dx[rows, C] = dlogits W                    (bf16)
+//   3. matmul_backward_input: dx[rows, C] = dlogits W                    (floatX)
 //   4. matmul_backward_weight: dW[Vp, C] += dlogits^T x[rows, C]         (fp32, accumulated)
 // The GEMMs are llmc/matmul.cuh's (one cuBLASLt call for the whole project), with the LM head as a
 // linear layer of IC = C inputs and OC = Vp outputs over N = rows tokens.
@@ -23,10 +23,6 @@
 #include "llmc/packed.cuh"
 #include "llmc/utils.h"
 
-#ifdef ENABLE_FP32
-#error "llmc/classifier.cuh: the fused classifier is bf16-only; build with PRECISION=BF16 (the default)"
-#endif
-
 // ---- the fused row kernel ---------------------------------------------------------------------------
 
 static const int CLS_THREADS = 512;
@@ -39,25 +35,25 @@ __device__ __forceinline__ void online_merge(float* m, float* s, float m2, float
     *m = mn;
 }
 
-// One block per row of logits [rows, Vp] (bf16, Vp % 8 == 0, rows 16-byte aligned). Reads the row
+// One block per row of logits [rows, Vp] (floatX, Vp % 8 == 0, rows 16-byte aligned). Reads the row
 // once for the statistics (per thread: online max and sum over 8-wide vectors), reduces them over
 // the block, then reads it again to write dlogits = (softmax - onehot) * scale in place.
 // losses[row] = lse - logit[target] (0 when target < 0); lse[row] when lse is not null.
 __global__ void __launch_bounds__(CLS_THREADS)
-fused_classifier_kernel(__nv_bfloat16* logits, float* losses, float* lse, const int32_t* targets, int V, int Vp,
+fused_classifier_kernel(floatX* logits, float* losses, float* lse, const int32_t* targets, int V, int Vp,
                         float scale) {
     __shared__ float red_m[CLS_THREADS / 32], red_s[CLS_THREADS / 32];
     __shared__ float stats[2];  // lse, target logit
     const int row = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    __nv_bfloat16* x = logits + (size_t)row * Vp;
+    floatX* x = logits + (size_t)row * Vp;
     const int target = targets[row];
-    if (threadIdx.x == 0) stats[1] = target >= 0 ? __bfloat162float(x[target]) : 0.0f;  // read before overwrite
+    if (threadIdx.x == 0) stats[1] = target >= 0 ? to_float(x[target]) : 0.0f;  // read before overwrite
     float m = -INFINITY, s = 0.0f;
     for (int c = threadIdx.x * 8; c < Vp; c += CLS_THREADS * 8) {
         const Pack8 raw = load8(x + c);
         float f[8], vmax = -INFINITY;
         for (int i = 0; i < 8; i++) {
-            f[i] = (c + i < V) ? __bfloat162float(raw.v[i]) : -INFINITY;
+            f[i] = (c + i < V) ? to_float(raw.v[i]) : -INFINITY;
             vmax = fmaxf(vmax, f[i]);
         }
         if (vmax == -INFINITY) continue;  // all padding
@@ -90,15 +86,15 @@ fused_classifier_kernel(__nv_bfloat16* logits, float* losses, float* lse, const 
         for (int i = 0; i < 8; i++) {
             const int col = c + i;
             float d = 0.0f;
-            if (target >= 0 && col < V) d = (__expf(__bfloat162float(raw.v[i]) - l) - (col == target ? 1.0f : 0.0f)) * scale;
-            raw.v[i] = __float2bfloat16(d);
+            if (target >= 0 && col < V) d = (__expf(to_float(raw.v[i]) - l) - (col == target ? 1.0f : 0.0f)) * scale;
+            raw.v[i] = to_floatX(d);
         }
         store8(x + c, raw);
     }
 }
 
 // Step 2 on rows rows of logits (row-major [rows, Vp]); targets, losses, lse start at the chunk's row.
-static void fused_classifier_rows(__nv_bfloat16* logits, float* losses, float* lse, const int32_t* targets, int rows,
+static void fused_classifier_rows(floatX* logits, float* losses, float* lse, const int32_t* targets, int rows,
                                   int V, int Vp, float scale, cudaStream_t stream) {
     if (Vp % 8 != 0 || V > Vp) die("fused_classifier: need V <= Vp and Vp a multiple of 8 (V=%d, Vp=%d)", V, Vp);
     fused_classifier_kernel<<<rows, CLS_THREADS, 0, stream>>>(logits, losses, lse, targets, V, Vp, scale);
@@ -106,17 +102,17 @@ static void fused_classifier_rows(__nv_bfloat16* logits, float* losses, float* l
 }
 
 // Forward and backward of the LM head and the loss over N rows, chunk rows at a time.
-//   dx [N, C] bf16 (overwritten), dw [Vp, C] fp32 (accumulated: the caller zeroes it once per step),
+//   dx [N, C] floatX (overwritten), dw [Vp, C] fp32 (accumulated: the caller zeroes it once per step),
 //   losses [N], lse [N] (may be null) <- x [N, C], w [Vp, C], targets [N]; scale is usually
-//   1 / (number of valid targets). logits_chunk [chunk, Vp] bf16 is scratch. mm: the matmul context
+//   1 / (number of valid targets). logits_chunk [chunk, Vp] floatX is scratch. mm: the matmul context
 //   (its bias scratch is not used).
-static void fused_classifier(__nv_bfloat16* dx, float* dw, float* losses, float* lse, __nv_bfloat16* logits_chunk,
-                             const __nv_bfloat16* x, const __nv_bfloat16* w, const int32_t* targets, int N, int C,
+static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, floatX* logits_chunk,
+                             const floatX* x, const floatX* w, const int32_t* targets, int N, int C,
                              int V, int Vp, int chunk, float scale, MatmulContext* mm, cudaStream_t stream) {
     if (chunk < 1) die("fused_classifier: chunk must be positive (got %d)", chunk);
     for (int r0 = 0; r0 < N; r0 += chunk) {
         const int rows = N - r0 < chunk ? N - r0 : chunk;
-        const __nv_bfloat16* xc = x + (size_t)r0 * C;
+        const floatX* xc = x + (size_t)r0 * C;
         // logits[rows, Vp] = x[rows, C] W[Vp, C]^T. Column-major: D[Vp, rows] = W^T[Vp, C] @ x[C, rows]
         // (m = Vp, n = rows, k = C; A = W stored column-major [C, Vp], transposed; B = x not transposed).
         matmul_forward(mm, stream, logits_chunk, xc, w, nullptr, rows, C, Vp);

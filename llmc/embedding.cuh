@@ -20,8 +20,8 @@
 
 static const int EMBEDDING_THREADS = 128;
 
-__global__ void embedding_forward_kernel(__nv_bfloat16* __restrict__ out, const int32_t* __restrict__ tok,
-                                         const __nv_bfloat16* __restrict__ wte, const __nv_bfloat16* __restrict__ wpe,
+__global__ void embedding_forward_kernel(floatX* __restrict__ out, const int32_t* __restrict__ tok,
+                                         const floatX* __restrict__ wte, const floatX* __restrict__ wpe,
                                          int N, int T, int C) {
     const size_t per_row = C / 8, v = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (v >= (size_t)N * per_row) return;
@@ -30,7 +30,7 @@ __global__ void embedding_forward_kernel(__nv_bfloat16* __restrict__ out, const 
     if (wpe) {
         Pack8 p = load8(wpe + (size_t)(n % T) * C + c);
 #pragma unroll
-        for (int j = 0; j < 8; j++) e.v[j] = __float2bfloat16(__bfloat162float(e.v[j]) + __bfloat162float(p.v[j]));
+        for (int j = 0; j < 8; j++) e.v[j] = to_floatX(to_float(e.v[j]) + to_float(p.v[j]));
     }
     store8(out + (size_t)n * C + c, e);
 }
@@ -40,7 +40,7 @@ static void embedding_check_shape(const char* what, int N, int T, int C) {
         die("%s: needs N a multiple of T and C a multiple of 8, got N %d T %d C %d", what, N, T, C);
 }
 
-static void embedding_forward(__nv_bfloat16* out, const int32_t* tok, const __nv_bfloat16* wte, const __nv_bfloat16* wpe,
+static void embedding_forward(floatX* out, const int32_t* tok, const floatX* wte, const floatX* wpe,
                               int N, int T, int C, cudaStream_t stream) {
     embedding_check_shape("embedding_forward", N, T, C);
     const size_t work = (size_t)N * (C / 8);
@@ -119,20 +119,20 @@ static void embedding_plan_free(EmbeddingPlan* plan) {
 
 // grid (unique + T, ceil(C/8 / threads)): block x < unique sums the rows of token[x] into dwte; block
 // x = unique + t (only when dwpe) sums dout[b*T + t] over b into dwpe[t]
-__global__ void embedding_backward_kernel(__nv_bfloat16* __restrict__ dwte, __nv_bfloat16* __restrict__ dwpe,
-                                          const __nv_bfloat16* __restrict__ dout, const int* __restrict__ token,
+__global__ void embedding_backward_kernel(floatX* __restrict__ dwte, floatX* __restrict__ dwpe,
+                                          const floatX* __restrict__ dout, const int* __restrict__ token,
                                           const int* __restrict__ offset, const int* __restrict__ rows, int unique,
                                           int N, int T, int C) {
     const int c = 8 * (blockIdx.y * blockDim.x + threadIdx.x);
     if (c >= C) return;
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    __nv_bfloat16* dst;
+    floatX* dst;
     if ((int)blockIdx.x < unique) {
         const int u = blockIdx.x;
         for (int k = offset[u]; k < offset[u + 1]; k++) {
             Pack8 d = load8(dout + (size_t)rows[k] * C + c);
 #pragma unroll
-            for (int j = 0; j < 8; j++) s[j] += __bfloat162float(d.v[j]);
+            for (int j = 0; j < 8; j++) s[j] += to_float(d.v[j]);
         }
         dst = dwte + (size_t)token[u] * C + c;
     } else {
@@ -140,17 +140,17 @@ __global__ void embedding_backward_kernel(__nv_bfloat16* __restrict__ dwte, __nv
         for (int n = t; n < N; n += T) {
             Pack8 d = load8(dout + (size_t)n * C + c);
 #pragma unroll
-            for (int j = 0; j < 8; j++) s[j] += __bfloat162float(d.v[j]);
+            for (int j = 0; j < 8; j++) s[j] += to_float(d.v[j]);
         }
         dst = dwpe + (size_t)t * C + c;
     }
     Pack8 g = load8(dst);
 #pragma unroll
-    for (int j = 0; j < 8; j++) g.v[j] = __float2bfloat16(__bfloat162float(g.v[j]) + s[j]);
+    for (int j = 0; j < 8; j++) g.v[j] = to_floatX(to_float(g.v[j]) + s[j]);
     store8(dst, g);
 }
 
-static void embedding_backward(__nv_bfloat16* dwte, __nv_bfloat16* dwpe, const __nv_bfloat16* dout,
+static void embedding_backward(floatX* dwte, floatX* dwpe, const floatX* dout,
                                const EmbeddingPlan& plan, int N, int T, int C, cudaStream_t stream) {
     embedding_check_shape("embedding_backward", N, T, C);
     if (plan.n != N) die("embedding_backward: the plan was built for %d rows, not %d", plan.n, N);

@@ -17,23 +17,18 @@
 static const int GLOBAL_NORM_BLOCKS = 1024;
 static const int GLOBAL_NORM_THREADS = 256;
 
-// x^2 summed over 8 consecutive values
-__device__ __forceinline__ float sumsq8(const __nv_bfloat16* p) {
-    Pack8 x = load8(p);
+// x^2 summed over 8 consecutive values (bf16 or fp32), in order
+template <typename T>
+__device__ __forceinline__ float sumsq8(const T* p) {
+    Vec8<T> x = load8(p);
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        float f = __bfloat162float(x.v[j]);
+        float f = to_float(x.v[j]);
         s += f * f;
     }
     return s;
 }
-__device__ __forceinline__ float sumsq8(const float* p) {
-    float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
-    return a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-}
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
 
 // fixed-order sum of v over the block (blockDim.x == GLOBAL_NORM_THREADS), returned to thread 0
 __device__ __forceinline__ float block_sum_fixed(float v) {
@@ -65,7 +60,7 @@ __global__ void __launch_bounds__(GLOBAL_NORM_THREADS) global_norm_partial_kerne
     }
     for (; v < nvec; v += G) s += sumsq8(g + 8 * v);
     if (j < n % 8) {  // the last n % 8 elements, one per thread of the first block
-        float x = to_f(g[8 * nvec + j]);
+        float x = to_float(g[8 * nvec + j]);
         s += x * x;
     }
     float tot = block_sum_fixed(s);

@@ -19,14 +19,8 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda_common.cuh"
+#include "llmc/precision.cuh"
 
-#ifdef ENABLE_FP32
-typedef float floatX;                       // the fp32 build, for tight testing
-static const cudaDataType_t CUDA_FLOATX = CUDA_R_32F;
-#else
-typedef __nv_bfloat16 floatX;               // the default: bf16 weights and activations
-static const cudaDataType_t CUDA_FLOATX = CUDA_R_16BF;
-#endif
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -88,7 +82,7 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found));
     if (found == 0) {
         fprintf(stderr, "error: cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d "
-                        "output type %d (shapes must be multiples of 8 for bf16 tensor cores)\n", m, n, k,
+                        "output type %d (shapes must be multiples of 8 for tensor cores)\n", m, n, k,
                 (int)trans_a, (int)trans_b, (int)epilogue, (int)d_type);
         exit(1);
     }

@@ -1,10 +1,10 @@
-// llmc/mlp_act.cuh: the MLP activations, forward and backward, bf16 tensors with fp32 math (as llmc/ref_ops.h
+// llmc/mlp_act.cuh: the MLP activations, forward and backward, floatX tensors with fp32 math (as llmc/ref_ops.h
 // mlp_act_forward / mlp_act_backward). The fastest versions of dev/cuda/mlp_act.cu.
 //   gelu_forward(act, fc1, n, stream)            act[n] = gelu_tanh(fc1[n])
 //   gelu_backward(dfc1, dact, fc1, n, stream)    dfc1[n] = dact * gelu_tanh'(fc1) (overwritten)
 //   swiglu_forward(act, fc1, N, F, stream)       act[N,F] = silu(gate) * up, fc1[N,2F] = [gate | up] per row
 //   swiglu_backward(dfc1, dact, fc1, N, F, stream)   dfc1[N,2F] = [dact * up * silu'(gate) | dact * silu(gate)]
-// Each thread handles 8 consecutive elements with 128-bit loads and stores, grid-stride. Needs n % 8 == 0 and
+// Each thread handles 8 consecutive elements with vector loads and stores (128-bit in bf16), grid-stride. Needs n % 8 == 0 and
 // F % 8 == 0.
 #pragma once
 #include <algorithm>
@@ -34,53 +34,53 @@ static int mlp_act_grid(size_t vectors) {
     return (int)std::min<size_t>(ceil_div(vectors, 256), (size_t)sms * 16);  // grid-stride beyond 16 blocks per SM
 }
 
-__global__ void gelu_forward_kernel(__nv_bfloat16* __restrict__ act, const __nv_bfloat16* __restrict__ fc1, size_t nvec) {
+__global__ void gelu_forward_kernel(floatX* __restrict__ act, const floatX* __restrict__ fc1, size_t nvec) {
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < nvec; v += (size_t)gridDim.x * blockDim.x) {
         Pack8 x = load8(fc1 + 8 * v), o;
 #pragma unroll
-        for (int j = 0; j < 8; j++) o.v[j] = __float2bfloat16(gelu_tanh_f(__bfloat162float(x.v[j])));
+        for (int j = 0; j < 8; j++) o.v[j] = to_floatX(gelu_tanh_f(to_float(x.v[j])));
         store8(act + 8 * v, o);
     }
 }
 
-__global__ void gelu_backward_kernel(__nv_bfloat16* __restrict__ dfc1, const __nv_bfloat16* __restrict__ dact,
-                                     const __nv_bfloat16* __restrict__ fc1, size_t nvec) {
+__global__ void gelu_backward_kernel(floatX* __restrict__ dfc1, const floatX* __restrict__ dact,
+                                     const floatX* __restrict__ fc1, size_t nvec) {
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < nvec; v += (size_t)gridDim.x * blockDim.x) {
         Pack8 x = load8(fc1 + 8 * v), d = load8(dact + 8 * v), o;
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            o.v[j] = __float2bfloat16(__bfloat162float(d.v[j]) * gelu_tanh_grad_f(__bfloat162float(x.v[j])));
+            o.v[j] = to_floatX(to_float(d.v[j]) * gelu_tanh_grad_f(to_float(x.v[j])));
         store8(dfc1 + 8 * v, o);
     }
 }
 
 // vector v covers act[n, 8f .. 8f+7] with n = v / (F/8), f = v % (F/8)
-__global__ void swiglu_forward_kernel(__nv_bfloat16* __restrict__ act, const __nv_bfloat16* __restrict__ fc1, int N, int F) {
+__global__ void swiglu_forward_kernel(floatX* __restrict__ act, const floatX* __restrict__ fc1, int N, int F) {
     const size_t per_row = F / 8, nvec = (size_t)N * per_row;
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < nvec; v += (size_t)gridDim.x * blockDim.x) {
         const size_t n = v / per_row, f = 8 * (v % per_row);
         Pack8 g = load8(fc1 + n * 2 * F + f), u = load8(fc1 + n * 2 * F + F + f), o;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float gj = __bfloat162float(g.v[j]);
-            o.v[j] = __float2bfloat16(gj * sigmoid_f(gj) * __bfloat162float(u.v[j]));
+            float gj = to_float(g.v[j]);
+            o.v[j] = to_floatX(gj * sigmoid_f(gj) * to_float(u.v[j]));
         }
         store8(act + n * F + f, o);
     }
 }
 
-__global__ void swiglu_backward_kernel(__nv_bfloat16* __restrict__ dfc1, const __nv_bfloat16* __restrict__ dact,
-                                       const __nv_bfloat16* __restrict__ fc1, int N, int F) {
+__global__ void swiglu_backward_kernel(floatX* __restrict__ dfc1, const floatX* __restrict__ dact,
+                                       const floatX* __restrict__ fc1, int N, int F) {
     const size_t per_row = F / 8, nvec = (size_t)N * per_row;
     for (size_t v = blockIdx.x * (size_t)blockDim.x + threadIdx.x; v < nvec; v += (size_t)gridDim.x * blockDim.x) {
         const size_t n = v / per_row, f = 8 * (v % per_row);
         Pack8 g = load8(fc1 + n * 2 * F + f), u = load8(fc1 + n * 2 * F + F + f), d = load8(dact + n * F + f), dg, du;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float gj = __bfloat162float(g.v[j]), uj = __bfloat162float(u.v[j]), dj = __bfloat162float(d.v[j]);
+            float gj = to_float(g.v[j]), uj = to_float(u.v[j]), dj = to_float(d.v[j]);
             float sig = sigmoid_f(gj);
-            dg.v[j] = __float2bfloat16(dj * uj * sig * (1.0f + gj * (1.0f - sig)));
-            du.v[j] = __float2bfloat16(dj * gj * sig);
+            dg.v[j] = to_floatX(dj * uj * sig * (1.0f + gj * (1.0f - sig)));
+            du.v[j] = to_floatX(dj * gj * sig);
         }
         store8(dfc1 + n * 2 * F + f, dg);
         store8(dfc1 + n * 2 * F + F + f, du);
@@ -91,25 +91,25 @@ static void mlp_act_check(const char* what, size_t n, int F) {
     if (n == 0 || n % 8 != 0 || F % 8 != 0) die("%s: needs a non-empty size that is a multiple of 8 (n %zu, F %d)", what, n, F);
 }
 
-static void gelu_forward(__nv_bfloat16* act, const __nv_bfloat16* fc1, size_t n, cudaStream_t stream) {
+static void gelu_forward(floatX* act, const floatX* fc1, size_t n, cudaStream_t stream) {
     mlp_act_check("gelu_forward", n, 8);
     gelu_forward_kernel<<<mlp_act_grid(n / 8), 256, 0, stream>>>(act, fc1, n / 8);
     cudaCheck(cudaGetLastError());
 }
 
-static void gelu_backward(__nv_bfloat16* dfc1, const __nv_bfloat16* dact, const __nv_bfloat16* fc1, size_t n, cudaStream_t stream) {
+static void gelu_backward(floatX* dfc1, const floatX* dact, const floatX* fc1, size_t n, cudaStream_t stream) {
     mlp_act_check("gelu_backward", n, 8);
     gelu_backward_kernel<<<mlp_act_grid(n / 8), 256, 0, stream>>>(dfc1, dact, fc1, n / 8);
     cudaCheck(cudaGetLastError());
 }
 
-static void swiglu_forward(__nv_bfloat16* act, const __nv_bfloat16* fc1, int N, int F, cudaStream_t stream) {
+static void swiglu_forward(floatX* act, const floatX* fc1, int N, int F, cudaStream_t stream) {
     mlp_act_check("swiglu_forward", (size_t)N * F, F);
     swiglu_forward_kernel<<<mlp_act_grid((size_t)N * F / 8), 256, 0, stream>>>(act, fc1, N, F);
     cudaCheck(cudaGetLastError());
 }
 
-static void swiglu_backward(__nv_bfloat16* dfc1, const __nv_bfloat16* dact, const __nv_bfloat16* fc1, int N, int F,
+static void swiglu_backward(floatX* dfc1, const floatX* dact, const floatX* fc1, int N, int F,
                             cudaStream_t stream) {
     mlp_act_check("swiglu_backward", (size_t)N * F, F);
     swiglu_backward_kernel<<<mlp_act_grid((size_t)N * F / 8), 256, 0, stream>>>(dfc1, dact, fc1, N, F);

@@ -1,14 +1,15 @@
-// llmc/norm.cuh: LayerNorm and RMSNorm fused with the residual add, forward and backward (bf16 tensors,
+// llmc/norm.cuh: LayerNorm and RMSNorm fused with the residual add, forward and backward (floatX tensors:
+// bf16, or fp32 in the fp32 build;
 // fp32 statistics and accumulation). The fastest versions of dev/cuda/norm.cu.
 //   fused_residual_norm_forward(resid, out, mean, rstd, x, y, w, b, N, C, eps, rms, stream)
-//       resid[N,C] = bf16(x + y); out[N,C] = norm(resid) * w (+ b), computed from the rounded resid (the value
+//       resid[N,C] = floatX(x + y); out[N,C] = norm(resid) * w (+ b), computed from the rounded resid (the value
 //       backward sees); mean, rstd [N] fp32 (mean = 0 for RMSNorm). b may be null.
 //   norm_backward(dres, dw, db, scratch, dout, x, w, mean, rstd, N, C, rms, stream)
 //       dres[N,C] += d(norm input): the residual gradient flowing past the block gets the norm's input gradient
 //       added; dw[C] (and db[C] unless null) += the weight gradients, summed in fp32 over rows in a fixed order:
 //       per block of NORM_BWD_ROWS rows into scratch (norm_backward_scratch_floats(N, C) floats), then a
 //       fixed-order sum over blocks. Deterministic: no float atomics, partition independent of the GPU.
-// Limits: C % 8 == 0 (128-bit access) and C <= 12288 (a row is held in registers: 6 vectors of 8 per thread).
+// Limits: C % 8 == 0 (8-element vector access) and C <= 12288 (a row is held in registers: 6 vectors of 8 per thread).
 #pragma once
 #include <cuda_bf16.h>
 #include "llmc/cuda_common.cuh"
@@ -42,7 +43,7 @@ __device__ __forceinline__ float2 block_sum2(float a, float b, float* red, int p
 // ----------------------------------------------------------------------------------------------
 // forward: a row is handled by LANES threads, one warp (C <= 4096, several rows per block) or a whole block of
 // 256 (larger C, one row per block); thread l of the row owns the 8-element vectors l, l + LANES, ..., V of
-// them, kept in registers (packed bf16) between the three steps (sum, centred sum of squares, normalize), so
+// them, kept in registers (packed floatX) between the three steps (sum, centred sum of squares, normalize), so
 // the row is read from memory once.
 
 static const int NORM_FWD_THREADS = 128;     // block size when a warp handles a row
@@ -57,9 +58,9 @@ __device__ __forceinline__ float row_sum(float v, float* red, int parity) {
 
 template <int V, int LANES>
 __global__ void __launch_bounds__(LANES == 32 ? NORM_FWD_THREADS : NORM_FWD_ROW_THREADS) fused_residual_norm_forward_kernel(
-        __nv_bfloat16* __restrict__ resid, __nv_bfloat16* __restrict__ out, float* __restrict__ mean,
-        float* __restrict__ rstd, const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ y,
-        const __nv_bfloat16* __restrict__ w, const __nv_bfloat16* __restrict__ b, int N, int C, float eps, bool rms) {
+        floatX* __restrict__ resid, floatX* __restrict__ out, float* __restrict__ mean,
+        float* __restrict__ rstd, const floatX* __restrict__ x, const floatX* __restrict__ y,
+        const floatX* __restrict__ w, const floatX* __restrict__ b, int N, int C, float eps, bool rms) {
     __shared__ float red[2 * 2 * NORM_FWD_ROW_THREADS / 32];
     const int lane = threadIdx.x % LANES;
     const int row = blockIdx.x * (blockDim.x / LANES) + threadIdx.x / LANES;
@@ -75,8 +76,8 @@ __global__ void __launch_bounds__(LANES == 32 ? NORM_FWD_THREADS : NORM_FWD_ROW_
         Pack8 a = load8(x + base + 8 * v), c = load8(y + base + 8 * v);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            r[k].v[j] = __float2bfloat16(__bfloat162float(a.v[j]) + __bfloat162float(c.v[j]));
-            sum += __bfloat162float(r[k].v[j]);
+            r[k].v[j] = to_floatX(to_float(a.v[j]) + to_float(c.v[j]));
+            sum += to_float(r[k].v[j]);
         }
         store8(resid + base + 8 * v, r[k]);
     }
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(LANES == 32 ? NORM_FWD_THREADS : NORM_FWD_ROW_
         if (lane + LANES * k >= nvec) break;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float d = __bfloat162float(r[k].v[j]) - m;
+            float d = to_float(r[k].v[j]) - m;
             ss += d * d;
         }
     }
@@ -100,9 +101,9 @@ __global__ void __launch_bounds__(LANES == 32 ? NORM_FWD_THREADS : NORM_FWD_ROW_
         Pack8 bv = b ? load8(b + 8 * v) : Pack8{};
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float val = (__bfloat162float(r[k].v[j]) - m) * s * __bfloat162float(wv.v[j]);
-            if (b) val += __bfloat162float(bv.v[j]);
-            o.v[j] = __float2bfloat16(val);
+            float val = (to_float(r[k].v[j]) - m) * s * to_float(wv.v[j]);
+            if (b) val += to_float(bv.v[j]);
+            o.v[j] = to_floatX(val);
         }
         store8(out + base + 8 * v, o);
     }
@@ -117,9 +118,9 @@ static void norm_check_shape(const char* what, int N, int C) {
         die("%s: needs N > 0 and C a multiple of 8 up to %d, got N %d C %d", what, NORM_MAX_C, N, C);
 }
 
-static void fused_residual_norm_forward(__nv_bfloat16* resid, __nv_bfloat16* out, float* mean, float* rstd,
-                                        const __nv_bfloat16* x, const __nv_bfloat16* y, const __nv_bfloat16* w,
-                                        const __nv_bfloat16* b, int N, int C, float eps, bool rms, cudaStream_t stream) {
+static void fused_residual_norm_forward(floatX* resid, floatX* out, float* mean, float* rstd,
+                                        const floatX* x, const floatX* y, const floatX* w,
+                                        const floatX* b, int N, int C, float eps, bool rms, cudaStream_t stream) {
     norm_check_shape("fused_residual_norm_forward", N, C);
     const int nvec = C / 8;
 #define NORM_FWD_LAUNCH(VV, LANES, GRID, THREADS) \
@@ -143,8 +144,8 @@ static size_t norm_backward_scratch_floats(int N, int C) { return ceil_div(N, NO
 
 template <int V>
 __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
-        __nv_bfloat16* __restrict__ dres, float* __restrict__ partial, const __nv_bfloat16* __restrict__ dout,
-        const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w, const float* __restrict__ mean,
+        floatX* __restrict__ dres, float* __restrict__ partial, const floatX* __restrict__ dout,
+        const floatX* __restrict__ x, const floatX* __restrict__ w, const float* __restrict__ mean,
         const float* __restrict__ rstd, int N, int C, bool rms) {
     __shared__ float red[2 * 2 * NORM_BWD_THREADS / 32];
     const int nvec = C / 8, t = threadIdx.x;
@@ -170,8 +171,8 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
             xv[k] = load8(x + base + 8 * v);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                float d = __bfloat162float(dv[k].v[j]), xh = (__bfloat162float(xv[k].v[j]) - m) * s;
-                float dn = d * __bfloat162float(wv[k].v[j]);
+                float d = to_float(dv[k].v[j]), xh = (to_float(xv[k].v[j]) - m) * s;
+                float dn = d * to_float(wv[k].v[j]);
                 s_dn += dn;
                 s_dnx += dn * xh;
                 dw[k][j] += d * xh;
@@ -187,9 +188,9 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
             Pack8 g = load8(dres + base + 8 * v);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                float xh = (__bfloat162float(xv[k].v[j]) - m) * s;
-                float dn = __bfloat162float(dv[k].v[j]) * __bfloat162float(wv[k].v[j]);
-                g.v[j] = __float2bfloat16(__bfloat162float(g.v[j]) + s * (dn - m_dn - xh * m_dnx));
+                float xh = (to_float(xv[k].v[j]) - m) * s;
+                float dn = to_float(dv[k].v[j]) * to_float(wv[k].v[j]);
+                g.v[j] = to_floatX(to_float(g.v[j]) + s * (dn - m_dn - xh * m_dnx));
             }
             store8(dres + base + 8 * v, g);
         }
@@ -209,7 +210,7 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
 
 // dw[c] += sum over blocks of partial[blk][c], db[c] += sum of partial[blk][C + c], in a fixed order:
 // a block of 32 columns x 8 slices; slice s sums blocks s, s+8, ..., then slice sums are added in order.
-__global__ void norm_weight_grad_reduce_kernel(__nv_bfloat16* __restrict__ dw, __nv_bfloat16* __restrict__ db,
+__global__ void norm_weight_grad_reduce_kernel(floatX* __restrict__ dw, floatX* __restrict__ db,
                                                const float* __restrict__ partial, int nblocks, int C) {
     __shared__ float sums[8][33];
     const int col = blockIdx.x * 32 + threadIdx.x, slice = threadIdx.y;  // col in [0, 2C)
@@ -221,18 +222,18 @@ __global__ void norm_weight_grad_reduce_kernel(__nv_bfloat16* __restrict__ dw, _
     if (slice != 0 || col >= 2 * C) return;
     float tot = 0.0f;
     for (int i = 0; i < 8; i++) tot += sums[i][threadIdx.x];
-    if (col < C) dw[col] = __float2bfloat16(__bfloat162float(dw[col]) + tot);
-    else if (db) db[col - C] = __float2bfloat16(__bfloat162float(db[col - C]) + tot);
+    if (col < C) dw[col] = to_floatX(to_float(dw[col]) + tot);
+    else if (db) db[col - C] = to_floatX(to_float(db[col - C]) + tot);
 }
 
-static void norm_weight_grad_reduce(__nv_bfloat16* dw, __nv_bfloat16* db, const float* partial, int nblocks, int C,
+static void norm_weight_grad_reduce(floatX* dw, floatX* db, const float* partial, int nblocks, int C,
                                     cudaStream_t stream) {
     norm_weight_grad_reduce_kernel<<<(int)ceil_div(2 * (size_t)C, 32), dim3(32, 8), 0, stream>>>(dw, db, partial, nblocks, C);
     cudaCheck(cudaGetLastError());
 }
 
-static void norm_backward(__nv_bfloat16* dres, __nv_bfloat16* dw, __nv_bfloat16* db, float* scratch,
-                          const __nv_bfloat16* dout, const __nv_bfloat16* x, const __nv_bfloat16* w, const float* mean,
+static void norm_backward(floatX* dres, floatX* dw, floatX* db, float* scratch,
+                          const floatX* dout, const floatX* x, const floatX* w, const float* mean,
                           const float* rstd, int N, int C, bool rms, cudaStream_t stream) {
     norm_check_shape("norm_backward", N, C);
     const int grid = (int)ceil_div(N, NORM_BWD_ROWS);

@@ -4,10 +4,10 @@
 //                                              llmc/ref_ops.h rope_tables (Llama 3.1 frequency scaling included);
 //                                              the caller frees both with cudaFree
 //   rope_rotate_inplace(qkv, cos, sin, B, T, H, KV, hd, sign, stream)
-//       qkv [B,T,(H+2KV)*hd] bf16, in place on the H q heads and KV k heads; the v heads are not touched.
+//       qkv [B,T,(H+2KV)*hd] floatX, in place on the H q heads and KV k heads; the v heads are not touched.
 //       sign +1 is the forward rotation, -1 the backward pass (the inverse rotation: the map is orthogonal).
 // One thread per (token, 8 consecutive rotation pairs): it loads the 8 cos and sin once and applies them to the
-// same pairs of every q and k head of its token, with 128-bit loads of both halves. Needs hd % 16 == 0.
+// same pairs of every q and k head of its token, with 8-element vector loads of both halves. Needs hd % 16 == 0.
 #pragma once
 #include <vector>
 #include <cuda_bf16.h>
@@ -27,7 +27,7 @@ static void rope_upload_tables(const ModelConfig& c, int T, float** d_cos, float
     cudaCheck(cudaMemcpy(*d_sin, sf.data(), sf.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-__global__ void rope_rotate_kernel(__nv_bfloat16* __restrict__ qkv, const float* __restrict__ cosv,
+__global__ void rope_rotate_kernel(floatX* __restrict__ qkv, const float* __restrict__ cosv,
                                    const float* __restrict__ sinv, int BT, int T, int H, int KV, int hd, float sign) {
     const int half = hd / 2, groups = half / 8;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
@@ -38,25 +38,25 @@ __global__ void rope_rotate_kernel(__nv_bfloat16* __restrict__ qkv, const float*
     const float4 c0 = cp[0], c1 = cp[1], s0 = sp[0], s1 = sp[1];
     const float c[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const float s[8] = {sign * s0.x, sign * s0.y, sign * s0.z, sign * s0.w, sign * s1.x, sign * s1.y, sign * s1.z, sign * s1.w};
-    __nv_bfloat16* row = qkv + (size_t)bt * (H + 2 * KV) * hd;
+    floatX* row = qkv + (size_t)bt * (H + 2 * KV) * hd;
 #pragma unroll 4
     for (int h = 0; h < H + KV; h++) {  // the H q heads, then the KV k heads
-        __nv_bfloat16* x = row + (size_t)h * hd + i;
+        floatX* x = row + (size_t)h * hd + i;
         Pack8 a = load8(x), b = load8(x + half), oa, ob;
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float x1 = __bfloat162float(a.v[j]), x2 = __bfloat162float(b.v[j]);
-            oa.v[j] = __float2bfloat16(x1 * c[j] - x2 * s[j]);
-            ob.v[j] = __float2bfloat16(x2 * c[j] + x1 * s[j]);
+            float x1 = to_float(a.v[j]), x2 = to_float(b.v[j]);
+            oa.v[j] = to_floatX(x1 * c[j] - x2 * s[j]);
+            ob.v[j] = to_floatX(x2 * c[j] + x1 * s[j]);
         }
         store8(x, oa);
         store8(x + half, ob);
     }
 }
 
-static void rope_rotate_inplace(__nv_bfloat16* qkv, const float* cosv, const float* sinv, int B, int T, int H, int KV,
+static void rope_rotate_inplace(floatX* qkv, const float* cosv, const float* sinv, int B, int T, int H, int KV,
                                 int hd, int sign, cudaStream_t stream) {
-    if (hd % 16 != 0) die("rope_rotate_inplace: head dim %d is not a multiple of 16 (128-bit access of each half)", hd);
+    if (hd % 16 != 0) die("rope_rotate_inplace: head dim %d is not a multiple of 16 (8-element vector access of each half)", hd);
     if (sign != 1 && sign != -1) die("rope_rotate_inplace: sign must be +1 (forward) or -1 (backward), got %d", sign);
     const int threads = 256, work = B * T * (hd / 16);
     rope_rotate_kernel<<<(int)ceil_div(work, threads), threads, 0, stream>>>(qkv, cosv, sinv, B * T, T, H, KV, hd, (float)sign);

@@ -8,11 +8,11 @@
 # dev/cuda/attention_sdpa.py (PyTorch scaled_dot_product_attention at the same shapes) needs no build.
 
 DEVCUDA_ATTN_BINS := $(BUILD)/devcuda/attention_forward $(BUILD)/devcuda/attention_backward $(BUILD)/devcuda/fused_classifier
-DEVCUDA_ATTN_DEPS := dev/cuda/common.h dev/cuda/attention_cases.h dev/cuda/ceilings.h llmc/cuda_common.cuh llmc/packed.cuh llmc/utils.h llmc/rng.h \
+DEVCUDA_ATTN_DEPS := dev/cuda/common.h dev/cuda/attention_cases.h dev/cuda/ceilings.h llmc/cuda_common.cuh llmc/packed.cuh llmc/precision.cuh llmc/utils.h llmc/rng.h \
                      llmc/ref_ops.h llmc/config.h
 
-$(BUILD)/devcuda/attention_forward: dev/cuda/attention_forward.cu llmc/attention.cuh $(DEVCUDA_ATTN_DEPS)
-$(BUILD)/devcuda/attention_backward: dev/cuda/attention_backward.cu llmc/attention.cuh $(DEVCUDA_ATTN_DEPS)
+$(BUILD)/devcuda/attention_forward: dev/cuda/attention_forward.cu llmc/attention.cuh llmc/attention_rowwise.cuh $(DEVCUDA_ATTN_DEPS)
+$(BUILD)/devcuda/attention_backward: dev/cuda/attention_backward.cu llmc/attention.cuh llmc/attention_rowwise.cuh $(DEVCUDA_ATTN_DEPS)
 $(BUILD)/devcuda/fused_classifier: dev/cuda/fused_classifier.cu llmc/classifier.cuh llmc/matmul.cuh $(DEVCUDA_ATTN_DEPS)
 
 $(DEVCUDA_ATTN_BINS):

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh: one call on a GPU machine builds, tests and benchmarks the CUDA trainer.
 #   1. scripts/gpu_probe.sh (environment, ceilings; its own results file beside this one)
-#   2. builds train_gpt, test_gpt and train_gpt_cpu with NO_NCCL=1 (one GPU needs neither NCCL nor
+#   2. builds train_gpt, test_gpt, test_gpt_fp32 and train_gpt_cpu with NO_NCCL=1 (one GPU needs neither NCCL nor
 #      MPI), and the dev/cuda kernel programs when dev/cuda exists
-#   3. tests/t_gpu.sh (test_gpt against the PyTorch reference states) and dev/cuda/run_all.sh
+#   3. tests/t_gpu.sh (test_gpt and test_gpt_fp32 against the PyTorch reference states) and dev/cuda/run_all.sh
 #   4. a benchmark table: tokens/s, MFU and peak memory of train_gpt for gpt3_125m, gpt3_1.3b,
 #      llama3.2_1b and the largest GPT-3 and LLaMA presets that fit (gpt3_2.7b, gpt3_6.7b, llama3_8b
 #      with --recompute full), each a short run (default 20 steps, median after warm-up) on the
@@ -68,7 +68,7 @@ else bash scripts/gpu_probe.sh --out "bench/results/probe_${stamp}_${gpu_tag}.tx
 section "build (NO_NCCL=1)"
 jobs=$(nproc 2>/dev/null || echo 4)
 t0=$(date +%s)
-make -j"$jobs" NO_NCCL=1 train_gpt test_gpt train_gpt_cpu || failed+=("build")
+make -j"$jobs" NO_NCCL=1 train_gpt test_gpt test_gpt_fp32 train_gpt_cpu || failed+=("build")
 echo "build time: $(( $(date +%s) - t0 )) s"
 if [ -f dev/cuda/Makefile ]; then make -j"$jobs" NO_NCCL=1 devcuda || failed+=("build dev/cuda"); fi
 

@@ -2,8 +2,12 @@
 # The CPU reference against PyTorch (train_gpt.py, fp32 on the CPU): the C++ trainer writes
 # initial weights as safetensors (Hugging Face names), train_gpt.py loads them and writes a
 # reference state (logits, loss, every gradient, 10 AdamW steps), and test_gpt_cpu compares.
-# The last case runs at lr 3e-4: at 1e-3 its fp32 training is chaotic from step 4 on (this
-# trainer in float and in double drift apart as far as float and PyTorch do).
+# gpt_rope_mqa and llama_gqa_hd128 run at lr 3e-4: at 1e-3 their fp32 training is chaotic from step 3
+# or 4 on (this trainer in float and in double drift apart as far as float and PyTorch do; for
+# llama_gqa_hd128 PyTorch in float64 gives a step-3 gradient norm of 8.457026, this trainer 8.457021,
+# PyTorch in float32 8.457150). The last three cases are the widths
+# tests/t_gpu.sh also uses: head dims 80 and 128, and a mid-size model (gpt3_125m's widths and GPT-2
+# vocabulary, 2 layers; about 1.5 minutes of train_gpt.py on 2 cores).
 set -u
 d=build/t_reference
 rm -rf "$d" && mkdir -p "$d"
@@ -15,6 +19,9 @@ cases=(
   "llama32_style|-c llama_tiny --layers 2 --vocab 301 --tied 1 --rope-theta 500000 --rope-scaling 4,1,4,32|--schedule wsd --decay-frac 0.3"
   "flagperf_style|-c llama_tiny --layers 2 --vocab 301 --pos learned --bias 1 --tied 1|--schedule cosine --clip 0.5"
   "gpt_rope_mqa|-c gpt3_tiny --layers 2 --vocab 301 --pos rope --kv-heads 1 --tied 0|--schedule constant --accum 1 --batch 3 --lr 3e-4"
+  "gpt_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 320 --heads 4 --kv-heads 4 --ffn 1280|--schedule cosine"
+  "llama_gqa_hd128|-c llama_tiny --layers 2 --vocab 301 --embd 512 --heads 4 --kv-heads 2 --ffn 1408|--schedule linear --lr 3e-4"
+  "gpt3_125m_2_layers|-c gpt3_125m --layers 2|--schedule cosine"
 )
 for c in "${cases[@]}"; do
     IFS='|' read -r name mflags pflags <<< "$c"

@@ -73,4 +73,24 @@ expect_fail "parallel flags are refused" "one GPU" ./train_gpt -c gpt3_tiny --he
 if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
     expect_fail "no GPU: a clear message" "no usable CUDA device" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 64 -x 1 -o ""
 fi
+
+# 5. the fp32 build (make train_gpt_fp32): the same host code with 4-byte floatX, and the row-wise attention's
+#    looser shape rules (any T, head dims up to 128)
+if [ -x ./train_gpt_fp32 ]; then
+    full32=$(./train_gpt_fp32 -c gpt3_125m -b 8 -t 1024 --estimate-memory 80 --recompute full 2>&1 \
+             | sed -n 's/.*activations \([0-9.]*\) (per layer.*/\1/p')
+    if [ "$full32" = "0.28" ]; then pass "fp32 build: --recompute full keeps L*B*T*C fp32 (0.28 GiB, twice bf16)"
+    else fail "fp32 build: --recompute full activations" "printed '$full32' GiB, derived 0.28"; fi
+    ./train_gpt_fp32 -c gpt3_tiny --export-init "$d/gpt3_tiny.fp32.safetensors" > "$d/fp32.log" 2>&1
+    if cmp -s "$d/gpt3_tiny.fp32.safetensors" "$d/gpt3_tiny.cpu.safetensors"; then pass "fp32 build: init matches train_gpt_cpu"
+    else fail "fp32 build: init matches train_gpt_cpu" "the --export-init files differ"; fi
+    expect_fail "fp32 build: head dim 256 is refused" "up to 128" ./train_gpt_fp32 -c gpt3_tiny --embd 256 --heads 1 --kv-heads 1 -t 64
+    if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
+        # T = 100 and head dim 32 pass its shape check and stop only for want of a GPU
+        expect_fail "fp32 build: T 100, head dim 32 accepted; no GPU: a clear message" "no usable CUDA device" \
+            ./train_gpt_fp32 -c gpt3_tiny -t 100 -x 1 -o ""
+    fi
+else
+    fail "fp32 build" "./train_gpt_fp32 is not built: run make train_gpt_fp32"
+fi
 exit $status

@@ -1,8 +1,9 @@
 // dev/cuda/attention_backward.cu: causal GQA attention backward, numbered versions checked against
 // the CPU reference (llmc/ref_ops.h attention_backward) and timed at the target shape, together with
 // the forward of llmc/attention.cuh.
-//   version 1  one warp per query row, fp32 on CUDA cores: P recomputed from the saved logsumexp,
-//              D = rowsum(dO * O) precomputed; dQ owned by the warp, dK and dV by fp32 atomics.
+//   version 1  llmc/attention_rowwise.cuh (the fp32 build's attention): fp32 on CUDA cores, P recomputed
+//              from the saved logsumexp; one warp per query row computes D = rowsum(dO * O) and dQ,
+//              then one warp per key row sums dK and dV over the GQA group's causal queries (no atomics).
 //   version 2  FA2 structure: one block per (key tile, kv head); dK and dV of 64 keys accumulate in
 //              registers over every query head of the GQA group and every causal query tile (no
 //              atomics, no race), tensor cores (mma.sync m16n8k16 bf16), dQ by fp32 atomics into a
@@ -23,53 +24,7 @@
 #include "dev/cuda/common.h"
 #include "llmc/ref_ops.h"
 #include "llmc/attention.cuh"
-
-// ---- version 1: one warp per query row, fp32 -----------------------------------------------------
-// Lane l holds head dims l, l + 32, l + 64, l + 96. dk_acc, dv_acc [B,T,KV*hd] fp32 start at zero.
-__global__ void attention_backward_v1_kernel(float* dq_accum, float* dk_acc, float* dv_acc, const __nv_bfloat16* dout,
-                                             const __nv_bfloat16* qkv, const float* lse, const float* dvec, int B,
-                                             int T, int H, int KV, int hd) {
-    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (row >= B * H * T) return;
-    const int t = row % T, h = (row / T) % H, b = row / (T * H), kh = h / (H / KV);
-    const size_t ld = (size_t)(H + 2 * KV) * hd, kvd = (size_t)KV * hd;
-    const __nv_bfloat16* q = qkv + ((size_t)b * T + t) * ld + h * hd;
-    const __nv_bfloat16* dy = dout + ((size_t)b * T + t) * H * hd + h * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const float L = lse[((size_t)b * H + h) * T + t], D = dvec[((size_t)b * H + h) * T + t];
-    float qr[4], dyr[4], dq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < 4; i++) {
-        const bool in = lane + 32 * i < hd;
-        qr[i] = in ? __bfloat162float(q[lane + 32 * i]) : 0.0f;
-        dyr[i] = in ? __bfloat162float(dy[lane + 32 * i]) : 0.0f;
-    }
-    for (int t2 = 0; t2 <= t; t2++) {
-        const __nv_bfloat16* k = qkv + ((size_t)b * T + t2) * ld + (size_t)(H + kh) * hd;
-        const __nv_bfloat16* v = qkv + ((size_t)b * T + t2) * ld + (size_t)(H + KV + kh) * hd;
-        float s = 0.0f, dp = 0.0f;
-        for (int i = 0; i < 4; i++)
-            if (lane + 32 * i < hd) {
-                s += qr[i] * __bfloat162float(k[lane + 32 * i]);
-                dp += dyr[i] * __bfloat162float(v[lane + 32 * i]);
-            }
-        for (int off = 16; off > 0; off /= 2) {
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-            dp += __shfl_xor_sync(0xffffffffu, dp, off);
-        }
-        const float p = expf(s * scale - L), ds = p * (dp - D) * scale;
-        float* dkr = dk_acc + ((size_t)b * T + t2) * kvd + kh * hd;
-        float* dvr = dv_acc + ((size_t)b * T + t2) * kvd + kh * hd;
-        for (int i = 0; i < 4; i++)
-            if (lane + 32 * i < hd) {
-                dq[i] += ds * __bfloat162float(k[lane + 32 * i]);
-                atomicAdd(dkr + lane + 32 * i, ds * qr[i]);
-                atomicAdd(dvr + lane + 32 * i, p * dyr[i]);
-            }
-    }
-    float* dqr = dq_accum + ((size_t)b * T + t) * H * hd + h * hd;
-    for (int i = 0; i < 4; i++)
-        if (lane + 32 * i < hd) dqr[lane + 32 * i] = dq[i];
-}
+#include "llmc/attention_rowwise.cuh"
 
 // dqkv's query part <- bf16(dq_accum).
 __global__ void attention_dq_convert_kernel(__nv_bfloat16* dqkv, const float* dq_accum, int B, int T, int H, int KV,
@@ -81,43 +36,10 @@ __global__ void attention_dq_convert_kernel(__nv_bfloat16* dqkv, const float* dq
     dqkv[bt * (H + 2 * KV) * hd + c] = __float2bfloat16(dq_accum[i]);
 }
 
-// dqkv's key and value parts <- bf16(dk_acc), bf16(dv_acc).
-__global__ void attention_backward_v1_kv_convert_kernel(__nv_bfloat16* dqkv, const float* dk_acc, const float* dv_acc,
-                                                        int B, int T, int H, int KV, int hd) {
-    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, kvd = (size_t)KV * hd;
-    if (i >= (size_t)B * T * kvd) return;
-    const size_t bt = i / kvd, c = i % kvd;
-    __nv_bfloat16* row = dqkv + bt * (H + 2 * KV) * hd + (size_t)H * hd;
-    row[c] = __float2bfloat16(dk_acc[i]);
-    row[kvd + c] = __float2bfloat16(dv_acc[i]);
-}
-
 struct Scratch {
-    float* dq_accum;  // [B,T,H*hd] (versions 1 and 2)
+    float* dq_accum;  // [B,T,H*hd] (version 2)
     float* dvec;      // [B,H,T]
-    float* dk_acc;    // [B,T,KV*hd] (version 1)
-    float* dv_acc;    // [B,T,KV*hd] (version 1)
 };
-
-static void attention_backward_v1(__nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
-                                  const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T,
-                                  int H, int KV, int hd, cudaStream_t stream) {
-    attention_check_shape(B, T, H, KV, hd);
-    const int rows = B * T * H;
-    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(s.dvec, dout, out, B, T, H, hd);
-    cudaCheck(cudaGetLastError());
-    const size_t n_kv = (size_t)B * T * KV * hd, n_q = (size_t)B * T * H * hd;
-    cudaCheck(cudaMemsetAsync(s.dk_acc, 0, n_kv * sizeof(float), stream));
-    cudaCheck(cudaMemsetAsync(s.dv_acc, 0, n_kv * sizeof(float), stream));
-    attention_backward_v1_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(s.dq_accum, s.dk_acc, s.dv_acc, dout, qkv, lse,
-                                                                      s.dvec, B, T, H, KV, hd);
-    cudaCheck(cudaGetLastError());
-    attention_dq_convert_kernel<<<(unsigned)((n_q + 255) / 256), 256, 0, stream>>>(dqkv, s.dq_accum, B, T, H, KV, hd);
-    cudaCheck(cudaGetLastError());
-    attention_backward_v1_kv_convert_kernel<<<(unsigned)((n_kv + 255) / 256), 256, 0, stream>>>(dqkv, s.dk_acc, s.dv_acc,
-                                                                                                 B, T, H, KV, hd);
-    cudaCheck(cudaGetLastError());
-}
 
 // ---- version 2: FA2 dK/dV blocks, dQ by fp32 atomics -------------------------------------------
 // One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
@@ -320,7 +242,7 @@ static void attention_backward_v2(__nv_bfloat16* dqkv, const Scratch& s, const _
 static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
                         const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T, int H,
                         int KV, int hd) {
-    if (version == 1) attention_backward_v1(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
+    if (version == 1) attention_rowwise_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
     else if (version == 2) attention_backward_v2(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
     else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
 }
@@ -332,11 +254,11 @@ static const double TARGET_TFLOPS = 400.0;
 
 // Device buffers of one problem, carved from one allocation (a DeviceSets set) by offsets.
 struct Offsets {
-    size_t qkv, out, dout, dqkv, lse, dq_accum, dvec, dk_acc, dv_acc, total;
+    size_t qkv, out, dout, dqkv, lse, dq_accum, dvec, total;
 };
 
 static Offsets offsets_for(int B, int T, int H, int KV, int hd) {
-    const size_t n_qkv = (size_t)B * T * (H + 2 * KV) * hd, n_q = (size_t)B * T * H * hd, n_kv = (size_t)B * T * KV * hd;
+    const size_t n_qkv = (size_t)B * T * (H + 2 * KV) * hd, n_q = (size_t)B * T * H * hd;
     Layout lay;
     Offsets o;
     o.qkv = lay.add(n_qkv * sizeof(bf16));
@@ -346,8 +268,6 @@ static Offsets offsets_for(int B, int T, int H, int KV, int hd) {
     o.lse = lay.add((size_t)B * H * T * sizeof(float));
     o.dq_accum = lay.add(n_q * sizeof(float));
     o.dvec = lay.add((size_t)B * H * T * sizeof(float));
-    o.dk_acc = lay.add(n_kv * sizeof(float));
-    o.dv_acc = lay.add(n_kv * sizeof(float));
     o.total = lay.total;
     return o;
 }
@@ -361,8 +281,7 @@ struct Buffers {
 static Buffers buffers_at(const DeviceSets& sets, int i, const Offsets& o) {
     return {sets.ptr<bf16>(i, o.qkv), sets.ptr<bf16>(i, o.out), sets.ptr<bf16>(i, o.dout), sets.ptr<bf16>(i, o.dqkv),
             sets.ptr<float>(i, o.lse),
-            {sets.ptr<float>(i, o.dq_accum), sets.ptr<float>(i, o.dvec), sets.ptr<float>(i, o.dk_acc),
-             sets.ptr<float>(i, o.dv_acc)}};
+            {sets.ptr<float>(i, o.dq_accum), sets.ptr<float>(i, o.dvec)}};
 }
 
 // One check on fresh inputs; prints one [PASS] / [FAIL] line with the worst error of dq, dk, dv.

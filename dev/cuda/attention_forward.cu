@@ -1,7 +1,8 @@
 // dev/cuda/attention_forward.cu: causal GQA attention forward, numbered versions checked against
 // the CPU reference (llmc/ref_ops.h attention_forward) and timed at the target shape.
-//   version 1  one warp per query row, fp32 math on CUDA cores, online softmax; K/V read from
-//              global memory (L2) once per query row. Simple and obviously correct.
+//   version 1  llmc/attention_rowwise.cuh (the fp32 build's attention): one warp per query row, fp32
+//              math on CUDA cores, online softmax; K/V read from global memory (L2) once per query
+//              row. Simple and obviously correct.
 //   version 2  llmc/attention.cuh with PIPELINED=false: mma.sync m16n8k16 bf16 tensor cores, K/V
 //              tiles of 64 keys in shared memory, FA2 online softmax in registers, causal tiles
 //              skipped, one shared buffer with synchronous loads.
@@ -18,53 +19,11 @@
 #include "dev/cuda/common.h"
 #include "llmc/ref_ops.h"
 #include "llmc/attention.cuh"
-
-// ---- version 1: one warp per query row, fp32 -----------------------------------------------------
-// Lane l holds head dims l, l + 32, l + 64, l + 96 (hd <= 128). Per key: dot product by a warp
-// reduction, online softmax update, o += p * v.
-__global__ void attention_forward_v1_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T,
-                                            int H, int KV, int hd) {
-    const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (row >= B * H * T) return;
-    const int t = row % T, h = (row / T) % H, b = row / (T * H), kh = h / (H / KV);
-    const size_t ld = (size_t)(H + 2 * KV) * hd;
-    const __nv_bfloat16* q = qkv + ((size_t)b * T + t) * ld + h * hd;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float qr[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < 4; i++) qr[i] = (lane + 32 * i < hd) ? __bfloat162float(q[lane + 32 * i]) : 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) {
-        const __nv_bfloat16* k = qkv + ((size_t)b * T + t2) * ld + (size_t)(H + kh) * hd;
-        const __nv_bfloat16* v = qkv + ((size_t)b * T + t2) * ld + (size_t)(H + KV + kh) * hd;
-        float s = 0.0f;
-        for (int i = 0; i < 4; i++)
-            if (lane + 32 * i < hd) s += qr[i] * __bfloat162float(k[lane + 32 * i]);
-        for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-        s *= scale;
-        const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
-        l = l * corr + p;
-        for (int i = 0; i < 4; i++)
-            o[i] = o[i] * corr + ((lane + 32 * i < hd) ? p * __bfloat162float(v[lane + 32 * i]) : 0.0f);
-        m = m_new;
-    }
-    __nv_bfloat16* orow = out + ((size_t)b * T + t) * H * hd + h * hd;
-    for (int i = 0; i < 4; i++)
-        if (lane + 32 * i < hd) orow[lane + 32 * i] = __float2bfloat16(o[i] / l);
-    if (lane == 0) lse[((size_t)b * H + h) * T + t] = m + logf(l);
-}
-
-static void attention_forward_v1(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
-                                 int hd, cudaStream_t stream) {
-    attention_check_shape(B, T, H, KV, hd);
-    const int rows = B * H * T, warps_per_block = 8;
-    attention_forward_v1_kernel<<<(rows + warps_per_block - 1) / warps_per_block, 32 * warps_per_block, 0, stream>>>(
-        out, lse, qkv, B, T, H, KV, hd);
-    cudaCheck(cudaGetLastError());
-}
+#include "llmc/attention_rowwise.cuh"
 
 static void run_version(int version, __nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
                         int KV, int hd) {
-    if (version == 1) attention_forward_v1(out, lse, qkv, B, T, H, KV, hd, 0);
+    if (version == 1) attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, 0);
     else if (version == 2) attention_forward<false>(out, lse, qkv, B, T, H, KV, hd, 0);
     else attention_forward<true>(out, lse, qkv, B, T, H, KV, hd, 0);
 }

@@ -17,7 +17,7 @@ __global__ void global_norm_v1_kernel(float* partial, const T* g, size_t n) {
     const size_t G = (size_t)GLOBAL_NORM_BLOCKS * GLOBAL_NORM_THREADS;
     float s = 0.0f;
     for (size_t i = blockIdx.x * (size_t)GLOBAL_NORM_THREADS + threadIdx.x; i < n; i += G) {
-        float x = to_f(g[i]);
+        float x = to_float(g[i]);
         s += x * x;
     }
     float tot = block_sum_fixed(s);
