@@ -16,17 +16,17 @@
 // call below is written with the transposes that make the column-major product come out as
 // the row-major result (derivations beside each call).
 #pragma once
+#include <cstdint>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda_common.cuh"
 #include "llmc/precision.cuh"
 
-
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     size_t workspace_size = 32ull << 20;   // 32 MiB, what Hopper kernels ask for
-    float* bias_scratch = nullptr;          // [max bias length] fp32, for accumulating bias grads
+    floatX* bias_scratch = nullptr;         // [max bias length] one micro-batch's bias gradient (BGRADB output)
     int bias_scratch_len = 0;
 };
 
@@ -34,7 +34,7 @@ struct MatmulContext {
 static inline void matmul_init(MatmulContext* ctx, int max_bias_len) {
     cublasCheck(cublasLtCreate(&ctx->handle));
     cudaCheck(cudaMalloc(&ctx->workspace, ctx->workspace_size));
-    if (max_bias_len > 0) cudaCheck(cudaMalloc(&ctx->bias_scratch, sizeof(float) * (size_t)max_bias_len));
+    if (max_bias_len > 0) cudaCheck(cudaMalloc(&ctx->bias_scratch, sizeof(floatX) * (size_t)max_bias_len));
     ctx->bias_scratch_len = max_bias_len;
 }
 
@@ -48,11 +48,18 @@ static inline void matmul_free(MatmulContext* ctx) {
 static inline cudaDataType_t cublaslt_type(const float*) { return CUDA_R_32F; }
 static inline cudaDataType_t cublaslt_type(const __nv_bfloat16*) { return CUDA_R_16BF; }
 
+// The largest power of two up to 256 that divides the address (cuBLASLt's alignment preferences).
+static inline uint32_t pointer_alignment(const void* p) {
+    uint32_t align = 256;
+    while (align > 1 && ((uintptr_t)p % align) != 0) align /= 2;
+    return align;
+}
+
 // The one cuBLASLt call: D[m,n] (column-major) = op(A)[m,k] @ op(B)[k,n] (+ D if accumulate),
 // with an epilogue, fp32 accumulation. A and B are floatX, D is d_type (floatX or fp32; C = D).
 // All three are dense: the leading dimension is the stored matrix's column-major row count.
-// bias: the epilogue's bias input or bias-gradient output (floatX for inputs, fp32 for
-// gradients).
+// bias: the epilogue's bias input or bias-gradient output, of type bias_type; cuBLASLt documents the
+// bias type as the output's for bf16 and fp32 outputs, so the callers pass floatX biases with floatX D.
 static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void* d, cudaDataType_t d_type,
                                    const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
                                    bool accumulate, cublasLtEpilogue_t epilogue, const void* bias,
@@ -73,10 +80,21 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
+    // The heuristic may otherwise assume 256-byte aligned matrices (its default); ours are 16-byte aligned
+    // (tensor offsets are multiples of 8 elements), so tell it the alignment each pointer really has.
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->workspace_size,
                                                      sizeof(ctx->workspace_size)));
+    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                     sizeof(align_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                     sizeof(align_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                     sizeof(align_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                     sizeof(align_d)));
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found));
@@ -113,16 +131,18 @@ static inline void matmul_backward_input(MatmulContext* ctx, cudaStream_t stream
                     nullptr, CUDA_R_32F);
 }
 
-// Accumulates the fp32 bias gradient of one micro-batch into the floatX parameter gradient.
-__global__ static void bias_grad_accumulate_kernel(floatX* dbias, const float* scratch, int n) {
+// Adds the bias gradient of one micro-batch into the parameter gradient (the sum in fp32, one rounding).
+__global__ static void bias_grad_accumulate_kernel(floatX* dbias, const floatX* scratch, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dbias[i] = (floatX)((float)dbias[i] + scratch[i]);
+    if (i < n) dbias[i] = to_floatX(to_float(dbias[i]) + to_float(scratch[i]));
 }
 
 // dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += column sums of dout. Column-major: inp is
 // [IC,N], dout is [OC,N] so op(B) = B^T is [N,OC]: D[IC,OC] = A[IC,N] @ B^T[N,OC], which is
-// dW row-major [OC,IC]. BGRADB reduces op(B) over k = N: one value per output channel.
-// GradT (dW's element type) is floatX or float: cuBLASLt accumulates into either (beta = 1).
+// dW row-major [OC,IC]. BGRADB reduces op(B) over k = N: one value per output channel, which it stores
+// (it does not add), so it goes to the context's scratch and a small kernel adds it into dbias.
+// GradT (dW's element type) is floatX or float: cuBLASLt accumulates into either (beta = 1); a bias
+// gradient needs GradT = floatX (its type is the output's).
 template <typename GradT>
 static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t stream, GradT* dw, floatX* dbias,
                                           const floatX* dout, const floatX* inp, int N, int IC, int OC) {
@@ -130,9 +150,13 @@ static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t strea
         fprintf(stderr, "error: bias of %d channels exceeds the matmul scratch of %d\n", OC, ctx->bias_scratch_len);
         exit(1);
     }
+    if (dbias && cublaslt_type(dw) != CUDA_FLOATX) {
+        fprintf(stderr, "error: matmul_backward_weight: a bias gradient needs dW of the element type floatX\n");
+        exit(1);
+    }
     cublasLtEpilogue_t ep = dbias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     cublaslt_matmul(ctx, stream, dw, cublaslt_type(dw), inp, dout, IC, OC, N, false, true, true, ep,
-                    dbias ? ctx->bias_scratch : nullptr, CUDA_R_32F);
+                    dbias ? ctx->bias_scratch : nullptr, CUDA_FLOATX);
     if (dbias) {
         bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC);
         cudaCheck(cudaGetLastError());

@@ -2,14 +2,19 @@
 // it: the model config and training hyperparameters from the metadata, the token batches
 // [steps][accum][B*T], and the open file for the tensors (weights by Hugging Face name,
 // ref.logits, ref.loss, ref.grad.*, ref.losses, ref.grad_norms, ref.lrs, ref.final.*).
+//   key_bias_mask(c, table)   the elements whose trajectory is rounding noise (below)
+//   update_rel_err(r, table, init, ours)   how far a trainer's 10-step weight update is from the reference's
 #pragma once
+#include <cmath>
 #include <string>
 #include <vector>
 #include "llmc/args.h"
 #include "llmc/config.h"
 #include "llmc/json.h"
 #include "llmc/lr_schedule.h"
+#include "llmc/params.h"
 #include "llmc/safetensors.h"
+#include "llmc/weights_io.h"
 
 struct RefState {
     SafeTensors st;
@@ -50,4 +55,32 @@ static void ref_state_open(RefState* r, const char* path) {
     r->targets.resize(n);
     st_read_i32(&r->st, st_require(&r->st, "ref.inputs", (int64_t)n), r->inputs.data());
     st_read_i32(&r->st, st_require(&r->st, "ref.targets", (int64_t)n), r->targets.data());
+}
+
+// Without RoPE the key bias gets an exactly-zero gradient in exact arithmetic (adding q.b to every score of
+// a query leaves the softmax unchanged), so every trainer feeds rounding noise to AdamW, which normalises it
+// to steps of size ~lr: the final key-bias values are noise. true at those elements of the flat table.
+static std::vector<bool> key_bias_mask(const ModelConfig& c, const ParamTable& table) {
+    std::vector<bool> mask(table.total, false);
+    if (!(c.bias && c.pos == POS_LEARNED)) return mask;
+    for (const ParamTable::Block& b : table.blocks)
+        for (int i = cfg_q_dim(c); i < cfg_q_dim(c) + cfg_kv_dim(c); i++) mask[table.specs[b.qkv_b].offset + i] = true;
+    return mask;
+}
+
+// ||(ours - init) - (ref_final - init)|| / ||ref_final - init|| over every parameter but the key biases of
+// key_bias_mask: the error of the whole optimizer trajectory (AdamW, decay, clipping, schedule) relative to
+// the update itself. An optimizer that does nothing scores 1, one that steps the wrong way 2.
+static double update_rel_err(const RefState& r, const ParamTable& table, const float* init, const float* ours) {
+    std::vector<float> fin(table.total);
+    hf_read_tensors(&r.st, table, "ref.final.", fin.data());
+    const std::vector<bool> skip = key_bias_mask(r.c, table);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < table.total; i++) {
+        if (skip[i]) continue;
+        const double d_ref = (double)fin[i] - init[i], d = (double)ours[i] - fin[i];
+        num += d * d;
+        den += d_ref * d_ref;
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
 }
