@@ -10,7 +10,7 @@ DEVCUDA_BINS := $(addprefix $(BUILD)/devcuda/,$(DEVCUDA_PROGRAMS))
 .PHONY: devcuda
 devcuda: $(DEVCUDA_BINS)
 
-$(BUILD)/devcuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/ceilings.h $(HEADERS) $(CUDA_HEADERS)
+$(BUILD)/devcuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/ceilings.h dev/cuda/attention_cases.h $(HEADERS) $(CUDA_HEADERS)
 	@$(MAKE) --no-print-directory -C dev/cuda OUT=$(abspath $(BUILD)/devcuda) NVCC="$(NVCC)" NVCC_FLAGS="$(NVCC_FLAGS)" $(abspath $@)
 
 # dev/probe/ceilings.cu measures the copy ceiling with dev/cuda/ceilings.h
