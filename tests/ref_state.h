@@ -18,7 +18,7 @@
 
 struct RefState {
     SafeTensors st;
-    std::string tag;                       // the file name, for messages
+    std::string tag;                       // the file name without directory and extension, for messages
     ModelConfig c;
     TrainConfig tc;                        // lr, schedule, AdamW, clip, steps of the reference run
     int B = 0, T = 0, A = 0, S = 0;        // batch, sequence, accumulation, steps
@@ -28,7 +28,8 @@ struct RefState {
 static void ref_state_open(RefState* r, const char* path) {
     st_open(&r->st, path);
     std::string p = path;
-    r->tag = p.substr(p.find_last_of('/') + 1);
+    r->tag = p.substr(p.find_last_of('/') + 1);  // the file name without its directory and extension
+    if (ends_with(r->tag, ".safetensors")) r->tag.resize(r->tag.size() - strlen(".safetensors"));
     auto meta = [&](const char* k) {
         auto it = r->st.metadata.find(k);
         if (it == r->st.metadata.end()) die("%s: no '%s' in metadata", path, k);

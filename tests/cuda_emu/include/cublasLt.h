@@ -1,0 +1,230 @@
+// tests/cuda_emu/include/cublasLt.h: the part of cuBLASLt that llmc/matmul.cuh uses, on the host: a
+// column-major GEMM with fp32 accumulation (one rounding to bf16 for bf16 outputs), transposes, leading
+// dimensions, alpha/beta, and the epilogues BIAS (bias[i] added to row i of D) and BGRADB (bias[j] = the
+// sum over k of op(B)[k, j], stored, not added). Shapes and types are checked as cuBLASLt documents them,
+// including the bias type, which must be the output's; the heuristic always finds an algorithm.
+#pragma once
+#include "cuda_emu.h"
+#include "library_types.h"
+#include <omp.h>
+
+typedef enum {
+    CUBLAS_STATUS_SUCCESS = 0,
+    CUBLAS_STATUS_NOT_INITIALIZED = 1,
+    CUBLAS_STATUS_INVALID_VALUE = 7,
+    CUBLAS_STATUS_NOT_SUPPORTED = 15
+} cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum {
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_BGRADA = 256,
+    CUBLASLT_EPILOGUE_BGRADB = 512
+} cublasLtEpilogue_t;
+typedef enum {
+    CUBLASLT_MATMUL_DESC_TRANSA,
+    CUBLASLT_MATMUL_DESC_TRANSB,
+    CUBLASLT_MATMUL_DESC_EPILOGUE,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+} cublasLtMatmulDescAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES
+} cublasLtMatmulPreferenceAttributes_t;
+
+struct EmuLtHandle { int dummy; };
+struct EmuLtDesc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
+    void* bias = nullptr;
+    cudaDataType_t bias_type = CUDA_R_32F;
+    bool bias_type_set = false;
+};
+struct EmuLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
+struct EmuLtPref { size_t ws = 0; uint32_t align[4] = {256, 256, 256, 256}; };
+typedef EmuLtHandle* cublasLtHandle_t;
+typedef EmuLtDesc* cublasLtMatmulDesc_t;
+typedef EmuLtLayout* cublasLtMatrixLayout_t;
+typedef EmuLtPref* cublasLtMatmulPreference_t;
+struct cublasLtMatmulAlgo_t { uint64_t data[8]; };
+struct cublasLtMatmulHeuristicResult_t {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+};
+
+inline long g_emu_gemms = 0;
+
+static inline const char* cublasLtGetStatusName(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE" : "CUBLAS_STATUS_NOT_SUPPORTED";
+}
+static inline const char* cublasLtGetStatusString(cublasStatus_t s) { return cublasLtGetStatusName(s); }
+static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = new EmuLtHandle{0}; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t c, cudaDataType_t s) {
+    *d = new EmuLtDesc;
+    (*d)->compute = c;
+    (*d)->scale = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                                            const void* buf, size_t size) {
+    switch (a) {
+        case CUBLASLT_MATMUL_DESC_TRANSA: if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->ta, buf, 4); break;
+        case CUBLASLT_MATMUL_DESC_TRANSB: if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->tb, buf, 4); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->ep, buf, 4); break;
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias, buf, sizeof(void*)); break;
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias_type, buf, 4); d->bias_type_set = true; break;
+        default: return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t t, uint64_t rows,
+                                                        uint64_t cols, int64_t ld) {
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = new EmuLtLayout{t, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new EmuLtPref; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                                  cublasLtMatmulPreferenceAttributes_t a, const void* buf,
+                                                                  size_t size) {
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+        if (size != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&p->ws, buf, 8);
+    } else {
+        if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&p->align[a - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, 4);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+// shape and type checks shared by the heuristic and the matmul
+static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                          cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd, int* M, int* N, int* K) {
+    const uint64_t m = dd->rows, n = dd->cols;
+    const uint64_t am = d->ta == CUBLAS_OP_N ? a->rows : a->cols, ak = d->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    const uint64_t bk = d->tb == CUBLAS_OP_N ? b->rows : b->cols, bn = d->tb == CUBLAS_OP_N ? b->cols : b->rows;
+    if (am != m || bn != n || ak != bk || c->rows != m || c->cols != n || c->ld != dd->ld || c->type != dd->type) {
+        fprintf(stderr, "EMU cuBLASLt: inconsistent shapes op(A) %llux%llu op(B) %llux%llu D %llux%llu\n",
+                (unsigned long long)am, (unsigned long long)ak, (unsigned long long)bk, (unsigned long long)bn,
+                (unsigned long long)m, (unsigned long long)n);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
+        (dd->type != CUDA_R_16BF && dd->type != CUDA_R_32F)) {
+        fprintf(stderr, "EMU cuBLASLt: unsupported types A %d B %d D %d\n", a->type, b->type, dd->type);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (a->type == CUDA_R_32F && dd->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && d->ep != CUBLASLT_EPILOGUE_BIAS && d->ep != CUBLASLT_EPILOGUE_BGRADB) {
+        fprintf(stderr, "EMU cuBLASLt: epilogue %d not emulated\n", (int)d->ep);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !d->bias) {
+        fprintf(stderr, "EMU cuBLASLt: epilogue %d without a bias pointer\n", (int)d->ep);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT) {
+        // documented: the bias type defaults to, and for bf16/fp32 outputs must be, the output type
+        cudaDataType_t bt = d->bias_type_set ? d->bias_type : dd->type;
+        if (bt != dd->type) {
+            fprintf(stderr, "EMU cuBLASLt: bias type %d differs from D type %d\n", (int)bt, (int)dd->type);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+    }
+    *M = (int)m; *N = (int)n; *K = (int)ak;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                                            cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                                            cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p,
+                                                            int requested, cublasLtMatmulHeuristicResult_t* res, int* found) {
+    int M, N, K;
+    *found = 0;
+    cublasStatus_t s = emu_lt_check(d, a, b, c, dd, &M, &N, &K);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    for (int i = 0; i < 4; i++)
+        if (p->align[i] < 4 && !(i < 2 && a->type == CUDA_R_16BF && p->align[i] >= 2)) {
+            fprintf(stderr, "EMU cuBLASLt: alignment preference %u of operand %d is below the element size\n", p->align[i], i);
+        }
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&res[0], 0, sizeof(res[0]));
+    res[0].state = CUBLAS_STATUS_SUCCESS;
+    res[0].wavesCount = 1.0f;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+static inline float emu_ld(const void* p, cudaDataType_t t, size_t i) {
+    return t == CUDA_R_16BF ? (float)((const __nv_bfloat16*)p)[i] : ((const float*)p)[i];
+}
+static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __nv_bfloat16(v);
+    else ((float*)p)[i] = v;
+}
+
+// D = alpha op(A) op(B) + beta C (+ bias[i] per row: BIAS); BGRADB: bias[j] = sum_k op(B)[k, j] (stored)
+static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
+                                            cublasLtMatrixLayout_t la, const void* Bm, cublasLtMatrixLayout_t lb,
+                                            const void* beta, const void* Cm, cublasLtMatrixLayout_t lc, void* D,
+                                            cublasLtMatrixLayout_t ldd, const cublasLtMatmulAlgo_t*, void*, size_t,
+                                            cudaStream_t) {
+    int M, N, K;
+    cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    g_emu_gemms++;
+    const float al = *(const float*)alpha, be = *(const float*)beta;
+    // op(A) as rows of K, op(B) as columns of K, in fp32 (exact for bf16)
+    std::vector<float> a((size_t)M * K), b((size_t)N * K);
+    const bool ta = d->ta == CUBLAS_OP_T, tb = d->tb == CUBLAS_OP_T;
+#pragma omp parallel for
+    for (int i = 0; i < M; i++)
+        for (int p = 0; p < K; p++)
+            a[(size_t)i * K + p] = emu_ld(A, la->type, ta ? (size_t)p + (size_t)i * la->ld : (size_t)i + (size_t)p * la->ld);
+#pragma omp parallel for
+    for (int j = 0; j < N; j++)
+        for (int p = 0; p < K; p++)
+            b[(size_t)j * K + p] = emu_ld(Bm, lb->type, tb ? (size_t)j + (size_t)p * lb->ld : (size_t)p + (size_t)j * lb->ld);
+    const cudaDataType_t dt = ldd->type;
+    const bool bias = d->ep == CUBLASLT_EPILOGUE_BIAS;
+    if (Cm != D && be != 0.0f) {
+        fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int j = 0; j < N; j++) {
+        const float* bj = &b[(size_t)j * K];
+        for (int i = 0; i < M; i++) {
+            const float* ai = &a[(size_t)i * K];
+            float acc = 0.0f;
+            for (int p = 0; p < K; p++) acc += ai[p] * bj[p];
+            const size_t o = (size_t)i + (size_t)j * ldd->ld;
+            float v = al * acc;
+            if (be != 0.0f) v += be * emu_ld(D, dt, o);
+            if (bias) v += emu_ld(d->bias, dt, i);
+            emu_st(D, dt, o, v);
+        }
+    }
+    if (d->ep == CUBLASLT_EPILOGUE_BGRADB) {
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int p = 0; p < K; p++) acc += b[(size_t)j * K + p];
+            emu_st(d->bias, dt, j, acc);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,458 @@
+// tests/cuda_emu/include/cuda_emu.h: the CUDA runtime and the kernel thread model emulated on the host, so
+// that train_gpt.cu and test_gpt.cu compile with g++ and run their kernels on the CPU (tests/t_gpu_emulated.sh;
+// cuBLASLt is in cublasLt.h beside this file). It checks the program's logic: indexing, barriers, warp
+// collectives, the tensor-core fragment layouts as llmc/attention.cuh documents them, launch shapes; not
+// speed, races, or the GPU's fast-math intrinsics (exact host math here).
+// Thread model: a block's CUDA threads are fibers (user-level contexts, an x86-64 stack switch) run by one
+// OS thread, round-robin; __syncthreads and the warp collectives (shuffles, mma.sync, ldmatrix) are
+// counting barriers on which a fiber yields until its group (block, or warp of 32) has arrived.
+// A thread that returns drops out of its block's and warp's barriers; a collective after that, a deadlock,
+// a misaligned ldmatrix or cp.async address is an emulation error, and cudaGetLastError then fails.
+// Blocks run one after another (EMU_ORDER=0 ascending (default), 1 descending, 2 pseudo-random per launch).
+// __shared__ is `static` (one block at a time). Device memory is host memory filled with 0xff bytes (NaN
+// in bf16 and fp32), so a read of memory never written shows in the results. The inline PTX of
+// llmc/attention.cuh is removed by tests/cuda_emu/rewrite.py and replaced by the functions below.
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <vector>
+#include <sys/mman.h>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __shared__ static
+#define __align__(n) alignas(n)
+#define __restrict__ __restrict
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) int4 { int x, y, z, w; };
+static inline float2 make_float2(float a, float b) { return {a, b}; }
+
+// external linkage on purpose: an opaque context switch may change them (the compiler must reload)
+inline dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// ---------------------------------------------------------------- bf16
+static inline uint16_t emu_f2bf_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+struct __nv_bfloat16 {
+    uint16_t __x;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float f) : __x(emu_f2bf_bits(f)) {}
+    __nv_bfloat16(double f) : __x(emu_f2bf_bits((float)f)) {}
+    __nv_bfloat16(int f) : __x(emu_f2bf_bits((float)f)) {}
+    operator float() const {
+        uint32_t u = (uint32_t)__x << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+};
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+typedef __nv_bfloat16 nv_bfloat16;
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
+
+// math intrinsics: exact host versions (the GPU build's --use_fast_math uses approximations)
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static inline float emu_expf(float x) { return std::exp(x); }
+static inline float emu_logf(float x) { return std::log(x); }
+static inline float emu_log2f(float x) { return std::log2(x); }
+#define __expf emu_expf
+#define __logf emu_logf
+#define __log2f emu_log2f
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+
+// ---------------------------------------------------------------- fibers
+extern "C" void emu_switch(void** save_sp, void* to_sp);
+asm(R"(
+.text
+.globl emu_switch
+.type emu_switch,@function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size emu_switch, .-emu_switch
+)");
+
+struct EmuGroup {  // a counting barrier: block or warp
+    int expected = 0, arrived = 0, exited = 0;
+    long gen = 0;
+};
+struct EmuWarpData {
+    uint32_t u[32][6];
+    const void* addr[32];
+    float f[32];
+};
+struct EmuState {
+    static const int MAXT = 1024;
+    static const size_t STACK = 256 << 10;
+    char* stacks = nullptr;
+    void* sp[MAXT];
+    bool done[MAXT];
+    void* sched_sp = nullptr;
+    int cur = 0, nt = 0;
+    dim3 block;
+    EmuGroup blk;
+    EmuGroup warp[32];
+    EmuWarpData wd[32];
+    void (*body)(void*) = nullptr;
+    void* ctx = nullptr;
+    long progress = 0;
+    std::vector<unsigned char> smem;
+    long errors = 0;
+    bool in_kernel = false;
+};
+inline EmuState g_emu;
+
+static inline void emu_error(const char* what) {
+    if (g_emu.errors++ < 20)
+        fprintf(stderr, "EMU ERROR: %s (block %u,%u,%u thread %d)\n", what, blockIdx.x, blockIdx.y, blockIdx.z, g_emu.cur);
+}
+static inline int emu_tid() { return g_emu.cur; }
+static inline void emu_yield() { emu_switch(&g_emu.sp[g_emu.cur], g_emu.sched_sp); }
+static inline void emu_arrive_wait(EmuGroup& g) {
+    const long gen = g.gen;
+    if (++g.arrived >= g.expected) {
+        g.arrived = 0;
+        g.gen++;
+        g_emu.progress++;
+        return;
+    }
+    while (g.gen == gen) emu_yield();
+}
+static inline void emu_drop(EmuGroup& g) {
+    g.expected--;
+    g.exited++;
+    if (g.arrived > 0 && g.arrived >= g.expected) {
+        g.arrived = 0;
+        g.gen++;
+    }
+    g_emu.progress++;
+}
+static void emu_fiber_entry() {
+    g_emu.body(g_emu.ctx);
+    const int t = g_emu.cur;
+    emu_drop(g_emu.blk);
+    emu_drop(g_emu.warp[t / 32]);
+    g_emu.done[t] = true;
+    emu_switch(&g_emu.sp[t], g_emu.sched_sp);
+    abort();  // never resumed
+}
+
+static inline void __syncthreads() {
+    if (g_emu.blk.exited) emu_error("__syncthreads after some threads of the block returned");
+    emu_arrive_wait(g_emu.blk);
+}
+static inline void __syncwarp(unsigned = 0xffffffffu) { emu_arrive_wait(g_emu.warp[emu_tid() / 32]); }
+static inline void emu_warp_sync_checked() {
+    EmuGroup& w = g_emu.warp[emu_tid() / 32];
+    if (w.exited || w.expected + w.exited != 32) emu_error("warp collective in a warp with exited or missing lanes");
+    emu_arrive_wait(w);
+}
+
+template <typename T, typename F>
+static inline T emu_shuffle(unsigned mask, T v, F src) {
+    static_assert(sizeof(T) == 4, "4-byte shuffles only");
+    if (mask != 0xffffffffu) emu_error("partial shuffle mask not emulated");
+    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+    const int l = emu_tid() % 32;
+    memcpy(&w.f[l], &v, 4);
+    emu_warp_sync_checked();
+    const int s = src(l);
+    T r = v;
+    if (s >= 0 && s < 32) memcpy(&r, &w.f[s], 4);
+    emu_warp_sync_checked();
+    return r;
+}
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int = 32) {
+    return emu_shuffle(mask, v, [m](int l) { return l ^ m; });
+}
+template <typename T> static inline T __shfl_sync(unsigned mask, T v, int src, int = 32) {
+    return emu_shuffle(mask, v, [src](int) { return src & 31; });
+}
+template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned d, int = 32) {
+    return emu_shuffle(mask, v, [d](int l) { return l + (int)d < 32 ? l + (int)d : l; });
+}
+
+// ---- tensor-core and shared-memory primitives of llmc/attention.cuh (their asm replaced by these)
+static inline uint16_t emu_half(uint32_t r, int hi) { return hi ? (uint16_t)(r >> 16) : (uint16_t)(r & 0xffff); }
+static inline float emu_bf(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
+// d[4] += A[16x16] B[16x8], fragments as documented in llmc/attention.cuh (PTX ISA m16n8k16 layouts)
+static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+    const int l = emu_tid() % 32;
+    for (int i = 0; i < 4; i++) w.u[l][i] = a[i];
+    w.u[l][4] = b0;
+    w.u[l][5] = b1;
+    emu_warp_sync_checked();
+    // A: a0 (row g, cols 2q..2q+1) a1 (row g+8) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..)
+    auto A = [&](int r, int c) { return emu_bf(emu_half(w.u[(r % 8) * 4 + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)], c % 2)); };
+    // B: b0 (rows 2q..2q+1, col g) b1 (rows 2q+8..)
+    auto B = [&](int k, int n) { return emu_bf(emu_half(w.u[n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2)); };
+    const int g = l / 4, q = l % 4;
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + (e >> 1) * 8, c = 2 * q + (e & 1);
+        float s = 0;
+        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, c);
+        out[e] = d[e] + s;
+    }
+    emu_warp_sync_checked();
+    for (int e = 0; e < 4; e++) d[e] = out[e];
+}
+// lane l gives the address of row l % 8 of tile l / 8. Plain: r[i] = (row g; cols 2q, 2q+1) of tile i.
+// Transposed: r[i] = (rows 2q, 2q+1; col g) of tile i.
+static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) {
+    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+    const int l = emu_tid() % 32;
+    if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
+    w.addr[l] = row;
+    emu_warp_sync_checked();
+    const int g = l / 4, q = l % 4;
+    uint32_t o[4];
+    for (int i = 0; i < 4; i++) {
+        const __nv_bfloat16* rr = (const __nv_bfloat16*)w.addr[8 * i + g];
+        o[i] = (uint32_t)rr[2 * q].__x | ((uint32_t)rr[2 * q + 1].__x << 16);
+    }
+    emu_warp_sync_checked();
+    for (int i = 0; i < 4; i++) r[i] = o[i];
+}
+static inline void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* row) {
+    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+    const int l = emu_tid() % 32;
+    if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
+    w.addr[l] = row;
+    emu_warp_sync_checked();
+    const int g = l / 4, q = l % 4;
+    uint32_t o[4];
+    for (int i = 0; i < 4; i++) {
+        const __nv_bfloat16* r0 = (const __nv_bfloat16*)w.addr[8 * i + 2 * q];
+        const __nv_bfloat16* r1 = (const __nv_bfloat16*)w.addr[8 * i + 2 * q + 1];
+        o[i] = (uint32_t)r0[g].__x | ((uint32_t)r1[g].__x << 16);
+    }
+    emu_warp_sync_checked();
+    for (int i = 0; i < 4; i++) r[i] = o[i];
+}
+// cp.async: copied at once (one legal timing; hides no-wait races rather than exposing them)
+static inline void cp_async16(__nv_bfloat16* s, const __nv_bfloat16* g) {
+    if (((uintptr_t)s & 15) || ((uintptr_t)g & 15)) emu_error("cp.async 16 with a misaligned address");
+    memcpy(s, g, 16);
+}
+static inline void cp_async_commit() {}
+template <int N> static inline void cp_async_wait() {}
+static inline unsigned char* emu_smem() { return g_emu.smem.data(); }
+
+// ---------------------------------------------------------------- launches
+typedef struct EmuStream* cudaStream_t;
+inline int g_emu_order = getenv("EMU_ORDER") ? atoi(getenv("EMU_ORDER")) : 0;
+inline long g_emu_launches = 0;
+
+template <typename Fn>
+static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
+    EmuState& E = g_emu;
+    const int nt = (int)(block.x * block.y * block.z);
+    const long nb = (long)grid.x * grid.y * grid.z;
+    g_emu_launches++;
+    if (nt <= 0 || nt > 1024 || nb <= 0 || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr, "EMU: bad launch grid (%u,%u,%u) block (%u,%u,%u)\n", grid.x, grid.y, grid.z, block.x, block.y,
+                block.z);
+        E.errors++;
+        return;
+    }
+    if (smem > 227 * 1024) { fprintf(stderr, "EMU: dynamic shared memory %zu > 227 KiB\n", smem); E.errors++; }
+    if (!E.stacks) {
+        E.stacks = (char*)mmap(nullptr, EmuState::STACK * EmuState::MAXT, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (E.stacks == MAP_FAILED) { perror("mmap"); abort(); }
+    }
+    E.body = [](void* c) { (*(Fn*)c)(); };
+    E.ctx = &fn;
+    E.nt = nt;
+    E.block = block;
+    blockDim = block;
+    gridDim = grid;
+    std::vector<long> order(nb);
+    std::iota(order.begin(), order.end(), 0L);
+    if (g_emu_order == 1) std::reverse(order.begin(), order.end());
+    if (g_emu_order == 2) {
+        uint64_t s = 12345 + g_emu_launches;
+        for (long i = nb - 1; i > 0; i--) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            std::swap(order[i], order[(s >> 33) % (i + 1)]);
+        }
+    }
+    E.in_kernel = true;
+    for (long k = 0; k < nb; k++) {
+        const long b = order[k];
+        blockIdx = dim3((unsigned)(b % grid.x), (unsigned)((b / grid.x) % grid.y), (unsigned)(b / ((long)grid.x * grid.y)));
+        E.smem.assign(smem + 16, 0xff);  // fresh shared memory, NaN-filled
+        E.blk = EmuGroup{nt, 0, 0, 0};
+        for (int w = 0; w < (nt + 31) / 32; w++) E.warp[w] = EmuGroup{std::min(32, nt - 32 * w), 0, 0, 0};
+        for (int t = 0; t < nt; t++) {
+            // stack: [6 callee-saved][return address = entry][pad], return address slot 16-byte aligned
+            char* top = E.stacks + (size_t)(t + 1) * EmuState::STACK;
+            void** slot = (void**)(top - 16);
+            slot[0] = (void*)&emu_fiber_entry;
+            slot[1] = nullptr;
+            void** sp = slot - 6;
+            for (int i = 0; i < 6; i++) sp[i] = nullptr;
+            E.sp[t] = sp;
+            E.done[t] = false;
+        }
+        int remaining = nt;
+        while (remaining > 0) {
+            const long p0 = E.progress;
+            for (int t = 0; t < nt; t++) {
+                if (E.done[t]) continue;
+                E.cur = t;
+                threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+                emu_switch(&E.sched_sp, E.sp[t]);
+                if (E.done[t]) remaining--;
+            }
+            if (remaining > 0 && E.progress == p0) {
+                fprintf(stderr, "EMU: deadlock in block (%u,%u,%u): %d threads wait at barriers that cannot complete\n",
+                        blockIdx.x, blockIdx.y, blockIdx.z, remaining);
+                abort();
+            }
+        }
+    }
+    E.in_kernel = false;
+}
+
+template <typename F, typename... Args>
+static void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, F f, Args... args) {
+    auto fn = [&]() { f(args...); };
+    emu_run_grid(grid, block, smem, fn);
+}
+// EmuLaunch(grid, block, smem, stream).go(kernel)(args...) stands for kernel<<<grid, block, smem, stream>>>(args...)
+struct EmuLaunch {
+    dim3 g, b;
+    size_t s;
+    cudaStream_t st;
+    EmuLaunch(dim3 g_, dim3 b_, size_t s_ = 0, cudaStream_t st_ = nullptr) : g(g_), b(b_), s(s_), st(st_) {}
+    template <typename K> auto go(K k) {
+        return [=, *this](auto... a) { emu_launch(g, b, s, st, k, a...); };
+    }
+};
+
+// ---------------------------------------------------------------- runtime
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount, cudaDevAttrClockRate, cudaDevAttrMemoryClockRate, cudaDevAttrGlobalMemoryBusWidth };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount;
+    size_t totalGlobalMem;
+    int l2CacheSize;
+};
+typedef struct EmuEvent { double t; }* cudaEvent_t;
+static inline double emu_now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+static inline const char* cudaGetErrorString(cudaError_t e) { return e ? "emulated error" : "no error"; }
+static inline const char* cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorEmulated" : "cudaSuccess"; }
+static inline cudaError_t cudaGetLastError() {
+    if (g_emu.errors) {
+        fprintf(stderr, "EMU: %ld emulation errors so far\n", g_emu.errors);
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+static inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
+inline double g_emu_alloc_bytes = 0;
+inline int g_emu_fill = getenv("EMU_FILL") ? atoi(getenv("EMU_FILL")) : 0xff;
+static inline cudaError_t cudaMalloc(void** p, size_t n) {
+    if (g_emu.in_kernel) emu_error("cudaMalloc inside a kernel");
+    void* q = nullptr;
+    if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
+    memset(q, g_emu_fill, n);  // 0xff: NaN in bf16 and fp32, to expose reads of unwritten memory
+    g_emu_alloc_bytes += n;
+    *p = q;
+    return cudaSuccess;
+}
+template <typename T> static inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
+static inline cudaError_t cudaFree(void* p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) memmove(d, s, n); return cudaSuccess; }
+static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) { return cudaMemcpy(d, s, n, k); }
+static inline cudaError_t cudaMemset(void* d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
+static inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { memset(d, v, n); return cudaSuccess; }
+static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = (cudaStream_t)new char[1]; return cudaSuccess; }
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete[] (char*)s; return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent{0}; return cudaSuccess; }
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->t = emu_now_ms(); return cudaSuccess; }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    memset(p, 0, sizeof(*p));
+    strcpy(p->name, "NVIDIA H100 80GB HBM3 (emulated)");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;
+    p->totalGlobalMem = 80ull << 30;
+    p->l2CacheSize = 50 << 20;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+    switch (a) {
+        case cudaDevAttrMultiProcessorCount: *v = 132; break;
+        case cudaDevAttrClockRate: *v = 1980000; break;
+        case cudaDevAttrMemoryClockRate: *v = 2619000; break;
+        case cudaDevAttrGlobalMemoryBusWidth: *v = 5120; break;
+    }
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    *total_b = 80ull << 30;
+    *free_b = *total_b - (size_t)g_emu_alloc_bytes;
+    return cudaSuccess;
+}
+static inline cudaError_t cudaDriverGetVersion(int* v) { *v = 12040; return cudaSuccess; }
+static inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 12040; return cudaSuccess; }
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int v) {
+    if (v > 227 * 1024) { fprintf(stderr, "EMU: cudaFuncSetAttribute max dynamic smem %d > 227 KiB\n", v); return cudaErrorInvalidValue; }
+    return cudaSuccess;
+}

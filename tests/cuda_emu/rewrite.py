@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the headers of llmc/ and tests/
+from the repository SRC into DST (same relative paths), with the two changes g++ needs to build them
+against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args),
+and the functions of llmc/attention.cuh that hold inline PTX (mma.sync, ldmatrix, cp.async) are removed,
+the emulation header providing them; its dynamic shared memory comes from emu_smem(). Prints the count
+of rewritten launches per file."""
+import os, re, sys
+if len(sys.argv) != 3:
+    sys.exit("usage: rewrite.py SRC DST")
+SRC, DST = sys.argv[1], sys.argv[2]
+def rewrite_launches(text, name):
+    out, i, n = [], 0, 0
+    while True:
+        j = text.find('<<<', i)
+        if j < 0:
+            out.append(text[i:]); break
+        # kernel expression before <<<: identifier with optional template args (one nesting level)
+        k = j
+        if text[k-1] == '>':
+            depth = 0
+            while True:
+                k -= 1
+                if text[k] == '>': depth += 1
+                elif text[k] == '<':
+                    depth -= 1
+                    if depth == 0: break
+        m = re.search(r'[A-Za-z_][A-Za-z_0-9:]*$', text[:k])
+        ks = m.start()
+        kernel = text[ks:j]
+        e = text.find('>>>', j)
+        cfg = text[j+3:e]
+        p = e + 3
+        while text[p].isspace(): p += 1
+        assert text[p] == '(', (name, text[j-40:p+10])
+        out.append(text[i:ks] + 'EmuLaunch(' + cfg + ').go(' + kernel + ')(')
+        i = p + 1; n += 1
+    return ''.join(out), n
+def strip_asm(text):
+    lines = text.split('\n')
+    keep = [True] * len(lines)
+    for idx, l in enumerate(lines):
+        if 'asm volatile' not in l: continue
+        s = idx
+        while not lines[s].startswith('__device__'): s -= 1
+        if s > 0 and lines[s-1].startswith('template'): s -= 1
+        e = idx
+        while not lines[e].rstrip().endswith('}') : e += 1
+        for t in range(s, e + 1): keep[t] = False
+    return '\n'.join(l for l, k in zip(lines, keep) if k)
+total = 0
+for root in ['llmc', 'tests', '.']:
+    for f in sorted(os.listdir(os.path.join(SRC, root))):
+        if root == '.' and f not in ('train_gpt.cu', 'test_gpt.cu'): continue
+        if not (f.endswith('.cuh') or f.endswith('.h') or f.endswith('.cu')): continue
+        t = open(os.path.join(SRC, root, f)).read()
+        t, n = rewrite_launches(t, f)
+        total += n
+        if f == 'attention.cuh':
+            t = strip_asm(t)
+            t = t.replace('extern __shared__ __align__(16) unsigned char att_smem[];', 'unsigned char* att_smem = emu_smem();')
+            assert 'asm' not in re.sub(r'//.*', '', t), 'asm left'
+        os.makedirs(os.path.join(DST, root), exist_ok=True)
+        open(os.path.join(DST, root, f), 'w').write(t)
+        if n: print(f'{root}/{f}: {n} launches')
+print('total launches rewritten', total)
