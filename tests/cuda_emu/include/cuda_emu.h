@@ -238,7 +238,7 @@ static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint
 }
 // lane l gives the address of row l % 8 of tile l / 8. Plain: r[i] = (row g; cols 2q, 2q+1) of tile i.
 // Transposed: r[i] = (rows 2q, 2q+1; col g) of tile i.
-static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) {
+static inline void emu_ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row, bool trans) {
     EmuWarpData& w = g_emu.wd[emu_tid() / 32];
     const int l = emu_tid() % 32;
     if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
@@ -247,28 +247,17 @@ static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) {
     const int g = l / 4, q = l % 4;
     uint32_t o[4];
     for (int i = 0; i < 4; i++) {
-        const __nv_bfloat16* rr = (const __nv_bfloat16*)w.addr[8 * i + g];
-        o[i] = (uint32_t)rr[2 * q].__x | ((uint32_t)rr[2 * q + 1].__x << 16);
+        // the two bf16 of register i: (row g; cols 2q, 2q+1), or transposed (rows 2q, 2q+1; col g)
+        const __nv_bfloat16* lo = trans ? (const __nv_bfloat16*)w.addr[8 * i + 2 * q] + g
+                                        : (const __nv_bfloat16*)w.addr[8 * i + g] + 2 * q;
+        const __nv_bfloat16* hi = trans ? (const __nv_bfloat16*)w.addr[8 * i + 2 * q + 1] + g : lo + 1;
+        o[i] = (uint32_t)lo->__x | ((uint32_t)hi->__x << 16);
     }
     emu_warp_sync_checked();
     for (int i = 0; i < 4; i++) r[i] = o[i];
 }
-static inline void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* row) {
-    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
-    const int l = emu_tid() % 32;
-    if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
-    w.addr[l] = row;
-    emu_warp_sync_checked();
-    const int g = l / 4, q = l % 4;
-    uint32_t o[4];
-    for (int i = 0; i < 4; i++) {
-        const __nv_bfloat16* r0 = (const __nv_bfloat16*)w.addr[8 * i + 2 * q];
-        const __nv_bfloat16* r1 = (const __nv_bfloat16*)w.addr[8 * i + 2 * q + 1];
-        o[i] = (uint32_t)r0[g].__x | ((uint32_t)r1[g].__x << 16);
-    }
-    emu_warp_sync_checked();
-    for (int i = 0; i < 4; i++) r[i] = o[i];
-}
+static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, false); }
+static inline void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, true); }
 // cp.async: copied at once (one legal timing; hides no-wait races rather than exposing them)
 static inline void cp_async16(__nv_bfloat16* s, const __nv_bfloat16* g) {
     if (((uintptr_t)s & 15) || ((uintptr_t)g & 15)) emu_error("cp.async 16 with a misaligned address");
