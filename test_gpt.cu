@@ -64,17 +64,13 @@ static std::vector<float> micro_batch_grads(GPT* g, const int32_t* in, const int
 }
 
 // Steps [s0, s1) of the reference's training run; losses and norms appended.
-static void run_steps(GPT* g, const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets, int A, int N,
-                      int s0, int s1, int S, const TrainConfig& tc, std::vector<double>* losses,
+static void run_steps(GPT* g, const RefState& ref, int s0, int s1, std::vector<double>* losses,
                       std::vector<double>* norms, std::vector<double>* lrs) {
+    const TrainConfig& tc = ref.tc;
     for (int s = s0; s < s1; s++) {
-        std::vector<std::vector<int32_t>> in(A), tg(A);
-        for (int a = 0; a < A; a++) {
-            const size_t off = ((size_t)s * A + a) * N;
-            in[a].assign(inputs.begin() + off, inputs.begin() + off + N);
-            tg[a].assign(targets.begin() + off, targets.begin() + off + N);
-        }
-        double lr = lr_at(s, S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
+        std::vector<std::vector<int32_t>> in, tg;
+        ref_step_batches(ref, s, &in, &tg);
+        double lr = lr_at(s, ref.S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         double loss = train_step(g, in, tg, s, tc, lr, &norm);
         losses->push_back(loss);
@@ -197,7 +193,7 @@ static void test_reference(const char* path) {
     st_read_f32(&st, st_require(&st, "ref.lrs", S), ref_lrs.data());
     std::vector<double> losses, norms, lrs;
     gpt_set_weights(&g, init.data(), nullptr, nullptr);
-    run_steps(&g, inputs, targets, A, N, 0, S, S, tc, &losses, &norms, &lrs);
+    run_steps(&g, ref, 0, S, &losses, &norms, &lrs);
     const double tol_train = 2.0 * tol_loss / std::fabs(ref_loss);
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
     for (int s = 0; s < S; s++) {
@@ -224,7 +220,7 @@ static void test_reference(const char* path) {
     // bitwise determinism: the same run again from the same weights
     std::vector<double> losses_b, norms_b;
     gpt_set_weights(&g, init.data(), nullptr, nullptr);
-    run_steps(&g, inputs, targets, A, N, 0, S, S, tc, &losses_b, &norms_b, nullptr);
+    run_steps(&g, ref, 0, S, &losses_b, &norms_b, nullptr);
     std::vector<float> final_b;
     gpt_get_weights(&g, &final_b, nullptr, nullptr);
     check(losses_b == losses && norms_b == norms && same_bits(final_a, final_b), tag + " two runs are bitwise identical",
@@ -240,14 +236,14 @@ static void test_reference(const char* path) {
     std::vector<double> l1, n1, l2, n2;
     TrainState state;
     gpt_set_weights(&g, init.data(), nullptr, nullptr);
-    run_steps(&g, inputs, targets, A, N, 0, half, S, tc, &l1, &n1, nullptr);
+    run_steps(&g, ref, 0, half, &l1, &n1, nullptr);
     state.step = half;
     {
         std::vector<float> p, m, v;
         gpt_get_weights(&g, &p, &m, &v);
         checkpoint_save(dir, c, table, p.data(), m.data(), v.data(), state, 1);
     }
-    run_steps(&g, inputs, targets, A, N, half, S, S, tc, &l1, &n1, nullptr);
+    run_steps(&g, ref, half, S, &l1, &n1, nullptr);
     std::vector<float> pa, ma, va;
     gpt_get_weights(&g, &pa, &ma, &va);
     gpt_free(&g);
@@ -260,7 +256,7 @@ static void test_reference(const char* path) {
         check(rs.step == half, tag + " checkpoint step", "%d vs %d", rs.step, half);
         gpt_set_weights(&r, p.data(), m.data(), v.data());
     }
-    run_steps(&r, inputs, targets, A, N, half, S, S, tc, &l2, &n2, nullptr);
+    run_steps(&r, ref, half, S, &l2, &n2, nullptr);
     std::vector<float> pb, mb, vb;
     gpt_get_weights(&r, &pb, &mb, &vb);
     const bool same_losses = std::equal(l2.begin(), l2.end(), l1.begin() + half);

@@ -37,7 +37,7 @@ static void test_reference(const char* path) {
     const ModelConfig& c = r.c;
     const TrainConfig& tc = r.tc;
     const std::string& tag = r.tag;
-    const int B = r.B, T = r.T, A = r.A, S = r.S;
+    const int B = r.B, T = r.T, S = r.S;
     const std::vector<int32_t>& inputs = r.inputs;
     const std::vector<int32_t>& targets = r.targets;
 
@@ -99,12 +99,8 @@ static void test_reference(const char* path) {
     st_read_f32(&st, st_require(&st, "ref.lrs", S), ref_lrs.data());
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
     for (int s = 0; s < S; s++) {
-        std::vector<std::vector<int32_t>> in(A), tg(A);
-        for (int a = 0; a < A; a++) {
-            const size_t off = ((size_t)s * A + a) * N;
-            in[a].assign(inputs.begin() + off, inputs.begin() + off + N);
-            tg[a].assign(targets.begin() + off, targets.begin() + off + N);
-        }
+        std::vector<std::vector<int32_t>> in, tg;
+        ref_step_batches(r, s, &in, &tg);
         double lr = lr_at(s, S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         double loss = train_step(&g, in, tg, B, T, s, tc, lr, &norm);

@@ -58,6 +58,19 @@ static void ref_state_open(RefState* r, const char* path) {
     st_read_i32(&r->st, st_require(&r->st, "ref.targets", (int64_t)n), r->targets.data());
 }
 
+// The micro-batches of step s of the reference run: in[a], tg[a] = inputs, targets [B*T] of micro-batch a.
+static void ref_step_batches(const RefState& r, int s, std::vector<std::vector<int32_t>>* in,
+                             std::vector<std::vector<int32_t>>* tg) {
+    const size_t N = (size_t)r.B * r.T;
+    in->assign(r.A, {});
+    tg->assign(r.A, {});
+    for (int a = 0; a < r.A; a++) {
+        const size_t off = ((size_t)s * r.A + a) * N;
+        (*in)[a].assign(r.inputs.begin() + off, r.inputs.begin() + off + N);
+        (*tg)[a].assign(r.targets.begin() + off, r.targets.begin() + off + N);
+    }
+}
+
 // Without RoPE the key bias gets an exactly-zero gradient in exact arithmetic (adding q.b to every score of
 // a query leaves the softmax unchanged), so every trainer feeds rounding noise to AdamW, which normalises it
 // to steps of size ~lr: the final key-bias values are noise. true at those elements of the flat table.
