@@ -114,7 +114,7 @@ mkdir -p "$T/nogpu"
 printf '#!/bin/sh\necho "No devices were found"\nexit 6\n' > "$T/nogpu/nvidia-smi"
 chmod +x "$T/nogpu/nvidia-smi"
 for s in $stages; do
-    if bash scripts/gpu_check.sh "$s" --help > "$T/help.txt" 2>&1 && grep -q "^usage: scripts/gpu_check.sh" "$T/help.txt"; then
+    if bash scripts/gpu_check.sh "$s" --help > "$T/help.txt" 2>&1 && grep -q "usage: scripts/gpu_check.sh" "$T/help.txt"; then
         pass "gpu_check.sh $s --help"
     else fail "gpu_check.sh $s --help" "$(head -n 2 "$T/help.txt")"; fi
     PATH="$(pwd)/$T/nogpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh "$s" --out "$T/out_$s" > "$T/o.txt" 2> "$T/e.txt"
@@ -135,6 +135,7 @@ expect_error "bad flag: exit 1 naming it" "unknown flag '--fast'" probe --fast
 expect_error "flag without its value: exit 1" "--out needs a directory" probe --out
 expect_error "bad --steps: exit 1" "--steps expects a positive integer, got 'x'" bench-small --steps x
 expect_error "two stages: exit 1" "one stage at a time" probe correct
+expect_error "bad --budget: exit 1" "--budget expects seconds (at least 60), got '10'" correct --budget 10
 
 # ---- the plumbing of one stage, with an nvidia-smi that reports an H100 and no device visible to CUDA
 mkdir -p "$T/fakegpu"
