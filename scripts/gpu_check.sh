@@ -120,7 +120,8 @@ libs_ok() {  # every shared library and symbol of program $1 resolves on this ma
 }
 
 # programs PATH...: puts each program (a checkout path: test_gpt, build/devcuda/norm, build/ceilings) in
-# place from the kit where it can, then builds the rest with make; returns 1 when one is still missing
+# place from the kit where it can, then has make build the rest (or find them up to date); returns 1 when
+# one is still missing or does not resolve its libraries
 programs() {
     local want=" $* " kpath cpath tobuild=() p
     while IFS='|' read -r kpath cpath; do
@@ -132,7 +133,6 @@ programs() {
             if libs_ok "$cpath"; then echo "  $cpath: from the kit"; continue; fi
             rm -f "$cpath"
         fi
-        [ -x "$cpath" ] && libs_ok "$cpath" && { echo "  $cpath: present"; continue; }
         tobuild+=("$cpath")
     done < <(kit_placements)
     if [ ${#tobuild[@]} -gt 0 ]; then
@@ -144,7 +144,10 @@ programs() {
         tail -n 20 "$out/.make.log"; rm -f "$out/.make.log"
         echo "  make exited $rc after $((SECONDS - t0)) s"
     fi
-    for p in "$@"; do [ -x "$p" ] || { echo "  missing: $p"; return 1; }; done
+    for p in "$@"; do
+        [ -x "$p" ] || { echo "  missing: $p"; return 1; }
+        libs_ok "$p" || return 1
+    done
 }
 
 data_files() {  # the git-ignored data files from the kit (their sha256 checked, whatever the sources)
@@ -161,14 +164,15 @@ data_files() {  # the git-ignored data files from the kit (their sha256 checked,
 # ---- helpers of the stage bodies
 t_stage=0
 left() { echo $((STAGE_BUDGET_S - (SECONDS - t_stage))); }
-limited() {  # limited SECONDS CMD...: runs CMD under min(SECONDS, the stage's time left); 124 when stopped
+limited() {  # limited SECONDS CMD...: runs CMD under min(SECONDS, the stage's time left); 124 when stopped.
+    # Says what it runs on stderr (the stage's log), so that CMD's own output can go to a file of its own
     local secs=$1 l; shift
     l=$(left); [ "$l" -lt "$secs" ] && secs=$l
-    if [ "$secs" -lt 15 ]; then echo "(not run: the stage's $STAGE_BUDGET_S s budget is spent) \$ $*"; return 125; fi
-    echo "\$ $*   (limit ${secs} s)"
+    if [ "$secs" -lt 15 ]; then echo "(not run: the stage's $STAGE_BUDGET_S s budget is spent) \$ $*" >&2; return 125; fi
+    echo "\$ $*   (limit ${secs} s)" >&2
     timeout -k 10 "$secs" "$@"
     local rc=$?
-    [ $rc -eq 124 ] && echo "(stopped after the $secs s limit)"
+    [ $rc -eq 124 ] && echo "(stopped after the $secs s limit)" >&2
     return $rc
 }
 section() { echo; echo "== $1"; }
@@ -245,24 +249,22 @@ stage_correct() {
         name=${c%%|*}; names+=("$name")
         if [ $kit_ok = 1 ] && [ -f "$kit/states/$name.safetensors" ]; then
             cp "$kit/states/$name.safetensors" "$d/" && echo "  $name: from the kit"; pids+=(0)
-        else  # made in the background, one process per state (train_gpt.py --ref is single-threaded)
+        else  # made in the background, one process per state (train_gpt.py --ref is single-threaded),
+            # stopped with everything it started at the end of the stage's budget
             rm -f "$d/$name.safetensors"
-            (make_gpu_states "$d" "$PY" "$name" > "$d/$name.make.log" 2>&1) &
+            timeout -k 5 "$(left)" bash -c 'source tests/gpu_cases.sh && make_gpu_states "$@"' _ "$d" "$PY" "$name" \
+                > "$d/$name.make.log" 2>&1 &
             pids+=($!); echo "  $name: being made (train_gpt_cpu --export-init, train_gpt.py --ref)"
         fi
     done
     local tiny="" rows=() r1 r2 st
     for i in "${!names[@]}"; do
         name=${names[$i]}
-        if [ "${pids[$i]}" != 0 ]; then  # waits for the state within the stage's budget
-            local t0=$SECONDS
-            while kill -0 "${pids[$i]}" 2>/dev/null && [ "$(left)" -gt 15 ]; do sleep 1; done
-            if kill -0 "${pids[$i]}" 2>/dev/null; then
-                kill -- "${pids[$i]}" 2>/dev/null; rm -f "$d/$name.safetensors"
-                echo "  $name: its state was not made within the stage's $STAGE_BUDGET_S s budget"
-            fi
-            wait "${pids[$i]}" 2>/dev/null
+        if [ "${pids[$i]}" != 0 ]; then
+            local t0=$SECONDS rc
+            wait "${pids[$i]}"; rc=$?
             echo; echo "  $name: waited $((SECONDS - t0)) s for its state"; cat "$d/$name.make.log"
+            [ $rc = 124 ] && { rm -f "$d/$name.safetensors"; echo "  $name: not made within the stage's $STAGE_BUDGET_S s budget"; }
         fi
         st=$d/$name.safetensors
         if [ ! -f "$st" ]; then
@@ -321,7 +323,7 @@ stage_kernels() {
     section "dev/cuda/run_all.sh"
     local logs=build/devcuda/run_all
     rm -rf "$logs"
-    limited 400 bash dev/cuda/run_all.sh --bin build/devcuda --logs "$logs" > "$out/kernels.md" 2>&1 || failed+=("dev/cuda/run_all.sh")
+    limited 400 bash dev/cuda/run_all.sh --bin build/devcuda --logs "$logs" > "$out/kernels.md" || failed+=("dev/cuda/run_all.sh")
     cat "$out/kernels.md"
     for p in $progs attention_sdpa; do
         [ -f "$logs/$p.log" ] || continue
