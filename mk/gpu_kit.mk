@@ -8,7 +8,7 @@
 GPU_KIT ?= gpukit
 # the reference states made on the GPU machine (scripts/gpu_check.sh correct) instead of carried: a state
 # takes about 12 bytes per parameter (weights, gradients, updated weights in fp32): gpt_hd80 31 MB,
-# llama_gqa_hd128 75 MB, gpt3_125m_2_layers (53M parameters) some 640 MB; the five others, 5-6 MB each,
+# llama_gqa_hd128 75 MB, gpt3_125m_2_layers (53M parameters) 660 MB; the five others, 5-6 MB each,
 # fit beside the programs in the 64 MiB the kit and the tree may use
 GPU_KIT_DEVICE_STATES := gpt_hd80 llama_gqa_hd128 gpt3_125m_2_layers
 # train_gpt_cpu for the GPU machine's CPU: no -march=native (any x86-64-v3 CPU), no MPI (none there)

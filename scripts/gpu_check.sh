@@ -8,7 +8,7 @@
 # is cut to what is left). Exit status: 0 when every check of the stage passed, 1 otherwise.
 #   usage: scripts/gpu_check.sh [STAGE|all] [--out DIR] [--kit DIR] [--budget S] [--steps N] [--quick] [--bench FILE]
 #          scripts/gpu_check.sh STAGE --help
-#   stages, in the planned order:
+#   stages (all runs them in this order; docs/gpu.md groups them into commands of a GPU machine):
 #     probe        environment (device, driver, nvcc, NCCL location and version, MPI), ceilings (copy
 #                  bandwidth, cuBLASLt bf16/fp8 GEMM), nccl_ranks with 2 and 4 ranks on the one GPU
 #     correct      test_gpt and test_gpt_fp32 on every reference state of tests/gpu_cases.sh (the kit's, the
