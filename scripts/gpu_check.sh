@@ -129,9 +129,9 @@ programs() {
         case "$cpath" in data/*) continue ;; esac
         if [ $kit_ok = 1 ] && [ -f "$kit/$kpath" ]; then
             mkdir -p "$(dirname "$cpath")"
-            gunzip -c "$kit/$kpath" > "$cpath.kit" && chmod +x "$cpath.kit" && mv "$cpath.kit" "$cpath"
-            if libs_ok "$cpath"; then echo "  $cpath: from the kit"; continue; fi
-            rm -f "$cpath"
+            gunzip -c "$kit/$kpath" > "$cpath.kit" && chmod +x "$cpath.kit"
+            if libs_ok "$cpath.kit"; then mv "$cpath.kit" "$cpath"; echo "  $cpath: from the kit"; continue; fi
+            rm -f "$cpath.kit"
         fi
         tobuild+=("$cpath")
     done < <(kit_placements)

@@ -168,5 +168,33 @@ rows=$(grep -cE '^\| (gpt3_125m|gpt3_1.3b|llama3.2_1b) \|' "$T/stage/bench-small
 nfiles=$(find "$T/stage" -type f | wc -l)
 [ "$nfiles" = 2 ] && pass "bench-small writes 2 files (log, table)" || fail "bench-small files" "$nfiles: $(ls "$T/stage")"
 
+# a kit built from other sources: its programs are not used, make builds (here: finds up to date) train_gpt
+cp -r "$K" "$T/stale"
+sed -i 's/^sources_sha256: .*/sources_sha256: 0000/' "$T/stale/MANIFEST"
+PATH="$(pwd)/$T/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 1 --kit "$T/stale" \
+    --out "$T/stage_stale" > /dev/null 2>&1
+log=$T/stage_stale/bench-small.log
+if grep -q "^kit:     $T/stale: programs and states not used: built from other sources" "$log" 2>/dev/null \
+    && grep -q "^  building with make -j[0-9]*: train_gpt$" "$log" && ! grep -q "from the kit" "$log"; then
+    pass "a kit of other sources is not used: make builds train_gpt"
+else fail "stale kit" "$(grep -E '^kit:|^  (building|train_gpt)' "$log" 2>/dev/null | head -n 3)"; fi
+# a kit program that does not resolve its libraries here (ldd -r) is left out and built with make
+rm -rf "$T/unres" && cp -r "$K" "$T/unres"
+printf 'int kit_test_f(void) { return 0; }\n' > "$T/l.c"
+printf 'int kit_test_f(void);\nint main(void) { return kit_test_f(); }\n' > "$T/m.c"
+if gcc -shared -fPIC "$T/l.c" -o "$T/libkittest.so" && gcc "$T/m.c" -L"$T" -lkittest -o "$T/m"; then
+    rm -f "$T/libkittest.so"
+    gzip -9 -n -c "$T/m" > "$T/unres/bin/train_gpt.gz"
+    sha=$(sha256sum "$T/unres/bin/train_gpt.gz" | cut -d' ' -f1); size=$(stat -c %s "$T/unres/bin/train_gpt.gz")
+    sed -i "s|^[0-9a-f]* [0-9]* bin/train_gpt.gz\$|$sha $size bin/train_gpt.gz|" "$T/unres/MANIFEST"
+    PATH="$(pwd)/$T/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 1 --kit "$T/unres" \
+        --out "$T/stage_unres" > /dev/null 2>&1
+    log=$T/stage_unres/bench-small.log
+    if grep -q "^  train_gpt.kit does not resolve here: .*libkittest.so => not found" "$log" 2>/dev/null \
+        && grep -q "^  building with make -j[0-9]*: train_gpt$" "$log" && cmp -s train_gpt "$T/train_gpt"; then
+        pass "a kit program whose libraries do not resolve (ldd -r) is built with make instead"
+    else fail "unresolved kit program" "$(grep -E 'resolve|building|from the kit' "$log" 2>/dev/null | head -n 3)"; fi
+else fail "unresolved kit program" "gcc could not build the test program"; fi
+
 echo "gpu kit: $fails failed"
 [ $fails -eq 0 ]
