@@ -14,7 +14,8 @@
 #     correct      test_gpt and test_gpt_fp32 on every reference state of tests/gpu_cases.sh (the kit's, the
 #                  others made here on all cores, overlapped with the tests), compute-sanitizer memcheck and
 #                  racecheck of test_gpt on one tiny state
-#     kernels      dev/cuda/run_all.sh: every dev/cuda kernel's table, attention beside torch SDPA
+#     kernels      dev/cuda/run_all.sh: every dev/cuda kernel's table, attention beside torch SDPA; then
+#                  attention forward and backward, ours and SDPA, at head dims 64, 80, 128 and T 1k-8k
 #     bench-small  train_gpt tokens/s, MFU, peak memory beside the estimate: gpt3_125m, gpt3_1.3b, llama3.2_1b
 #     bench-large  the same for gpt3_2.7b, gpt3_6.7b, llama3_8b (each only where its estimate fits)
 #     torch-small  train_gpt.py --train --compile on bench-small's configs, and the ratio to train_gpt
@@ -325,6 +326,31 @@ stage_kernels() {
     rm -rf "$logs"
     limited 400 bash dev/cuda/run_all.sh --bin build/devcuda --logs "$logs" > "$out/kernels.md" || failed+=("dev/cuda/run_all.sh")
     cat "$out/kernels.md"
+    # attention at head dims 64, 80, 128 and lengths 1k-8k (B*T = 16384 tokens, causal), ours and SDPA
+    section "attention sweep: head dims 64, 80, 128; T 1024, 4096, 8192; causal"
+    local shapes="" bt hd h sw=$logs/attention_sweep
+    for hd in 64 80 128; do
+        h=32; [ $hd = 128 ] && h=16
+        for bt in 16x1024 4x4096 2x8192; do shapes="$shapes,${bt}x${h}x${h}x${hd}"; done
+    done
+    shapes=${shapes#,}
+    mkdir -p "$sw"
+    for p in attention_forward attention_backward; do
+        # version 3 is llmc/attention.cuh, the trainer's kernels (run_all.sh times every version at one shape)
+        limited 120 "build/devcuda/$p" 3 --sizes "$shapes" > "$sw/$p.log" 2>&1 || failed+=("$p sweep")
+        cat "$sw/$p.log"
+    done
+    if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+        local sh B T H KV
+        for sh in ${shapes//,/ }; do
+            IFS=x read -r B T H KV hd <<< "$sh"
+            limited 60 "$PY" dev/cuda/attention_sdpa.py --B "$B" --T "$T" --H "$H" --KV "$KV" --hd "$hd" >> "$sw/sdpa.log" 2>&1 \
+                || failed+=("attention_sdpa.py $sh")
+        done
+        cat "$sw/sdpa.log"
+    else echo "torch SDPA skipped: $PY has no torch with CUDA"; fi
+    { echo; echo "## attention sweep ($shapes)"; grep -h '^| ' "$sw/attention_forward.log" "$sw/attention_backward.log"
+      sed 's/^/# /' "$sw/sdpa.log" 2>/dev/null; } >> "$out/kernels.md"
     for p in $progs attention_sdpa; do
         [ -f "$logs/$p.log" ] || continue
         section "full output of $p"
