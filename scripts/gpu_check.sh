@@ -460,16 +460,20 @@ stage_torch() {  # stage_torch small|large
 }
 
 # ---- one stage: header, body, summary; everything to the terminal and OUT/<stage>.log
-run_body() {
-    local st=$1
-    echo "# train_gpt GPU check: $st"
-    echo "date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+header() {  # header STAGE: the lines that head every file a stage writes
+    echo "# train_gpt GPU check: $1"
+    echo "date:    $stage_date"
     echo "host:    $(hostname 2>/dev/null || echo unknown)"
     echo "device:  $gpu_name (${gpu_mib:-?} MiB)"
     echo "commit:  $commit"
     echo "sources: $digest"
     echo "kit:     $kit: $kit_note"
     echo "command: $cmdline"
+}
+run_body() {
+    local st=$1 f
+    stage_date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+    header "$st"
     echo "output:  $out/$st.log"
     t_stage=$SECONDS
     failed=()
@@ -478,6 +482,8 @@ run_body() {
         bench-small) stage_bench small ;; bench-large) stage_bench large ;;
         torch-small) stage_torch small ;; torch-large) stage_torch large ;;
     esac
+    f=$out/$st.md
+    if [ -f "$f" ]; then { header "$st (summary of $st.log)"; echo; cat "$f"; } > "$f.tmp" && mv "$f.tmp" "$f"; fi
     section "end of $st: $((SECONDS - t_stage)) s"
     if [ ${#failed[@]} -eq 0 ]; then echo "all checks of $st passed"; return 0; fi
     echo "failed (${#failed[@]}):"

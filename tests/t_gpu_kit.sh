@@ -165,6 +165,9 @@ grep -q "^  train_gpt: from the kit$" "$log" 2>/dev/null && pass "bench-small ta
     || fail "bench-small kit use" "$(grep -E '^  (train_gpt|building|missing)' "$log" 2>/dev/null | head -n 3)"
 rows=$(grep -cE '^\| (gpt3_125m|gpt3_1.3b|llama3.2_1b) \|' "$T/stage/bench-small.md" 2>/dev/null)
 [ "$rows" = 3 ] && pass "bench-small table has its 3 presets" || fail "bench-small table" "$rows preset rows"
+[ "$(sed -n '2,8p' "$T/stage/bench-small.md" 2>/dev/null)" = "$(sed -n '2,8p' "$log")" ] \
+    && pass "bench-small table headed as its log (date, device, commit, command)" \
+    || fail "bench-small table header" "$(head -n 3 "$T/stage/bench-small.md" 2>/dev/null)"
 nfiles=$(find "$T/stage" -type f | wc -l)
 [ "$nfiles" = 2 ] && pass "bench-small writes 2 files (log, table)" || fail "bench-small files" "$nfiles: $(ls "$T/stage")"
 
