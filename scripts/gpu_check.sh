@@ -181,7 +181,6 @@ failed=()
 
 # ---- probe: the machine, its ceilings, NCCL with several ranks
 stage_probe() {
-    local row
     row() { printf '%-26s %s\n' "$1" "${2:-}"; }
     section "environment"
     local driver cc driver_cuda nvcc nvcc_ver torch_probe
