@@ -22,8 +22,9 @@ $(BUILD)/gpukit/train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 	$(CXX) $(GPU_KIT_CXXFLAGS) $< -o $@ -lm
 	@echo "$(CXX) $(GPU_KIT_CXXFLAGS)" > $@.flags
 
-# the states depend on the trainer that exports their initial weights and on the reference that steps them
-$(BUILD)/gpukit/states/made: train_gpt_cpu train_gpt.py tests/gpu_cases.sh scripts/gpu_kit.sh
+# the states depend on the trainer that exports their initial weights, the reference that steps them and
+# the list above
+$(BUILD)/gpukit/states/made: train_gpt_cpu train_gpt.py tests/gpu_cases.sh scripts/gpu_kit.sh mk/gpu_kit.mk
 	@bash scripts/gpu_kit.sh states $(@D) "$(GPU_KIT_DEVICE_STATES)"
 	@touch $@
 
