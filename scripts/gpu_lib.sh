@@ -1,0 +1,58 @@
+# scripts/gpu_lib.sh (sourced): what the GPU kit's builder (scripts/gpu_kit.sh) and the staged GPU checks
+# (scripts/gpu_check.sh) share: the kit's layout, the source files its builds and states are made from,
+# and the reading of its MANIFEST.
+#
+# The kit (make gpu-kit, default folder gpukit/) holds (programs gzip-compressed, NAME.gz: a third of the size):
+#   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a), and train_gpt_cpu built
+#               for any x86-64-v3 CPU without MPI (it writes the reference states' initial weights)
+#   devcuda/    the dev/cuda programs (dev/cuda/Makefile's PROGRAMS)
+#   probe/      ceilings, nccl_ranks (dev/probe)
+#   states/     the reference states of tests/gpu_cases.sh small enough to carry
+#   data/       the git-ignored data files a GPU run reads (data/tokenizers/llama3.tiktoken)
+#   MANIFEST    commit, dirty flag, nvcc version, build flags, the sources' digest, each file's sha256 and size
+
+kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data file a kit can hold (.gz: compressed)
+    local p
+    for p in train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_cpu; do echo "bin/$p.gz|$p"; done
+    for p in $(sed -n 's/^PROGRAMS *:= *//p' dev/cuda/Makefile); do echo "devcuda/$p.gz|build/devcuda/$p"; done
+    for p in ceilings nccl_ranks; do echo "probe/$p.gz|build/$p"; done
+    echo "data/tokenizers/llama3.tiktoken|data/tokenizers/llama3.tiktoken"
+}
+
+# The files the kit's programs and states are made from, sorted (paths relative to the repository root).
+# Their digest is the kit's freshness key: it needs no git, so it also works in a copy of the tree.
+kit_source_files() {
+    ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile mk/*.mk llmc/* dev/cuda/Makefile \
+        dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh 2>/dev/null \
+        | LC_ALL=C sort
+}
+kit_sources_digest() {  # one sha256 over every source file's sha256 and path
+    kit_source_files | xargs sha256sum | sha256sum | cut -d' ' -f1
+}
+
+manifest_field() {  # manifest_field MANIFEST KEY: the value of a "key: value" header line
+    sed -n "s/^$2: //p" "$1" | head -n 1
+}
+
+# kit_verify KITDIR: every file the manifest lists is present with its sha256 and size; prints the first
+# problem and returns 1 otherwise
+kit_verify() {
+    local kit=$1 sha size path got n=0
+    [ -f "$kit/MANIFEST" ] || { echo "no $kit/MANIFEST"; return 1; }
+    while read -r sha size path; do
+        [ -f "$kit/$path" ] || { echo "$kit/$path is listed in the manifest but missing"; return 1; }
+        got=$(sha256sum "$kit/$path" | cut -d' ' -f1)
+        [ "$got" = "$sha" ] || { echo "$kit/$path: sha256 $got, the manifest says $sha"; return 1; }
+        [ "$(stat -c %s "$kit/$path")" = "$size" ] || { echo "$kit/$path: size differs from the manifest"; return 1; }
+        n=$((n + 1))
+    done < <(sed -n '/^files:$/,$p' "$kit/MANIFEST" | tail -n +2)
+    [ $n -gt 0 ] || { echo "$kit/MANIFEST lists no files"; return 1; }
+}
+
+# git's view of the checkout: "COMMIT" or "COMMIT (with uncommitted changes)"; empty without git
+git_commit_desc() {
+    local c
+    c=$(git rev-parse HEAD 2>/dev/null) || return 0
+    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then c="$c (with uncommitted changes)"; fi
+    echo "$c"
+}
