@@ -58,7 +58,7 @@ static void test_reference(const char* path) {
     printf("  logits rel err %.3g\n", e);
     float ref_loss;
     st_read_f32(&st, st_require(&st, "ref.loss", 1), &ref_loss);
-    e = std::fabs(g.loss - ref_loss) / std::fabs(ref_loss);
+    e = scalar_rel_err(g.loss, ref_loss);
     check(e < TOL_LOSS, tag + " loss", "ours %.9f ref %.9f rel %.3g", g.loss, ref_loss, e);
     printf("  loss ours %.9f ref %.9f rel err %.3g\n", g.loss, ref_loss, e);
 
@@ -104,9 +104,9 @@ static void test_reference(const char* path) {
         double lr = lr_at(s, S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         double loss = train_step(&g, in, tg, B, T, s, tc, lr, &norm);
-        worst_loss = std::max(worst_loss, std::fabs(loss - ref_losses[s]) / std::fabs(ref_losses[s]));
-        worst_norm = std::max(worst_norm, std::fabs(norm - ref_norms[s]) / std::fabs(ref_norms[s]));
-        worst_lr = std::max(worst_lr, std::fabs(lr - ref_lrs[s]) / std::fabs(ref_lrs[s]));
+        worst_loss = max_err(worst_loss, scalar_rel_err(loss, ref_losses[s]));
+        worst_norm = max_err(worst_norm, scalar_rel_err(norm, ref_norms[s]));
+        worst_lr = max_err(worst_lr, scalar_rel_err(lr, ref_lrs[s]));
         printf("  step %2d loss ours %.7f ref %.7f | norm ours %.6f ref %.6f | lr %.4e\n", s + 1, loss, ref_losses[s], norm,
                ref_norms[s], lr);
     }
@@ -127,7 +127,7 @@ static void test_reference(const char* path) {
         for (int i = 0; kbias_free && i < cfg_qkv_dim(c); i++) {
             const size_t o = g.table.specs[b.qkv_b].offset + i;
             double& m = is_kbias[o] ? kb_grad : qv_grad;
-            m = std::max(m, (double)std::fabs(first_grads[o]));
+            m = max_err(m, std::fabs(first_grads[o]));
         }
     if (kbias_free) check(kb_grad <= 1e-6 * qv_grad, tag + " key-bias gradient is zero", "max %.3g vs q/v %.3g", kb_grad, qv_grad);
     for (const ParamSpec& s : g.table.specs) {
@@ -136,10 +136,10 @@ static void test_reference(const char* path) {
             if (!is_kbias[s.offset + i]) { a.push_back(g.params[s.offset + i]); b.push_back(final_ref[s.offset + i]); }
         double e = rel_err(a.data(), b.data(), a.size());
         if (e > worst_w) { worst_w = e; worst_wname = s.name; }
-        for (size_t i = 0; i < a.size(); i++) worst_abs = std::max(worst_abs, (double)std::fabs(a[i] - b[i]));
-        double scale = 0;
-        for (float x : b) scale = std::max(scale, (double)std::fabs(x));
-        for (size_t i = 0; i < a.size(); i++) n_off += std::fabs(a[i] - b[i]) > TOL_WEIGHTS_BULK * scale;
+        double max_diff, scale;
+        max_abs_diff(a.data(), b.data(), a.size(), &max_diff, &scale);
+        worst_abs = max_err(worst_abs, max_diff);
+        for (size_t i = 0; i < a.size(); i++) n_off += !(std::fabs(a[i] - b[i]) <= TOL_WEIGHTS_BULK * scale);  // NaN: off
         n_all += a.size();
     }
     printf("  final weights: worst rel err %.3g (%s), worst abs diff %.3g\n", worst_w, worst_wname.c_str(), worst_abs);
@@ -196,7 +196,8 @@ static void test_finite_differences(bool llama) {
             p = keep - h; gpt_forward(&g, in.data(), tg.data(), B, T); double lm = g.loss;
             p = keep;
             double num = (lp - lm) / (2 * h), an = analytic[s.offset + i];
-            double e = std::fabs(num - an) / std::max(1e-3, std::fabs(num) + std::fabs(an));
+            const double e = std::isfinite(num) && std::isfinite(an) ? std::fabs(num - an) / std::max(1e-3, std::fabs(num) + std::fabs(an))
+                                                                      : INFINITY;
             if (e > worst) { worst = e; worst_name = s.name; }
             checked++;
         }
