@@ -27,7 +27,7 @@ LOSS_TOL=1e-5
 # Gradient norms, relative. Step 1 starts from the same weights in every layout, so its gradients differ
 # only by the order of fp32 additions (the norm itself is summed in double). Each element is a sum over
 # the step's N = 2 * 32 * 8 = 512 tokens; reordered, its rounding errors (at most u = 2^-24 each) add up
-# like a random walk, sqrt(N) u: NORM_TOL_1 = sqrt(512) * 2^-24 = 1.35e-6 (observed at most 6.9e-8).
+# like a random walk, sqrt(N) u: NORM_TOL_1 = sqrt(512) * 2^-24 = 1.35e-6 (observed at most 1.8e-8).
 # Steps 2-10 run from weights that already differ (AdamW turns rounding noise in near-zero gradients
 # into steps of about lr, see WEIGHT_TOL); that drift has no bound to derive from fp32, so NORM_TOL holds
 # them to 3e-5, 8x the largest seen (3.6e-6, llama_tiny tp2 step 6). Counting the replicated norm weights
