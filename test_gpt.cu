@@ -197,9 +197,9 @@ static void test_reference(const char* path) {
     const double tol_train = 2.0 * tol_loss / std::fabs(ref_loss);
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
     for (int s = 0; s < S; s++) {
-        worst_loss = std::max(worst_loss, std::fabs(losses[s] - ref_losses[s]) / std::fabs(ref_losses[s]));
-        worst_norm = std::max(worst_norm, std::fabs(norms[s] - ref_norms[s]) / std::fabs(ref_norms[s]));
-        worst_lr = std::max(worst_lr, std::fabs(lrs[s] - ref_lrs[s]) / std::fabs(ref_lrs[s]));
+        worst_loss = max_err(worst_loss, scalar_rel_err(losses[s], ref_losses[s]));
+        worst_norm = max_err(worst_norm, scalar_rel_err(norms[s], ref_norms[s]));
+        worst_lr = max_err(worst_lr, scalar_rel_err(lrs[s], ref_lrs[s]));
         printf("  step %2d loss ours %.6f ref %.6f | norm ours %.5f ref %.5f | lr %.4e\n", s + 1, losses[s], ref_losses[s],
                norms[s], ref_norms[s], lrs[s]);
     }

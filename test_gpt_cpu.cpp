@@ -8,6 +8,8 @@
 #define TESTING
 #include "train_gpt_cpu.cpp"
 
+#include <cfloat>
+
 #include "tests/check.h"
 #include "tests/ref_state.h"
 
@@ -21,14 +23,60 @@ static const double TOL_LOSS = 1e-6;       // relative
 static const double TOL_GRAD = 1e-5;       // per tensor, relative to max |grad|
 static const double TOL_TRAIN_LOSS = 2e-6; // relative, each of the 10 steps
 static const double TOL_NORM = 1e-5;       // relative, each of the 10 steps
-// AdamW's first steps are close to lr * sign(g): an element whose gradient is within rounding of
-// zero can step the other way, so a few elements of the final weights differ by a fraction of
-// lr. Every element is held to 1e-3 of its tensor's scale, and 99.9% of them to 1e-5.
-static const double TOL_WEIGHTS = 1e-3;
+// Final weights. AdamW divides each gradient by its own running RMS, sqrt(v^): an element whose gradient
+// is near zero (within the rounding of its tensor's larger gradients) turns that rounding into a step
+// of up to about lr, so such elements end a fraction of lr apart, while elements with real gradients
+// agree to rounding. A tolerance relative to the tensor's scale (formerly 1e-3, met at 0.9x on one
+// state) fits neither kind. Instead each element gets its own bound, accumulated along our run
+// (adamw_bound_step): if the two runs' clipped gradients differ by at most D per tensor at every step,
+// D = TOL_GRAD_STEPS * clip * max |grad| over the tensor (the largest of the steps so far), then m^ (a
+// weighted mean of the gradients) and sqrt(v^) (a weighted RMS, by Minkowski) each differ by at most
+// D, and the update direction r = m^ / (sqrt(v^) + eps) by at most
+//     |dr| <= D (1 + |r|) / (sqrt(v^) + eps - D)        (exact, when sqrt(v^) + eps > D)
+//     |dr| <= |r| + R_t                                 (always; R_t = max |m^| / sqrt(v^) over all
+//                                                        gradient sequences, Cauchy-Schwarz on the weights)
+// Weight decay only shrinks a difference, so |ours - ref| <= sum_t lr_t |dr_t| + 4 u |w| per step (two
+// roundings per update in each run). Elements with real gradients get bounds far below the former
+// 1e-3 of the tensor's scale (78-96% of them on the tiny states); only near-zero-gradient elements
+// get more. 99.9% of the elements are also held to 1e-5 of their tensor's scale, and the whole update
+// by TOL_UPDATE below.
+// TOL_GRAD_STEPS: step 1's gradients are held to TOL_GRAD, its clipping (the norm) to TOL_NORM. Later
+// steps start from weights that have drifted apart, and the gradients differ by more: with D at
+// TOL_GRAD + TOL_NORM the worst element of llama_gqa_hd128 (the state t_reference.sh calls chaotic: there
+// PyTorch's own float32 norm is 1.5e-5 from float64 by step 3) reaches 1.07x its bound, i.e. its later
+// gradients differ by about twice what step 1 admits. Four times step 1's allowance covers that twice
+// over: worst |diff| / bound 0.27 there, 0.03-0.11 on the seven other states.
+static const double TOL_GRAD_STEPS = 4.0 * (TOL_GRAD + TOL_NORM);
 static const double TOL_WEIGHTS_BULK = 1e-5;
 // The whole 10-step update (final - initial weights, key biases left out) in relative L2: the few elements
 // above that step the other way set it (observed 4e-6 to 4e-5 on the eight states of tests/t_reference.sh).
 static const double TOL_UPDATE = 1e-3;
+
+// Adds to bound[i] how far the reference's step t (1-based) of element i can land from ours (the comment
+// at TOL_WEIGHTS_BULK); delta[k] keeps tensor k's largest admitted gradient difference so far.
+static void adamw_bound_step(const GPT<float>& g, const TrainConfig& tc, int t, double lr, double clip_scale,
+                             std::vector<double>* delta, std::vector<double>* bound) {
+    const double b1 = tc.beta1, b2 = tc.beta2, bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);
+    double R2 = 0;  // R_t^2 = sum_q a_q^2 / b_q over the weights of m^ (a) and v^ (b)
+    for (int q = 1; q <= t; q++) {
+        const double a = (1 - b1) * std::pow(b1, t - q) / bc1, b = (1 - b2) * std::pow(b2, t - q) / bc2;
+        R2 += a * a / b;
+    }
+    const double R = std::sqrt(R2);
+    for (size_t k = 0; k < g.table.specs.size(); k++) {
+        const ParamSpec& s = g.table.specs[k];
+        double gmax = 0;
+        for (size_t i = s.offset; i < s.offset + s.numel(); i++) gmax = std::max(gmax, (double)std::fabs(g.grads[i]));
+        (*delta)[k] = std::max((*delta)[k], TOL_GRAD_STEPS * clip_scale * gmax);
+        const double D = (*delta)[k];
+        for (size_t i = s.offset; i < s.offset + s.numel(); i++) {
+            const double den = std::sqrt((double)g.v[i] / bc2) + tc.eps, r = g.m[i] / bc1 / den;
+            double dr = std::fabs(r) + R;
+            if (den > D) dr = std::min(dr, D * (1 + std::fabs(r)) / (den - D));
+            (*bound)[i] += lr * dr + 2.0 * FLT_EPSILON * std::fabs(g.params[i]);
+        }
+    }
+}
 
 static void test_reference(const char* path) {
     RefState r;
@@ -58,7 +106,7 @@ static void test_reference(const char* path) {
     printf("  logits rel err %.3g\n", e);
     float ref_loss;
     st_read_f32(&st, st_require(&st, "ref.loss", 1), &ref_loss);
-    e = std::fabs(g.loss - ref_loss) / std::fabs(ref_loss);
+    e = scalar_rel_err(g.loss, ref_loss);
     check(e < TOL_LOSS, tag + " loss", "ours %.9f ref %.9f rel %.3g", g.loss, ref_loss, e);
     printf("  loss ours %.9f ref %.9f rel err %.3g\n", g.loss, ref_loss, e);
 
@@ -98,15 +146,17 @@ static void test_reference(const char* path) {
     st_read_f32(&st, st_require(&st, "ref.grad_norms", S), ref_norms.data());
     st_read_f32(&st, st_require(&st, "ref.lrs", S), ref_lrs.data());
     double worst_loss = 0, worst_norm = 0, worst_lr = 0;
+    std::vector<double> delta(g.table.specs.size(), 0.0), bound(g.table.total, 0.0);
     for (int s = 0; s < S; s++) {
         std::vector<std::vector<int32_t>> in, tg;
         ref_step_batches(r, s, &in, &tg);
         double lr = lr_at(s, S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         double loss = train_step(&g, in, tg, B, T, s, tc, lr, &norm);
-        worst_loss = std::max(worst_loss, std::fabs(loss - ref_losses[s]) / std::fabs(ref_losses[s]));
-        worst_norm = std::max(worst_norm, std::fabs(norm - ref_norms[s]) / std::fabs(ref_norms[s]));
-        worst_lr = std::max(worst_lr, std::fabs(lr - ref_lrs[s]) / std::fabs(ref_lrs[s]));
+        adamw_bound_step(g, tc, s + 1, lr, clip_coef(norm, tc.grad_clip), &delta, &bound);
+        worst_loss = max_err(worst_loss, scalar_rel_err(loss, ref_losses[s]));
+        worst_norm = max_err(worst_norm, scalar_rel_err(norm, ref_norms[s]));
+        worst_lr = max_err(worst_lr, scalar_rel_err(lr, ref_lrs[s]));
         printf("  step %2d loss ours %.7f ref %.7f | norm ours %.6f ref %.6f | lr %.4e\n", s + 1, loss, ref_losses[s], norm,
                ref_norms[s], lr);
     }
@@ -115,9 +165,9 @@ static void test_reference(const char* path) {
     check(worst_norm < TOL_NORM, tag + " gradient norms", "worst rel err %.3g", worst_norm);
     std::vector<float> final_ref(g.table.total);
     hf_read_tensors(&st, g.table, "ref.final.", final_ref.data());
-    double worst_w = 0, worst_abs = 0;
-    size_t n_off = 0, n_all = 0;
-    std::string worst_wname;
+    double worst_w = 0, worst_abs = 0, worst_ratio = 0;  // worst |ours - ref| / bound
+    size_t n_off = 0, n_all = 0, n_tighter = 0;          // n_tighter: bounds below 1e-3 of the tensor's scale
+    std::string worst_wname, worst_rname;
     // The key biases' final values are rounding noise without RoPE (tests/ref_state.h key_bias_mask): they are
     // left out here and their gradient is checked to be zero instead.
     const std::vector<bool> is_kbias = key_bias_mask(c, g.table);
@@ -127,7 +177,7 @@ static void test_reference(const char* path) {
         for (int i = 0; kbias_free && i < cfg_qkv_dim(c); i++) {
             const size_t o = g.table.specs[b.qkv_b].offset + i;
             double& m = is_kbias[o] ? kb_grad : qv_grad;
-            m = std::max(m, (double)std::fabs(first_grads[o]));
+            m = max_err(m, std::fabs(first_grads[o]));
         }
     if (kbias_free) check(kb_grad <= 1e-6 * qv_grad, tag + " key-bias gradient is zero", "max %.3g vs q/v %.3g", kb_grad, qv_grad);
     for (const ParamSpec& s : g.table.specs) {
@@ -136,14 +186,24 @@ static void test_reference(const char* path) {
             if (!is_kbias[s.offset + i]) { a.push_back(g.params[s.offset + i]); b.push_back(final_ref[s.offset + i]); }
         double e = rel_err(a.data(), b.data(), a.size());
         if (e > worst_w) { worst_w = e; worst_wname = s.name; }
-        for (size_t i = 0; i < a.size(); i++) worst_abs = std::max(worst_abs, (double)std::fabs(a[i] - b[i]));
-        double scale = 0;
-        for (float x : b) scale = std::max(scale, (double)std::fabs(x));
-        for (size_t i = 0; i < a.size(); i++) n_off += std::fabs(a[i] - b[i]) > TOL_WEIGHTS_BULK * scale;
+        double max_diff, scale;
+        max_abs_diff(a.data(), b.data(), a.size(), &max_diff, &scale);
+        worst_abs = max_err(worst_abs, max_diff);
+        for (size_t i = 0; i < a.size(); i++) n_off += !(std::fabs(a[i] - b[i]) <= TOL_WEIGHTS_BULK * scale);  // NaN: off
         n_all += a.size();
+        for (size_t i = 0; i < s.numel(); i++) {
+            const size_t o = s.offset + i;
+            if (is_kbias[o]) continue;
+            const double d = std::fabs((double)g.params[o] - final_ref[o]), ratio = d == 0 ? 0 : d / bound[o];
+            if (!(ratio <= worst_ratio)) { worst_ratio = std::isfinite(ratio) ? ratio : INFINITY; worst_rname = s.name; }
+            n_tighter += bound[o] < 1e-3 * scale;
+        }
     }
-    printf("  final weights: worst rel err %.3g (%s), worst abs diff %.3g\n", worst_w, worst_wname.c_str(), worst_abs);
-    check(worst_w < TOL_WEIGHTS, tag + " final weights, every element", "worst rel err %.3g (%s)", worst_w, worst_wname.c_str());
+    printf("  final weights: worst rel err %.3g (%s), worst abs diff %.3g; worst |diff| / AdamW bound %.3g (%s); "
+           "%.2f%% of the bounds are below 1e-3 of their tensor's scale\n", worst_w, worst_wname.c_str(), worst_abs, worst_ratio,
+           worst_rname.c_str(), 100.0 * n_tighter / n_all);
+    check(worst_ratio <= 1.0, tag + " final weights, every element within its AdamW error bound",
+          "worst |ours - ref| / bound %.3g (%s)", worst_ratio, worst_rname.c_str());
     check(n_off <= n_all / 1000, tag + " final weights, 99.9% of elements within 1e-5", "%zu of %zu off", n_off, n_all);
     printf("  final weights: %zu of %zu elements differ by more than %.0e of their tensor's scale\n", n_off, n_all,
            TOL_WEIGHTS_BULK);
@@ -196,7 +256,8 @@ static void test_finite_differences(bool llama) {
             p = keep - h; gpt_forward(&g, in.data(), tg.data(), B, T); double lm = g.loss;
             p = keep;
             double num = (lp - lm) / (2 * h), an = analytic[s.offset + i];
-            double e = std::fabs(num - an) / std::max(1e-3, std::fabs(num) + std::fabs(an));
+            const double e = std::isfinite(num) && std::isfinite(an) ? std::fabs(num - an) / std::max(1e-3, std::fabs(num) + std::fabs(an))
+                                                                      : INFINITY;
             if (e > worst) { worst = e; worst_name = s.name; }
             checked++;
         }

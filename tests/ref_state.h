@@ -96,5 +96,6 @@ static double update_rel_err(const RefState& r, const ParamTable& table, const f
         num += d * d;
         den += d_ref * d_ref;
     }
+    if (!std::isfinite(num) || !std::isfinite(den)) return INFINITY;  // a NaN or inf fails, never scores low
     return std::sqrt(num / std::max(den, 1e-300));
 }

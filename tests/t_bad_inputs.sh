@@ -1,34 +1,36 @@
 #!/usr/bin/env bash
-# Bad input stops with a clear message naming the file or flag and a non-zero exit status,
-# never a crash (a signal) or a hang; a damaged checkpoint is refused, never trained from.
+# Bad input stops with exit status 1 and a clear message naming the file or flag, never a crash
+# (a signal) or a hang; a damaged checkpoint is refused, never trained from.
 set -u
 d=build/t_bad
 rm -rf "$d" && mkdir -p "$d"
 status=0
 tiny=(-c gpt3_tiny --layers 1 -b 2 -t 16 -x 2 -v 0 -g 0 -o "")
 
-# expect_fail NAME PATTERN CMD...: CMD must exit 1..127 (not a signal) within 60 s and print PATTERN
+# expect_fail NAME NAMED PATTERN CMD...: CMD must exit with status exactly 1 (the trainers' die(): not a
+# crash, a signal, an abort or a timeout) within 60 s, and print NAMED (the file or flag at fault, as a
+# fixed string) and PATTERN (the problem, an extended regular expression)
 expect_fail() {
-    local name=$1 pattern=$2; shift 2
+    local name=$1 named=$2 pattern=$3; shift 3
     timeout 60 "$@" > "$d/out.txt" 2>&1
     local rc=$?
-    if [ $rc -ge 1 ] && [ $rc -lt 124 ] && grep -qE -- "$pattern" "$d/out.txt"; then
+    if [ $rc -eq 1 ] && grep -qF -- "$named" "$d/out.txt" && grep -qE -- "$pattern" "$d/out.txt"; then
         echo "[PASS] $name"
     else
-        echo "[FAIL] $name: exit $rc, output: $(head -c 300 "$d/out.txt" | tr '\n' ' ')"
+        echo "[FAIL] $name: want exit 1 and a message naming '$named' and matching '$pattern'; got exit $rc: $(head -c 300 "$d/out.txt" | tr '\n' ' ')"
         status=1
     fi
 }
 
-expect_fail "unknown preset names the preset" "unknown preset 'gpt5'" ./train_gpt_cpu -c gpt5
-expect_fail "unknown flag names the flag" "unknown flag '--frobnicate'" ./train_gpt_cpu --frobnicate 1
-expect_fail "flag without value" "'-x' is unknown or lacks a value" ./train_gpt_cpu -x
-expect_fail "non-numeric value names the flag" "flag -b expects an integer, got .two." ./train_gpt_cpu -b two
-expect_fail "heads that do not divide embd" "--embd 100 is not divisible by --heads 3" ./train_gpt_cpu --embd 100 --heads 3
-expect_fail "kv heads that do not divide heads" "--heads 4 is not divisible by --kv-heads 3" ./train_gpt_cpu -c llama_tiny --kv-heads 3
-expect_fail "sequence longer than the model's" "exceeds the model's sequence length" ./train_gpt_cpu -t 4096
-expect_fail "total batch not a multiple of the micro-batch" "flag -d 100 is not a multiple" ./train_gpt_cpu "${tiny[@]}" -d 100
-expect_fail "missing data file names the file" "no file matches|cannot open '$d/nope.txt'" ./train_gpt_cpu "${tiny[@]}" -i "$d/nope.txt"
+expect_fail "unknown preset names the preset" "-c" "unknown preset 'gpt5' \(flag -c\)" ./train_gpt_cpu -c gpt5
+expect_fail "unknown flag names the flag" "--frobnicate" "unknown flag '--frobnicate'" ./train_gpt_cpu --frobnicate 1
+expect_fail "flag without value" "-x" "'-x' is unknown or lacks a value" ./train_gpt_cpu -x
+expect_fail "non-numeric value names the flag" "-b" "flag -b expects an integer, got .two." ./train_gpt_cpu -b two
+expect_fail "heads that do not divide embd" "--heads 3" "--embd 100 is not divisible by --heads 3" ./train_gpt_cpu --embd 100 --heads 3
+expect_fail "kv heads that do not divide heads" "--kv-heads 3" "--heads 4 is not divisible by --kv-heads 3" ./train_gpt_cpu -c llama_tiny --kv-heads 3
+expect_fail "sequence longer than the model's" "-t 4096" "flag -t 4096 exceeds the model's sequence length" ./train_gpt_cpu -t 4096
+expect_fail "total batch not a multiple of the micro-batch" "-d 100" "flag -d 100 is not a multiple" ./train_gpt_cpu "${tiny[@]}" -d 100
+expect_fail "missing data file names the file" "$d/nope.txt" "cannot open '$d/nope.txt'|no file matches" ./train_gpt_cpu "${tiny[@]}" -i "$d/nope.txt"
 
 # llm.c shards: wrong magic, truncated, bad version
 /usr/bin/python3 - "$d" <<'PY'
@@ -45,11 +47,11 @@ shard(d + '/trunc.bin', cut=10)
 shard(d + '/version.bin', version=7)
 open(d + '/short.bin', 'wb').write(b'\x00' * 100)
 PY
-expect_fail "shard with wrong magic names the file" "magic.bin.: bad magic 12345" ./train_gpt_cpu "${tiny[@]}" -i "$d/magic.bin"
-expect_fail "truncated shard names the file" "trunc.bin.: truncated: the header declares 1000 tokens" ./train_gpt_cpu "${tiny[@]}" -i "$d/trunc.bin"
-expect_fail "unknown shard version" "version.bin.: unsupported version 7" ./train_gpt_cpu "${tiny[@]}" -i "$d/version.bin"
-expect_fail "file shorter than a shard header" "short.bin.: truncated: 100 bytes" ./train_gpt_cpu "${tiny[@]}" -i "$d/short.bin"
-expect_fail "tokens beyond the vocabulary" "holds token 199 but the model's vocabulary is 100" ./train_gpt_cpu "${tiny[@]}" --vocab 100 -i "$d/good.bin"
+expect_fail "shard with wrong magic names the file" "$d/magic.bin" "magic.bin.: bad magic 12345" ./train_gpt_cpu "${tiny[@]}" -i "$d/magic.bin"
+expect_fail "truncated shard names the file" "$d/trunc.bin" "trunc.bin.: truncated: the header declares 1000 tokens" ./train_gpt_cpu "${tiny[@]}" -i "$d/trunc.bin"
+expect_fail "unknown shard version" "$d/version.bin" "version.bin.: unsupported version 7" ./train_gpt_cpu "${tiny[@]}" -i "$d/version.bin"
+expect_fail "file shorter than a shard header" "$d/short.bin" "short.bin.: truncated: 100 bytes" ./train_gpt_cpu "${tiny[@]}" -i "$d/short.bin"
+expect_fail "tokens beyond the vocabulary" "$d/good.bin" "holds token 199 but the model's vocabulary is 100" ./train_gpt_cpu "${tiny[@]}" --vocab 100 -i "$d/good.bin"
 if timeout 60 ./train_gpt_cpu "${tiny[@]}" -i "$d/good.bin" > "$d/out.txt" 2>&1; then
     echo "[PASS] a valid shard trains"
 else
@@ -60,20 +62,20 @@ fi
 ./train_gpt_cpu "${tiny[@]}" --export-init "$d/init.safetensors" > /dev/null
 head -c 2000 "$d/init.safetensors" > "$d/trunc.safetensors"
 printf 'garbage' > "$d/garbage.safetensors"
-expect_fail "missing safetensors names the file" "cannot open '$d/none.safetensors'" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/none.safetensors"
-expect_fail "truncated safetensors names the file" "trunc.safetensors: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/trunc.safetensors"
-expect_fail "garbage safetensors names the file" "garbage.safetensors: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/garbage.safetensors"
-expect_fail "safetensors of another model is refused" "differs from the requested one" ./train_gpt_cpu "${tiny[@]}" --embd 64 --init-from "$d/init.safetensors"
+expect_fail "missing safetensors names the file" "$d/none.safetensors" "cannot open '$d/none.safetensors'" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/none.safetensors"
+expect_fail "truncated safetensors names the file" "$d/trunc.safetensors" "trunc.safetensors: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/trunc.safetensors"
+expect_fail "garbage safetensors names the file" "$d/garbage.safetensors" "garbage.safetensors: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/garbage.safetensors"
+expect_fail "safetensors of another model is refused" "$d/init.safetensors" "differs from the requested one" ./train_gpt_cpu "${tiny[@]}" --embd 64 --init-from "$d/init.safetensors"
 
 # checkpoints: corrupt, half-written, other model; auto-resume skips the half-written one
 ck=(-c gpt3_tiny --layers 1 -b 2 -t 16 -v 0 -g 0 -o "$d/ck" -n 2)
 ./train_gpt_cpu "${ck[@]}" -x 4 > /dev/null 2>&1
 cp -r "$d/ck/ckpt_00000004" "$d/ck_corrupt"
 printf '\x01' | dd of="$d/ck_corrupt/model.safetensors" bs=1 seek=5000 conv=notrunc status=none
-expect_fail "corrupt checkpoint is refused" "model.safetensors is corrupt" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_corrupt"
+expect_fail "corrupt checkpoint is refused" "$d/ck_corrupt" "model.safetensors is corrupt" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_corrupt"
 cp -r "$d/ck/ckpt_00000004" "$d/ck/ckpt_00000006" && rm "$d/ck/ckpt_00000006/DONE"
-expect_fail "half-written checkpoint is refused by path" "incomplete \(no DONE marker" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck/ckpt_00000006"
+expect_fail "half-written checkpoint is refused by path" "$d/ck/ckpt_00000006" "incomplete \(no DONE marker" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck/ckpt_00000006"
 timeout 60 ./train_gpt_cpu "${ck[@]}" -x 6 --resume auto > "$d/out.txt" 2>&1
 if grep -q "resumed from $d/ck/ckpt_00000004 at step 4" "$d/out.txt"; then echo "[PASS] auto-resume skips the half-written checkpoint"; else echo "[FAIL] auto-resume skips the half-written checkpoint"; status=1; fi
-expect_fail "checkpoint of another model is refused" "written for a different model" ./train_gpt_cpu "${ck[@]}" --ffn 256 -x 6 --resume "$d/ck/ckpt_00000004"
+expect_fail "checkpoint of another model is refused" "$d/ck/ckpt_00000004" "written for a different model" ./train_gpt_cpu "${ck[@]}" --ffn 256 -x 6 --resume "$d/ck/ckpt_00000004"
 exit $status

@@ -9,9 +9,10 @@ PY=/usr/bin/python3
 for b in build/test_datasets build/prepare; do
     if [ ! -x "$b" ]; then echo "[FAIL] datasets_build: $b is missing; run 'make $b'"; exit 1; fi
 done
-# the Llama 3 rank file is not committed: fetch it (npm) if this checkout lacks it
-if [ ! -f data/tokenizers/llama3.tiktoken ] && ! bash dev/data/fetch_tokenizers.sh > /dev/null; then
-    echo "[FAIL] rank files: 'bash dev/data/fetch_tokenizers.sh' failed"; exit 1
+# the Llama 3 rank file is not committed: fetch it (npm) if this checkout lacks it. Without it (no network)
+# only the checks that tokenize with Llama 3 fail (bpe_llama3, saying so); the rest still run.
+if [ ! -f data/tokenizers/llama3.tiktoken ] && ! bash dev/data/fetch_tokenizers.sh llama3 > /dev/null; then
+    echo "note: 'bash dev/data/fetch_tokenizers.sh llama3' failed (no network or npm registry?): the Llama 3 checks fail"
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -338,7 +339,7 @@ expect_fail("llmc_glob_no_match", path("nothing_*.bin"), path("nothing_*.bin"), 
 expect_fail("too_few_tokens", path("sh_000.bin"), path("sh_000.bin"), ["fewer than one sample"], seq=100)
 expect_fail("unknown_path", path("no_such_data"), path("no_such_data"), ["cannot find a data set"])
 
-# prepare: bad input gives a message and a non-zero exit.
+# prepare: bad input exits with status 1 and a message naming the file or flag at fault.
 write("bad.jsonl", b'{"text": "ok"}\n{"text": "unterminated}\n')
 write("nofield.jsonl", b'{"text": "ok"}\n{"body": "x"}\n')
 write("notstr.jsonl", b'{"text": 5}\n')
@@ -350,7 +351,7 @@ for name, args, words in [
     ("unknown_flag", ["--frobnicate", "1", files[0]], ["unknown flag '--frobnicate'"]),
     ("bad_format", ["--format", "parquet", files[0]], ["--format 'parquet'"]),
     ("bad_shard_size", ["--shard-size", "0", files[0]], ["--shard-size"]),
-    ("too_many_val_docs", ["--val-docs", "9", *files], ["fewer than the 9 asked"]),
+    ("too_many_val_docs", ["--val-docs", "9", *files], ["--val-docs", "fewer than the 9 asked"]),
     ("unknown_tokenizer", ["--tokenizer", path("no_ranks"), files[0]], ["no_ranks"]),
 ]:
     r = run([P, "--tokenizer", "bytes", "--out", path("fail"), *args])

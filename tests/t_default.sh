@@ -10,14 +10,17 @@ status=0
 ./train_gpt_cpu -x 60 -v 30 --val-batches 4 -g 64 -o "$d" > "$d.log" 2>&1 || { echo "[FAIL] default run: $(tail -3 "$d.log")"; exit 1; }
 first=$(grep -m1 'val loss' "$d.log" | awk '{print $NF}')
 last=$(grep 'val loss' "$d.log" | tail -1 | awk '{print $NF}')
-if awk -v a="$first" -v b="$last" 'BEGIN { exit !(a > 10.5 && b < 7.8) }'; then
+# (a NaN or inf, or a missing value, fails: awk would compare "nan" as a string)
+if /usr/bin/python3 -c "import math, sys
+a, b = float(sys.argv[1]), float(sys.argv[2])
+sys.exit(0 if math.isfinite(a) and math.isfinite(b) and a > 10.5 and b < 7.8 else 1)" "$first" "$last" 2> /dev/null; then
     echo "[PASS] validation loss falls from $first to $last in 60 steps"
 else
     echo "[FAIL] validation loss: first $first, last $last (expected > 10.5 then < 7.8)"; status=1
 fi
 if grep -q -- '--- sample ---' "$d.log"; then echo "[PASS] a sample is printed"; else echo "[FAIL] no sample printed"; status=1; fi
 n=$(grep -c '"loss"' "$d/metrics.jsonl" 2>/dev/null || echo 0)
-if [ "$n" = 60 ] && /usr/bin/python3 -c "import json,sys; [json.loads(l) for l in open('$d/metrics.jsonl')]; s=json.load(open('$d/summary.json')); assert s['steps']==60 and s['val_loss'] < 7.8" 2>/dev/null; then
+if [ "$n" = 60 ] && /usr/bin/python3 -c "import json,sys; [json.loads(l) for l in open('$d/metrics.jsonl')]; s=json.load(open('$d/summary.json')); assert s['steps']==60 and s['val_loss'] < 7.8" 2>/dev/null; then  # nan is not JSON: fails
     echo "[PASS] metrics.jsonl has 60 step records and summary.json parses"
 else
     echo "[FAIL] metrics.jsonl / summary.json"; status=1

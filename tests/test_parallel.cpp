@@ -254,15 +254,16 @@ static int compare(const char* a, const char* b, double tol, const char* name) {
         std::vector<float> x(t.numel()), y(t.numel());
         st_read_f32(&sa, &t, x.data());
         st_read_f32(&sb, u, y.data());
-        double mx = 0, mb = 0;
-        for (int64_t i = 0; i < t.numel(); i++) { mx = std::max(mx, (double)std::fabs(x[i] - y[i])); mb = std::max(mb, (double)std::fabs(y[i])); }
-        const double rel = mx / (mb + 1e-3);
-        if (rel > worst || !(rel == rel)) { worst = rel; worst_name = t.name; }
+        double mx, mb;
+        const bool finite = max_abs_diff(x.data(), y.data(), x.size(), &mx, &mb);  // NaN or inf: +inf
+        const double rel = finite ? mx / (mb + 1e-3) : INFINITY;
+        if (rel > worst || worst_name.empty()) { worst = rel; worst_name = t.name; }
         n++;
     }
     const bool ok = same_names && n > 0 && worst <= tol;
     if (ok) printf("[PASS] %s (%zu tensors, worst %.3g at %s)\n", name, n, worst, worst_name.c_str());
-    else printf("[FAIL] %s: %zu tensors, names match %d, worst %.3g at %s > %.3g\n", name, n, same_names, worst, worst_name.c_str(), tol);
+    else printf("[FAIL] %s: %zu tensors, names match %d, worst %.3g at %s > %.3g%s\n", name, n, same_names, worst,
+                worst_name.c_str(), tol, std::isfinite(worst) ? "" : " (non-finite: a NaN or inf in the weights)");
     return ok ? 0 : 1;
 }
 
