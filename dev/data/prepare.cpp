@@ -299,7 +299,8 @@ int main(int argc, char** argv) {
         pr.tokens += t.size();
     });
     if (val_docs > 0 && val.docs < val_docs)
-        die("only %llu documents in the input, fewer than the %llu asked for validation", (unsigned long long)val.docs, (unsigned long long)val_docs);
+        die("--val-docs %llu: only %llu documents in the input, fewer than the %llu asked for validation (lower --val-docs)",
+            (unsigned long long)val_docs, (unsigned long long)val.docs, (unsigned long long)val_docs);
     if (train.docs == 0) die("no documents left for the training split (%llu documents in all, %llu for validation)",
                              (unsigned long long)(val.docs + train.docs), (unsigned long long)val_docs);
     output_finish(&val);
