@@ -13,7 +13,8 @@
 // dimension = its row length). MatmulContext holds the one cuBLASLt handle, its workspace, the
 // bias-gradient scratch and the algorithms cuBLASLt's heuristic chose, one per key (shape, transposes,
 // epilogue, output and bias types, pointer alignments): the heuristic runs once per distinct key, not on
-// every call (a step makes 165-310 calls over a dozen keys). Where the heuristic offers no algorithm for
+// every call (a step makes 165-310 calls; the keys are the few shapes of a layer and the LM head times the
+// alignments their pointers happen to have). Where the heuristic offers no algorithm for
 // an epilogue (BIAS, BGRADB), the call runs with the default epilogue and our own deterministic kernel
 // does the epilogue's work (the bias add; the bias gradient as fixed-order column sums, no atomics).
 // The MLP activation is never fused into a GEMM (llmc/mlp_act.cuh), so no GELU epilogue is asked for.
@@ -57,7 +58,7 @@ struct MatmulContext {
     size_t workspace_size = 32ull << 20;   // 32 MiB, what Hopper kernels ask for
     floatX* bias_scratch = nullptr;         // [max bias length] one micro-batch's bias gradient (BGRADB output)
     int bias_scratch_len = 0;
-    std::vector<MatmulAlgo> algos;         // the heuristic's answers so far (a dozen keys: a linear search)
+    std::vector<MatmulAlgo> algos;         // the heuristic's answers so far (few keys: a linear search)
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
