@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 #include <cuda_bf16.h>
@@ -185,17 +186,30 @@ static int classifier_chunk(const ModelConfig& c, int B, int T) {
     return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
 }
 
-// Everything the run allocates on the device, by kind (bytes). The allocation below uses the same
-// sizes, so the estimate is what cudaMalloc is asked for (plus the CUDA context and cuBLASLt's own).
+// Device memory the estimate keeps for what the run does not cudaMalloc itself: 1.5 GiB. The CUDA context
+// takes about 0.5 GiB on an 80 GiB H100 (more when the modules load eagerly, CUDA_MODULE_LOADING=EAGER);
+// cuBLASLt loads its GEMM kernels on the first call of each and may allocate behind the handle; the
+// trainer's own kernel images load on first launch; cudaMalloc rounds every allocation up to its 2 MiB
+// granularity. 1.5 GiB covers these with room: when the device figure is the free memory measured after
+// the context exists the reserve counts the context twice, which errs towards refusing a run that would
+// just fit rather than one that fails with out-of-memory after minutes of initialisation. It is a stated
+// allowance, not a measurement: the peak in use that a GPU run prints beside the estimate checks it.
+static const double MEMORY_RESERVE_BYTES = 1.5 * 1073741824.0;
+
+// Everything the run allocates on the device, by kind (bytes), and the reserve above. The allocation below
+// uses the same sizes, so allocations() is what cudaMalloc is asked for; total() adds the reserve.
 struct MemoryEstimate {
-    double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace;
-    double total() const { return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace; }
+    double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace, reserve;
+    double allocations() const {
+        return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace;
+    }
+    double total() const { return allocations() + reserve; }
 };
 
 // The scratch buffers of one micro-batch, in elements; listed once for the estimate and the allocation.
 struct ScratchLayout {
     size_t zeros, y, x_final, lnf, lnf_stats, dres, dln, datty, dqkv, dfc1, dact, dvec, norm_partial,
-        logits, losses, tokens, gnorm, rope;
+        logits, losses, loss_sum, tokens, gnorm, rope, plan;
 };
 
 static ScratchLayout scratch_layout(const ModelConfig& c, int B, int T) {
@@ -216,9 +230,11 @@ static ScratchLayout scratch_layout(const ModelConfig& c, int B, int T) {
     s.norm_partial = norm_backward_scratch_floats((int)N, (int)C);  // fp32
     s.logits = (size_t)classifier_chunk(c, B, T) * c.padded_vocab;  // [chunk,Vp] floatX
     s.losses = N;                                     // [N] fp32
+    s.loss_sum = 1;                                   // [1] fp64 the step's loss, summed on the device
     s.tokens = 2 * N;                                 // inputs, targets [N] int32
     s.gnorm = GLOBAL_NORM_BLOCKS + 2;                 // partials, then norm and clip coefficient (fp32)
     s.rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim : 0;  // cos, sin [T, hd/2] fp32
+    s.plan = embedding_plan_ints((int)N);             // [3N+1] int32 the embedding backward's plan
     return s;
 }
 
@@ -228,12 +244,12 @@ static size_t scratch_bytes(const ScratchLayout& s) {
            align256(s.lnf * bf) + align256(s.lnf_stats * f) + align256(s.dres * bf) + align256(s.dln * bf) +
            align256(s.datty * bf) + align256(s.dqkv * bf) + align256(s.dfc1 * bf) + align256(s.dact * bf) +
            align256(s.dvec * f) + align256(s.norm_partial * f) + align256(s.logits * bf) +
-           align256(s.losses * f) + align256(s.tokens * 4) + align256(s.gnorm * f);
+           align256(s.losses * f) + align256(s.loss_sum * 8) + align256(s.tokens * 4) + align256(s.gnorm * f);
 }
 
-// Allocated apart from the scratch block: the RoPE tables and the embedding plan's three int arrays.
+// Allocated apart from the scratch block: the RoPE tables and the embedding plan's block.
 static size_t scratch_extra_bytes(const ScratchLayout& s) {
-    return 2 * align256(s.rope / 2 * 4) + 3 * align256((s.losses + 1) * 4);
+    return 2 * align256(s.rope / 2 * 4) + align256(s.plan * 4);
 }
 
 static size_t max_bias_len(const ModelConfig& c) {
@@ -260,6 +276,7 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, const ParamTable& t,
     e.scratch = (double)(scratch_bytes(s) + scratch_extra_bytes(s));
     MatmulContext mm;
     e.workspace = (double)mm.workspace_size + (double)max_bias_len(c) * 4;
+    e.reserve = MEMORY_RESERVE_BYTES;
     return e;
 }
 
@@ -269,7 +286,12 @@ static void print_memory_estimate(const MemoryEstimate& e, Recompute r, double d
            e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
     printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
            "cuBLASLt %.2f\n", e.acts_layers / G, recompute_name(r), e.acts_shared / G, e.scratch / G, e.workspace / G);
+    printf("                       reserve %.2f (CUDA context, cuBLASLt kernels, allocator rounding)\n", e.reserve / G);
     printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
+    printf("memory estimate (bytes): params %.0f grads %.0f master %.0f moments %.0f head_grad %.0f acts_layers %.0f "
+           "acts_shared %.0f scratch %.0f workspace %.0f reserve %.0f total %.0f\n", e.params, e.grads, e.master,
+           e.moments, e.head_grad, e.acts_layers, e.acts_shared, e.scratch, e.workspace, e.reserve, e.total());
+    fflush(stdout);  // the breakdown before any error that refers to it
 }
 
 // Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
@@ -299,6 +321,22 @@ __global__ void floatX_from_f32_kernel(floatX* dst, const float* src, size_t n) 
 __global__ void add_f32_into_floatX_kernel(floatX* dst, const float* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) dst[i] = to_floatX(to_float(dst[i]) + src[i]);
+}
+
+// loss_sum[0] += weight * (sum of losses[0..N)) / n_valid, in fp64 and a fixed order (one block: thread t sums
+// rows t, t + 256, ..., then a tree over the threads), so the loss of a step needs no host round trip per
+// micro-batch. Launch with 256 threads.
+__global__ void loss_accumulate_kernel(double* loss_sum, const float* losses, int N, int n_valid, double weight) {
+    __shared__ double part[256];
+    double s = 0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) s += losses[n];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && n_valid > 0) loss_sum[0] += weight * part[0] / n_valid;
 }
 
 // The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
@@ -339,6 +377,19 @@ struct LayerActs {
     floatX* act;      // [N,F]
 };
 
+// The host's record of one staged micro-batch (the data are in the pinned slot).
+struct MicroBatchStage {
+    bool has_targets = false, has_plan = false;
+    int n_valid = 0;                 // targets >= 0
+    int plan_unique = 0, plan_max = 0;
+};
+
+// Pinned memory the device writes once per step and the host then reads.
+struct StepReadback {
+    double loss;   // mean micro-batch loss of the step
+    float norm;    // pre-clip global gradient norm
+};
+
 struct GPT {
     ModelConfig cfg;
     ParamTable table;
@@ -360,16 +411,22 @@ struct GPT {
     // scratch (shapes in scratch_layout)
     floatX *zeros, *y, *x_final, *lnf, *dres, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
     float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin;
+    double* loss_sum;           // [1] sum over the micro-batches of their weighted mean losses (fp64)
     int32_t *inputs, *targets;
     int cls_chunk = 0;
     EmbeddingPlan plan;
     AdamWTable<float> adam_f32;
     AdamWTable<__nv_bfloat16> adam_bf16;
     double allocated = 0;       // bytes asked of cudaMalloc
-    // host side of the current micro-batch
-    std::vector<float> h_losses;
-    int n_valid = 0;
-    double loss = 0;            // mean loss of the last micro-batch with targets
+    // Pinned host staging (cudaMallocHost): everything a micro-batch needs from the host, one slot per
+    // micro-batch of the step, so that its uploads are asynchronous and no slot is rewritten while a copy
+    // from it may still be queued. Slot layout (int32): inputs [N] | targets [N] | embedding plan [3N+1].
+    int32_t* h_stage = nullptr;
+    int stage_slots = 0;
+    std::vector<MicroBatchStage> stage;   // [stage_slots] what the host knows of each slot
+    StepReadback* h_readback = nullptr;   // pinned: the step's loss and gradient norm, read once per step
+    int n_valid = 0;            // targets >= 0 in the micro-batch of the last forward
+    double loss = 0;            // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
 
     floatX* P(int k) const { return k < 0 ? nullptr : params + table.specs[k].offset; }
     floatX* G(int k) const { return k < 0 ? nullptr : grads + table.specs[k].offset; }
@@ -486,6 +543,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->norm_partial = sc.take<float>(s.norm_partial);
     g->logits = sc.take<floatX>(s.logits);
     g->losses = sc.take<float>(s.losses);
+    g->loss_sum = sc.take<double>(s.loss_sum);
     g->inputs = sc.take<int32_t>(s.tokens);
     g->targets = g->inputs + (size_t)B * T;
     g->gnorm = sc.take<float>(s.gnorm);
@@ -493,11 +551,47 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->cls_chunk = classifier_chunk(c, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
-    embedding_plan_build(&g->plan, std::vector<int32_t>((size_t)B * T, 0).data(), B * T, c.vocab_size);
+    embedding_plan_alloc(&g->plan, B * T);
     g->allocated += (double)scratch_extra_bytes(s);
     if (bf16_moments) g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
     else g->adam_f32 = adamw_table_build<float>(g, weight_decay);
-    g->h_losses.resize((size_t)B * T);
+    cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
+}
+
+// int32 entries of one staging slot: inputs, targets, embedding plan
+static size_t stage_ints(const GPT* g) {
+    const int N = g->B * g->T;
+    return 2 * (size_t)N + embedding_plan_ints(N);
+}
+
+// At least `slots` pinned staging slots. Only between steps: no queued copy may read the old ones.
+static void gpt_stage_reserve(GPT* g, int slots) {
+    if (g->stage_slots >= slots) return;
+    if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
+    cudaCheck(cudaMallocHost((void**)&g->h_stage, (size_t)slots * stage_ints(g) * sizeof(int32_t)));
+    g->stage_slots = slots;
+    g->stage.assign(slots, MicroBatchStage{});
+}
+
+// Host work of one micro-batch, into pinned slot `slot`: the tokens (checked against the vocabulary), the
+// targets (-1 = ignore; may be null) and, with targets, the embedding backward's plan from the host tokens
+// (llmc/embedding.cuh), so that the device needs nothing more from the host for this micro-batch.
+static void gpt_stage(GPT* g, int slot, const int32_t* inputs, const int32_t* targets) {
+    const size_t N = (size_t)g->B * g->T;
+    const int V = g->cfg.vocab_size;
+    int32_t* h = g->h_stage + (size_t)slot * stage_ints(g);
+    MicroBatchStage& st = g->stage[slot];
+    for (size_t n = 0; n < N; n++) {
+        if (inputs[n] < 0 || inputs[n] >= V) die("input token %d out of range [0, %d)", inputs[n], V);
+        if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
+    }
+    std::copy(inputs, inputs + N, h);
+    st.has_targets = st.has_plan = targets != nullptr;
+    st.n_valid = 0;
+    if (!targets) return;
+    std::copy(targets, targets + N, h + N);
+    for (size_t n = 0; n < N; n++) st.n_valid += targets[n] >= 0;
+    embedding_plan_rows(inputs, (int)N, V, h + 2 * N, &st.plan_unique, &st.plan_max);
 }
 
 // Uploads whole-model fp32 weights [P] (and moments, or zeros when m is null); params = floatX(master).
@@ -551,6 +645,8 @@ static void gpt_free(GPT* g) {
     if (g->bf16_moments) adamw_table_free(&g->adam_bf16);
     else adamw_table_free(&g->adam_f32);
     embedding_plan_free(&g->plan);
+    if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
+    cudaCheck(cudaFreeHost(g->h_readback));
     matmul_free(&g->mm);
     cudaCheck(cudaStreamDestroy(g->stream));
 }
@@ -598,28 +694,46 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     matmul_forward(&g->mm, g->stream, g->y, la.act, g->P(w.fc2_w), g->P(w.fc2_b), N, F, C);
 }
 
-// Forward of a micro-batch inputs[B*T] (host) through the final norm: g->lnf [N,C]. targets[B*T]
-// (host, -1 = ignore, may be null) are uploaded for the classifier. Tokens must be in [0, vocab).
-static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
+// Forward of staged micro-batch `slot` (gpt_stage) through the final norm: g->lnf [N,C]. Its tokens and
+// targets go up in one asynchronous copy from the pinned slot (they are adjacent there and on the device).
+static void gpt_forward_staged(GPT* g, int slot) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer;
-    for (int n = 0; n < N; n++) {
-        if (inputs[n] < 0 || inputs[n] >= c.vocab_size) die("input token %d out of range [0, %d)", inputs[n], c.vocab_size);
-        if (targets && (targets[n] < -1 || targets[n] >= c.vocab_size))
-            die("target token %d out of range [-1, %d)", targets[n], c.vocab_size);
-    }
-    cudaCheck(cudaMemcpyAsync(g->inputs, inputs, (size_t)N * 4, cudaMemcpyHostToDevice, g->stream));
-    g->n_valid = 0;
-    if (targets) {
-        for (int n = 0; n < N; n++) g->n_valid += targets[n] >= 0;
-        cudaCheck(cudaMemcpyAsync(g->targets, targets, (size_t)N * 4, cudaMemcpyHostToDevice, g->stream));
-    }
+    const MicroBatchStage& st = g->stage[slot];
+    const int32_t* h = g->h_stage + (size_t)slot * stage_ints(g);
+    cudaCheck(cudaMemcpyAsync(g->inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, g->stream));
+    g->n_valid = st.n_valid;
     // x[0] = wte[token] (+ wpe[t]); layer 0's norm adds zeros
     embedding_forward(g->layers[0].x, g->inputs, g->P(t.wte), g->P(t.wpe), N, T, C, g->stream);
     for (int l = 0; l < L; l++) layer_forward(g, l, l == 0 ? nullptr : g->layers[l - 1].x_mid);
     fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[L - 1].x_mid, g->y, g->P(t.lnf_w),
                                 g->P(t.lnf_b), N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
+}
+
+// Forward of one micro-batch inputs[B*T] (host) through the final norm, outside a training step (evaluation,
+// sampling, tests). targets[B*T] (host, -1 = ignore, may be null) are uploaded for the classifier. Tokens
+// must be in [0, vocab). It waits for the stream first, since it rewrites staging slot 0.
+static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    gpt_stage_reserve(g, 1);
+    gpt_stage(g, 0, inputs, targets);
+    gpt_forward_staged(g, 0);
+}
+
+// Adds weight * (mean loss over the valid targets of the micro-batch in g->losses) into g->loss_sum.
+static void gpt_loss_accumulate(GPT* g, double weight) {
+    loss_accumulate_kernel<<<1, 256, 0, g->stream>>>(g->loss_sum, g->losses, g->B * g->T, g->n_valid, weight);
+    cudaCheck(cudaGetLastError());
+}
+
+// Waits for the stream and reads g->loss_sum through pinned memory into g->loss.
+static double gpt_read_loss(GPT* g) {
+    cudaCheck(cudaMemcpyAsync(&g->h_readback->loss, g->loss_sum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    g->loss = g->h_readback->loss;
+    return g->loss;
 }
 
 // logits[rows, Vp] (floatX, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
@@ -630,7 +744,7 @@ static void gpt_logits(GPT* g, int row0, int rows) {
                    c.n_embd, c.padded_vocab);
 }
 
-// Mean loss over the valid targets of the micro-batch after gpt_forward (no gradients).
+// Mean loss over the valid targets of the micro-batch after gpt_forward (no gradients); waits for the device.
 static double gpt_loss(GPT* g) {
     const ModelConfig& c = g->cfg;
     const int N = g->B * g->T;
@@ -640,33 +754,34 @@ static double gpt_loss(GPT* g) {
         fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size, c.padded_vocab,
                               0.0f, g->stream);
     }
-    cudaCheck(cudaMemcpyAsync(g->h_losses.data(), g->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, g->stream));
-    cudaCheck(cudaStreamSynchronize(g->stream));
-    double s = 0;
-    for (int n = 0; n < N; n++) s += g->h_losses[n];
-    g->loss = g->n_valid ? s / g->n_valid : 0.0;
-    return g->loss;
+    cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+    gpt_loss_accumulate(g, 1.0);
+    return gpt_read_loss(g);
 }
 
 // ----------------------------------------------------------------------------------------------
 // Backward
 
-// Backward of (loss * loss_scale) after gpt_forward with targets, accumulated into the gradients
-// (the LM head's into head_grad, fp32). Also computes the micro-batch loss (g->loss).
-static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
+// Backward of (loss * loss_scale) of staged micro-batch `slot` after its forward (with targets), accumulated
+// into the gradients (the LM head's into head_grad, fp32); loss_weight * its mean loss joins g->loss_sum.
+// Only enqueues work: the embedding plan, built on the host by gpt_stage, goes up asynchronously.
+static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer, hd = c.head_dim, H = c.n_head,
               KV = c.n_kv_head, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn, F1 = cfg_fc1_dim(c);
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     // the token rows of this micro-batch, grouped by token, for the embedding backward
-    embedding_plan_build(&g->plan, inputs, N, c.vocab_size);
+    const MicroBatchStage& st = g->stage[slot];
+    if (!st.has_plan) die("gpt_backward: the micro-batch was staged without targets");
+    embedding_plan_upload(&g->plan, g->h_stage + (size_t)slot * stage_ints(g) + 2 * (size_t)N, st.plan_unique,
+                          st.plan_max, N, g->stream);
 
     // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf
     const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
     fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N, C,
                      c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
-    cudaCheck(cudaMemcpyAsync(g->h_losses.data(), g->losses, (size_t)N * 4, cudaMemcpyDeviceToHost, g->stream));
+    gpt_loss_accumulate(g, loss_weight);
     cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)N * C * sizeof(floatX), g->stream));
     norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
                   g->lnf_rstd, N, C, rms, g->stream);
@@ -701,11 +816,21 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t])
     embedding_backward(g->G(t.wte), g->G(t.wpe), g->dres, g->plan, N, T, C, g->stream);
-    cudaCheck(cudaStreamSynchronize(g->stream));
-    double s = 0;
-    for (int n = 0; n < N; n++) s += g->h_losses[n];
-    g->loss = g->n_valid ? s / g->n_valid : 0.0;
 }
+
+#ifdef TESTING
+// Backward of one micro-batch after gpt_forward(inputs, targets), for test_gpt.cu's checks of a single
+// micro-batch: uses the plan that forward staged, waits for the device and reads the micro-batch loss into
+// g->loss. (Training goes through train_step.)
+static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
+    const size_t N = (size_t)g->B * g->T;
+    if (g->stage_slots < 1 || !g->stage[0].has_plan || memcmp(inputs, g->h_stage, N * sizeof(int32_t)) != 0)
+        die("gpt_backward: call gpt_forward with these inputs and their targets first");
+    cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+    gpt_backward_staged(g, 0, loss_scale, 1.0);
+    gpt_read_loss(g);
+}
+#endif
 
 // ----------------------------------------------------------------------------------------------
 // The optimizer step
@@ -723,8 +848,8 @@ static void gpt_fold_head_grad(GPT* g) {
 }
 
 // The head gradient joins the others; global norm and clip coefficient on the device; AdamW for
-// 1-based step t. Returns the pre-clip global gradient norm.
-static double gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
+// 1-based step t. Only enqueues: the pre-clip norm stays in g->gnorm[GLOBAL_NORM_BLOCKS].
+static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     gpt_fold_head_grad(g);
     float* partial = g->gnorm;
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
@@ -732,10 +857,6 @@ static double gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
     if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, out + 1, g->stream);
     else adamw_update(g->adam_f32, h, t, out + 1, g->stream);
-    float norm = 0;
-    cudaCheck(cudaMemcpyAsync(&norm, out, sizeof(float), cudaMemcpyDeviceToHost, g->stream));
-    cudaCheck(cudaStreamSynchronize(g->stream));
-    return norm;
 }
 
 // One optimizer step over the micro-batches inputs/targets [accum][B*T]. Returns the mean
@@ -744,15 +865,26 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
                          const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
                          double* norm_out) {
     const int accum = (int)inputs.size();
+    gpt_stage_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
     gpt_zero_grad(g);
-    double loss = 0;
+    cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+    // The micro-batch loop only enqueues work: micro-batch a is staged on the host (tokens, targets, the
+    // embedding plan, into its own pinned slot) while the device still runs a - 1; its uploads are
+    // asynchronous copies from pinned memory and its loss is summed on the device.
     for (int a = 0; a < accum; a++) {
-        gpt_forward(g, inputs[a].data(), targets[a].data());
-        gpt_backward(g, inputs[a].data(), 1.0 / accum);
-        loss += g->loss / accum;
+        gpt_stage(g, a, inputs[a].data(), targets[a].data());
+        gpt_forward_staged(g, a);
+        gpt_backward_staged(g, a, 1.0 / accum, 1.0 / accum);
     }
-    *norm_out = gpt_update(g, step + 1, lr, tc);
-    return loss;
+    gpt_update(g, step + 1, lr, tc);
+    // The one host synchronisation of the step: the loss and the pre-clip gradient norm, copied into pinned
+    // memory after the update.
+    cudaCheck(cudaMemcpyAsync(&g->h_readback->loss, g->loss_sum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
+                              g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    *norm_out = g->h_readback->norm;
+    return g->h_readback->loss;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -827,7 +959,7 @@ int main(int argc, char** argv) {
     if (!tc.export_init.empty()) {
         ParamTable t = build_param_table(mc);
         std::vector<float> p(t.total);
-        params_init_full(mc, t, p.data(), tc.seed);
+        print_init_time((int64_t)t.total, params_init_full(mc, t, p.data(), tc.seed));
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, t, p.data());
         hf_export(tc.export_init, mc, t, p.data());
         printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(t),
@@ -852,6 +984,11 @@ int main(int argc, char** argv) {
         printf("fits\n");
         return 0;
     }
+
+    // the tokenizer that decodes samples (--tokenizer; none: token ids), opened before the device and any
+    // allocation so that a missing rank file stops the run at once; not at all when no sample is drawn (-g 0)
+    Sampler sampler;
+    sampler_open(&sampler, tc.tokenizer, mc.vocab_size, tc.gen_tokens);
 
     // the device
     cuda_require_device();
@@ -880,7 +1017,7 @@ int main(int argc, char** argv) {
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     {
         std::vector<float> p(table.total), m, v;
-        params_init_full(mc, table, p.data(), tc.seed);
+        print_init_time((int64_t)table.total, params_init_full(mc, table, p.data(), tc.seed));
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
         if (!resume_dir.empty()) {
             m.assign(table.total, 0.0f);
@@ -925,8 +1062,6 @@ int main(int argc, char** argv) {
         }
         return s / tc.val_batches;
     };
-    Sampler sampler;  // decodes samples (--tokenizer); none: samples print as token ids
-    sampler_open(&sampler, tc.tokenizer, mc.vocab_size);
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
         sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, &state.rng));
@@ -953,8 +1088,9 @@ int main(int argc, char** argv) {
         if (used > peak_used || step == first_step) {
             peak_used = std::max(peak_used, used);
             if (step == first_step)
-                printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f), %.2f GiB in use on the device\n",
-                       g.allocated / 1073741824.0, est.total() / 1073741824.0, used / 1073741824.0);
+                printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f, %.2f with the reserve), %.2f GiB in "
+                       "use on the device\n", g.allocated / 1073741824.0, est.allocations() / 1073741824.0,
+                       est.total() / 1073741824.0, used / 1073741824.0);
         }
         const bool last = step + 1 == tc.steps;
         if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {

@@ -214,11 +214,13 @@ void gpt_set_full(GPT<real>* g, const real* params, const real* m, const real* v
 }
 
 // Seeded init of the whole model (llmc/init.h, independent of threads and layout), this rank's part.
+// Returns the seconds the init took.
 template <typename real>
-void gpt_init(GPT<real>* g, uint64_t seed) {
+double gpt_init(GPT<real>* g, uint64_t seed) {
     std::vector<real> full(g->full.total);
-    params_init_full(g->cfg, g->full, full.data(), seed);
+    const double seconds = params_init_full(g->cfg, g->full, full.data(), seed);
     gpt_set_full(g, full.data(), (const real*)nullptr, (const real*)nullptr);
+    return seconds;
 }
 
 // The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole
@@ -999,9 +1001,10 @@ int main(int argc, char** argv) {
     if (!tc.export_init.empty()) {
         GPT<float> g;
         gpt_build(&g, mc);
-        gpt_init(&g, tc.seed);
+        const double init_s = gpt_init(&g, tc.seed);
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.table, g.params.data());
         if (rank0) {
+            print_init_time((int64_t)g.full.total, init_s);
             hf_export(tc.export_init, mc, g.table, g.params.data());
             printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(g.table),
                    tc.export_init.c_str());
@@ -1009,6 +1012,11 @@ int main(int argc, char** argv) {
         comm_finalize();
         return 0;
     }
+
+    // the tokenizer that decodes samples (--tokenizer; none: token ids), opened before anything big is
+    // allocated; not at all when no sample is drawn (-g 0, or several ranks, which do not sample)
+    Sampler sampler;
+    sampler_open(&sampler, tc.tokenizer, mc.vocab_size, world.size > 1 ? 0 : tc.gen_tokens);
 
     // the parallel layout; the vocabulary is padded to a multiple of 128 * tp
     config_finalize(mc, tc.tp);
@@ -1031,7 +1039,8 @@ int main(int argc, char** argv) {
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     {
         std::vector<float> p(g.full.total), m, v;
-        params_init_full(mc, g.full, p.data(), tc.seed);
+        const double init_s = params_init_full(mc, g.full, p.data(), tc.seed);
+        if (rank0) print_init_time((int64_t)g.full.total, init_s);
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
         if (!resume_dir.empty()) {
             m.assign(g.full.total, 0.0f);
@@ -1080,8 +1089,6 @@ int main(int argc, char** argv) {
         comm_all_reduce_sum(world, &s, 1);
         return s / tc.val_batches;
     };
-    Sampler sampler;  // decodes samples (--tokenizer); none: samples print as token ids
-    sampler_open(&sampler, tc.tokenizer, mc.vocab_size);
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
         if (world.size > 1) {

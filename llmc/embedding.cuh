@@ -1,8 +1,12 @@
 // llmc/embedding.cuh: token (+ learned position) embedding, forward and a deterministic backward. The fastest
 // versions of dev/cuda/embedding.cu.
 //   embedding_forward(out, tok, wte, wpe, N, T, C, stream)   out[N,C] = wte[tok[n]] (+ wpe[n % T]); wpe may be null
-//   EmbeddingPlan, embedding_plan_build(plan, tok_host, N, V)  the rows of each distinct token, on the device
-//   embedding_plan_rows(...)   the host counting sort behind it
+//   EmbeddingPlan            the rows of each distinct token, on the device: one int32 block [3N+1] =
+//                            token [N] | offset [N+1] | rows [N] (the first unique, unique+1 and N entries used)
+//   embedding_plan_rows(tok, N, V, packed, &unique, &max_count)   the host counting sort, into that layout
+//   embedding_plan_alloc(plan, N), embedding_plan_upload(plan, packed, unique, max_count, N, stream)
+//       the device block, and one asynchronous copy into it (packed in pinned memory: no host wait)
+//   embedding_plan_build(plan, tok_host, N, V)   all three at once, with a synchronous copy (tools, tests)
 //   embedding_backward(dwte, dwpe, dout, plan, N, T, C, stream)
 //       dwte[v] += sum of dout rows whose token is v; dwpe[t] += sum over the batch of dout[b*T + t] (if dwpe)
 // Deterministic backward without float atomics, in the manner of llm.c's encoder backward: the host (which has
@@ -48,72 +52,86 @@ static void embedding_forward(floatX* out, const int32_t* tok, const floatX* wte
     cudaCheck(cudaGetLastError());
 }
 
-// The rows of each distinct token: token[u] owns rows[offset[u] .. offset[u+1]), ascending.
+// The rows of each distinct token: token[u] owns rows[offset[u] .. offset[u+1]), ascending. The device
+// arrays are views into one block d_plan [3N+1], laid out as embedding_plan_rows writes the host copy.
 struct EmbeddingPlan {
     int n = 0;               // rows the plan describes
     int unique = 0;          // distinct tokens in this batch
     int max_count = 0;       // most rows of one token (for tolerances and load-balance notes)
-    int* d_token = nullptr;  // [unique]
-    int* d_offset = nullptr; // [unique + 1]
-    int* d_rows = nullptr;   // [N]
-    int capacity = 0;        // N the device arrays were sized for
+    int* d_plan = nullptr;   // [3 * capacity + 1]
+    int* d_token = nullptr;  // [unique]      = d_plan
+    int* d_offset = nullptr; // [unique + 1]  = d_plan + N
+    int* d_rows = nullptr;   // [N]           = d_plan + 2N + 1
+    int capacity = 0;        // N the device block was sized for
 };
 
-// Counting sort of the host tokens by id, stable, so rows stay ascending within a token. Outputs: token[u] the
-// distinct ids ascending, offset[u] where their rows start in rows (offset has unique + 1 entries), and the
-// largest row count of one token.
-static void embedding_plan_rows(const int32_t* tok, int N, int V, std::vector<int>* token, std::vector<int>* offset,
-                                std::vector<int>* rows, int* max_count) {
+// int32 entries of a packed plan of N rows
+static inline size_t embedding_plan_ints(int N) { return 3 * (size_t)N + 1; }
+
+// Counting sort of the host tokens by id, stable, so rows stay ascending within a token, into packed [3N+1]:
+// token[u] (packed[u]) the distinct ids ascending, offset[u] (packed[N + u]) where their rows start in rows
+// (unique + 1 entries), rows (packed[2N + 1 ..]). Also the count of distinct tokens and the largest row
+// count of one token.
+static void embedding_plan_rows(const int32_t* tok, int N, int V, int* packed, int* unique, int* max_count) {
+    int* token = packed;
+    int* offset = packed + N;
+    int* rows = packed + 2 * (size_t)N + 1;
     std::vector<int> start(V + 1, 0);
     for (int n = 0; n < N; n++) {
         if (tok[n] < 0 || tok[n] >= V) die("embedding_plan_build: token %d at row %d is outside the vocabulary [0, %d)", tok[n], n, V);
         start[tok[n] + 1]++;
     }
-    token->clear();
-    offset->clear();
+    int u = 0;
     *max_count = 0;
     for (int v = 0; v < V; v++) {
         const int count = start[v + 1];
         if (count > 0) {
-            token->push_back(v);
-            offset->push_back(start[v]);
+            token[u] = v;
+            offset[u] = start[v];
+            u++;
             *max_count = std::max(*max_count, count);
         }
         start[v + 1] += start[v];  // now the first row of token v + 1
     }
-    offset->push_back(N);
-    rows->assign(N, 0);
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (int n = 0; n < N; n++) (*rows)[fill[tok[n]]++] = n;
+    offset[u] = N;
+    *unique = u;
+    for (int n = 0; n < N; n++) rows[start[tok[n]]++] = n;
 }
 
-// Builds the plan on the host and uploads it, reusing the device arrays when N fits.
-static void embedding_plan_build(EmbeddingPlan* plan, const int32_t* tok, int N, int V) {
-    std::vector<int> token, offset, rows;
-    embedding_plan_rows(tok, N, V, &token, &offset, &rows, &plan->max_count);
+// The device block for plans of up to N rows (kept when it is large enough).
+static void embedding_plan_alloc(EmbeddingPlan* plan, int N) {
+    if (plan->capacity >= N) return;
+    if (plan->d_plan) cudaCheck(cudaFree(plan->d_plan));
+    cudaCheck(cudaMalloc(&plan->d_plan, embedding_plan_ints(N) * sizeof(int)));
+    plan->capacity = N;
+}
+
+// One asynchronous copy of a packed plan of N rows (from embedding_plan_rows) into the device block. When
+// packed is pinned memory the host does not wait; it must stay unchanged until the copy has run.
+static void embedding_plan_upload(EmbeddingPlan* plan, const int* packed, int unique, int max_count, int N,
+                                  cudaStream_t stream) {
+    if (plan->capacity < N) die("embedding_plan_upload: the plan holds %d rows, not %d", plan->capacity, N);
     plan->n = N;
-    plan->unique = (int)token.size();
-    if (plan->capacity < N) {
-        if (plan->d_token) {
-            cudaCheck(cudaFree(plan->d_token));
-            cudaCheck(cudaFree(plan->d_offset));
-            cudaCheck(cudaFree(plan->d_rows));
-        }
-        cudaCheck(cudaMalloc(&plan->d_token, N * sizeof(int)));
-        cudaCheck(cudaMalloc(&plan->d_offset, (N + 1) * sizeof(int)));
-        cudaCheck(cudaMalloc(&plan->d_rows, N * sizeof(int)));
-        plan->capacity = N;
-    }
-    cudaCheck(cudaMemcpy(plan->d_token, token.data(), token.size() * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(plan->d_offset, offset.data(), offset.size() * sizeof(int), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(plan->d_rows, rows.data(), N * sizeof(int), cudaMemcpyHostToDevice));
+    plan->unique = unique;
+    plan->max_count = max_count;
+    plan->d_token = plan->d_plan;
+    plan->d_offset = plan->d_plan + N;
+    plan->d_rows = plan->d_plan + 2 * (size_t)N + 1;
+    cudaCheck(cudaMemcpyAsync(plan->d_plan, packed, embedding_plan_ints(N) * sizeof(int), cudaMemcpyHostToDevice, stream));
+}
+
+// Builds the plan on the host and uploads it (a synchronous copy), reusing the device block when N fits.
+static void embedding_plan_build(EmbeddingPlan* plan, const int32_t* tok, int N, int V) {
+    std::vector<int> packed(embedding_plan_ints(N));
+    int unique = 0, max_count = 0;
+    embedding_plan_rows(tok, N, V, packed.data(), &unique, &max_count);
+    embedding_plan_alloc(plan, N);
+    embedding_plan_upload(plan, packed.data(), unique, max_count, N, 0);
+    cudaCheck(cudaStreamSynchronize(0));
 }
 
 static void embedding_plan_free(EmbeddingPlan* plan) {
-    if (!plan->d_token) return;
-    cudaCheck(cudaFree(plan->d_token));
-    cudaCheck(cudaFree(plan->d_offset));
-    cudaCheck(cudaFree(plan->d_rows));
+    if (plan->d_plan) cudaCheck(cudaFree(plan->d_plan));
     *plan = EmbeddingPlan{};
 }
 

@@ -10,17 +10,47 @@
 //   matmul_backward_weight: dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += sum_n dout[n,:]
 //                           (dW floatX for the layers, fp32 for the classifier's LM head gradient)
 // Inputs are floatX; outputs floatX except dW, which may be fp32. Every matrix is dense (leading
-// dimension = its row length). MatmulContext holds the one cuBLASLt handle, its workspace and the
-// bias-gradient scratch; each call asks cuBLASLt's heuristic for an algorithm (nothing is cached).
+// dimension = its row length). MatmulContext holds the one cuBLASLt handle, its workspace, the
+// bias-gradient scratch and the algorithms cuBLASLt's heuristic chose, one per key (shape, transposes,
+// epilogue, output and bias types, pointer alignments): the heuristic runs once per distinct key, not on
+// every call (a step makes 165-310 calls; the keys are the few shapes of a layer and the LM head times the
+// alignments their pointers happen to have). Where the heuristic offers no algorithm for
+// an epilogue (BIAS, BGRADB), the call runs with the default epilogue and our own deterministic kernel
+// does the epilogue's work (the bias add; the bias gradient as fixed-order column sums, no atomics).
+// The MLP activation is never fused into a GEMM (llmc/mlp_act.cuh), so no GELU epilogue is asked for.
 // cuBLASLt is column-major; a row-major [R, C] matrix is a column-major [C, R] one, so each
 // call below is written with the transposes that make the column-major product come out as
 // the row-major result (derivations beside each call).
 #pragma once
 #include <cstdint>
+#include <vector>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include "llmc/cuda_common.cuh"
+#include "llmc/packed.cuh"
 #include "llmc/precision.cuh"
+#include "llmc/utils.h"
+
+// What the heuristic's answer depends on (besides the workspace size, fixed per context).
+struct MatmulKey {
+    int m, n, k;
+    bool trans_a, trans_b;
+    cublasLtEpilogue_t epilogue;
+    cudaDataType_t d_type, bias_type;
+    uint32_t align_a, align_b, align_d;
+    bool operator==(const MatmulKey& o) const {
+        return m == o.m && n == o.n && k == o.k && trans_a == o.trans_a && trans_b == o.trans_b &&
+               epilogue == o.epilogue && d_type == o.d_type && bias_type == o.bias_type && align_a == o.align_a &&
+               align_b == o.align_b && align_d == o.align_d;
+    }
+};
+
+// The heuristic's answer for a key: its algorithm, or none (found false: the epilogue falls back).
+struct MatmulAlgo {
+    MatmulKey key;
+    bool found;
+    cublasLtMatmulAlgo_t algo;
+};
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -28,6 +58,7 @@ struct MatmulContext {
     size_t workspace_size = 32ull << 20;   // 32 MiB, what Hopper kernels ask for
     floatX* bias_scratch = nullptr;         // [max bias length] one micro-batch's bias gradient (BGRADB output)
     int bias_scratch_len = 0;
+    std::vector<MatmulAlgo> algos;         // the heuristic's answers so far (few keys: a linear search)
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
@@ -55,11 +86,71 @@ static inline uint32_t pointer_alignment(const void* p) {
     return align;
 }
 
+// y[i, j] (column-major [m, n], floatX) += bias[i]: the BIAS epilogue's work when cuBLASLt has no
+// algorithm with it. One rounding more than the epilogue in bf16 (the product is stored first).
+__global__ static void matmul_bias_add_kernel(floatX* y, const floatX* bias, int m, int n) {
+    const size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (idx >= (size_t)m * n) return;
+    const int i = (int)(idx % m);
+    y[idx] = to_floatX(to_float(y[idx]) + to_float(bias[i]));
+}
+
+// bias[j] = sum over r < k of op(B)[r, j] (op(B) [k, n], element (r, j) at b[r * sr + j * sj]): the BGRADB
+// epilogue's work when cuBLASLt has no algorithm with it. Block (32, 16) owns 32 columns: thread row y
+// sums rows y, y + 16, ... in fp32, then thread row 0 adds the 16 partials in order; no atomics, so the
+// result is the same on every run.
+__global__ static void matmul_bias_grad_kernel(floatX* bias, const floatX* b, int k, int n, size_t sr, size_t sj) {
+    __shared__ float part[16][33];
+    const int j = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.0f;
+    if (j < n)
+        for (int r = threadIdx.y; r < k; r += 16) s += to_float(b[(size_t)r * sr + (size_t)j * sj]);
+    part[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y != 0 || j >= n) return;
+    float t = 0.0f;
+    for (int y = 0; y < 16; y++) t += part[y][threadIdx.x];
+    bias[j] = to_floatX(t);
+}
+
+// The heuristic's answer for this key, asked once and kept in the context. cuBLASLt reports "none" either
+// as CUBLAS_STATUS_NOT_SUPPORTED or as success with no result; both are kept as found = false.
+static inline const MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
+                                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                            cublasLtMatrixLayout_t ld_) {
+    for (const MatmulAlgo& a : ctx->algos)
+        if (a.key == key) return a;
+    // The heuristic may otherwise assume 256-byte aligned matrices (its default); ours are 16-byte aligned
+    // (tensor offsets are multiples of 8 elements), so tell it the alignment each pointer really has.
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->workspace_size,
+                                                     sizeof(ctx->workspace_size)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a,
+                                                     sizeof(key.align_a)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b,
+                                                     sizeof(key.align_b)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d,
+                                                     sizeof(key.align_d)));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d,
+                                                     sizeof(key.align_d)));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found);
+    if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    MatmulAlgo a{key, st == CUBLAS_STATUS_SUCCESS && found > 0, {}};
+    if (a.found) a.algo = heur.algo;
+    ctx->algos.push_back(a);
+    return ctx->algos.back();
+}
+
 // The one cuBLASLt call: D[m,n] (column-major) = op(A)[m,k] @ op(B)[k,n] (+ D if accumulate),
 // with an epilogue, fp32 accumulation. A and B are floatX, D is d_type (floatX or fp32; C = D).
 // All three are dense: the leading dimension is the stored matrix's column-major row count.
 // bias: the epilogue's bias input or bias-gradient output, of type bias_type; cuBLASLt documents the
 // bias type as the output's for bf16 and fp32 outputs, so the callers pass floatX biases with floatX D.
+// Without an algorithm for the epilogue: the same product with the default epilogue, then our kernel.
 static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void* d, cudaDataType_t d_type,
                                    const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
                                    bool accumulate, cublasLtEpilogue_t epilogue, const void* bias,
@@ -80,38 +171,37 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
-    // The heuristic may otherwise assume 256-byte aligned matrices (its default); ours are 16-byte aligned
-    // (tensor offsets are multiples of 8 elements), so tell it the alignment each pointer really has.
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->workspace_size,
-                                                     sizeof(ctx->workspace_size)));
-    const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                     sizeof(align_a)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                     sizeof(align_b)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                     sizeof(align_d)));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
-                                                     sizeof(align_d)));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found));
-    if (found == 0) {
-        fprintf(stderr, "error: cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d epilogue=%d "
-                        "output type %d (shapes must be multiples of 8 for tensor cores)\n", m, n, k,
-                (int)trans_a, (int)trans_b, (int)epilogue, (int)d_type);
-        exit(1);
+    const MatmulKey key{m, n, k, trans_a, trans_b, epilogue, d_type, bias ? bias_type : d_type,
+                        pointer_alignment(a), pointer_alignment(b), pointer_alignment(d)};
+    const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
+    if (algo.found) {
+        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+        cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &algo.algo,
+                                   ctx->workspace, ctx->workspace_size, stream));
     }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &heur.algo,
-                               ctx->workspace, ctx->workspace_size, stream));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
+    if (algo.found) return;
+    if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
+        die("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d output type %d (llmc/matmul.cuh; shapes "
+            "must be multiples of 8 for tensor cores)", m, n, k, (int)trans_a, (int)trans_b, (int)d_type);
+    // no algorithm with this epilogue: the plain product, then the epilogue's work in our own kernel
+    cublaslt_matmul(ctx, stream, d, d_type, a, b, m, n, k, trans_a, trans_b, accumulate, CUBLASLT_EPILOGUE_DEFAULT,
+                    nullptr, bias_type);
+    if (epilogue == CUBLASLT_EPILOGUE_BIAS && d_type == CUDA_FLOATX) {
+        matmul_bias_add_kernel<<<(unsigned)ceil_div((size_t)m * n, 256), 256, 0, stream>>>((floatX*)d, (const floatX*)bias,
+                                                                                           m, n);
+    } else if (epilogue == CUBLASLT_EPILOGUE_BGRADB) {
+        // op(B) [k, n]: element (r, j) is b[j + r * n] when B is stored transposed ([n, k]), else b[r + j * k]
+        const size_t sr = trans_b ? (size_t)n : 1, sj = trans_b ? 1 : (size_t)k;
+        matmul_bias_grad_kernel<<<(unsigned)ceil_div(n, 32), dim3(32, 16), 0, stream>>>((floatX*)bias, b, k, n, sr, sj);
+    } else {
+        die("llmc/matmul.cuh: no fallback for epilogue %d with output type %d (only BIAS and BGRADB are used)",
+            (int)epilogue, (int)d_type);
+    }
+    cudaCheck(cudaGetLastError());
 }
 
 // out[N,OC] = inp[N,IC] @ W[OC,IC]^T + bias. Column-major: W row-major [OC,IC] is column-major

@@ -1,7 +1,8 @@
 // llmc/sampling.h: text generation pieces both trainers share: drawing the next token from a
 // row of logits with the run's RNG (temperature 1), the prompt, and printing a sample through
 // the tokenizer named by --tokenizer (none: token ids). The forward pass that produces the
-// logits is each trainer's own.
+// logits is each trainer's own. A run that does not sample (-g 0) opens no tokenizer, and the trainers open it
+// before they allocate the model, so a missing rank file stops a run at once.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -16,9 +17,10 @@ struct Sampler {
     Tokenizer tok;
 };
 
-static inline void sampler_open(Sampler* s, const std::string& name, int vocab_size) {
-    s->name = name;
-    if (name.empty()) return;
+// gen_tokens: the tokens each sample draws (-g); 0 leaves the sampler closed (no file is read).
+static inline void sampler_open(Sampler* s, const std::string& name, int vocab_size, int gen_tokens) {
+    s->name = gen_tokens > 0 ? name : "";
+    if (s->name.empty()) return;
     tokenizer_load_auto(&s->tok, name.c_str());
     if (tokenizer_vocab_size(&s->tok) > (uint32_t)vocab_size)
         die("--tokenizer %s has %u tokens but the model's vocabulary is %d", name.c_str(), tokenizer_vocab_size(&s->tok),

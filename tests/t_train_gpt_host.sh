@@ -2,7 +2,9 @@
 # The host-side modes of the CUDA trainer, which run without a GPU: its initial weights are bitwise
 # those of train_gpt_cpu (llmc/init.h), --print-config gives JSON that train_gpt.py builds the same
 # model from, the memory estimate follows the hand-derived activation sizes and shrinks with
-# --recompute, and bad shapes, flags and a missing GPU stop with a clear message. A few seconds.
+# --recompute and is its parts plus a stated reserve, bad shapes, flags and a missing GPU stop with a clear
+# message, a run without samples needs no tokenizer and a missing one stops it before any allocation, and the
+# parallel init gives the same bytes for 1 and 2 threads. About a minute (gpt3_125m's init, three times).
 set -u
 if [ ! -x ./train_gpt ]; then
     if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -74,7 +76,58 @@ if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep
     expect_fail "no GPU: a clear message" "no usable CUDA device" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 64 -x 1 -o ""
 fi
 
-# 5. the fp32 build (make train_gpt_fp32): the same host code with 4-byte floatX, and the row-wise attention's
+# 5. a run that draws no sample (-g 0) opens no tokenizer: the CPU trainer trains with a missing rank file, the
+#    CUDA trainer (llama3.2_1b) goes on to its device check; a run that samples and lacks the file stops on
+#    it before allocating anything (its first output line, before the CPU trainer's run table; before the
+#    CUDA trainer's device check, so also on a GPU machine)
+miss="$d/missing.tiktoken"
+out=$(./train_gpt_cpu -c gpt3_tiny -b 1 -t 64 -x 1 -v 0 -o "" -g 0 --tokenizer "$miss" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "step *1/1" <<< "$out" && ! grep -q "missing.tiktoken" <<< "$out"; then
+    pass "train_gpt_cpu -g 0 trains without opening the tokenizer"
+else fail "train_gpt_cpu -g 0 trains without opening the tokenizer" "rc $rc: $(tail -1 <<< "$out")"; fi
+out=$(./train_gpt_cpu -c gpt3_tiny -b 1 -t 64 -x 1 -v 0 -o "" -g 4 --tokenizer "$miss" 2>&1); rc=$?
+if [ $rc -eq 1 ] && head -1 <<< "$out" | grep -q "missing.tiktoken"; then
+    pass "train_gpt_cpu -g 4 with a missing tokenizer stops before allocating"
+else fail "train_gpt_cpu -g 4 with a missing tokenizer stops before allocating" "rc $rc, first line: $(head -1 <<< "$out")"; fi
+out=$(./train_gpt -c llama3.2_1b -b 1 -t 2048 -x 1 -o "" -g 4 --tokenizer "$miss" 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "missing.tiktoken" <<< "$out" && ! grep -q "device" <<< "$out"; then
+    pass "train_gpt -g 4 with a missing tokenizer stops before the device and any allocation"
+else fail "train_gpt -g 4 with a missing tokenizer stops before the device" "rc $rc: $(tail -1 <<< "$out")"; fi
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
+    expect_fail "train_gpt -c llama3.2_1b -g 0 opens no tokenizer (reaches the device check)" "no usable CUDA device" \
+        ./train_gpt -c llama3.2_1b -b 1 -t 2048 -x 1 -o "" -g 0 --tokenizer "$miss"
+fi
+
+# 6. parallel init (llmc/init.h): 1 and 2 OpenMP threads write the same bytes, and so does train_gpt's host
+#    code with 2, for gpt3_125m (125M values); the time per value is printed, not judged
+for run in "cpu 1 ./train_gpt_cpu" "cpu 2 ./train_gpt_cpu" "cuda 2 ./train_gpt"; do
+    read -r tag n prog <<< "$run"
+    OMP_NUM_THREADS=$n $prog -c gpt3_125m --export-init "$d/125m.$tag$n.safetensors" > "$d/125m.$tag$n.log" 2>&1
+    echo "  $prog, OMP_NUM_THREADS=$n: $(grep -m 1 initialised "$d/125m.$tag$n.log")"
+done
+if cmp -s "$d/125m.cpu1.safetensors" "$d/125m.cpu2.safetensors" && cmp -s "$d/125m.cpu1.safetensors" "$d/125m.cuda2.safetensors"
+then pass "init of gpt3_125m: 1 and 2 threads, both trainers, the same bytes"
+else fail "init of gpt3_125m: 1 and 2 threads, both trainers, the same bytes" "the --export-init files differ"; fi
+rm -f "$d"/125m.*.safetensors
+
+# 7. the memory reserve: the estimate's total is its parts plus a reserve of at least 1.5 GiB for the CUDA
+#    context and cuBLASLt (the byte line), and a budget 1 MiB below the total is refused, 1 MiB above fits
+line=$(./train_gpt -c gpt3_125m -b 8 -t 1024 --estimate-memory 80 2>&1 | grep "^memory estimate (bytes)")
+check=$(awk '{ for (i = 4; i < NF; i += 2) v[$i] = $(i + 1); parts = 0
+              for (k in v) if (k != "reserve" && k != "total") parts += v[k]
+              printf "%d %.6f %.6f", (v["total"] == parts + v["reserve"] && v["reserve"] >= 1.5 * 2^30),
+                     (v["total"] - 2^20) / 2^30, (v["total"] + 2^20) / 2^30 }' <<< "$line")
+read -r sum_ok below above <<< "$check"
+if [ "$sum_ok" = 1 ]; then pass "memory estimate: total = sum of the parts + a reserve >= 1.5 GiB"
+else fail "memory estimate: total = sum of the parts + reserve" "'$line'"; fi
+out=$(./train_gpt -c gpt3_125m -b 8 -t 1024 --estimate-memory "$below" 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "GiB are free" <<< "$out"; then pass "a budget 1 MiB below the estimate ($below GiB) is refused"
+else fail "a budget 1 MiB below the estimate is refused" "rc $rc: $(tail -1 <<< "$out")"; fi
+out=$(./train_gpt -c gpt3_125m -b 8 -t 1024 --estimate-memory "$above" 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(tail -1 <<< "$out")" = fits ]; then pass "a budget 1 MiB above the estimate ($above GiB) fits"
+else fail "a budget 1 MiB above the estimate fits" "rc $rc: $(tail -1 <<< "$out")"; fi
+
+# 8. the fp32 build (make train_gpt_fp32): the same host code with 4-byte floatX, and the row-wise attention's
 #    looser shape rules (any T, head dims up to 128)
 if [ -x ./train_gpt_fp32 ]; then
     full32=$(./train_gpt_fp32 -c gpt3_125m -b 8 -t 1024 --estimate-memory 80 --recompute full 2>&1 \

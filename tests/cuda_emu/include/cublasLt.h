@@ -2,11 +2,15 @@
 // column-major GEMM with fp32 accumulation (one rounding to bf16 for bf16 outputs), transposes, leading
 // dimensions, alpha/beta, and the epilogues BIAS (bias[i] added to row i of D) and BGRADB (bias[j] = the
 // sum over k of op(B)[k, j], stored, not added). Shapes and types are checked as cuBLASLt documents them,
-// including the bias type, which must be the output's; the heuristic always finds an algorithm.
+// including the bias type, which must be the output's. The heuristic finds an algorithm for every valid
+// call except for the epilogues named in EMU_LT_NO_ALGO (a comma-separated list of BIAS, BGRADB, BGRADA or
+// numbers, read on each call), for which it answers as cuBLASLt does when it has none: no result and
+// CUBLAS_STATUS_NOT_SUPPORTED. g_emu_heuristic_calls counts its calls, g_emu_gemms the products.
 #pragma once
 #include "cuda_emu.h"
 #include "library_types.h"
 #include <omp.h>
+#include <string>
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -149,6 +153,18 @@ static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrix
     return CUBLAS_STATUS_SUCCESS;
 }
 
+inline long g_emu_heuristic_calls = 0;
+
+// true when EMU_LT_NO_ALGO names this epilogue (by its name without CUBLASLT_EPILOGUE_, or its number)
+static inline bool emu_lt_no_algo(cublasLtEpilogue_t ep) {
+    const char* env = getenv("EMU_LT_NO_ALGO");
+    if (!env) return false;
+    const char* name = ep == CUBLASLT_EPILOGUE_BIAS ? "BIAS" : ep == CUBLASLT_EPILOGUE_BGRADB ? "BGRADB"
+                     : ep == CUBLASLT_EPILOGUE_BGRADA ? "BGRADA" : ep == CUBLASLT_EPILOGUE_DEFAULT ? "DEFAULT" : "";
+    const std::string list = std::string(",") + env + ",", number = std::to_string((int)ep);
+    return list.find("," + std::string(name) + ",") != std::string::npos || list.find("," + number + ",") != std::string::npos;
+}
+
 static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                                             cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                                             cublasLtMatrixLayout_t dd, cublasLtMatmulPreference_t p,
@@ -162,6 +178,8 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
             fprintf(stderr, "EMU cuBLASLt: alignment preference %u of operand %d is below the element size\n", p->align[i], i);
         }
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    g_emu_heuristic_calls++;
+    if (emu_lt_no_algo(d->ep)) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&res[0], 0, sizeof(res[0]));
     res[0].state = CUBLAS_STATUS_SUCCESS;
     res[0].wavesCount = 1.0f;
