@@ -426,7 +426,7 @@ stage_torch() {  # stage_torch small|large
         # master copy of train_gpt's estimate
         free=$(free_gib)
         est=$(./train_gpt -c "$preset" $flags --estimate-memory 100000 2>&1)
-        master=$(sed -n 's/.*master \([0-9.]*\) .*/\1/p' <<< "$est")
+        master=$(sed -n 's/^memory estimate (GiB):.* master \([0-9.]*\) .*/\1/p' <<< "$est")
         need=$(awk -v m="${master:-0}" 'BEGIN { printf "%.1f", 4 * m }')
         ours=$(for t in "${tables[@]}"; do awk -F'|' -v p="$preset" '$2 == " " p " " { gsub(/ /, "", $4); if ($4 ~ /^[0-9]+$/) print $4 }' "$t"; done | tail -n 1)
         if awk -v n="$need" -v f="$free" 'BEGIN { exit !(n <= 0 || n > f) }'; then
