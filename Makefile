@@ -1,7 +1,7 @@
 # train_gpt Makefile, in llm.c's manner: detect what the machine has, build what it can.
 #   make train_gpt_cpu     CPU reference trainer (OpenMP; MPI when mpicxx is found)
 #   make train_gpt         CUDA trainer (needs nvcc; NCCL when found)
-#   make test              build everything buildable, run every test, print "N passed, N failed"
+#   make test              build everything buildable, run every test, print "N passed, N failed, N skipped"
 # Variables: PRECISION=BF16|FP32 (CUDA), NO_MPI=1, NO_NCCL=1, NO_OMP=1, CUDA_HOME, NCCL_HOME.
 
 CXX ?= g++
