@@ -134,22 +134,24 @@ int main() {
     const int N = 5000, V = 300;
     std::vector<int32_t> tok(N);
     for (int n = 0; n < N; n++) tok[n] = (int32_t)(V * std::pow(host_uniform(7, n, 0.0f, 1.0f), 3.0f)) % V;
-    std::vector<int> token, offset, rows;
-    int max_count = 0;
-    embedding_plan_rows(tok.data(), N, V, &token, &offset, &rows, &max_count);
+    // packed [3N+1] = token [N] | offset [N+1] | rows [N], the first unique, unique+1 and N entries used
+    std::vector<int> packed(embedding_plan_ints(N), -7);
+    int unique = -1, max_count = 0;
+    embedding_plan_rows(tok.data(), N, V, packed.data(), &unique, &max_count);
+    const int* token = packed.data();
+    const int* offset = packed.data() + N;
+    const int* rows = packed.data() + 2 * N + 1;
     std::vector<std::vector<int>> direct(V);
     for (int n = 0; n < N; n++) direct[tok[n]].push_back(n);
-    bool ok = offset.size() == token.size() + 1 && offset.back() == N && (int)rows.size() == N;
-    int want_max = 0;
-    size_t u = 0;
+    bool ok = unique > 0 && unique <= N && offset[0] == 0 && offset[unique] == N;
+    int want_max = 0, u = 0;
     for (int v = 0; v < V && ok; v++) {
         want_max = std::max(want_max, (int)direct[v].size());
         if (direct[v].empty()) continue;
-        ok = u < token.size() && token[u] == v &&
-             std::vector<int>(rows.begin() + offset[u], rows.begin() + offset[u + 1]) == direct[v];
+        ok = u < unique && token[u] == v && std::vector<int>(rows + offset[u], rows + offset[u + 1]) == direct[v];
         u++;
     }
-    expect(ok && u == token.size() && max_count == want_max, "embedding plan: rows grouped by token, ascending, all once");
+    expect(ok && u == unique && max_count == want_max, "embedding plan: rows grouped by token, ascending, all once");
     return failures ? 1 : 0;
 }
 EOF
