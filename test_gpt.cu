@@ -95,11 +95,12 @@ static bool same_bits(const std::vector<float>& a, const std::vector<float>& b) 
 // 2 * clip: clipped) and ref.opt.grad2 (step 2, norm clip / 2: not clipped) at the schedule's learning rates
 // of steps 1 and 2; (final - init) compared per element with ref.opt.update. Both sides see the same gradient
 // values (bf16 numbers, exact in either build), so what is left is the fp32 arithmetic of the update, the
-// same in both builds: per step, p * (1 - lr wd) and p - u each round once (2^-24 |p|), and u = lr/bc1 *
-// m / (sqrt(v) / sqrt(bc2) + eps) goes through about ten fp32 roundings and fast-math sqrt and division
-// (2 ulp each), with a clip coefficient from an fp32 norm (relative error well under 2^-20; it moves step
-// 2 through m's mix of the two gradients): |u| < 2^-18 |u|-bound. |u| <= lr (step 1: exactly lr |g| /
-// (|g| + eps); step 2: |m^| / sqrt(v^) <= 1.01 for beta1 0.9, beta2 0.95, by Cauchy-Schwarz). Hence per element
+// same in both builds: per step, p * (1 - lr wd) and p - u each round once (2^-24 |p| each), and the step
+// u = lr/bc1 * m / (sqrt(v) / sqrt(bc2) + eps) goes through about ten fp32 roundings and fast-math sqrt and
+// division (2 ulp each), with a clip coefficient from an fp32 norm (relative error well under 2^-20; it
+// moves step 2 through m's mix of the two gradients): an error under 2^-18 |u|. And |u| <= lr (step 1:
+// exactly lr |g| / (|g| + eps); step 2: |m^| / sqrt(v^) <= 1.01 for beta1 0.9, beta2 0.95, by Cauchy-Schwarz).
+// Hence per element
 //   |(ours - init) - ref update| <= 2^-22 (|init| + |final|) + 2^-18 (lr_1 + lr_2).
 // What that bound separates: weight decay moves a weight by lr wd |p| per step, 1e-4 |p| at lr 1e-3 and
 // wd 0.1, 400 times 2^-22 |p| (so no decay, 10x decay, decay of the norm weights of value 1 stand out);
