@@ -13,8 +13,8 @@
 // starts; and a race detector on the dynamic shared memory (emu_smem, llmc/attention.cuh's tiles): per
 // byte, the warp and barrier interval of its last write and last read, as written by cp.async and read by
 // ldmatrix and lds32; a read of bytes another warp wrote in the same interval (no __syncthreads between),
-// a write of bytes another warp wrote or read in it, and a read of bytes whose cp.async the reading
-// thread's own warp has not waited for, are emulation errors. Plain C++ loads and stores of shared memory
+// a write of bytes another warp wrote or read in it, and a read of bytes whose cp.async the issuing thread
+// has not yet waited for, are emulation errors. Plain C++ loads and stores of shared memory
 // (static __shared__ arrays, the fp32 rows of the attention backward) are not tracked: there only the
 // schedule can expose a race, through wrong results.
 // cp.async (every mode): the destination is poisoned (0xff: NaN in bf16) when the copy is issued and the
