@@ -8,7 +8,8 @@ read from the same JSON config the C++ trainers use. Three modes:
   --ref INIT.safetensors --out REF.safetensors
         Reference state for the C++ tests: logits, loss and gradients at the initial weights,
         then --steps AdamW steps on generated tokens (losses, grad norms, learning rates,
-        final weights). fp32 on the CPU, deterministic.
+        final weights), and two float64 AdamW steps on given bf16 gradients (ref.opt.*: the
+        optimizer's own check). fp32 on the CPU, deterministic.
   --check REF.safetensors
         Recompute a reference file from its own initial weights and data, print the differences.
   --train --config CONFIG.json --data 'GLOB'
@@ -21,6 +22,7 @@ Debian's torch 1.13 (CPU) and on torch 2.x.
 """
 import argparse
 import contextlib
+import copy
 import glob
 import inspect
 import json
@@ -517,6 +519,32 @@ def reference_run(model, hp, inputs, targets):
             "losses": torch.tensor(losses), "grad_norms": torch.tensor(norms), "lrs": torch.tensor(lrs)}
 
 
+def optimizer_ref(model, hp, inputs, targets):
+    """Two AdamW steps in float64 from the current weights on given gradients, through the same param groups,
+    clipping and schedule as the run (make_optimizer, optimizer_step), for a tight check of an optimizer:
+    step 1 gets the gradient of micro-batch (0, 0) scaled to norm 2 * clip (clipped), step 2 that of
+    micro-batch (1, 0) scaled to norm clip / 2 (not clipped); both rounded to bf16, so that a bf16 trainer
+    can be fed exactly these values. Returns model-named dicts: grad1, grad2 (fp32) and update (final - init)."""
+    clip = hp["clip"] if hp["clip"] > 0 else 1.0
+    grads = []
+    for (s, a), norm_to in (((0, 0), 2.0 * clip), ((1 % hp["steps"], 0), 0.5 * clip)):
+        _, loss = model(inputs[s, a], targets[s, a])
+        loss.backward()
+        g = {name: p.grad.double() for name, p in model.named_parameters()}
+        model.zero_grad(set_to_none=True)
+        norm = math.sqrt(sum(float((t ** 2).sum()) for t in g.values()))
+        grads.append({name: (t * (norm_to / norm)).to(torch.bfloat16).double() for name, t in g.items()})
+    m64 = copy.deepcopy(model).double()
+    init = {name: p.detach().clone() for name, p in m64.named_parameters()}
+    opt = make_optimizer(m64, hp, foreach=False)
+    for s, g in enumerate(grads):
+        for name, p in m64.named_parameters():
+            p.grad = g[name].clone()
+        optimizer_step(m64, opt, s, hp, exact_norm=True)
+    update = {name: (p.detach() - init[name]) for name, p in m64.named_parameters()}
+    return {"grad1": grads[0], "grad2": grads[1], "update": update}
+
+
 def load_model_file(path):
     """Read a safetensors file with a "config" in its metadata; returns (tensors, metadata, cfg, model)."""
     if not os.path.isfile(path):
@@ -539,6 +567,7 @@ def run_ref(args):
         die(f"--seq {hp['seq']} exceeds the config's seq_len {cfg['seq_len']}")
     inputs, targets = make_data(cfg, hp, args.ignore_frac)
     initial = to_hf(cfg, dict(model.named_parameters()))
+    opt_ref = optimizer_ref(model, hp, inputs, targets)
     ref = reference_run(model, hp, inputs, targets)
 
     out = dict(initial)
@@ -547,6 +576,8 @@ def run_ref(args):
     out.update({f"ref.grad.{n}": g for n, g in to_hf(cfg, ref["grads"]).items()})
     out["ref.losses"], out["ref.grad_norms"], out["ref.lrs"] = ref["losses"], ref["grad_norms"], ref["lrs"]
     out.update({f"ref.final.{n}": w for n, w in to_hf(cfg, dict(model.named_parameters())).items()})
+    for k in ("grad1", "grad2", "update"):
+        out.update({f"ref.opt.{k}.{n}": t for n, t in to_hf(cfg, opt_ref[k]).items()})
     write_safetensors(args.out, out, {"config": meta["config"], "train": json.dumps(hp)})
     print(f"{cfg.get('name', 'model')}: loss at init {ref['loss'].item():.6f}")
     for s in range(hp["steps"]):

@@ -4,6 +4,9 @@
 // ref.logits, ref.loss, ref.grad.*, ref.losses, ref.grad_norms, ref.lrs, ref.final.*).
 //   key_bias_mask(c, table)   the elements whose trajectory is rounding noise (below)
 //   update_rel_err(r, table, init, ours)   how far a trainer's 10-step weight update is from the reference's
+//   update_err_parts(r, table, init, ours, num, den)   the same per tensor (squared numerator, denominator)
+// The files also hold ref.opt.grad1.*, ref.opt.grad2.*, ref.opt.update.* (train_gpt.py optimizer_ref): two
+// float64 AdamW steps on given bf16 gradients, for the check of the optimizer alone (test_gpt.cu).
 #pragma once
 #include <cmath>
 #include <string>
@@ -82,20 +85,36 @@ static std::vector<bool> key_bias_mask(const ModelConfig& c, const ParamTable& t
     return mask;
 }
 
+// Per tensor of the table (table.specs order): num[k] = ||(ours - init) - (ref_final - init)||^2 and
+// den[k] = ||ref_final - init||^2 over the tensor's elements that key_bias_mask does not exclude. A non-finite
+// weight of ours makes num infinite (a NaN must not pass as a small error).
+static void update_err_parts(const RefState& r, const ParamTable& table, const float* init, const float* ours,
+                             std::vector<double>* num, std::vector<double>* den) {
+    std::vector<float> fin(table.total);
+    hf_read_tensors(&r.st, table, "ref.final.", fin.data());
+    const std::vector<bool> skip = key_bias_mask(r.c, table);
+    num->assign(table.specs.size(), 0.0);
+    den->assign(table.specs.size(), 0.0);
+    for (size_t k = 0; k < table.specs.size(); k++) {
+        const ParamSpec& s = table.specs[k];
+        for (size_t i = s.offset; i < s.offset + s.numel(); i++) {
+            if (skip[i]) continue;
+            if (!std::isfinite(ours[i])) { (*num)[k] = INFINITY; continue; }
+            const double d_ref = (double)fin[i] - init[i], d = (double)ours[i] - fin[i];
+            (*num)[k] += d * d;
+            (*den)[k] += d_ref * d_ref;
+        }
+    }
+}
+
 // ||(ours - init) - (ref_final - init)|| / ||ref_final - init|| over every parameter but the key biases of
 // key_bias_mask: the error of the whole optimizer trajectory (AdamW, decay, clipping, schedule) relative to
 // the update itself. An optimizer that does nothing scores 1, one that steps the wrong way 2.
 static double update_rel_err(const RefState& r, const ParamTable& table, const float* init, const float* ours) {
-    std::vector<float> fin(table.total);
-    hf_read_tensors(&r.st, table, "ref.final.", fin.data());
-    const std::vector<bool> skip = key_bias_mask(r.c, table);
-    double num = 0, den = 0;
-    for (size_t i = 0; i < table.total; i++) {
-        if (skip[i]) continue;
-        const double d_ref = (double)fin[i] - init[i], d = (double)ours[i] - fin[i];
-        num += d * d;
-        den += d_ref * d_ref;
-    }
-    if (!std::isfinite(num) || !std::isfinite(den)) return INFINITY;  // a NaN or inf fails, never scores low
-    return std::sqrt(num / std::max(den, 1e-300));
+    std::vector<double> num, den;
+    update_err_parts(r, table, init, ours, &num, &den);
+    double n = 0, d = 0;
+    for (size_t k = 0; k < num.size(); k++) { n += num[k]; d += den[k]; }
+    if (!std::isfinite(n) || !std::isfinite(d)) return INFINITY;  // a NaN or inf fails, never scores low
+    return std::sqrt(n / std::max(d, 1e-300));
 }

@@ -3,9 +3,12 @@
 # g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (every kernel runs as written, its
 # threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on head dims 64
 # (GPT, LLaMA GQA), 80 and 128, the fp32 build on the two head-dim-64 states. Every check of test_gpt runs:
-# logits, loss, gradients, recompute, 10 steps, weight update, determinism (with the blocks of every
-# launch in a shuffled order for the second bf16 pass), resume. It checks the CUDA trainer's logic against
-# PyTorch, not the GPU's arithmetic (exact host math instead of fast-math intrinsics), races or speed.
+# logits, loss, gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism,
+# resume. A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
+# in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the
+# shared-memory race detector (EMU_SCHED=random, tests/cuda_emu/include/cuda_emu.h). It checks the CUDA
+# trainer's logic against PyTorch, not the GPU's arithmetic (exact host math instead of fast-math
+# intrinsics) or speed.
 # x86-64 only (the fiber switch). About 10 minutes on 2 cores.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
@@ -39,12 +42,22 @@ fp32_states=()
 for f in "${gpu_state_files[@]}"; do
     case $f in */gpt3_tiny_hd64.safetensors|*/llama_tiny_gqa_hd64.safetensors) fp32_states+=("$f") ;; esac
 done
-# test_gpt writes its checkpoints under build/t_gpu of the working directory: run it in $d/run
+# test_gpt writes its checkpoints under build/t_gpu of the working directory: run it in $d/run.
+# run_emu LOG LABEL CMD...: the checks of one run, labelled; a run that stops early (an emulation error: a
+# race, a deadlock, a misaligned access) without a [FAIL] line gets one naming the first error.
+run_emu() {
+    local log=$1 label=$2
+    shift 2
+    "$@" > "$log" 2>&1
+    local rc=$?
+    grep -E '^\[(PASS|FAIL)\]|^EMU' "$log" | sed "s/^\[\(PASS\|FAIL\)\] /&$label/"
+    if [ $rc -ne 0 ]; then
+        status=1
+        grep -q '^\[FAIL\]' "$log" || echo "[FAIL] ${label}test_gpt stopped (status $rc): $(grep -m 1 -E 'EMU|error' "$log")"
+    fi
+}
 cd "$d/run"
-"$d/test_gpt_emu" ref "${bf16_states[@]}" > "$d/bf16.log" 2>&1 || status=1
-grep -E '^\[(PASS|FAIL)\]|^EMU' "$d/bf16.log"
-EMU_ORDER=2 "$d/test_gpt_emu" ref "$d/gpt3_tiny_hd64.safetensors" > "$d/bf16_shuffled.log" 2>&1 || status=1
-grep -E '^\[(PASS|FAIL)\]|^EMU' "$d/bf16_shuffled.log" | sed 's/^\[\(PASS\|FAIL\)\] /&blocks shuffled: /'
-"$d/test_gpt_fp32_emu" ref "${fp32_states[@]}" > "$d/fp32.log" 2>&1 || status=1
-grep -E '^\[(PASS|FAIL)\]|^EMU' "$d/fp32.log"
+run_emu "$d/bf16.log" "" "$d/test_gpt_emu" ref "${bf16_states[@]}"
+run_emu "$d/bf16_race.log" "race mode: " env EMU_ORDER=2 EMU_SCHED=random "$d/test_gpt_emu" ref "$d/gpt3_tiny_hd64.safetensors"
+run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_states[@]}"
 exit $status

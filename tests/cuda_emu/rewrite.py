@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the headers of llmc/ and tests/
-from the repository SRC into DST (same relative paths), with the two changes g++ needs to build them
-against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args),
-and the functions of llmc/attention.cuh that hold inline PTX (mma.sync, ldmatrix, cp.async) are removed,
-the emulation header providing them; its dynamic shared memory comes from emu_smem(). Prints the count
-of rewritten launches per file."""
+"""tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the .h, .cuh and .cu files of llmc/
+and tests/ from the repository SRC into DST (same relative paths), with the two changes g++ needs to build
+them against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args),
+and the functions of llmc/attention.cuh that hold inline PTX (mma.sync, ldmatrix, cp.async) and its 32-bit
+shared load lds32 are removed, the emulation header providing them (its lds32 feeds the race detector); its
+dynamic shared memory comes from emu_smem(). Prints the count of rewritten launches per file."""
 import os, re, sys
 if len(sys.argv) != 3:
     sys.exit("usage: rewrite.py SRC DST")
@@ -58,6 +58,9 @@ for root in ['llmc', 'tests', '.']:
         total += n
         if f == 'attention.cuh':
             t = strip_asm(t)
+            # the 32-bit shared load too: the emulation's lds32 feeds the race detector
+            t, k = re.subn(r'\n__device__ __forceinline__ uint32_t lds32\(const __nv_bfloat16\* p\) \{[^\n]*\}\n', '\n', t)
+            assert k == 1, 'lds32 not found'
             t = t.replace('extern __shared__ __align__(16) unsigned char att_smem[];', 'unsigned char* att_smem = emu_smem();')
             assert 'asm' not in re.sub(r'//.*', '', t), 'asm left'
         os.makedirs(os.path.join(DST, root), exist_ok=True)

@@ -1,11 +1,25 @@
 // tests/cuda_emu/include/cuda_emu.h: the CUDA runtime and the kernel thread model emulated on the host, so
 // that train_gpt.cu and test_gpt.cu compile with g++ and run their kernels on the CPU (tests/t_gpu_emulated.sh;
 // cuBLASLt is in cublasLt.h beside this file). It checks the program's logic: indexing, barriers, warp
-// collectives, the tensor-core fragment layouts as llmc/attention.cuh documents them, launch shapes; not
-// speed, races, or the GPU's fast-math intrinsics (exact host math here).
+// collectives, the tensor-core fragment layouts as llmc/attention.cuh documents them, launch shapes, and in
+// EMU_SCHED=random mode shared-memory races (below); not speed or the GPU's fast-math intrinsics (exact host
+// math here).
 // Thread model: a block's CUDA threads are fibers (user-level contexts, an x86-64 stack switch) run by one
-// OS thread, round-robin; __syncthreads and the warp collectives (shuffles, mma.sync, ldmatrix) are
-// counting barriers on which a fiber yields until its group (block, or warp of 32) has arrived.
+// OS thread; __syncthreads and the warp collectives (shuffles, mma.sync, ldmatrix) are counting barriers on
+// which a fiber yields until its group (block, or warp of 32) has arrived. Default schedule: round-robin,
+// each thread runs until it waits at a barrier. EMU_SCHED=random (seeded per launch and block): warps in a
+// random order, each run ahead (its lanes in a random order, again and again) until all its threads wait at
+// a __syncthreads or have returned, so one warp runs through a whole barrier interval before another
+// starts; and a race detector on the dynamic shared memory (emu_smem, llmc/attention.cuh's tiles): per
+// byte, the warp and barrier interval of its last write and last read, as written by cp.async and read by
+// ldmatrix and lds32; a read of bytes another warp wrote in the same interval (no __syncthreads between),
+// a write of bytes another warp wrote or read in it, and a read of bytes whose cp.async the issuing thread
+// has not yet waited for, are emulation errors. Plain C++ loads and stores of shared memory
+// (static __shared__ arrays, the fp32 rows of the attention backward) are not tracked: there only the
+// schedule can expose a race, through wrong results.
+// cp.async (every mode): the destination is poisoned (0xff: NaN in bf16) when the copy is issued and the
+// data lands when the issuing thread's cp.async.wait_group retires its group, so a read before the wait, or
+// by another thread before the barrier after it, sees NaN or the old contents.
 // A thread that returns drops out of its block's and warp's barriers; a collective after that, a deadlock,
 // a misaligned ldmatrix or cp.async address is an emulation error, and cudaGetLastError then fails.
 // Blocks run one after another (EMU_ORDER=0 ascending (default), 1 descending, 2 pseudo-random per launch).
@@ -119,6 +133,16 @@ struct EmuWarpData {
     const void* addr[32];
     float f[32];
 };
+struct EmuCpAsync {  // one cp.async in flight: destination, the 16 source bytes, its commit group
+    unsigned char* dst;
+    unsigned char data[16];
+    long group;
+};
+struct EmuShadow {  // race detector: per shared byte, the barrier interval (gen + 1; 0 = never) and warp
+    uint32_t w_gen, r_gen;
+    int16_t w_warp, r_warp;  // r_warp -1: read by several warps in r_gen
+    uint8_t pending;         // written by a cp.async not yet waited for
+};
 struct EmuState {
     static const int MAXT = 1024;
     static const size_t STACK = 256 << 10;
@@ -137,9 +161,13 @@ struct EmuState {
     std::vector<unsigned char> smem;
     long errors = 0;
     bool in_kernel = false;
+    std::vector<EmuCpAsync> cp[MAXT];  // cp.async in flight per thread
+    long cp_groups[MAXT];              // groups committed per thread
+    std::vector<EmuShadow> shadow;     // per byte of smem (EMU_SCHED=random)
 };
 inline EmuState g_emu;
 
+inline bool g_emu_random = getenv("EMU_SCHED") && strcmp(getenv("EMU_SCHED"), "random") == 0;
 static inline void emu_error(const char* what) {
     if (g_emu.errors++ < 20)
         fprintf(stderr, "EMU ERROR: %s (block %u,%u,%u thread %d)\n", what, blockIdx.x, blockIdx.y, blockIdx.z, g_emu.cur);
@@ -210,6 +238,36 @@ template <typename T> static inline T __shfl_down_sync(unsigned mask, T v, unsig
     return emu_shuffle(mask, v, [d](int l) { return l + (int)d < 32 ? l + (int)d : l; });
 }
 
+// Race detector (EMU_SCHED=random): an access of n bytes at p by the current thread's warp.
+static inline bool emu_in_smem(const void* p) {
+    const unsigned char* c = (const unsigned char*)p;
+    return c >= g_emu.smem.data() && c < g_emu.smem.data() + g_emu.smem.size();
+}
+static inline void emu_shadow_access(const void* p, int n, bool write, bool async) {
+    if (!g_emu_random || !emu_in_smem(p)) return;
+    EmuState& E = g_emu;
+    const uint32_t gen = (uint32_t)E.blk.gen + 1;
+    const int16_t w = (int16_t)(E.cur / 32);
+    EmuShadow* sh = E.shadow.data() + ((const unsigned char*)p - E.smem.data());
+    for (int i = 0; i < n; i++) {
+        EmuShadow& b = sh[i];
+        if (write) {
+            if (b.r_gen == gen && b.r_warp != w)
+                emu_error("race: shared memory written while another warp reads it in the same barrier interval");
+            else if (b.w_gen == gen && b.w_warp != w)
+                emu_error("race: shared memory written by two warps in the same barrier interval");
+            b.w_gen = gen;
+            b.w_warp = w;
+            b.pending = async;
+        } else {
+            if (b.pending) emu_error("race: shared memory read before its cp.async completed (cp.async.wait_group)");
+            else if (b.w_gen == gen && b.w_warp != w)
+                emu_error("race: shared memory read in the barrier interval in which another warp wrote it");
+            b.r_warp = (b.r_gen == gen && b.r_warp != w) ? -1 : w;
+            b.r_gen = gen;
+        }
+    }
+}
 // ---- tensor-core and shared-memory primitives of llmc/attention.cuh (their asm replaced by these)
 static inline uint16_t emu_half(uint32_t r, int hi) { return hi ? (uint16_t)(r >> 16) : (uint16_t)(r & 0xffff); }
 static inline float emu_bf(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -242,6 +300,7 @@ static inline void emu_ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row, bool t
     EmuWarpData& w = g_emu.wd[emu_tid() / 32];
     const int l = emu_tid() % 32;
     if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
+    emu_shadow_access(row, 16, false, false);
     w.addr[l] = row;
     emu_warp_sync_checked();
     const int g = l / 4, q = l % 4;
@@ -258,13 +317,46 @@ static inline void emu_ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row, bool t
 }
 static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, false); }
 static inline void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, true); }
-// cp.async: copied at once (one legal timing; hides no-wait races rather than exposing them)
+// cp.async: the destination poisoned now, the data delivered when the group retires (cp_async_wait)
 static inline void cp_async16(__nv_bfloat16* s, const __nv_bfloat16* g) {
     if (((uintptr_t)s & 15) || ((uintptr_t)g & 15)) emu_error("cp.async 16 with a misaligned address");
-    memcpy(s, g, 16);
+    EmuCpAsync c;
+    c.dst = (unsigned char*)s;
+    memcpy(c.data, g, 16);
+    c.group = -1;  // not committed yet
+    g_emu.cp[emu_tid()].push_back(c);
+    emu_shadow_access(s, 16, true, true);
+    memset(s, 0xff, 16);
 }
-static inline void cp_async_commit() {}
-template <int N> static inline void cp_async_wait() {}
+static inline void cp_async_commit() {
+    const int t = emu_tid();
+    for (EmuCpAsync& c : g_emu.cp[t])
+        if (c.group < 0) c.group = g_emu.cp_groups[t];
+    g_emu.cp_groups[t]++;
+}
+// retires every committed group but the newest N of this thread: their data lands
+template <int N> static inline void cp_async_wait() {
+    const int t = emu_tid();
+    std::vector<EmuCpAsync>& q = g_emu.cp[t];
+    size_t k = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        if (q[i].group >= 0 && q[i].group < g_emu.cp_groups[t] - N) {
+            memcpy(q[i].dst, q[i].data, 16);
+            if (g_emu_random && emu_in_smem(q[i].dst))
+                for (int b = 0; b < 16; b++) g_emu.shadow[q[i].dst - g_emu.smem.data() + b].pending = 0;
+        } else {
+            q[k++] = q[i];
+        }
+    }
+    q.resize(k);
+}
+// 32-bit shared load of llmc/attention.cuh (its definition replaced by tests/cuda_emu/rewrite.py)
+static inline uint32_t lds32(const __nv_bfloat16* p) {
+    emu_shadow_access(p, 4, false, false);
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 static inline unsigned char* emu_smem() { return g_emu.smem.data(); }
 
 // ---------------------------------------------------------------- launches
@@ -311,6 +403,7 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
         const long b = order[k];
         blockIdx = dim3((unsigned)(b % grid.x), (unsigned)((b / grid.x) % grid.y), (unsigned)(b / ((long)grid.x * grid.y)));
         E.smem.assign(smem + 16, 0xff);  // fresh shared memory, NaN-filled
+        if (g_emu_random) E.shadow.assign(smem + 16, EmuShadow{0, 0, 0, 0, 0});
         E.blk = EmuGroup{nt, 0, 0, 0};
         for (int w = 0; w < (nt + 31) / 32; w++) E.warp[w] = EmuGroup{std::min(32, nt - 32 * w), 0, 0, 0};
         for (int t = 0; t < nt; t++) {
@@ -323,17 +416,48 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
             for (int i = 0; i < 6; i++) sp[i] = nullptr;
             E.sp[t] = sp;
             E.done[t] = false;
+            E.cp[t].clear();
+            E.cp_groups[t] = 0;
         }
         int remaining = nt;
+        auto run = [&](int t) {  // thread t until it waits at a barrier or returns
+            E.cur = t;
+            threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+            emu_switch(&E.sched_sp, E.sp[t]);
+            if (E.done[t]) remaining--;
+        };
+        const int nw = (nt + 31) / 32;
+        uint64_t rs = 0x9E3779B97F4A7C15ull * (uint64_t)(g_emu_launches * 1000003 + b + 1);
+        auto rnd = [&](int n) {  // 0..n-1
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            return (int)((rs >> 33) % (uint64_t)n);
+        };
+        while (g_emu_random && remaining > 0) {
+            // the warps in a random order, each run ahead until all its threads wait at __syncthreads or returned
+            const long p0 = E.progress;
+            int wo[32], lo[32];
+            for (int w = 0; w < nw; w++) wo[w] = w;
+            for (int i = nw - 1; i > 0; i--) std::swap(wo[i], wo[rnd(i + 1)]);
+            for (int k = 0; k < nw; k++) {
+                const int w = wo[k], nl = std::min(32, nt - 32 * w);
+                for (long pw = -1; pw != E.progress;) {
+                    pw = E.progress;
+                    for (int i = 0; i < nl; i++) lo[i] = i;
+                    for (int i = nl - 1; i > 0; i--) std::swap(lo[i], lo[rnd(i + 1)]);
+                    for (int i = 0; i < nl; i++)
+                        if (!E.done[32 * w + lo[i]]) run(32 * w + lo[i]);
+                }
+            }
+            if (remaining > 0 && E.progress == p0) {
+                fprintf(stderr, "EMU: deadlock in block (%u,%u,%u): %d threads wait at barriers that cannot complete\n",
+                        blockIdx.x, blockIdx.y, blockIdx.z, remaining);
+                abort();
+            }
+        }
         while (remaining > 0) {
             const long p0 = E.progress;
-            for (int t = 0; t < nt; t++) {
-                if (E.done[t]) continue;
-                E.cur = t;
-                threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-                emu_switch(&E.sched_sp, E.sp[t]);
-                if (E.done[t]) remaining--;
-            }
+            for (int t = 0; t < nt; t++)
+                if (!E.done[t]) run(t);
             if (remaining > 0 && E.progress == p0) {
                 fprintf(stderr, "EMU: deadlock in block (%u,%u,%u): %d threads wait at barriers that cannot complete\n",
                         blockIdx.x, blockIdx.y, blockIdx.z, remaining);

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The tensor-core flash attention of llmc/attention.cuh against attention in double precision
+# (tests/test_attention.cu: forward and backward, head dims 64, 80, 128, GQA and MQA, odd tile counts, at
+# tolerances set by the kernels' bf16 roundings). Always under the CUDA emulation of tests/cuda_emu (built
+# with g++ like tests/t_gpu_emulated.sh builds test_gpt), twice: the default schedule, and EMU_SCHED=random
+# (warps run ahead in random orders, shared-memory race detector, cp.async data landing only at its wait).
+# Where a GPU is present, also built with nvcc for the Makefile's targets (sm_80, sm_90a) and run for real;
+# otherwise that part prints [SKIP]. About 30 s on 2 cores.
+set -u
+d=$(pwd)/build/t_attention
+rm -rf "$d" && mkdir -p "$d/src"
+status=0
+
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "[SKIP] test_attention emulated: the emulation's fiber switch is x86-64 only"
+elif ! /usr/bin/python3 tests/cuda_emu/rewrite.py . "$d/src" > "$d/rewrite.log" 2>&1; then
+    echo "[FAIL] tests/cuda_emu/rewrite.py: $(tail -2 "$d/rewrite.log")"; status=1
+elif ! g++ -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)/tests/cuda_emu/include" \
+        -I"$d/src" -I"$(pwd)" -x c++ "$d/src/tests/test_attention.cu" -o "$d/test_attention_emu" > "$d/build_emu.log" 2>&1; then
+    echo "[FAIL] tests/test_attention.cu builds against the emulation: $(grep -m 3 error "$d/build_emu.log")"; status=1
+else
+    echo "[PASS] tests/test_attention.cu builds against the emulation"
+    for sched in default random; do
+        EMU_SCHED=$sched "$d/test_attention_emu" > "$d/emu_$sched.log" 2>&1 || status=1
+        grep -E '^\[(PASS|FAIL)\]' "$d/emu_$sched.log" | sed "s/^\[\(PASS\|FAIL\)\] /&emulated, EMU_SCHED=$sched: /"
+        # an emulation error (a race, a deadlock) ends the program before its checks: name it
+        if ! grep -q '^  attention .*hd=128' "$d/emu_$sched.log"; then
+            echo "[FAIL] test_attention emulated, EMU_SCHED=$sched: did not finish: $(grep -m 2 -E 'EMU|error' "$d/emu_$sched.log" | tr '\n' ' ')"
+            status=1
+        fi
+    done
+fi
+
+if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
+    echo "[SKIP] test_attention on a GPU: no GPU"
+    exit $status
+fi
+NVCC=$(command -v nvcc 2>/dev/null || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+if ! "$NVCC" -O3 --use_fast_math -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-function \
+        -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+        tests/test_attention.cu -o "$d/test_attention" -lcublasLt > "$d/build_gpu.log" 2>&1; then
+    echo "[FAIL] tests/test_attention.cu builds with nvcc: $(grep -m 3 error "$d/build_gpu.log")"; exit 1
+fi
+if grep -qi warning "$d/build_gpu.log"; then
+    echo "[FAIL] tests/test_attention.cu builds with nvcc without warnings: $(grep -m 2 -i warning "$d/build_gpu.log")"; status=1
+fi
+"$d/test_attention" > "$d/gpu.log" 2>&1 || status=1
+grep -E '^\[(PASS|FAIL)\]' "$d/gpu.log" | sed 's/^\[\(PASS\|FAIL\)\] /&GPU: /'
+grep -q '^  attention .*hd=128' "$d/gpu.log" || { echo "[FAIL] test_attention on the GPU did not finish: $(tail -2 "$d/gpu.log")"; status=1; }
+exit $status
