@@ -10,54 +10,88 @@
 # trainer's logic against PyTorch, not the GPU's arithmetic (exact host math instead of fast-math
 # intrinsics) or speed.
 # x86-64 only (the fiber switch). About 10 minutes on 2 cores.
+# A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race fp32" (default all
+# three); EMU_CASES, the states of the bf16 pass (default the four above; the fp32 pass takes the
+# head-dim-64 ones among them, the race pass gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
+# already holds NAME.safetensors for those cases (made from another tree), instead of making them here.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 [ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
+passes=${EMU_PASSES:-bf16 race fp32}
+cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 gpt_hd80 llama_gqa_hd128}
+for p in $passes; do
+    case $p in bf16|race|fp32) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, fp32)"; exit 1 ;; esac
+done
+has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 d=$(pwd)/build/t_gpu_emulated
 rm -rf "$d" && mkdir -p "$d/src" "$d/run"
 status=0
 
-# the sources with their launches rewritten, built twice (bf16, fp32) in parallel
+# the sources with their launches rewritten, built for the passes asked (bf16 serves bf16 and race), in parallel
 if ! /usr/bin/python3 tests/cuda_emu/rewrite.py . "$d/src" > "$d/rewrite.log" 2>&1; then
     echo "[FAIL] tests/cuda_emu/rewrite.py: $(tail -2 "$d/rewrite.log")"; exit 1
 fi
 flags="-std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I$(pwd)/tests/cuda_emu/include -I$d/src -I$(pwd)"
-g++ $flags -x c++ "$d/src/test_gpt.cu" -o "$d/test_gpt_emu" > "$d/build_bf16.log" 2>&1 &
-g++ $flags -DENABLE_FP32 -x c++ "$d/src/test_gpt.cu" -o "$d/test_gpt_fp32_emu" > "$d/build_fp32.log" 2>&1
-fp32_rc=$?
-wait $!
-bf16_rc=$?
-for b in bf16 fp32; do
-    rc=$bf16_rc; [ $b = fp32 ] && rc=$fp32_rc
-    if [ $rc -eq 0 ]; then echo "[PASS] test_gpt.cu builds against the emulation ($b)"
+builds=()
+{ has "$passes" bf16 || has "$passes" race; } && builds+=(bf16)
+has "$passes" fp32 && builds+=(fp32)
+pids=()
+for b in "${builds[@]}"; do
+    if [ $b = bf16 ]; then g++ $flags -x c++ "$d/src/test_gpt.cu" -o "$d/test_gpt_emu" > "$d/build_bf16.log" 2>&1 &
+    else g++ $flags -DENABLE_FP32 -x c++ "$d/src/test_gpt.cu" -o "$d/test_gpt_fp32_emu" > "$d/build_fp32.log" 2>&1 & fi
+    pids+=($!)
+done
+for i in "${!builds[@]}"; do
+    b=${builds[$i]}
+    if wait "${pids[$i]}"; then echo "[PASS] test_gpt.cu builds against the emulation ($b)"
     else echo "[FAIL] test_gpt.cu builds against the emulation ($b): $(grep -m 3 error "$d/build_$b.log")"; status=1; fi
 done
 [ $status -eq 0 ] || exit 1
 
-source tests/gpu_cases.sh
-make_gpu_states "$d" /usr/bin/python3 gpt3_tiny_hd64 llama_tiny_gqa_hd64 gpt_hd80 llama_gqa_hd128
-[ $gpu_states_status -eq 0 ] || status=1
-bf16_states=("${gpu_state_files[@]}")
+bf16_states=()
+if [ -n "${EMU_STATES_DIR:-}" ]; then
+    for c in $cases; do
+        f=$EMU_STATES_DIR/$c.safetensors
+        if [ -f "$f" ]; then bf16_states+=("$f"); else echo "[FAIL] EMU_STATES_DIR: $f is missing"; status=1; fi
+    done
+else
+    source tests/gpu_cases.sh
+    # shellcheck disable=SC2086
+    make_gpu_states "$d" /usr/bin/python3 $cases
+    [ $gpu_states_status -eq 0 ] || status=1
+    bf16_states=("${gpu_state_files[@]}")
+fi
 fp32_states=()
-for f in "${gpu_state_files[@]}"; do
+race_state=""
+for f in "${bf16_states[@]}"; do
     case $f in */gpt3_tiny_hd64.safetensors|*/llama_tiny_gqa_hd64.safetensors) fp32_states+=("$f") ;; esac
+    case $f in */gpt3_tiny_hd64.safetensors) race_state=$f ;; esac
 done
 # test_gpt writes its checkpoints under build/t_gpu of the working directory: run it in $d/run.
-# run_emu LOG LABEL CMD...: the checks of one run, labelled; a run that stops early (an emulation error: a
-# race, a deadlock, a misaligned access) without a [FAIL] line gets one naming the first error.
+# run_emu LOG LABEL CMD...: the checks of one run, labelled, as they come; a run that stops early (an
+# emulation error: a race, a deadlock, a misaligned access) without a [FAIL] line gets one naming the first
+# error.
 run_emu() {
     local log=$1 label=$2
     shift 2
-    "$@" > "$log" 2>&1
-    local rc=$?
-    grep -E '^\[(PASS|FAIL)\]|^EMU' "$log" | sed "s/^\[\(PASS\|FAIL\)\] /&$label/"
-    if [ $rc -ne 0 ]; then
+    "$@" 2>&1 | tee "$log" | grep --line-buffered -E '^\[(PASS|FAIL)\]|^EMU' | sed -u "s/^\[\(PASS\|FAIL\)\] /&$label/"
+    local rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ]; then
         status=1
         grep -q '^\[FAIL\]' "$log" || echo "[FAIL] ${label}test_gpt stopped (status $rc): $(grep -m 1 -E 'EMU|error' "$log")"
     fi
 }
 cd "$d/run"
-run_emu "$d/bf16.log" "" "$d/test_gpt_emu" ref "${bf16_states[@]}"
-run_emu "$d/bf16_race.log" "race mode: " env EMU_ORDER=2 EMU_SCHED=random "$d/test_gpt_emu" ref "$d/gpt3_tiny_hd64.safetensors"
-run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_states[@]}"
+if has "$passes" bf16 && [ ${#bf16_states[@]} -gt 0 ]; then
+    run_emu "$d/bf16.log" "" "$d/test_gpt_emu" ref "${bf16_states[@]}"
+fi
+if has "$passes" race; then
+    if [ -n "$race_state" ]; then
+        run_emu "$d/bf16_race.log" "race mode: " env EMU_ORDER=2 EMU_SCHED=random "$d/test_gpt_emu" ref "$race_state"
+    else echo "[FAIL] the race pass runs on gpt3_tiny_hd64, which EMU_CASES does not name"; status=1; fi
+fi
+if has "$passes" fp32; then
+    if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_states[@]}"
+    else echo "[FAIL] the fp32 pass runs on the head-dim-64 states, which EMU_CASES does not name"; status=1; fi
+fi
 exit $status

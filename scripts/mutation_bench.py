@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""scripts/mutation_bench.py: how many realistic one-line bugs do the tests catch?
+
+A benchmark of the test suite, not part of `make test`. Each mutant below replaces one exact
+snippet of one source file (the snippet must occur exactly once) with a plausible bug: a wrong
+sign, an off-by-one, a missing term, a forgotten barrier, a wrong index, a wrong constant. For each
+mutant the script copies the working tree (once, into build/mutation/tree), applies the change,
+rebuilds what the chosen check needs, runs the fastest test that should catch it, and restores the
+file. The test stops at its first [FAIL] line. A mutant is
+
+  caught   the check printed a [FAIL] line or exited non-zero
+  missed   the check passed with the bug in place
+  invalid  the mutant did not build (the compiler caught it: not counted)
+
+Before any mutant, every check used runs once on the unchanged tree and must pass (else its
+mutants are reported as "baseline failed" and not counted). The reference states the checks
+compare against are made once, from the unchanged tree (tests/gpu_cases.sh), so a mutant cannot
+change its own oracle.
+
+  usage: python3 scripts/mutation_bench.py [--only ID[,ID...]] [--check NAME] [--list]
+                                           [--jobs N] [--timeout S] [--report FILE]
+
+The table goes to stdout and to build/mutation/report.md (or --report FILE). Needs what
+`make test` needs (g++, /usr/bin/python3 with torch, OpenMPI for the layout checks, node for the
+tokenizer check). About 30-45 minutes on 2 cores for the whole list with --jobs 2.
+"""
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORK = os.path.join(ROOT, "build", "mutation")
+
+
+# ------------------------------------------------------------------------------------------------
+# The checks: (build command, test command), run from a copy of the tree. $STATES is the directory of
+# the reference states made from the unchanged tree. Each test prints [PASS]/[FAIL] lines.
+
+CHECKS = {
+    # the CPU reference against PyTorch on a GPT and a LLaMA (GQA) state; the finite-difference check
+    "cpu_ref": ("make -s test_gpt_cpu",
+                "./test_gpt_cpu ref $STATES/gpt3_tiny_hd64.safetensors $STATES/llama_tiny_gqa_hd64.safetensors"),
+    "cpu_fd": ("make -s test_gpt_cpu", "./test_gpt_cpu fd"),
+    "cpu_units": ("make -s test_gpt_cpu build/test_parallel", "./test_gpt_cpu units && ./build/test_parallel units"),
+    # the CUDA trainer on the host emulation of CUDA (tests/t_gpu_emulated.sh): the bf16 build on the GPT
+    # (LayerNorm, GELU, learned positions) or the LLaMA state (RMSNorm, SwiGLU, RoPE, GQA), the fp32 build;
+    # "emu_race" runs the threads of each block in a seeded random order with the race detector
+    "emu_gpt": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_llama": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_tiny_gqa_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_fp32": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp32 bash tests/t_gpu_emulated.sh"),
+    "emu_race": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=race bash tests/t_gpu_emulated.sh"),
+    # the tensor-core attention against double precision, in both schedules of the emulation
+    "attention": ("true", "bash tests/t_attention.sh"),
+    # every parallel layout of the CPU trainer against one process
+    "parallel": ("make -s train_gpt_cpu build/test_parallel", "bash tests/t_parallel.sh"),
+    "resume": ("make -s train_gpt_cpu", "bash tests/t_resume.sh"),
+    "datasets": ("make -s train_gpt_cpu build/test_datasets build/prepare", "bash tests/t_datasets.sh"),
+    "tokenizer": ("make -s build/test_tokenizer", "bash tests/t_tokenizer.sh"),
+    "bad_inputs": ("make -s train_gpt_cpu", "bash tests/t_bad_inputs.sh"),
+}
+
+# The states the checks read: made once from the unchanged tree.
+STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The mutants: (id, area, file, exact snippet, replacement, check, what the bug is)
+
+MUTANTS = [
+    # --- CUDA kernels (llmc/*.cuh), run on the host emulation -----------------------------------
+    ("attn_mask", "kernel", "llmc/attention.cuh",
+     "if (diag && key > row) x = -INFINITY;", "if (diag && key > row + 1) x = -INFINITY;",
+     "attention", "causal mask lets each query see one future key"),
+    ("attn_scale", "kernel", "llmc/attention.cuh",
+     "const float scale_log2 = rsqrtf((float)HD) * 1.4426950408889634f;",
+     "const float scale_log2 = (1.0f / HD) * 1.4426950408889634f;",
+     "attention", "forward softmax scale 1/hd instead of 1/sqrt(hd)"),
+    ("attn_gqa", "kernel", "llmc/attention.cuh",
+     "const int bh = PIPELINED ? blockIdx.x : blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KV);",
+     "const int bh = PIPELINED ? blockIdx.x : blockIdx.y, b = bh / H, h = bh % H, kh = h / KV;",
+     "attention", "forward: query head h reads kv head h / KV instead of h / (H / KV)"),
+    ("attn_bwd_sync", "kernel", "llmc/attention.cuh",
+     "            __syncthreads();  // sQ, sdO, sL, sD are overwritten by the next query tile",
+     "            // (barrier removed)",
+     "attention", "backward: the barrier before the next query tile overwrites shared memory is gone"),
+    ("attn_bwd_dq_scale", "kernel", "llmc/attention.cuh",
+     "__floats2bfloat162_rn(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);",
+     "__floats2bfloat162_rn(dq[d][2 * r], dq[d][2 * r + 1] * scale);",
+     "attention", "backward: dQ's even columns miss the softmax scale"),
+    ("rope_bwd_sign", "kernel", "train_gpt.cu",
+     "rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);",
+     "rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);",
+     "emu_llama", "RoPE backward rotates forward instead of by the inverse"),
+    ("norm_wgrad_sync", "kernel", "llmc/norm.cuh",
+     "    sums[slice][threadIdx.x] = s;\n    __syncthreads();\n", "    sums[slice][threadIdx.x] = s;\n",
+     "emu_race", "norm weight-gradient reduction reads the other slices' sums without a barrier"),
+    ("norm_var", "kernel", "llmc/norm.cuh",
+     "const float s = rsqrtf(row_sum<LANES>(ss, red, 1) / C + eps);",
+     "const float s = rsqrtf(row_sum<LANES>(ss, red, 1) / (C - 1) + eps);",
+     "emu_gpt", "norm forward: unbiased variance (divides by C - 1)"),
+    ("norm_bwd_mean", "kernel", "llmc/norm.cuh",
+     "const float m_dn = rms ? 0.0f : tot.x / C, m_dnx = tot.y / C;",
+     "const float m_dn = 0.0f, m_dnx = tot.y / C;",
+     "emu_gpt", "LayerNorm backward drops the mean-of-dn term"),
+    ("gelu_const", "kernel", "llmc/mlp_act.cuh",
+     "static const float GELU_C = 0.044715f;", "static const float GELU_C = 0.04715f;",
+     "emu_gpt", "GELU tanh constant mistyped"),
+    ("swiglu_bwd", "kernel", "llmc/mlp_act.cuh",
+     "dg.v[j] = to_floatX(dj * uj * sig * (1.0f + gj * (1.0f - sig)));",
+     "dg.v[j] = to_floatX(dj * uj * sig * (1.0f + gj * sig));",
+     "emu_llama", "SiLU derivative with sig instead of (1 - sig)"),
+    ("cls_padding", "kernel", "llmc/classifier.cuh",
+     "if (target >= 0 && col < V) d = ", "if (target >= 0 && col < Vp) d = ",
+     "emu_gpt", "classifier gradient over the padded vocabulary"),
+    ("gnorm_sqrt", "kernel", "llmc/global_norm.cuh",
+     "float norm = sqrtf(tot);", "float norm = tot;",
+     "emu_gpt", "global gradient norm without the square root"),
+    ("adamw_bc2", "optimizer", "llmc/adamw.cuh",
+     "*p -= step * *m / (sqrtf(*v) * rsbc2 + eps);", "*p -= step * *m / (sqrtf(*v) + eps);",
+     "emu_gpt", "AdamW without the second moment's bias correction"),
+    ("adamw_wd_all", "optimizer", "train_gpt.cu",
+     "t.weight_decay = s.is_matrix ? wd : 0.0f;", "t.weight_decay = wd;",
+     "emu_gpt", "weight decay on every tensor (norm weights and biases too)"),
+    ("adamw_beta2", "optimizer", "train_gpt.cu",
+     "AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};",
+     "AdamWHyper h{(float)lr, (float)tc.beta1, 0.999f, (float)tc.eps};",
+     "emu_gpt", "beta2 fixed at PyTorch's default 0.999 instead of the flag"),
+    ("adamw_no_clip", "optimizer", "train_gpt.cu",
+     "global_norm(out, partial, g->grads, g->table.total, (float)tc.grad_clip, g->stream);",
+     "global_norm(out, partial, g->grads, g->table.total, 0.0f, g->stream);",
+     "emu_gpt", "clipping off"),
+    ("adamw_lr", "optimizer", "train_gpt.cu",
+     "AdamWHyper h{(float)lr, (float)tc.beta1,", "AdamWHyper h{(float)(lr * 1.4), (float)tc.beta1,",
+     "emu_gpt", "applied learning rate x1.4"),
+    ("loss_scale_accum", "trainer", "train_gpt.cu",
+     "gpt_backward_staged(g, a, 1.0 / accum, 1.0 / accum);", "gpt_backward_staged(g, a, 1.0, 1.0 / accum);",
+     "emu_gpt", "gradient accumulation without dividing by the micro-batch count"),
+    ("bias_grad_overwrite", "trainer", "llmc/matmul.cuh",
+     "if (i < n) dbias[i] = to_floatX(to_float(dbias[i]) + to_float(scratch[i]));",
+     "if (i < n) dbias[i] = scratch[i];",
+     "emu_gpt", "bias gradient overwritten instead of accumulated over micro-batches"),
+    ("adamw_v_abs", "optimizer", "llmc/adamw.cuh",
+     "*v = beta2 * *v + (1.0f - beta2) * g * g;", "*v = beta2 * *v + (1.0f - beta2) * fabsf(g);",
+     "emu_fp32", "second moment of |g| instead of g^2 (fp32 build)"),
+
+    # --- CPU reference (llmc/ref_ops.h, train_gpt_cpu.cpp, schedules) -----------------------------
+    ("ref_wpe_grad", "reference", "llmc/ref_ops.h",
+     "if (dwpe) dwpe[(size_t)(n % T) * C + c] += d;", "if (dwpe) dwpe[(size_t)(n % T) * C + c] = d;",
+     "cpu_ref", "position-embedding gradient overwritten instead of summed over the batch"),
+    ("ref_norm_var", "reference", "llmc/ref_ops.h",
+     "for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);\n        v /= C;",
+     "for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);\n        v /= C - 1;",
+     "cpu_ref", "reference norm: unbiased variance"),
+    ("ref_adamw_wd", "optimizer", "train_gpt_cpu.cpp",
+     "pb[i] *= (real)1 - lr_r * wd;", "pb[i] *= (real)1 - wd;",
+     "cpu_ref", "weight decay not scaled by the learning rate"),
+    ("ref_clip_off", "optimizer", "train_gpt_cpu.cpp",
+     "    if (clip <= 0) return 1.0;\n    return std::min(1.0, clip / (norm + 1e-6));",
+     "    if (clip <= 0) return 1.0;\n    return std::max(1.0, clip / (norm + 1e-6));",
+     "cpu_ref", "clipping coefficient max instead of min"),
+    ("lr_warmup", "trainer", "llmc/lr_schedule.h",
+     "if (step < warmup) return lr_max * (step + 1) / warmup;", "if (step < warmup) return lr_max * step / warmup;",
+     "cpu_ref", "warmup starts at lr 0 (off by one)"),
+    ("lr_cosine", "trainer", "llmc/lr_schedule.h",
+     "return lr_min + (lr_max - lr_min) * 0.5 * (1.0 + std::cos(M_PI * p));",
+     "return lr_min + (lr_max - lr_min) * 0.5 * (1.0 + std::cos(2.0 * M_PI * p));",
+     "cpu_ref", "cosine schedule with a full period"),
+
+    # --- parallel layouts (llmc/zero.h, tp, pp, the CPU trainer's collectives) ---------------------
+    ("zero_shard", "layout", "llmc/zero.h",
+     "s.hi = std::min(total, (size_t)(r + 1) * S);", "s.hi = std::min(total, (size_t)(r + 1) * S - 1);",
+     "parallel", "ZeRO shard loses its last element"),
+    ("zero2_gather", "layout", "train_gpt_cpu.cpp",
+     "if (zero == 1 || zero == 2)\n        comm_all_gather(", "if (zero == 1)\n        comm_all_gather(",
+     "parallel", "ZeRO-2 does not all-gather the updated shards"),
+    ("norm_tp_count", "layout", "train_gpt_cpu.cpp",
+     "        if (s.tp == TP_NONE && L.topo.tp_rank != 0) continue;\n", "",
+     "parallel", "global norm counts replicated tensors on every tp rank"),
+    ("norm_tied_count", "layout", "train_gpt_cpu.cpp",
+     "        if (k == g->table.wte && L.topo.pp_rank != 0) continue;\n", "",
+     "parallel", "global norm counts the tied embedding on the first and the last stage"),
+    ("tied_sum", "layout", "train_gpt_cpu.cpp",
+     "if (k == g->table.wte && g->cfg.tied && L.topo.pp > 1)", "if (k == g->table.wte && g->cfg.tied && L.topo.pp > 2)",
+     "parallel", "tied embedding gradients not summed between first and last stage at pp 2"),
+    ("sp_pack", "layout", "train_gpt_cpu.cpp",
+     "                      packed + (((size_t)r * B + b) * Tl) * C);",
+     "                      packed + (((size_t)b * tp + r) * Tl) * C);",
+     "parallel", "SP reduce-scatter packs batch-major instead of rank-major"),
+    ("vocab_ce_max", "layout", "train_gpt_cpu.cpp",
+     "    comm_all_reduce_max(g->L.tp, mx, N);\n", "",
+     "parallel", "vocabulary-parallel cross-entropy without the max over tp"),
+    ("pp_loss_div", "layout", "train_gpt_cpu.cpp",
+     "chunk_backward(g, live[key], 1.0 / loss_div);", "chunk_backward(g, live[key], 1.0 / n_mb);",
+     "parallel", "pipeline backward scales the loss by the local micro-batches, not accum x dp"),
+
+    # --- readers, tokenizer, checkpoints ---------------------------------------------------------
+    ("loader_shift", "reader", "llmc/dataloader.h",
+     "std::copy(dl->window.begin() + 1, dl->window.end(), targets + (size_t)b * T);",
+     "std::copy(dl->window.begin(), dl->window.end() - 1, targets + (size_t)b * T);",
+     "cpu_units", "targets not shifted by one token"),
+    ("shard_version", "reader", "llmc/datasets.h",
+     "uint64_t es = version == 1 ? 2 : 4;", "uint64_t es = version == 2 ? 2 : 4;",
+     "datasets", "llm.c shard token width swapped between versions"),
+    ("idx_docidx", "reader", "llmc/datasets.h",
+     "if (last != (int64_t)n) return", "if (last != (int64_t)n && false) return",
+     "datasets", "Megatron .idx whose doc_idx does not end at N accepted"),
+    ("bpe_ties", "reader", "llmc/tokenizer.h",
+     "return a.rank != b.rank ? a.rank > b.rank : a.left > b.left;",
+     "return a.rank != b.rank ? a.rank > b.rank : a.left < b.left;",
+     "tokenizer", "BPE ties merged rightmost first"),
+    ("utf8_range", "reader", "llmc/tokenizer.h",
+     "lo = b == 0xE0 ? 0xA0 : 0x80; hi = b == 0xED ? 0x9F : 0xBF;", "lo = 0x80; hi = 0xBF;",
+     "tokenizer", "UTF-8 decoder accepts overlong and surrogate 3-byte forms"),
+    ("ckpt_position", "reader", "llmc/checkpoint.h",
+     "\",\\\"train_sample\\\":\" + std::to_string(s.train_sample)",
+     "\",\\\"train_sample\\\":\" + std::to_string(s.train_sample + 1)",
+     "resume", "checkpoint stores the data position one sample ahead"),
+]
+
+
+# ------------------------------------------------------------------------------------------------
+
+def sh(cmd, cwd, env=None, timeout=None, stop_on_fail=False):
+    """Runs cmd in a new process group; returns (rc, first [FAIL] line or '', tail of output)."""
+    p = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, errors="replace", start_new_session=True)
+    first_fail, tail = "", []
+    timer = threading.Timer(timeout, lambda: os.killpg(p.pid, signal.SIGKILL)) if timeout else None
+    if timer:
+        timer.start()
+    for line in p.stdout:
+        tail = (tail + [line.rstrip()])[-8:]
+        if line.startswith("[FAIL]") and not first_fail:
+            first_fail = line.strip()
+            if stop_on_fail:
+                os.killpg(p.pid, signal.SIGKILL)
+                break
+    p.wait()
+    if timer:
+        timer.cancel()
+    return p.returncode, first_fail, "\n".join(tail)
+
+
+def copy_tree(dst):
+    """The working tree's files (tracked and untracked, not ignored), plus the ignored inputs tests read."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    extra = ["data/tokenizers/llama3.tiktoken"]
+    for f in [f for f in files if f] + extra:
+        src = os.path.join(ROOT, f)
+        if not os.path.isfile(src):
+            continue
+        os.makedirs(os.path.dirname(os.path.join(dst, f)), exist_ok=True)
+        shutil.copy2(src, os.path.join(dst, f))
+    nm = os.path.join(ROOT, "tests", "tokenizer", "node_modules")
+    if os.path.isdir(nm) and not os.path.exists(os.path.join(dst, "tests", "tokenizer", "node_modules")):
+        shutil.copytree(nm, os.path.join(dst, "tests", "tokenizer", "node_modules"), symlinks=True)
+
+
+def make_states(tree, states):
+    os.makedirs(states, exist_ok=True)
+    cmd = ("make -s train_gpt_cpu && source tests/gpu_cases.sh && make_gpu_states %s /usr/bin/python3 %s && "
+           "[ $gpu_states_status -eq 0 ]" % (states, " ".join(STATE_CASES)))
+    rc, _, tail = sh(cmd, tree)
+    if rc != 0:
+        sys.exit("error: could not make the reference states in %s:\n%s" % (states, tail))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", help="comma-separated mutant ids")
+    ap.add_argument("--check", help="only the mutants of this check")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    ap.add_argument("--jobs", type=int, default=2, help="mutants run side by side, each in its own tree copy")
+    ap.add_argument("--timeout", type=int, default=900, help="seconds per check run")
+    ap.add_argument("--report", default=os.path.join(WORK, "report.md"))
+    a = ap.parse_args()
+    if a.jobs < 1:
+        sys.exit("error: --jobs must be at least 1")
+    if a.check and a.check not in CHECKS:
+        sys.exit("error: --check %s is not one of: %s" % (a.check, ", ".join(CHECKS)))
+    todo = MUTANTS
+    if a.only:
+        ids = a.only.split(",")
+        unknown = [i for i in ids if i not in {m[0] for m in MUTANTS}]
+        if unknown:
+            sys.exit("error: --only names unknown mutants: %s" % ", ".join(unknown))
+        todo = [m for m in MUTANTS if m[0] in ids]
+    if a.check:
+        todo = [m for m in todo if m[5] == a.check]
+    if a.list:
+        for m in todo:
+            print("%-20s %-10s %-22s %-10s %s" % (m[0], m[1], m[2], m[5], m[6]))
+        return
+
+    # every mutant must name a snippet that occurs exactly once
+    stale = []
+    for m in todo:
+        text = open(os.path.join(ROOT, m[2])).read()
+        if text.count(m[3]) != 1:
+            stale.append("%s: the snippet occurs %d times in %s" % (m[0], text.count(m[3]), m[2]))
+    if stale:
+        sys.exit("error: mutants out of date with the source:\n  " + "\n  ".join(stale))
+
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    states = os.path.join(WORK, "states")
+    trees = [os.path.join(WORK, "tree%d" % j) for j in range(a.jobs)]
+    t0 = time.time()
+    for t in trees:
+        copy_tree(t)
+    make_states(trees[0], states)
+    env = dict(os.environ, STATES=states)
+
+    # baseline: every check in use passes on the unchanged tree (builds each tree's binaries too)
+    used = sorted({m[5] for m in todo})
+    baseline = {}
+    for name in used:
+        build, test = CHECKS[name]
+        ok = True
+        for t in trees:
+            rc, fail, tail = sh(build, t, env)
+            ok = ok and rc == 0
+        rc, fail, tail = sh(test, trees[0], env, a.timeout)
+        baseline[name] = ok and rc == 0 and not fail
+        print("baseline %-10s %s" % (name, "pass" if baseline[name] else "FAILED: " + (fail or tail[-300:])), flush=True)
+
+    free = list(trees)
+    lock = threading.Lock()
+
+    def run(m):
+        mid, area, path, old, new, check, what = m
+        if not baseline[check]:
+            return (m, "baseline failed", "", 0.0)
+        with lock:
+            tree = free.pop()
+        start = time.time()
+        f = os.path.join(tree, path)
+        orig = open(f).read()
+        try:
+            open(f, "w").write(orig.replace(old, new, 1))
+            build, test = CHECKS[check]
+            rc, _, tail = sh(build, tree, env, a.timeout)
+            if rc != 0:
+                return (m, "invalid", "build failed: " + tail.splitlines()[-1] if tail else "", time.time() - start)
+            rc, fail, tail = sh(test, tree, env, a.timeout, stop_on_fail=True)
+            if fail or rc != 0:
+                return (m, "caught", fail or "exit %d: %s" % (rc, tail.splitlines()[-1] if tail else ""), time.time() - start)
+            return (m, "missed", "", time.time() - start)
+        finally:
+            open(f, "w").write(orig)
+            # rebuild from the restored source on the next build: make sees a newer file
+            os.utime(f, None)
+            with lock:
+                free.append(tree)
+
+    results = []
+    with ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        for r in ex.map(run, todo):
+            m, verdict, by, secs = r
+            print("%-20s %-9s %5.0fs  %s" % (m[0], verdict, secs, by[:150]), flush=True)
+            results.append(r)
+
+    counted = [r for r in results if r[1] in ("caught", "missed")]
+    caught = sum(r[1] == "caught" for r in counted)
+    lines = ["| mutant | area | file | the bug | check | result | first failing check |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for m, verdict, by, secs in results:
+        lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (m[0], m[1], m[2], m[6], m[5], verdict,
+                                                              by.replace("|", "/")[:160]))
+    summary = "caught %d of %d mutants (%.0f%%); %d invalid, %d with a failing baseline; %.0f minutes" % (
+        caught, len(counted), 100.0 * caught / max(1, len(counted)), sum(r[1] == "invalid" for r in results),
+        sum(r[1] == "baseline failed" for r in results), (time.time() - t0) / 60)
+    os.makedirs(os.path.dirname(os.path.abspath(a.report)), exist_ok=True)
+    with open(a.report, "w") as out:
+        out.write("\n".join(lines) + "\n\n" + summary + "\n")
+    print("\n".join(lines))
+    print(summary)
+    missed = [r[0][0] for r in counted if r[1] == "missed"]
+    if missed:
+        print("missed: " + ", ".join(missed))
+    sys.exit(1 if missed else 0)
+
+
+if __name__ == "__main__":
+    main()
