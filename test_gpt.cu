@@ -10,13 +10,13 @@
 //     bitwise determinism of two runs; bit-exact resume from a checkpoint written half-way.
 // Each check prints "[PASS] name" or "[FAIL] name: detail"; the exit status is 1 on any failure.
 //
-// Tolerances, derived from bf16 (unit roundoff u = 2^-8: a rounding moves a value by at most 2^-9 of
-// it). The reference is fp32 PyTorch; this model rounds its weights to bf16 and rounds activations at
+// Tolerances, derived from bf16 (8 significant bits, unit roundoff u = 2^-8: a rounding to nearest moves a
+// value by at most half a unit in the last place, 2^-8 of it just above a power of two). The reference is fp32 PyTorch; this model rounds its weights to bf16 and rounds activations at
 // every stored tensor: the embedding sum, then per layer the ln1 output, qkv (and RoPE), the attention
 // output, the projection and residual, ln2, fc1, the activation, fc2 and residual (about 5 roundings on a
-// path through a layer that each carry a relative error of at most u/2 of their tensor's scale, the
+// path through a layer that each carry an error of at most u of their tensor's scale, the
 // matmuls accumulating in fp32), then lnf and the logits. Adding the bounds linearly:
-//   logits:     max |ours - ref| <= (3 + 5L) * 2^-9 * max |ref|          (L = 2 here: 13 * 2^-9 = 0.025)
+//   logits:     max |ours - ref| <= (3 + 5L) * 2^-8 * max |ref|          (L = 2 here: 13 * 2^-8 = 0.051)
 //   loss:       |ours - ref| <= 2 * max |logit error|  (d loss / d logit_i sums to at most 2 in absolute
 //               value over a row: softmax - onehot), so <= 2 * tol_logits * max |ref logits|
 //   gradients:  the backward repeats the forward's path in reverse and rounds once more per stage
@@ -29,15 +29,16 @@
 //               m^ / sqrt(v^) is a ratio of an element's gradient history, so a relative error e of the
 //               gradients moves it by about 2e (e through m, e through sqrt v); the gradients are within the
 //               gradient bound, and the weights that drift over the 10 steps feed back into the gradients
-//               about as much again: 4 * tol_grad (0.2 at L = 2). Elements whose gradient is within its error
+//               about as much again: 4 * tol_grad (0.41 at L = 2). Elements whose gradient is within its error
 //               of zero can step the other way and are not covered by that argument; they are few and later
-//               steps average them (observed 0.005-0.034 per tensor on gpt3_tiny_hd64). An applied learning
-//               rate off by 40% scores 0.4 on every tensor. The optimizer's details (weight decay and which
-//               tensors get it, beta2, clipping) change 10 steps too little to show here: test_optimizer checks
+//               steps average them (observed 0.005-0.039 per tensor). A worst-case bound this wide is coarse: an
+//               applied learning rate off by 40% scores about 0.44 on every tensor, barely above it, and the
+//               optimizer's details (weight decay and which tensors get it, beta2, clipping) change 10 steps
+//               too little to show here: test_optimizer checks
 //               them per element against PyTorch, the same in both builds (its comment derives the bound).
 //   accumulation: per tensor, within 2 n u of the micro-batches' summed maxima (test_accumulation).
 // These are bounds a correct implementation stays well inside; llm.c's check of its GPT-2 logits
-// allowed an absolute 25.0 on logits of order 100 (0.25 relative), ten times looser.
+// allowed an absolute 25.0 on logits of order 100 (0.25 relative), five times looser.
 //
 // The fp32 build (make test_gpt_fp32: PRECISION=FP32) stores every tensor in fp32, so the roundings
 // above shrink by 2^16 and what is left is summation order (cuBLASLt's split-K and tiles, warp trees)
@@ -219,7 +220,7 @@ static void test_reference(const char* path) {
 #ifdef ENABLE_FP32
     const double tol_logits = 1e-4;
 #else
-    const double tol_logits = (3.0 + 5.0 * c.n_layer) / 512.0;
+    const double tol_logits = (3.0 + 5.0 * c.n_layer) / 256.0;
 #endif
     const double tol_grad = 2.0 * tol_logits;
     printf("%s: L=%d C=%d H=%d KV=%d hd=%d B=%d T=%d accum=%d steps=%d; tolerances logits %.3g, gradients %.3g\n",
