@@ -5,7 +5,7 @@
 #                               build/fuzz_datasets_idx, _npz (npy and npz) and _shard
 #   make fuzz_datasets_run FUZZ_SECONDS=180   runs each target that long (docs/data_formats.md)
 
-DATASETS_HEADERS := llmc/datasets.h llmc/zip_npy.h llmc/rng.h llmc/utils.h
+DATASETS_HEADERS := llmc/datasets.h llmc/dataloader.h llmc/zip_npy.h llmc/rng.h llmc/utils.h
 
 $(BUILD)/prepare: dev/data/prepare.cpp llmc/tokenizer.h llmc/unicode_tables.h llmc/json.h llmc/utils.h
 	@mkdir -p $(BUILD)

@@ -203,7 +203,7 @@ MUTANTS = [
     ("loader_shift", "reader", "llmc/dataloader.h",
      "std::copy(dl->window.begin() + 1, dl->window.end(), targets + (size_t)b * T);",
      "std::copy(dl->window.begin(), dl->window.end() - 1, targets + (size_t)b * T);",
-     "cpu_units", "targets not shifted by one token"),
+     "datasets", "targets not shifted by one token"),
     ("shard_version", "reader", "llmc/datasets.h",
      "uint64_t es = version == 1 ? 2 : 4;", "uint64_t es = version == 2 ? 2 : 4;",
      "datasets", "llm.c shard token width swapped between versions"),

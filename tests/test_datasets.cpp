@@ -1,9 +1,10 @@
-// tests/test_datasets.cpp: checks of llmc/datasets.h, driven by tests/t_datasets.sh.
+// tests/test_datasets.cpp: checks of llmc/datasets.h and llmc/dataloader.h, driven by tests/t_datasets.sh.
 //   build/test_datasets selftest DIR
 //       in-process checks on files it writes under DIR from the documented layouts: sample
 //       windows against a direct computation (tokens equal to their stream position), across
 //       llm.c shards and a Megatron index whose sequences lie out of order in the .bin; the
-//       shuffle is a permutation that depends on the seed. Prints [PASS]/[FAIL] lines.
+//       shuffle is a permutation that depends on the seed; the data loader's inputs and targets against the
+//       windows, for shards and a text file, wrapping after the last sample. Prints [PASS]/[FAIL] lines.
 //   build/test_datasets dump PATH SEQ SEED SHUFFLE OUT
 //       opens PATH, writes every sample (num_samples x (SEQ+1) int32) to OUT and prints
 //       "format F tokens T samples N max M". Corrupt inputs make it die (exit 1) with the message
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <string>
 #include <vector>
+#include "llmc/dataloader.h"
 #include "llmc/datasets.h"
 
 static int failures = 0;
@@ -127,6 +129,42 @@ static void selftest(const std::string& dir) {
     }
 }
 
+// The data loader's batches (llmc/dataloader.h) against the windows computed directly: sample i of a
+// stream whose tokens are their positions is [i*T, i*T + T]; inputs are its first T tokens and targets the
+// next T (each input's target is the token after it), samples first, first+1, ... wrapping after the last.
+// Both sources: the llm.c shards of selftest, and a text file read as bytes (byte k has the value k % 251).
+static void loader_checks(const std::string& dir) {
+    std::vector<uint8_t> text(1000);
+    for (size_t k = 0; k < text.size(); k++) text[k] = (uint8_t)(k % 251);
+    FILE* f = fopen_check((dir + "/bytes.txt").c_str(), "wb");
+    fwrite_check(text.data(), 1, text.size(), f, "bytes.txt");
+    fclose_check(f, "bytes.txt");
+    struct Source { std::string path, name; int modulus; };
+    for (const Source& src : {Source{dir + "/pos_*.bin", "shards", 0}, Source{dir + "/bytes.txt", "text", 251}}) {
+        for (int T : {1, 7, 32}) {
+            DataLoader dl;
+            loader_open(&dl, src.path, T);
+            const int B = 3;
+            const uint64_t n = dl.num_samples;
+            std::vector<int32_t> in((size_t)B * T), tg((size_t)B * T);
+            bool ok = n > 2;
+            for (uint64_t first : {(uint64_t)0, n / 2, n - 2}) {  // the last: wraps to sample 0
+                loader_batch(&dl, first, B, in.data(), tg.data());
+                for (int b = 0; b < B; b++) {
+                    const uint64_t i = (first + b) % n;
+                    for (int t = 0; t < T; t++) {
+                        int64_t pos = (int64_t)(i * T + t), want_in = src.modulus ? pos % src.modulus : pos,
+                                want_tg = src.modulus ? (pos + 1) % src.modulus : pos + 1;
+                        ok = ok && in[(size_t)b * T + t] == want_in && tg[(size_t)b * T + t] == want_tg;
+                    }
+                }
+            }
+            check(ok, "loader_batches_" + src.name + "_T" + std::to_string(T),
+                  "inputs are not window[0..T) or targets not window[1..T] of samples first.. (wrapping)");
+        }
+    }
+}
+
 static void dump(const char* path, int seq, uint64_t seed, bool shuffle, const char* out) {
     TokenDataset d;
     dataset_open(&d, path, seq, seed, shuffle);
@@ -144,6 +182,7 @@ static void dump(const char* path, int seq, uint64_t seed, bool shuffle, const c
 int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "selftest") == 0) {
         selftest(argv[2]);
+        loader_checks(argv[2]);
         return failures == 0 ? 0 : 1;
     }
     if (argc == 7 && strcmp(argv[1], "dump") == 0) {
