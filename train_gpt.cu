@@ -914,7 +914,7 @@ static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n,
 // The run
 
 
-// Dense bf16 peak of the device from its name (DESIGN.md section 7); 0 when unknown, and in the fp32 test
+// Dense bf16 peak of the device from its name (docs/design.md section 7); 0 when unknown, and in the fp32 test
 // build (no MFU printed).
 static double device_peak_flops(const char* name) {
     if (std::string(PRECISION_NAME) == "fp32") return 0.0;

@@ -4,7 +4,7 @@
 // is checked against, so it is written for clarity and exact determinism. The layers, forward
 // and backward, are in llmc/ref_ops.h; this file wires them into the model and the run.
 //
-// Parallel layouts (DESIGN.md section 4) run under mpirun: world = pp x dp x tp ranks
+// Parallel layouts (docs/design.md section 4) run under mpirun: world = pp x dp x tp ranks
 // (llmc/topology.h). Tensor parallelism (Megatron) splits heads, kv heads, the MLP and the
 // vocabulary (llmc/tp.h), with optional sequence parallelism in the norm and residual regions;
 // pipeline parallelism runs contiguous chunks of layers on stages in a 1F1B or interleaved 1F1B

@@ -35,7 +35,7 @@ struct TrainConfig {
     std::string save_safetensors = "";  // write the final weights (safetensors)
     uint64_t seed = 1337;
     std::string tokenizer = "auto";  // decodes samples: auto = bytes for .txt, gpt2 / llama3 by vocab
-    // parallel layout (DESIGN.md section 4): world = pp x dp x tp ranks under mpirun
+    // parallel layout (docs/design.md section 4): world = pp x dp x tp ranks under mpirun
     int tp = 1, pp = 1, dp = 0;      // dp 0: world / (tp * pp)
     int zero = 0;                    // ZeRO stage over dp: 0, 1, 2 or 3
     bool sp = false;                 // sequence parallelism (needs tp > 1 to matter)

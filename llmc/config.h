@@ -69,7 +69,7 @@ static inline void config_finalize(ModelConfig& c, int tp = 1) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Presets (DESIGN.md section 2). GPT-3: GPT-2 BPE vocab, learned positions, LayerNorm, GELU,
+// Presets (docs/design.md section 2). GPT-3: GPT-2 BPE vocab, learned positions, LayerNorm, GELU,
 // biases, tied head. LLaMA: RMSNorm, RoPE, SwiGLU, no biases, untied head.
 
 static inline ModelConfig gpt3_preset(const char* name, int L, int C, int H, int ffn) {

@@ -1,4 +1,4 @@
-// llmc/flops.h: FLOPs per token and MFU, by DESIGN.md section 7.
+// llmc/flops.h: FLOPs per token and MFU, by docs/design.md section 7.
 // Model FLOPs per token = 6 x (matmul weights, LM head included, embedding tables excluded)
 //                       + 12 x L x (H x hd) x T   (attention scores and values; PaLM appendix B,
 //                                                  no causal discount).

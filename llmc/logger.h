@@ -17,7 +17,7 @@ struct Logger {
     std::string out_dir;
     std::vector<double> step_ms;   // for medians in the summary
     double tokens_per_step = 0;
-    double flops_per_token = 0;    // model FLOPs (DESIGN.md section 7)
+    double flops_per_token = 0;    // model FLOPs (docs/design.md section 7)
     double peak_flops = 0;         // per device, 0 when unknown (CPU)
     int n_devices = 1;
 };

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Parallel layouts of the CPU reference (DESIGN.md section 4): every layout computes what one
+# Parallel layouts of the CPU reference (docs/design.md section 4): every layout computes what one
 # process computes. Checks:
 #   1. build/test_parallel units: topology, 1F1B / interleaved schedules (simulated: no deadlock,
 #      sends match receives, forward before backward, in-flight bound), ZeRO shards and buckets,
