@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include <sys/stat.h>
 
 // die: print a formatted message to stderr and exit with status 1.
 [[noreturn]] static inline void die(const char* fmt, ...) {
@@ -23,9 +24,13 @@
     exit(1);
 }
 
+// Opens a file; a directory opened for reading (which fopen allows on Linux) is refused by name.
 static inline FILE* fopen_check_(const char* path, const char* mode, const char* file, int line) {
     FILE* f = fopen(path, mode);
     if (!f) die("cannot open '%s' (mode %s): %s [%s:%d]", path, mode, strerror(errno), file, line);
+    struct stat st;
+    if (mode[0] == 'r' && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
+        die("'%s' is a directory; a file was expected here", path);
     return f;
 }
 #define fopen_check(path, mode) fopen_check_(path, mode, __FILE__, __LINE__)
@@ -58,6 +63,9 @@ static inline void* malloc_check_(size_t bytes, const char* file, int line) {
 // Read a whole file into memory; dies with the path on failure.
 static inline std::vector<uint8_t> read_file_bytes(const std::string& path) {
     FILE* f = fopen_check(path.c_str(), "rb");
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        die("'%s' is not a regular file (a FIFO or a device cannot be read whole); give a file", path.c_str());
     if (fseek(f, 0, SEEK_END) != 0) die("cannot seek '%s'", path.c_str());
     long n = ftell(f);
     if (n < 0) die("cannot size '%s'", path.c_str());
