@@ -1,8 +1,36 @@
 # train_gpt Makefile, in llm.c's manner: detect what the machine has, build what it can.
+# Trainers:
 #   make train_gpt_cpu     CPU reference trainer (OpenMP; MPI when mpicxx is found)
-#   make train_gpt         CUDA trainer (needs nvcc; NCCL when found)
-#   make test              build everything buildable, run every test, print "N passed, N failed, N skipped"
-# Variables: PRECISION=BF16|FP32 (CUDA), NO_MPI=1, NO_NCCL=1, NO_OMP=1, CUDA_HOME, NCCL_HOME.
+#   make train_gpt         CUDA trainer (needs nvcc; NCCL when found); one GPU needs neither NCCL nor MPI
+#   make test_gpt          GPU tests against the PyTorch reference states (tests/t_gpu.sh runs them)
+#   make train_gpt_fp32 test_gpt_fp32   the same two built with -DENABLE_FP32 (floatX = float), for tight
+#                          tests; `make train_gpt PRECISION=FP32` builds the fp32 trainer under the usual name
+#   make test_gpt_cpu      the CPU trainer's unit tests (tests/t_cpu_units.sh)
+# Tests:
+#   make deps              installs what the tests need and the machine lacks (scripts/install_deps.sh)
+#   make test              deps, then build everything buildable and run every test (CI's command);
+#                          the last line is "N passed, N failed, N skipped"
+#   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
+#   make build/test_datasets build/test_parallel build/test_tokenizer   unit-test programs `make test` runs
+# Tools:
+#   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
+#   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
+#                          build/fuzz_datasets_idx, _npz (npy and npz) and _shard
+#   make fuzz_tokenizer    libFuzzer target build/fuzz_tokenizer (clang), not part of `make test`
+#   make fuzz_datasets_run fuzz_tokenizer_run FUZZ_SECONDS=180   runs each fuzz target that long
+# GPU (programs built with nvcc for sm_80 and sm_90a):
+#   make devcuda           the kernel playground dev/cuda (its own Makefile lists the programs) into
+#                          build/devcuda/; make build/devcuda/norm builds one (tests/t_devcuda_build.sh)
+#   make devcuda-attn-resources   ptxas registers / spills per kernel of the attention and classifier programs
+#   make build/ceilings    probe: copy bandwidth and cuBLASLt bf16/fp8 GEMM ceilings (dev/probe/)
+#   make build/nccl_ranks  probe: NCCL collectives with several ranks on one GPU (only when NCCL is found)
+#   make probe-config      prints the nvcc and NCCL this Makefile found (tests/t_probe_build.sh)
+#   make gpu-kit           the git-ignored folder gpukit/ that travels to a GPU machine: builds what is
+#                          missing (the CUDA programs above, a portable train_gpt_cpu, the small reference
+#                          states), assembles it with its MANIFEST and prints both; fails over 64 MiB
+#                          (scripts/gpu_lib.sh describes its layout, docs/gpu.md the plan that uses it)
+#   make clean
+# Variables: PRECISION=BF16|FP32 (CUDA), NO_MPI=1, NO_NCCL=1, NO_OMP=1, CUDA_HOME, NCCL_HOME, BUILD=build.
 
 CXX ?= g++
 CUDA_HOME ?= /usr/local/cuda
@@ -46,30 +74,198 @@ ifeq ($(NO_NCCL),)
     NCCL_LDLIBS := -L$(NCCL_HOME)/lib -L$(NCCL_HOME)/lib64 -Xlinker -rpath=$(NCCL_HOME)/lib $(NCCL_LIBNAME)
   endif
 endif
+# the first line of every nvcc recipe: a clear error where no nvcc was found
+NEED_NVCC = @test -n "$(NVCC)" || { echo "error: $@ needs nvcc (none on PATH or in CUDA_HOME=$(CUDA_HOME)/bin)"; exit 1; }
 
 HEADERS := $(wildcard llmc/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
+DATASETS_HEADERS := llmc/datasets.h llmc/dataloader.h llmc/zip_npy.h llmc/rng.h llmc/utils.h
+TOKENIZER_HEADERS := llmc/tokenizer.h llmc/unicode_tables.h llmc/utils.h
+PARALLEL_HEADERS := llmc/topology.h llmc/pp_schedule.h llmc/zero.h llmc/tp.h llmc/comm.h llmc/params.h llmc/config.h llmc/safetensors.h
 
-.PHONY: all test test_all clean
+.PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu
 
+# ---- CPU programs ------------------------------------------------------------------------------
 train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
 test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp tests/check.h $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
-# Topic fragments (tests, tools, dev programs) add their own targets and append to ALL_TEST_DEPS.
--include mk/*.mk
+$(BUILD)/prepare: dev/data/prepare.cpp llmc/tokenizer.h llmc/unicode_tables.h llmc/json.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_datasets: tests/test_datasets.cpp $(DATASETS_HEADERS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# tests/t_parallel.sh runs it, and runs train_gpt_cpu under mpirun in every parallel layout of its matrix
+$(BUILD)/test_parallel: tests/test_parallel.cpp tests/check.h $(PARALLEL_HEADERS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_tokenizer: tests/tokenizer/test_tokenizer.cpp $(TOKENIZER_HEADERS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# ---- fuzzing (clang's libFuzzer), not part of `make test` ----------------------------------------
+# The data set fuzzer is one source, the parser picked by FUZZ_PARSER (1 idx, 2 npy/npz, 3 llm.c shard);
+# FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION skips the npz CRC check so inputs reach the npy parser.
+FUZZ_CXX ?= clang++
+FUZZ_SECONDS ?= 180
+FUZZ_FLAGS := -std=c++17 -I. -O1 -g -Wall -Wextra -Wno-unused-function \
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+NEED_FUZZ_CXX = @command -v $(FUZZ_CXX) >/dev/null || { echo "error: $(FUZZ_CXX) not found; install it with: apt-get install -y clang libclang-rt-14-dev"; exit 1; }
+DATASETS_FUZZERS := idx:1 npz:2 shard:3
+
+define DATASETS_FUZZ_RULE
+$(BUILD)/fuzz_datasets_$(word 1,$(subst :, ,$(1))): dev/fuzz/fuzz_datasets.cpp $(DATASETS_HEADERS)
+	$$(NEED_FUZZ_CXX)
+	@mkdir -p $(BUILD)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -DFUZZ_PARSER=$(word 2,$(subst :, ,$(1))) $$< -o $$@
+endef
+$(foreach f,$(DATASETS_FUZZERS),$(eval $(call DATASETS_FUZZ_RULE,$(f))))
+
+$(BUILD)/fuzz_tokenizer: dev/fuzz/fuzz_tokenizer.cpp $(TOKENIZER_HEADERS)
+	$(NEED_FUZZ_CXX)
+	@mkdir -p $(BUILD)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< -o $@
+
+.PHONY: fuzz_datasets fuzz_datasets_run fuzz_tokenizer fuzz_tokenizer_run
+fuzz_datasets: $(foreach f,$(DATASETS_FUZZERS),$(BUILD)/fuzz_datasets_$(word 1,$(subst :, ,$(f))))
+fuzz_tokenizer: $(BUILD)/fuzz_tokenizer
+
+# New corpus entries go to build/fuzz_corpus/<name>, crash inputs to build/ (the committed seeds in
+# dev/fuzz/corpus/ stay unchanged). The tokenizer's run needs both rank files.
+fuzz_datasets_run: fuzz_datasets
+	@for name in idx npz shard; do \
+	    mkdir -p $(BUILD)/fuzz_corpus/datasets/$$name; \
+	    echo "fuzz_datasets_$$name: $(FUZZ_SECONDS) s"; \
+	    $(BUILD)/fuzz_datasets_$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/ \
+	        $(BUILD)/fuzz_corpus/datasets/$$name dev/fuzz/corpus/datasets/$$name || exit 1; \
+	done
+
+fuzz_tokenizer_run: fuzz_tokenizer
+	bash dev/data/fetch_tokenizers.sh
+	@mkdir -p $(BUILD)/fuzz_corpus/tokenizer
+	$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/ \
+	    $(BUILD)/fuzz_corpus/tokenizer dev/fuzz/corpus/tokenizer
+
+# ---- CUDA trainer and GPU tests ------------------------------------------------------------------
+# One rule for the four nvcc programs: $(1) (train_gpt or test_gpt) is built from $(1).cu as $(1) (bf16,
+# or PRECISION's) and as $(1)_fp32; $(2) lists the source's other files.
+# llmc/rope.cuh computes its tables with llmc/ref_ops.h, whose loops carry OpenMP pragmas.
+TRAIN_GPT_FLAGS := -Xcompiler -fopenmp
+TRAIN_GPT_LIBS := $(NVCC_LDLIBS) -lgomp
+train_gpt_fp32 test_gpt_fp32: TRAIN_GPT_FLAGS := -DENABLE_FP32 $(TRAIN_GPT_FLAGS)
+
+define NVCC_PROGRAM
+$(1) $(1)_fp32: $(1).cu $(2) $$(HEADERS) $$(CUDA_HEADERS)
+	$$(NEED_NVCC)
+	$$(NVCC) $$(NVCC_FLAGS) $$(TRAIN_GPT_FLAGS) $$< -o $$@ $$(TRAIN_GPT_LIBS)
+endef
+$(eval $(call NVCC_PROGRAM,train_gpt))
+$(eval $(call NVCC_PROGRAM,test_gpt,train_gpt.cu tests/check.h))
+
+# ---- dev/cuda, the kernel playground ---------------------------------------------------------------
+# dev/cuda/Makefile lists the programs and builds them; here with this Makefile's nvcc and flags, into
+# $(BUILD)/devcuda/ (each binary's compile log beside it, <binary>.log).
+DEVCUDA_ARGS = --no-print-directory -C dev/cuda OUT=$(abspath $(BUILD)/devcuda) NVCC="$(NVCC)" NVCC_FLAGS="$(NVCC_FLAGS)"
+
+.PHONY: devcuda devcuda-attn-resources
+devcuda:
+	@$(MAKE) $(DEVCUDA_ARGS)
+
+$(BUILD)/devcuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/ceilings.h dev/cuda/attention_cases.h $(HEADERS) $(CUDA_HEADERS)
+	@$(MAKE) $(DEVCUDA_ARGS) $(abspath $@)
+
+# dev/cuda/attention_sdpa.py (PyTorch scaled_dot_product_attention at the same shapes) needs no build.
+devcuda-attn-resources:
+	$(NEED_NVCC)
+	@mkdir -p $(BUILD)/devcuda
+	@for f in attention_forward attention_backward fused_classifier; do \
+	    $(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp -Xptxas -v -c dev/cuda/$$f.cu -o $(BUILD)/devcuda/$$f.resources.o \
+	        > $(BUILD)/devcuda/$$f.resources.log 2>&1 || { cat $(BUILD)/devcuda/$$f.resources.log; exit 1; }; \
+	    grep -E "Compiling entry|registers|spill" $(BUILD)/devcuda/$$f.resources.log | sed -e 's/ptxas info *: //'; \
+	done
+
+# ---- GPU probes (dev/probe/) ---------------------------------------------------------------------
+PROBE_DEPS := llmc/cuda_common.cuh llmc/utils.h
+
+# what the probe build found, for tests/t_probe_build.sh and scripts/gpu_probe.sh
+.PHONY: probe-config
+probe-config:
+	@echo "nvcc=$(NVCC)"
+	@echo "nccl_home=$(if $(NCCL_LDLIBS),$(NCCL_HOME))"
+	@echo "nccl_ldlibs=$(NCCL_LDLIBS)"
+
+# the copy ceiling is measured with dev/cuda/ceilings.h
+$(BUILD)/ceilings: dev/probe/ceilings.cu $(PROBE_DEPS) dev/cuda/ceilings.h
+	$(NEED_NVCC)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
+
+$(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
+	$(NEED_NVCC)
+	@test -n "$(NCCL_LDLIBS)" || { echo "error: $@ needs NCCL and this build has none (NO_NCCL is set, or no nccl.h under CUDA_HOME, /usr, /usr/local or the nvidia.nccl wheel of $(PYTHON)); set NCCL_HOME=<dir with include/nccl.h and lib/> or PYTHON=<python3 with the wheel>"; exit 1; }
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NCCL_LDLIBS)
+
+# ---- the GPU kit ---------------------------------------------------------------------------------
+GPU_KIT ?= gpukit
+# the reference states made on the GPU machine (scripts/gpu_check.sh correct) instead of carried: a state
+# takes about 12 bytes per parameter (weights, gradients, updated weights in fp32): gpt_hd80 31 MB,
+# llama_gqa_hd128 75 MB, gpt3_125m_2_layers (53M parameters) 660 MB; the five others, 5-6 MB each,
+# fit beside the programs in the 64 MiB the kit and the tree may use
+GPU_KIT_DEVICE_STATES := gpt_hd80 llama_gqa_hd128 gpt3_125m_2_layers
+# train_gpt_cpu for the GPU machine's CPU: no -march=native (any x86-64-v3 CPU), no MPI (none there)
+GPU_KIT_CXXFLAGS := -O3 -march=x86-64-v3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -fopenmp
+
+GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
+                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu
+
+$(BUILD)/gpukit/train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(GPU_KIT_CXXFLAGS) $< -o $@ -lm
+	@echo "$(CXX) $(GPU_KIT_CXXFLAGS)" > $@.flags
+
+# the states depend on the trainer that exports their initial weights, the reference that steps them and
+# the list above
+$(BUILD)/gpukit/states/made: train_gpt_cpu train_gpt.py tests/gpu_cases.sh scripts/gpu_kit.sh Makefile
+	@bash scripts/gpu_kit.sh states $(@D) "$(GPU_KIT_DEVICE_STATES)"
+	@touch $@
+
+.PHONY: gpu-kit
+gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
+	$(NEED_NVCC)
+	@bash scripts/gpu_kit.sh assemble --kit $(GPU_KIT) --build $(BUILD) --states $(BUILD)/gpukit/states \
+	    --nvcc "$(NVCC)" --flags "$(NVCC_FLAGS)" --nccl "$(NCCL_LDLIBS)" --device-states "$(GPU_KIT_DEVICE_STATES)"
+
+# ---- tests ---------------------------------------------------------------------------------------
+# what `make test` builds before it runs tests/t_*.sh: every program above that this machine can build
+ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_tokenizer
+ifneq ($(NVCC),)
+  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
+                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) gpu-kit
+endif
+# the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
+QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated
+
+deps:
+	@bash scripts/install_deps.sh
 
 # `make test` first installs missing dependencies (or names the command), then re-reads this
 # Makefile so that MPI and NCCL detection sees them.
-test:
-	@bash scripts/install_deps.sh
+test: deps
 	@$(MAKE) --no-print-directory test_all
 
-test_all: train_gpt_cpu test_gpt_cpu $(ALL_TEST_DEPS)
+test_all: $(ALL_TEST_DEPS)
 	@bash scripts/run_tests.sh
+
+test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_tokenizer
+	@bash scripts/run_tests.sh $(QUICK_TESTS)
 
 clean:
 	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt train_gpt_fp32 test_gpt_fp32

@@ -115,6 +115,6 @@ cat "$kit/MANIFEST"
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 echo "kit: $kit, $(mib "$kit_bytes") in $(($(grep -c . "$kit/MANIFEST") - $(grep -n '^files:$' "$kit/MANIFEST" | cut -d: -f1))) files; with the tree that travels ($(mib "$tree_bytes")): $(mib "$total") of $LIMIT_MIB MiB"
 if [ "$total" -gt $((LIMIT_MIB * 1048576)) ]; then
-    echo "error: gpu_kit.sh: the kit ($(mib "$kit_bytes")) and the tree ($(mib "$tree_bytes")) exceed $LIMIT_MIB MiB; leave out a large state (GPU_KIT_DEVICE_STATES in mk/gpu_kit.mk) or strip the programs" >&2
+    echo "error: gpu_kit.sh: the kit ($(mib "$kit_bytes")) and the tree ($(mib "$tree_bytes")) exceed $LIMIT_MIB MiB; leave out a large state (GPU_KIT_DEVICE_STATES in the Makefile) or strip the programs" >&2
     exit 1
 fi

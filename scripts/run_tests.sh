@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test script tests/t_*.sh (sorted), from the repository root.
+# Runs every test script tests/t_*.sh (sorted), from the repository root, or only those named:
+#   scripts/run_tests.sh t_datasets t_tokenizer     (`make test-quick` runs the fast ones this way)
 # A test prints one line per check: "[PASS] name", "[FAIL] name: detail", or "[SKIP] name: why" for a
 # check that cannot run on this machine (no GPU, no nvcc).
 # A script counts one failure of its own when it exits non-zero without printing a [FAIL] line, or
@@ -11,7 +12,16 @@ cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
 log_dir=${TEST_LOG_DIR:-build/test_logs}
 mkdir -p "$log_dir"
-for t in tests/t_*.sh; do
+scripts=(tests/t_*.sh)
+if [ $# -gt 0 ]; then
+    scripts=()
+    for n in "$@"; do
+        t=tests/$(basename "${n%.sh}").sh
+        [ -f "$t" ] || { echo "error: scripts/run_tests.sh: no test script $t (named by '$n')"; exit 1; }
+        scripts+=("$t")
+    done
+fi
+for t in "${scripts[@]}"; do
     name=$(basename "$t" .sh)
     log=$log_dir/$name.log
     start=$(date +%s)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/t_devcuda_build.sh: the kernel playground dev/cuda (dev/cuda/Makefile, mk/devcuda.mk) builds and behaves
+# tests/t_devcuda_build.sh: the kernel playground dev/cuda (dev/cuda/Makefile, make devcuda) builds and behaves
 # without a GPU.
 #   - every program of dev/cuda/Makefile's PROGRAMS builds into build/devcuda/ and its compile log (written by
 #     the build) has no warning

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/t_gpu_kit.sh: the GPU kit (make gpu-kit, mk/gpu_kit.mk, scripts/gpu_kit.sh) and the stages of
+# tests/t_gpu_kit.sh: the GPU kit (make gpu-kit, scripts/gpu_kit.sh) and the stages of
 # scripts/gpu_check.sh, without a GPU.
 #   - make gpu-kit succeeds; the kit and the tree that travels with it stay under 64 MiB
 #   - the MANIFEST lists every file of the kit, and sha256sum and stat agree with it; its commit is HEAD, its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/t_probe_build.sh: the GPU probe programs (dev/probe/, mk/probe.mk) build and behave without a GPU.
+# tests/t_probe_build.sh: the GPU probe programs (dev/probe/, the Makefile) build and behave without a GPU.
 #   - build/ceilings and build/nccl_ranks build; fresh compiles are warning-free
 #   - both binaries hold sm_80 and sm_90a code (scripts/fatbin_archs.sh: cuobjdump, or the fatbin headers)
 #   - nccl_ranks links against a wheel-style NCCL that has only libnccl.so.2 (no libnccl.so)
