@@ -33,20 +33,7 @@ expect_fail "total batch not a multiple of the micro-batch" "-d 100" "flag -d 10
 expect_fail "missing data file names the file" "$d/nope.txt" "cannot open '$d/nope.txt'|no file matches" ./train_gpt_cpu "${tiny[@]}" -i "$d/nope.txt"
 
 # llm.c shards: wrong magic, truncated, bad version
-/usr/bin/python3 - "$d" <<'PY'
-import struct, sys
-d = sys.argv[1]
-def shard(path, magic=20240520, version=1, ntok=1000, cut=0):
-    hdr = [0] * 256; hdr[0] = magic; hdr[1] = version; hdr[2] = ntok
-    body = struct.pack('<%dH' % ntok, *[i % 200 for i in range(ntok)])
-    data = struct.pack('<256i', *hdr) + body
-    open(path, 'wb').write(data[:len(data) - cut])
-shard(d + '/good.bin')
-shard(d + '/magic.bin', magic=12345)
-shard(d + '/trunc.bin', cut=10)
-shard(d + '/version.bin', version=7)
-open(d + '/short.bin', 'wb').write(b'\x00' * 100)
-PY
+/usr/bin/python3 tests/bad_shards.py "$d"
 expect_fail "shard with wrong magic names the file" "$d/magic.bin" "magic.bin.: bad magic 12345" ./train_gpt_cpu "${tiny[@]}" -i "$d/magic.bin"
 expect_fail "truncated shard names the file" "$d/trunc.bin" "trunc.bin.: truncated: the header declares 1000 tokens" ./train_gpt_cpu "${tiny[@]}" -i "$d/trunc.bin"
 expect_fail "unknown shard version" "$d/version.bin" "version.bin.: unsupported version 7" ./train_gpt_cpu "${tiny[@]}" -i "$d/version.bin"

@@ -11,16 +11,14 @@ status=0
 first=$(grep -m1 'val loss' "$d.log" | awk '{print $NF}')
 last=$(grep 'val loss' "$d.log" | tail -1 | awk '{print $NF}')
 # (a NaN or inf, or a missing value, fails: awk would compare "nan" as a string)
-if /usr/bin/python3 -c "import math, sys
-a, b = float(sys.argv[1]), float(sys.argv[2])
-sys.exit(0 if math.isfinite(a) and math.isfinite(b) and a > 10.5 and b < 7.8 else 1)" "$first" "$last" 2> /dev/null; then
+if /usr/bin/python3 tests/metrics_checks.py falls "$first" "$last" 10.5 7.8; then
     echo "[PASS] validation loss falls from $first to $last in 60 steps"
 else
     echo "[FAIL] validation loss: first $first, last $last (expected > 10.5 then < 7.8)"; status=1
 fi
 if grep -q -- '--- sample ---' "$d.log"; then echo "[PASS] a sample is printed"; else echo "[FAIL] no sample printed"; status=1; fi
 n=$(grep -c '"loss"' "$d/metrics.jsonl" 2>/dev/null || echo 0)
-if [ "$n" = 60 ] && /usr/bin/python3 -c "import json,sys; [json.loads(l) for l in open('$d/metrics.jsonl')]; s=json.load(open('$d/summary.json')); assert s['steps']==60 and s['val_loss'] < 7.8" 2>/dev/null; then  # nan is not JSON: fails
+if [ "$n" = 60 ] && /usr/bin/python3 tests/metrics_checks.py summary "$d" 60 7.8; then  # nan is not JSON: fails
     echo "[PASS] metrics.jsonl has 60 step records and summary.json parses"
 else
     echo "[FAIL] metrics.jsonl / summary.json"; status=1

@@ -57,33 +57,15 @@ run() {
 # of steps FIRST..LAST (default 1 to the end) of two runs (their metrics.jsonl, 9 digits), relative to B's
 # value when REL is 1; "missing" when a step is absent, "non-finite" when a value of either run is NaN or inf
 losses() {
-    /usr/bin/python3 - "$d/$1/metrics.jsonl" "$d/$2/metrics.jsonl" "${3:-1}" "${4:-loss}" "${5:-0}" "${6:-1000000000}" <<'PY'
-import json, math, re, sys
-key, rel, last = sys.argv[4], sys.argv[5] == "1", int(sys.argv[6])
-def read(p):
-    out = {}
-    try:
-        for line in open(p):
-            # printf writes nan / inf, which JSON lacks: read them as Python's NaN / Infinity
-            j = json.loads(re.sub(r'(?<=[:\[,])(-?)(nan|inf)\b', lambda m: m.group(1) + ("NaN" if m.group(2) == "nan" else "Infinity"), line))
-            if key in j: out[j["step"]] = j[key]
-    except (OSError, ValueError):
-        pass
-    return out
-a, b, first = read(sys.argv[1]), read(sys.argv[2]), int(sys.argv[3])
-steps = [s for s in b if first <= s <= last]
-if not steps or any(s not in a for s in steps): print("missing"); sys.exit()
-if not all(math.isfinite(a[s]) and math.isfinite(b[s]) for s in steps): print("non-finite"); sys.exit()
-print("%.3g" % max(abs(a[s] - b[s]) / (abs(b[s]) if rel else 1) for s in steps))
-PY
+    /usr/bin/python3 tests/metrics_checks.py diff "$d/$1/metrics.jsonl" "$d/$2/metrics.jsonl" "${3:-1}" "${4:-loss}" "${5:-0}" "${6:-1000000000}"
 }
 # within VALUE TOL: VALUE (from losses) is a finite number <= TOL
 within() {
-    /usr/bin/python3 -c "
-import math, sys
-try: v = float(sys.argv[1])
-except ValueError: sys.exit(1)
-sys.exit(0 if math.isfinite(v) and v <= float(sys.argv[2]) else 1)" "$1" "$2"
+    /usr/bin/python3 tests/metrics_checks.py within "$1" "$2"
+}
+# larger A B: the larger of two numbers
+larger() {
+    /usr/bin/python3 tests/metrics_checks.py max "$1" "$2"
 }
 
 # name | model | ranks | flags
@@ -119,7 +101,7 @@ for model in gpt3_tiny llama_tiny; do
         l=$(losses "$model.$name" "$model.base")
         if [ $rc -eq 0 ] && within "$l" $LOSS_TOL; then
             echo "[PASS] $model $name ($np ranks): 10 losses within $LOSS_TOL of one process (worst $l)"
-            worst_loss=$(/usr/bin/python3 -c "print(max($worst_loss, $l))")
+            worst_loss=$(larger "$worst_loss" "$l")
         else
             echo "[FAIL] $model $name ($np ranks): exit $rc, worst loss difference $l > $LOSS_TOL; $(grep -m1 -iE 'error' "$d/$model.$name.log")"
             status=1
@@ -129,7 +111,7 @@ for model in gpt3_tiny llama_tiny; do
         n=$(losses "$model.$name" "$model.base" 2 grad_norm 1)
         if within "$n1" $NORM_TOL_1 && within "$n" $NORM_TOL; then
             echo "[PASS] $model $name ($np ranks): gradient norms of one process, step 1 within $NORM_TOL_1 ($n1), steps 2-10 within $NORM_TOL (worst $n), relative"
-            worst_norm=$(/usr/bin/python3 -c "print(max($worst_norm, $n))")
+            worst_norm=$(larger "$worst_norm" "$n")
         else
             echo "[FAIL] $model $name ($np ranks): relative gradient-norm difference step 1 $n1 (tolerance $NORM_TOL_1), steps 2-10 $n (tolerance $NORM_TOL)"; status=1
         fi
@@ -137,7 +119,7 @@ for model in gpt3_tiny llama_tiny; do
               $WEIGHT_TOL "$model $name: final weights within $WEIGHT_TOL of one process") || status=1
         echo "$out"
         w=$(echo "$out" | sed -n 's/.*worst \([0-9.e+-]*\) at.*/\1/p')
-        [ -n "$w" ] && worst_w=$(/usr/bin/python3 -c "print(max($worst_w, $w))")
+        [ -n "$w" ] && worst_w=$(larger "$worst_w" "$w")
     done
 done
 echo "largest differences across the matrix: loss $worst_loss, gradient norm (relative) $worst_norm, final weights $worst_w"
@@ -152,12 +134,12 @@ grep -q "memory per rank" "$d/gpt3_tiny.pp2_vpp2_dp2_zero3.log" && grep -A3 "mem
 opt_z3=$(grep -A2 "memory per rank" "$d/gpt3_tiny.pp2_vpp2_dp2_zero3.log" | tail -1 | awk -F'|' '{print $4}' | awk '{print $1}')
 opt_z1=$(grep -A2 "memory per rank" "$d/gpt3_tiny.tp2_pp2_zero1.log" | tail -1 | awk -F'|' '{print $4}' | awk '{print $1}')
 opt_z0=$(grep -A2 "memory per rank" "$d/gpt3_tiny.pp2.log" | tail -1 | awk -F'|' '{print $4}' | awk '{print $1}')
-if /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if abs(a - b/2) < 0.01 * b else 1)" "${opt_z3:-0}" "${opt_z0:-1}"; then
+if /usr/bin/python3 tests/metrics_checks.py half_of "${opt_z3:-0}" "${opt_z0:-1}" 0.01; then
     echo "[PASS] memory: ZeRO-3 at dp 2 holds half the optimizer state of ZeRO-0 ($opt_z3 vs $opt_z0 MiB on stage 0)"
 else
     echo "[FAIL] memory: optimizer MiB ZeRO-3 dp2 '$opt_z3' is not half of ZeRO-0 '$opt_z0'"; status=1
 fi
-if /usr/bin/python3 -c "import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(0 if b < a * 0.6 else 1)" "${opt_z0:-0}" "${opt_z1:-1}"; then
+if /usr/bin/python3 tests/metrics_checks.py less_than_fraction "${opt_z1:-1}" "${opt_z0:-0}" 0.6; then
     echo "[PASS] memory: TP 2 holds about half the optimizer state per rank ($opt_z1 vs $opt_z0 MiB on stage 0)"
 else
     echo "[FAIL] memory: optimizer MiB at tp 2 '$opt_z1' is not about half of tp 1 '$opt_z0'"; status=1

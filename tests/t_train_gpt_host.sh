@@ -31,14 +31,7 @@ done
 # 2. --print-config: JSON that train_gpt.py reads, describing the same model (parameter count)
 ./train_gpt -c llama3.2_1b --print-config "$d/llama.json" > /dev/null 2>&1 || fail "--print-config" "exit status $?"
 want=$(./train_gpt_cpu --help | awk '$1 == "llama3.2_1b" { print $8 }')
-got=$(/usr/bin/python3 -c "
-import sys; sys.path.insert(0, '.'); import train_gpt as t
-cfg = t.parse_config(open('$d/llama.json').read(), 'x')
-c = cfg
-C, L, F, V = c['n_embd'], c['n_layer'], c['ffn'], c['vocab_size']
-qd, kvd = c['n_head'] * c['head_dim'], c['n_kv_head'] * c['head_dim']
-n = V * C + L * (2 * C + C * (qd + 2 * kvd) + qd * C + 2 * F * C + F * C) + C + (0 if c['tied'] else V * C)
-print(n)" 2>&1)
+got=$(/usr/bin/python3 tests/print_config_params.py "$d/llama.json" 2>&1)
 if [ "$got" = "$want" ]; then pass "--print-config JSON parses in train_gpt.py with the preset's $want parameters"
 else fail "--print-config" "train_gpt.py read '$got', the preset table says '$want'"; fi
 
