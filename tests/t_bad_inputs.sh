@@ -32,6 +32,12 @@ expect_fail "sequence longer than the model's" "-t 4096" "flag -t 4096 exceeds t
 expect_fail "total batch not a multiple of the micro-batch" "-d 100" "flag -d 100 is not a multiple" ./train_gpt_cpu "${tiny[@]}" -d 100
 expect_fail "missing data file names the file" "$d/nope.txt" "cannot open '$d/nope.txt'|no file matches" ./train_gpt_cpu "${tiny[@]}" -i "$d/nope.txt"
 
+# a directory where a file is expected (fopen opens one for reading on Linux; it must not reach a read)
+mkdir -p "$d/a_dir.txt"
+expect_fail "a directory as the tokenizer file" "$d/a_dir.txt" "is a directory" ./train_gpt_cpu "${tiny[@]}" -g 4 --tokenizer "$d/a_dir.txt"
+expect_fail "a directory as the data file" "$d/a_dir.txt" "directory|not a regular file" ./train_gpt_cpu "${tiny[@]}" -i "$d/a_dir.txt"
+expect_fail "a directory as --init-from" "$d/a_dir.txt" "is a directory" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/a_dir.txt"
+
 # llm.c shards: wrong magic, truncated, bad version
 /usr/bin/python3 tests/bad_shards.py "$d"
 expect_fail "shard with wrong magic names the file" "$d/magic.bin" "magic.bin.: bad magic 12345" ./train_gpt_cpu "${tiny[@]}" -i "$d/magic.bin"
