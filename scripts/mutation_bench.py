@@ -18,9 +18,10 @@ compare against are made once, from the unchanged tree (tests/gpu_cases.sh), so 
 change its own oracle.
 
   usage: python3 scripts/mutation_bench.py [--only ID[,ID...]] [--check NAME] [--list]
-                                           [--jobs N] [--timeout S] [--report FILE]
+                                           [--jobs N] [--timeout S] [--work DIR] [--report FILE]
 
-The table goes to stdout and to build/mutation/report.md (or --report FILE). Needs what
+The table goes to stdout and to DIR/report.md (or --report FILE); DIR, the scratch directory of the tree
+copies and states, is build/mutation unless --work names another (two runs side by side need two). Needs what
 `make test` needs (g++, /usr/bin/python3 with torch, OpenMPI for the layout checks, node for the
 tokenizer check). About 30-45 minutes on 2 cores for the whole list with --jobs 2.
 """
@@ -35,7 +36,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORK = os.path.join(ROOT, "build", "mutation")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -103,14 +103,14 @@ MUTANTS = [
     ("norm_var", "kernel", "llmc/norm.cuh",
      "const float s = rsqrtf(row_sum<LANES>(ss, red, 1) / C + eps);",
      "const float s = rsqrtf(row_sum<LANES>(ss, red, 1) / (C - 1) + eps);",
-     "emu_gpt", "norm forward: unbiased variance (divides by C - 1)"),
+     "emu_fp32", "norm forward: unbiased variance (divides by C - 1)"),
     ("norm_bwd_mean", "kernel", "llmc/norm.cuh",
      "const float m_dn = rms ? 0.0f : tot.x / C, m_dnx = tot.y / C;",
      "const float m_dn = 0.0f, m_dnx = tot.y / C;",
      "emu_gpt", "LayerNorm backward drops the mean-of-dn term"),
     ("gelu_const", "kernel", "llmc/mlp_act.cuh",
      "static const float GELU_C = 0.044715f;", "static const float GELU_C = 0.04715f;",
-     "emu_gpt", "GELU tanh constant mistyped"),
+     "emu_fp32", "GELU tanh constant mistyped"),
     ("swiglu_bwd", "kernel", "llmc/mlp_act.cuh",
      "dg.v[j] = to_floatX(dj * uj * sig * (1.0f + gj * (1.0f - sig)));",
      "dg.v[j] = to_floatX(dj * uj * sig * (1.0f + gj * sig));",
@@ -279,8 +279,11 @@ def main():
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--jobs", type=int, default=2, help="mutants run side by side, each in its own tree copy")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per check run")
-    ap.add_argument("--report", default=os.path.join(WORK, "report.md"))
+    ap.add_argument("--work", default=os.path.join(ROOT, "build", "mutation"), help="scratch directory")
+    ap.add_argument("--report", help="the table's file (default WORK/report.md)")
     a = ap.parse_args()
+    work = os.path.abspath(a.work)
+    report = a.report or os.path.join(work, "report.md")
     if a.jobs < 1:
         sys.exit("error: --jobs must be at least 1")
     if a.check and a.check not in CHECKS:
@@ -308,10 +311,10 @@ def main():
     if stale:
         sys.exit("error: mutants out of date with the source:\n  " + "\n  ".join(stale))
 
-    shutil.rmtree(WORK, ignore_errors=True)
-    os.makedirs(WORK)
-    states = os.path.join(WORK, "states")
-    trees = [os.path.join(WORK, "tree%d" % j) for j in range(a.jobs)]
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    states = os.path.join(work, "states")
+    trees = [os.path.join(work, "tree%d" % j) for j in range(a.jobs)]
     t0 = time.time()
     for t in trees:
         copy_tree(t)
@@ -377,8 +380,8 @@ def main():
     summary = "caught %d of %d mutants (%.0f%%); %d invalid, %d with a failing baseline; %.0f minutes" % (
         caught, len(counted), 100.0 * caught / max(1, len(counted)), sum(r[1] == "invalid" for r in results),
         sum(r[1] == "baseline failed" for r in results), (time.time() - t0) / 60)
-    os.makedirs(os.path.dirname(os.path.abspath(a.report)), exist_ok=True)
-    with open(a.report, "w") as out:
+    os.makedirs(os.path.dirname(os.path.abspath(report)), exist_ok=True)
+    with open(report, "w") as out:
         out.write("\n".join(lines) + "\n\n" + summary + "\n")
     print("\n".join(lines))
     print(summary)
