@@ -271,6 +271,26 @@ static void test_finite_differences(bool llama) {
 // Units
 
 static void test_units() {
+    // llmc/ref_ops.h's embedding backward (the CPU reference the dev/cuda embedding kernels are checked against;
+    // the CPU trainer has its own, sequence-parallel one) against the definition, on tokens that repeat and a
+    // batch of several rows: dwte[v] += sum of dout rows whose token is v, dwpe[t] += sum over the batch of
+    // dout[b*T + t]. Small integers, so every sum is exact in float.
+    {
+        const int B = 3, T = 5, C = 4, V = 7, N = B * T;
+        std::vector<int32_t> tok(N);
+        std::vector<float> dout((size_t)N * C), dwte((size_t)V * C, 1.0f), dwpe((size_t)T * C, 2.0f);
+        for (int n = 0; n < N; n++) tok[n] = (n * 5) % 4;  // tokens 0..3 only, each several times
+        for (size_t i = 0; i < dout.size(); i++) dout[i] = (float)((int)(i * 7 % 11) - 5);
+        std::vector<float> want_wte = dwte, want_wpe = dwpe;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                want_wte[(size_t)tok[n] * C + c] += dout[(size_t)n * C + c];
+                want_wpe[(size_t)(n % T) * C + c] += dout[(size_t)n * C + c];
+            }
+        embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), N, T, C);
+        check(dwte == want_wte && dwpe == want_wpe, "ref_ops embedding_backward sums repeated tokens and the batch",
+              "differs from the definition");
+    }
     // every preset survives the JSON round trip and builds a table with unique HF names
     bool json_ok = true, names_ok = true;
     for (ModelConfig c : all_presets()) {

@@ -152,7 +152,7 @@ MUTANTS = [
     # --- CPU reference (llmc/ref_ops.h, train_gpt_cpu.cpp, schedules) -----------------------------
     ("ref_wpe_grad", "reference", "llmc/ref_ops.h",
      "if (dwpe) dwpe[(size_t)(n % T) * C + c] += d;", "if (dwpe) dwpe[(size_t)(n % T) * C + c] = d;",
-     "cpu_ref", "position-embedding gradient overwritten instead of summed over the batch"),
+     "cpu_units", "position-embedding gradient overwritten instead of summed over the batch"),
     ("ref_norm_var", "reference", "llmc/ref_ops.h",
      "for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);\n        v /= C;",
      "for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);\n        v /= C - 1;",

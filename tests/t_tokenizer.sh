@@ -42,6 +42,11 @@ if [ $net = 1 ]; then
     done
 fi
 
+# UTF-8 decoding of the pre-tokenizer against Python's strict decoder (no rank files needed)
+if /usr/bin/python3 tests/tokenizer/utf8_cases.py "$dir/utf8_cases.bin" > /dev/null; then
+    $bin utf8 "$dir/utf8_cases.bin" || fails=$((fails + 1))
+else fail "utf8 cases: tests/tokenizer/utf8_cases.py failed"; fi
+
 # Bad input: exit status 1 (not a crash) and a message naming the file and the problem.
 bad=$dir/bad
 mkdir -p $bad

@@ -5,12 +5,16 @@
 //                                                    REF (uint32 little-endian, from reference.cjs),
 //                                                    and check decode(encode(TEXT)) == TEXT
 //   test_tokenizer encode TOK TEXT OUT [special]     write our tokens of TEXT to OUT (uint32)
+//   test_tokenizer utf8 CASES                        the first character of each byte sequence in CASES
+//                                                    (from utf8_cases.py: Python's strict decoder) as
+//                                                    tok_char_at decodes it
 //   test_tokenizer bench TOK TEXT [reps]             encode speed in MB/s (median of reps)
 //   test_tokenizer info TOK                          print kind, vocabulary size and end-of-text id
 // TOK is anything tokenizer_load_auto takes: bytes, gpt2, llama3 or a rank file path.
 // Prints one "[PASS] name" or "[FAIL] name: detail" line per check; exits 1 if any failed.
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -81,6 +85,34 @@ static std::string random_bytes(std::mt19937& rng) {
         else s += pieces[rng() % (sizeof(pieces) / sizeof(pieces[0]))];
     }
     return s;
+}
+
+// tok_char_at against Python's strict UTF-8 decoder (records of tests/tokenizer/utf8_cases.py): the same
+// code point and length for every case, invalid (TOK_NONE, one byte) where Python decodes nothing.
+static void utf8_cases(const char* path) {
+    std::vector<uint8_t> rec = read_file_bytes(path);
+    const size_t R = 13;  // 4 bytes, length, int32 code point, int32 length
+    if (rec.empty() || rec.size() % R != 0) die("utf8 cases '%s': %zu bytes, not a multiple of %zu", path, rec.size(), R);
+    size_t bad = 0, n = rec.size() / R;
+    std::string first;
+    for (size_t r = 0; r < n; r++) {
+        const uint8_t* p = rec.data() + r * R;
+        int32_t want_cp, want_len;
+        memcpy(&want_cp, p + 5, 4);
+        memcpy(&want_len, p + 9, 4);
+        TokChar c = tok_char_at(p, p[4], 0);
+        const int32_t cp = c.cp == TOK_NONE ? -1 : (int32_t)c.cp;
+        if (cp != want_cp || (int32_t)c.end != want_len) {
+            if (bad++ == 0) {
+                char buf[160];
+                snprintf(buf, sizeof(buf), "first: bytes %02x %02x %02x %02x (%d): ours U+%X/%d, Python %d/%d", p[0], p[1],
+                         p[2], p[3], p[4], (unsigned)cp, (int)c.end, want_cp, want_len);
+                first = buf;
+            }
+        }
+    }
+    check(bad == 0, "utf8 decoding of " + std::to_string(n) + " byte sequences as Python's strict decoder",
+          bad ? std::to_string(bad) + " differ; " + first : "all agree");
 }
 
 static void selftest() {
@@ -211,9 +243,10 @@ int main(int argc, char** argv) {
     if (mode == "selftest" && argc == 2) selftest();
     else if (mode == "compare" && (argc == 6 || (argc == 7 && special))) compare(argv[2], argv[3], argv[4], argv[5], special);
     else if (mode == "encode" && (argc == 5 || (argc == 6 && special))) encode_to_file(argv[2], argv[3], argv[4], special);
+    else if (mode == "utf8" && argc == 3) utf8_cases(argv[2]);
     else if (mode == "bench" && (argc == 4 || argc == 5)) bench(argv[2], argv[3], argc == 5 ? atoi(argv[4]) : 5);
     else if (mode == "info" && argc == 3) info(argv[2]);
-    else die("usage: test_tokenizer selftest | compare TOK TEXT REF NAME [special] | encode TOK TEXT OUT [special] | "
+    else die("usage: test_tokenizer selftest | utf8 CASES | compare TOK TEXT REF NAME [special] | encode TOK TEXT OUT [special] | "
              "bench TOK TEXT [reps] | info TOK");
     return failures ? 1 : 0;
 }
