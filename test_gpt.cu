@@ -46,7 +46,7 @@
 // with its own summation order, stays within 1e-5 of the same reference states (tests/t_reference.sh);
 // the fp32 build is allowed ten times that on the logits, tol_logits = 1e-4, and the same chain of
 // factors from there (gradients 2e-4, loss 2e-4 of the largest logit, steps 4e-4 of it, the weight update
-// per tensor 8e-4): 250 times tighter than bf16 (the CPU trainer's whole update: 1e-3, observed 4e-5 at most).
+// per tensor 8e-4): about 500 times tighter than bf16 (the CPU trainer's whole update: 1e-3, observed 4e-5 at most).
 #define TESTING
 #include "train_gpt.cu"
 

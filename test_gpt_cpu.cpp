@@ -52,8 +52,8 @@ static const double TOL_WEIGHTS_BULK = 1e-5;
 // above that step the other way set it (observed 4e-6 to 4e-5 on the eight states of tests/t_reference.sh).
 static const double TOL_UPDATE = 1e-3;
 
-// Adds to bound[i] how far the reference's step t (1-based) of element i can land from ours (the comment
-// at TOL_WEIGHTS_BULK); delta[k] keeps tensor k's largest admitted gradient difference so far.
+// Adds to bound[i] how far the reference's step t (1-based) of element i can land from ours (the "Final
+// weights" comment above TOL_GRAD_STEPS); delta[k] keeps tensor k's largest admitted gradient difference so far.
 static void adamw_bound_step(const GPT<float>& g, const TrainConfig& tc, int t, double lr, double clip_scale,
                              std::vector<double>* delta, std::vector<double>* bound) {
     const double b1 = tc.beta1, b2 = tc.beta2, bc1 = 1.0 - std::pow(b1, t), bc2 = 1.0 - std::pow(b2, t);

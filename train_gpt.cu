@@ -379,7 +379,7 @@ struct LayerActs {
 
 // The host's record of one staged micro-batch (the data are in the pinned slot).
 struct MicroBatchStage {
-    bool has_targets = false, has_plan = false;
+    bool has_targets = false;        // with targets, also the embedding plan
     int n_valid = 0;                 // targets >= 0
     int plan_unique = 0, plan_max = 0;
 };
@@ -586,7 +586,7 @@ static void gpt_stage(GPT* g, int slot, const int32_t* inputs, const int32_t* ta
         if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
     }
     std::copy(inputs, inputs + N, h);
-    st.has_targets = st.has_plan = targets != nullptr;
+    st.has_targets = targets != nullptr;
     st.n_valid = 0;
     if (!targets) return;
     std::copy(targets, targets + N, h + N);
@@ -773,7 +773,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     // the token rows of this micro-batch, grouped by token, for the embedding backward
     const MicroBatchStage& st = g->stage[slot];
-    if (!st.has_plan) die("gpt_backward: the micro-batch was staged without targets");
+    if (!st.has_targets) die("gpt_backward: the micro-batch was staged without targets");
     embedding_plan_upload(&g->plan, g->h_stage + (size_t)slot * stage_ints(g) + 2 * (size_t)N, st.plan_unique,
                           st.plan_max, N, g->stream);
 
@@ -824,7 +824,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
 // g->loss. (Training goes through train_step.)
 static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     const size_t N = (size_t)g->B * g->T;
-    if (g->stage_slots < 1 || !g->stage[0].has_plan || memcmp(inputs, g->h_stage, N * sizeof(int32_t)) != 0)
+    if (g->stage_slots < 1 || !g->stage[0].has_targets || memcmp(inputs, g->h_stage, N * sizeof(int32_t)) != 0)
         die("gpt_backward: call gpt_forward with these inputs and their targets first");
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
     gpt_backward_staged(g, 0, loss_scale, 1.0);
@@ -877,14 +877,13 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
         gpt_backward_staged(g, a, 1.0 / accum, 1.0 / accum);
     }
     gpt_update(g, step + 1, lr, tc);
-    // The one host synchronisation of the step: the loss and the pre-clip gradient norm, copied into pinned
-    // memory after the update.
-    cudaCheck(cudaMemcpyAsync(&g->h_readback->loss, g->loss_sum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
+    // The one host synchronisation of the step: the pre-clip gradient norm and the loss, copied into pinned
+    // memory after the update (gpt_read_loss waits for the stream).
     cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    const double loss = gpt_read_loss(g);
     *norm_out = g->h_readback->norm;
-    return g->h_readback->loss;
+    return loss;
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 // dimension = its row length). MatmulContext holds the one cuBLASLt handle, its workspace, the
 // bias-gradient scratch and the algorithms cuBLASLt's heuristic chose, one per key (shape, transposes,
 // epilogue, output and bias types, pointer alignments): the heuristic runs once per distinct key, not on
-// every call (a step makes 165-310 calls; the keys are the few shapes of a layer and the LM head times the
+// every call (each micro-batch makes 12 per layer, 4 forward and 8 backward, plus the head's: hundreds per
+// step; the keys are the few shapes of a layer and the LM head times the
 // alignments their pointers happen to have). Where the heuristic offers no algorithm for
 // an epilogue (BIAS, BGRADB), the call runs with the default epilogue and our own deterministic kernel
 // does the epilogue's work (the bias add; the bias gradient as fixed-order column sums, no atomics).

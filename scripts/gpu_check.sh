@@ -252,6 +252,7 @@ stage_correct() {
         else  # made in the background, one process per state (train_gpt.py --ref is single-threaded),
             # stopped with everything it started at the end of the stage's budget
             rm -f "$d/$name.safetensors"
+            if [ "$(left)" -lt 15 ]; then echo "  $name: not made: the stage's budget is spent"; pids+=(0); continue; fi
             timeout -k 5 "$(left)" bash -c 'source tests/gpu_cases.sh && make_gpu_states "$@"' _ "$d" "$PY" "$name" \
                 > "$d/$name.make.log" 2>&1 &
             pids+=($!); echo "  $name: being made (train_gpt_cpu --export-init, train_gpt.py --ref)"

@@ -42,9 +42,11 @@ static double max_err(double a, double b) {
     return std::isfinite(a) && std::isfinite(b) ? std::max(a, b) : INFINITY;
 }
 
-// |x - ref| / |ref|, +inf if x or ref is not finite
+// |x - ref| / |ref|, +inf if x or ref is not finite; with ref 0: 0 when x is 0 too, else +inf
 static double scalar_rel_err(double x, double ref) {
-    return std::isfinite(x) && std::isfinite(ref) ? std::fabs(x - ref) / std::fabs(ref) : INFINITY;
+    if (!std::isfinite(x) || !std::isfinite(ref)) return INFINITY;
+    if (ref == 0) return x == 0 ? 0.0 : INFINITY;
+    return std::fabs(x - ref) / std::fabs(ref);
 }
 
 // *max_diff = max |a - b|, *max_ref = max |b|; false (and both +inf) if an element of a or b is NaN or inf

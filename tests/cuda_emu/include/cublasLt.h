@@ -3,8 +3,8 @@
 // dimensions, alpha/beta, and the epilogues BIAS (bias[i] added to row i of D) and BGRADB (bias[j] = the
 // sum over k of op(B)[k, j], stored, not added). Shapes and types are checked as cuBLASLt documents them,
 // including the bias type, which must be the output's. The heuristic finds an algorithm for every valid
-// call except for the epilogues named in EMU_LT_NO_ALGO (a comma-separated list of BIAS, BGRADB, BGRADA or
-// numbers, read on each call), for which it answers as cuBLASLt does when it has none: no result and
+// call except for the epilogues named in EMU_LT_NO_ALGO (a comma-separated list of BIAS, BGRADB, BGRADA,
+// DEFAULT (then every GEMM has none, and the trainer stops) or numbers, read on each call), for which it answers as cuBLASLt does when it has none: no result and
 // CUBLAS_STATUS_NOT_SUPPORTED. g_emu_heuristic_calls counts its calls, g_emu_gemms the products.
 #pragma once
 #include "cuda_emu.h"
