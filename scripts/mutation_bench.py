@@ -147,7 +147,7 @@ MUTANTS = [
      "emu_gpt", "bias gradient overwritten instead of accumulated over micro-batches"),
     ("adamw_v_abs", "optimizer", "llmc/adamw.cuh",
      "*v = beta2 * *v + (1.0f - beta2) * g * g;", "*v = beta2 * *v + (1.0f - beta2) * fabsf(g);",
-     "emu_fp32", "second moment of |g| instead of g^2 (fp32 build)"),
+     "emu_fp32", "second moment of abs(g) instead of g^2 (fp32 build)"),
 
     # --- CPU reference (llmc/ref_ops.h, train_gpt_cpu.cpp, schedules) -----------------------------
     ("ref_wpe_grad", "reference", "llmc/ref_ops.h",
