@@ -110,6 +110,27 @@ $(BUILD)/test_tokenizer: tests/tokenizer/test_tokenizer.cpp $(TOKENIZER_HEADERS)
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
+# tests/t_comm.sh: llmc/launch.h's id exchange (plain C++, no MPI), and llmc/comm_nccl.cuh's test program,
+# built with nvcc against NCCL (GPU) and with g++ against the emulated CUDA runtime and NCCL (tests/cuda_emu)
+# for mpirun on the CPU
+COMM_NCCL_DEPS := tests/test_comm.cu llmc/comm_nccl.cuh llmc/launch.h llmc/topology.h llmc/cuda_common.cuh llmc/utils.h
+$(BUILD)/test_launch: tests/test_launch.cpp llmc/launch.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+$(BUILD)/test_comm: $(COMM_NCCL_DEPS)
+	$(NEED_NVCC)
+	@test -n "$(NCCL_LDLIBS)" || { echo "error: $@ needs NCCL and this build has none (set NCCL_HOME=<dir with include/nccl.h and lib/>)"; exit 1; }
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS) $(NCCL_LDLIBS)
+
+$(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard tests/cuda_emu/include/*.h)
+	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset)"; exit 1; }
+	@rm -rf $@_src && mkdir -p $@_src
+	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
+	$(CXX) -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -pthread \
+	    -DUSE_NCCL -Itests/cuda_emu/include -I$@_src $(MPI_CFLAGS) -x c++ $@_src/tests/test_comm.cu -o $@ $(MPI_LIBS)
+
 # ---- fuzzing (clang's libFuzzer), not part of `make test` ----------------------------------------
 # The data set fuzzer is one source, the parser picked by FUZZ_PARSER (1 idx, 2 npy/npz, 3 llm.c shard);
 # FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION skips the npz CRC check so inputs reach the npy parser.
@@ -246,10 +267,11 @@ gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 
 # ---- tests ---------------------------------------------------------------------------------------
 # what `make test` builds before it runs tests/t_*.sh: every program above that this machine can build
-ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_tokenizer
+ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_tokenizer \
+                 $(BUILD)/test_launch $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu)
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
-                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) gpu-kit
+                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
 endif
 # the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
 QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated

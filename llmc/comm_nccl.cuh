@@ -1,0 +1,216 @@
+// llmc/comm_nccl.cuh: the NCCL backend of the Comm interface (llmc/comm.h is the MPI backend, with the
+// same names; a program includes one of them). For the CUDA trainer: buffers are DEVICE pointers, except
+// comm_host_sum / comm_host_max, which take host values (loss, norm, flags, memory rows).
+// Streams: each Comm carries its own cudaStream_t, c.stream. Every collective and point-to-point call is
+// enqueued on c.stream and returns at once, before the data has moved (NCCL's asynchronous semantics): the
+// caller orders it against its compute stream with events (cudaEventRecord on the compute stream and
+// cudaStreamWaitEvent(c.stream, ...) before a collective reads what a kernel wrote; the reverse before a
+// kernel reads what the collective wrote). The host waits only in comm_wait, comm_barrier,
+// comm_host_sum / comm_host_max and comm_finalize; those waits poll the stream and NCCL's asynchronous
+// error (ncclCommGetAsyncError), so a failed peer ends the program with NCCL's message instead of a hang.
+// The world comes from llmc/launch.h (mpirun, srun or RANK/WORLD_SIZE/LOCAL_RANK; the NCCL unique id made
+// by rank 0 reaches the others over TCP or a file, and the ranks' command lines must agree), one GPU per
+// local rank (local_rank % device count). Sub-groups are ncclCommSplit of their parent (color = the
+// group's first member, key = the position in it); a group of one rank has no NCCL communicator.
+// Counts are size_t (NCCL's own counts); types float, __nv_bfloat16 and double.
+// Point to point: NCCL has no tags, so the tag argument is checked for nothing: a send and a receive
+// between two ranks match in the order they were issued. A send does not finish until the peer posts the
+// matching receive, so two ranks that both send to each other first deadlock (order them).
+// Every NCCL call is checked (ncclCheck, llmc/cuda_common.cuh: the call, file, line, ncclGetErrorString
+// and NCCL's last message).
+#pragma once
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+#include "llmc/utils.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/launch.h"
+#ifndef USE_NCCL
+#error "llmc/comm_nccl.cuh needs NCCL: build with -DUSE_NCCL and NCCL's include path (the Makefile adds both when it finds nccl.h)"
+#endif
+
+struct Comm {
+    int size = 1, rank = 0;
+    ncclComm_t nccl = nullptr;     // null in a group of one rank
+    cudaStream_t stream = nullptr; // every call of this group is enqueued here
+    double* scratch = nullptr;     // device, COMM_SCRATCH doubles: comm_host_sum / max and comm_barrier
+};
+static const size_t COMM_SCRATCH = 256;
+
+// A send in flight: comm_wait returns once the stream has passed it (its buffer may then be reused).
+struct CommRequest {
+    ncclComm_t nccl = nullptr;
+    cudaStream_t stream = nullptr;
+};
+
+template <typename T> static inline ncclDataType_t nccl_type();
+template <> inline ncclDataType_t nccl_type<float>() { return ncclFloat; }
+template <> inline ncclDataType_t nccl_type<__nv_bfloat16>() { return ncclBfloat16; }
+template <> inline ncclDataType_t nccl_type<double>() { return ncclDouble; }
+
+// every Comm made, world first, for comm_finalize; the world's rank names group members
+static inline std::vector<Comm>& comm_registry() {
+    static std::vector<Comm> all;
+    return all;
+}
+
+// The host waits for everything enqueued on `stream` so far, and dies with NCCL's message if the
+// communicator failed meanwhile (a peer died or a network error) instead of waiting forever.
+static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream) {
+    while (true) {
+        cudaError_t e = cudaStreamQuery(stream);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) cudaCheck(e);
+        if (nccl) {
+            ncclResult_t async = ncclSuccess;
+            ncclCheck(ncclCommGetAsyncError(nccl, &async));
+            if (async != ncclSuccess) {
+                fflush(stdout);
+                fprintf(stderr, "NCCL asynchronous error %d (%s) while waiting [%s:%d]; last NCCL message: %s\n",
+                        (int)async, ncclGetErrorString(async), __FILE__, __LINE__, ncclGetLastError(nccl));
+                ncclCommAbort(nccl);
+                exit(1);
+            }
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
+static inline Comm comm_make(int size, int rank, ncclComm_t nccl) {
+    Comm c;
+    c.size = size; c.rank = rank; c.nccl = nccl;
+    cudaCheck(cudaStreamCreate(&c.stream));
+    cudaCheck(cudaMalloc(&c.scratch, COMM_SCRATCH * sizeof(double)));
+    comm_registry().push_back(c);
+    return c;
+}
+
+// The world: rank and size from the launcher, this rank's GPU selected, the NCCL communicator made from
+// rank 0's unique id (one rank: no NCCL at all). argc / argv: the layout the ranks must agree on.
+static inline Comm comm_init(int* argc, char*** argv) {
+    if (!comm_registry().empty()) die("comm_init: called twice");
+    LaunchInfo li = launch_info();
+    int devices = cuda_require_device();
+    cudaCheck(cudaSetDevice(li.local_rank % devices));
+    ncclComm_t nccl = nullptr;
+    if (li.world > 1) {
+        ncclUniqueId id;
+        memset(&id, 0, sizeof(id));
+        if (li.rank == 0) ncclCheck(ncclGetUniqueId(&id));
+        launch_exchange_id(li, &id, sizeof(id), launch_layout(*argc, *argv));
+        ncclCheck(ncclCommInitRank(&nccl, li.world, id, li.rank));
+        launch_done(li);  // every rank has joined, hence read the id
+    }
+    return comm_make(li.world, li.rank, nccl);
+}
+
+// Every communicator made (groups first, the world last) destroyed once its stream is done.
+static inline void comm_finalize() {
+    std::vector<Comm>& all = comm_registry();
+    for (size_t i = all.size(); i-- > 0;) {
+        comm_stream_wait(all[i].nccl, all[i].stream);
+        if (all[i].nccl) ncclCheck(ncclCommDestroy(all[i].nccl));
+        cudaCheck(cudaFree(all[i].scratch));
+        cudaCheck(cudaStreamDestroy(all[i].stream));
+    }
+    all.clear();
+}
+
+// Sub-group of `parent` holding the world ranks `members`, in group-rank order; this rank must be one
+// of them. Collective over parent: every rank of it calls this with its own group's list.
+static inline Comm comm_group(const Comm& parent, const std::vector<int>& members) {
+    if (comm_registry().empty()) die("comm_group: comm_init first");
+    int me = comm_registry()[0].rank, rank = -1;
+    for (size_t i = 0; i < members.size(); i++)
+        if (members[i] == me) rank = (int)i;
+    if (rank < 0) die("comm_group: world rank %d is not in the group it asked for (first member %d)", me,
+                      members.empty() ? -1 : members[0]);
+    ncclComm_t nccl = nullptr;
+    if (parent.size > 1)  // collective over the parent even for a group of one (which gets no communicator)
+        ncclCheck(ncclCommSplit(parent.nccl, members.size() > 1 ? members[0] : NCCL_SPLIT_NOCOLOR, rank, &nccl, nullptr));
+    return comm_make((int)members.size(), rank, nccl);
+}
+
+// buf[n] = sum (or max) over the group, on every rank
+template <typename T>
+static inline void comm_all_reduce_sum(const Comm& c, T* buf, size_t n) {
+    if (c.size == 1 || n == 0) return;
+    ncclCheck(ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclSum, c.nccl, c.stream));
+}
+template <typename T>
+static inline void comm_all_reduce_max(const Comm& c, T* buf, size_t n) {
+    if (c.size == 1 || n == 0) return;
+    ncclCheck(ncclAllReduce(buf, buf, n, nccl_type<T>(), ncclMax, c.nccl, c.stream));
+}
+
+// send[c.size * n] summed over the group; rank r receives piece r (n values) in recv[n]
+// (recv may be send + c.rank * n)
+template <typename T>
+static inline void comm_reduce_scatter(const Comm& c, const T* send, T* recv, size_t n) {
+    if (n == 0) return;
+    if (c.size == 1) {
+        if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, n * sizeof(T), cudaMemcpyDeviceToDevice, c.stream));
+        return;
+    }
+    ncclCheck(ncclReduceScatter(send, recv, n, nccl_type<T>(), ncclSum, c.nccl, c.stream));
+}
+
+// rank r contributes send[n]; recv[c.size * n] holds every piece in rank order (send may be
+// recv + c.rank * n: in place)
+template <typename T>
+static inline void comm_all_gather(const Comm& c, const T* send, T* recv, size_t n) {
+    if (n == 0) return;
+    if (c.size == 1) {
+        if (recv != send) cudaCheck(cudaMemcpyAsync(recv, send, n * sizeof(T), cudaMemcpyDeviceToDevice, c.stream));
+        return;
+    }
+    ncclCheck(ncclAllGather(send, recv, n, nccl_type<T>(), c.nccl, c.stream));
+}
+
+template <typename T>
+static inline void comm_broadcast(const Comm& c, T* buf, size_t n, int root) {
+    if (c.size == 1 || n == 0) return;
+    ncclCheck(ncclBroadcast(buf, buf, n, nccl_type<T>(), root, c.nccl, c.stream));
+}
+
+// Point to point within a group (peer is a group rank); the tag is not used (issue order matches).
+// The send's buffer must stay untouched until comm_wait(req); the receive's data is there for work
+// ordered after it on c.stream.
+template <typename T>
+static inline void comm_send(const Comm& c, const T* buf, size_t n, int peer, int tag, CommRequest* req) {
+    if (c.size == 1) die("comm_send: a group of one rank has no peer (rank %d)", peer);
+    ncclCheck(ncclSend(buf, n, nccl_type<T>(), peer, c.nccl, c.stream));
+    req->nccl = c.nccl;
+    req->stream = c.stream;
+}
+template <typename T>
+static inline void comm_recv(const Comm& c, T* buf, size_t n, int peer, int tag) {
+    if (c.size == 1) die("comm_recv: a group of one rank has no peer (rank %d)", peer);
+    ncclCheck(ncclRecv(buf, n, nccl_type<T>(), peer, c.nccl, c.stream));
+}
+static inline void comm_wait(CommRequest* req) {
+    if (req->stream) comm_stream_wait(req->nccl, req->stream);
+    req->stream = nullptr;
+}
+
+// Host values through the device scratch: copied in, reduced, copied out, waited for.
+static inline void comm_host_reduce(const Comm& c, double* v, size_t n, ncclRedOp_t op) {
+    if (c.size == 1) return;
+    for (size_t i = 0; i < n; i += COMM_SCRATCH) {
+        size_t k = n - i < COMM_SCRATCH ? n - i : COMM_SCRATCH;
+        cudaCheck(cudaMemcpyAsync(c.scratch, v + i, k * sizeof(double), cudaMemcpyHostToDevice, c.stream));
+        ncclCheck(ncclAllReduce(c.scratch, c.scratch, k, ncclDouble, op, c.nccl, c.stream));
+        cudaCheck(cudaMemcpyAsync(v + i, c.scratch, k * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
+        comm_stream_wait(c.nccl, c.stream);
+    }
+}
+static inline void comm_host_sum(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclSum); }
+static inline void comm_host_max(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclMax); }
+
+// Every rank of the group has reached this point, and everything enqueued on c.stream before it is done.
+static inline void comm_barrier(const Comm& c) {
+    if (c.size == 1) { comm_stream_wait(nullptr, c.stream); return; }
+    double one = 1;
+    comm_host_reduce(c, &one, 1, ncclSum);
+}

@@ -1,0 +1,300 @@
+// tests/cuda_emu/include/nccl.h: the NCCL calls of llmc/comm_nccl.cuh emulated over MPI, so that CUDA
+// programs built against this directory run several ranks under mpirun, each process one emulated GPU
+// (MPI_Init on the first call that needs it; MPI_Finalize when the last communicator is destroyed).
+// Streams: the emulated CUDA runtime (cuda_emu.h) runs everything at once on the host, so every call here
+// has finished when it returns, except inside ncclGroupStart/ncclGroupEnd, where the calls are posted and
+// ncclGroupEnd waits for them all. The communication is real NCCL's, in its ordering rules:
+//   - a send does not finish until its matching receive is posted (MPI_Issend), so the programs that
+//     deadlock on GPUs (two ranks that both send first, outside a group) deadlock here too;
+//   - sends and receives between two ranks match in issue order (one MPI tag for all);
+//   - collectives are posted as non-blocking MPI collectives in the order the program calls them.
+// No wait hangs: every wait polls (MPI_Test) and after EMU_NCCL_TIMEOUT seconds (default 600) prints the
+// rank, the operation, the peer or root and the size, and ends the whole job (MPI_Abort).
+// bf16 sums: real NCCL adds bf16 values in fp32 and rounds to bf16 after each addition along its ring or
+// tree, in an order its algorithm picks; here the values are summed in fp32 in rank order and rounded
+// once, which differs from a GPU by at most a few bf16 ulps for more than 2 ranks (max is exact in both).
+// Types: float, bfloat16 and double (what the trainer moves). Counts up to INT_MAX elements (MPI's int
+// counts; the call fails with a message above that).
+// Also here, until the runtime emulation has them: cudaStreamQuery (always done: streams are synchronous)
+// and cudaErrorNotReady.
+#pragma once
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <climits>
+#include <functional>
+#include <memory>
+#include <vector>
+#include <unistd.h>
+#include "cuda_emu.h"
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+enum { cudaErrorNotReady = 600 };
+static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+
+typedef enum {
+    ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
+    ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7
+} ncclResult_t;
+typedef enum { ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
+typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
+#define NCCL_UNIQUE_ID_BYTES 128
+#define NCCL_SPLIT_NOCOLOR -1
+typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
+typedef struct { int unused; } ncclConfig_t;  // split configurations are not emulated (pass nullptr)
+struct EmuNcclComm {
+    MPI_Comm mpi;
+    int rank, size;
+};
+typedef EmuNcclComm* ncclComm_t;
+
+// ---------------------------------------------------------------- state
+struct EmuNcclOp {  // one posted operation
+    MPI_Request req;
+    const char* what;
+    int comm_rank, peer;  // peer: the other rank of a send/recv, the root of a broadcast, -1 otherwise
+    size_t bytes;
+    std::function<void()> finish;  // after completion: bf16 results rounded into place
+    std::shared_ptr<std::vector<char>> tmp;  // buffers the operation owns while in flight
+};
+struct EmuNcclState {
+    int group_depth = 0;
+    int live_comms = 0;
+    std::vector<EmuNcclOp> pending;
+    char last_error[512] = "";
+};
+inline EmuNcclState g_emu_nccl;
+
+__attribute__((format(printf, 2, 3))) static inline ncclResult_t emu_nccl_fail(ncclResult_t r, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_emu_nccl.last_error, sizeof(g_emu_nccl.last_error), fmt, ap);
+    va_end(ap);
+    return r;
+}
+static inline int emu_nccl_world_rank() {
+    int init = 0, r = -1;
+    MPI_Initialized(&init);
+    if (init) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+static inline double emu_nccl_timeout() {
+    const char* v = getenv("EMU_NCCL_TIMEOUT");
+    return v ? atof(v) : 600.0;
+}
+
+// Waits for every posted operation, polling, under the timeout.
+static inline ncclResult_t emu_nccl_wait_all() {
+    double t0 = emu_now_ms(), limit = emu_nccl_timeout() * 1000;
+    std::vector<EmuNcclOp>& ops = g_emu_nccl.pending;
+    std::vector<char> done(ops.size(), 0);
+    size_t left = ops.size();
+    while (left > 0) {
+        for (size_t i = 0; i < ops.size(); i++) {
+            if (done[i]) continue;
+            int flag = 0;
+            if (MPI_Test(&ops[i].req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                return emu_nccl_fail(ncclSystemError, "MPI_Test failed in %s", ops[i].what);
+            if (flag) { done[i] = 1; left--; }
+        }
+        if (left == 0) break;
+        if (emu_now_ms() - t0 > limit) {
+            for (size_t i = 0; i < ops.size(); i++) {
+                if (done[i]) continue;
+                fprintf(stderr, "nccl emulation: deadlock: rank %d (world rank %d) waited %.0f s (EMU_NCCL_TIMEOUT) in %s "
+                        "(peer/root %d, %zu bytes): the other side never posted its matching call, so this program "
+                        "hangs on GPUs too\n", ops[i].comm_rank, emu_nccl_world_rank(), limit / 1000, ops[i].what,
+                        ops[i].peer, ops[i].bytes);
+                break;
+            }
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        usleep(50);
+    }
+    for (EmuNcclOp& op : ops) if (op.finish) op.finish();
+    ops.clear();
+    return ncclSuccess;
+}
+static inline ncclResult_t emu_nccl_post(EmuNcclOp op) {
+    g_emu_nccl.pending.push_back(std::move(op));
+    return g_emu_nccl.group_depth > 0 ? ncclSuccess : emu_nccl_wait_all();
+}
+static inline ncclResult_t emu_nccl_check_args(const char* what, size_t count, ncclComm_t comm) {
+    if (!comm) return emu_nccl_fail(ncclInvalidArgument, "%s: null communicator", what);
+    if (count > (size_t)INT_MAX / 8)
+        return emu_nccl_fail(ncclInvalidArgument, "%s: %zu elements: the emulation's counts stop at INT_MAX / 8", what, count);
+    return ncclSuccess;
+}
+static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclBfloat16 ? 2 : t == ncclFloat ? 4 : 8; }
+// the type MPI reduces in: fp32 for fp32 and bf16, fp64 for fp64
+static inline MPI_Datatype emu_nccl_wide(ncclDataType_t t) { return t == ncclDouble ? MPI_DOUBLE : MPI_FLOAT; }
+static inline size_t emu_nccl_wide_size(ncclDataType_t t) { return t == ncclDouble ? 8 : 4; }
+static inline void emu_nccl_widen(const void* src, char* dst, size_t n, ncclDataType_t t) {
+    if (t != ncclBfloat16) { memcpy(dst, src, n * emu_nccl_size(t)); return; }
+    for (size_t i = 0; i < n; i++) ((float*)dst)[i] = (float)((const __nv_bfloat16*)src)[i];
+}
+static inline void emu_nccl_narrow(const char* src, void* dst, size_t n, ncclDataType_t t) {
+    if (t != ncclBfloat16) { memcpy(dst, src, n * emu_nccl_size(t)); return; }
+    for (size_t i = 0; i < n; i++) ((__nv_bfloat16*)dst)[i] = __nv_bfloat16(((const float*)src)[i]);
+}
+static inline bool emu_nccl_type_ok(ncclDataType_t t) { return t == ncclFloat || t == ncclDouble || t == ncclBfloat16; }
+
+// ---------------------------------------------------------------- communicators
+static inline const char* ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+        case ncclSuccess: return "no error";
+        case ncclSystemError: return "unhandled system error (emulated)";
+        case ncclInvalidArgument: return "invalid argument (emulated)";
+        case ncclInvalidUsage: return "invalid usage (emulated)";
+        default: return "emulated NCCL error";
+    }
+}
+static inline const char* ncclGetLastError(ncclComm_t) { return g_emu_nccl.last_error; }
+static inline ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t* e) { *e = ncclSuccess; return ncclSuccess; }
+
+static inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    memset(id, 0, sizeof(*id));
+    snprintf(id->internal, sizeof(id->internal), "emulated nccl id pid %d", (int)getpid());
+    FILE* f = fopen("/dev/urandom", "rb");
+    if (!f || fread(id->internal + 64, 1, 64, f) != 64) return emu_nccl_fail(ncclSystemError, "ncclGetUniqueId: cannot read /dev/urandom");
+    fclose(f);
+    return ncclSuccess;
+}
+
+// The world: one MPI process per rank, the ranks as mpirun numbers them; every rank must hold the same id.
+static inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init && MPI_Init(nullptr, nullptr) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Init failed");
+    int wsize = 0, wrank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    if (nranks != wsize || rank != wrank)
+        return emu_nccl_fail(ncclInvalidArgument, "ncclCommInitRank: nranks %d, rank %d differ from mpirun's world of %d, rank %d "
+                             "(the emulation runs each rank as one MPI process)", nranks, rank, wsize, wrank);
+    std::vector<ncclUniqueId> all(wsize);
+    if (MPI_Allgather(&id, sizeof(id), MPI_BYTE, all.data(), sizeof(id), MPI_BYTE, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclCommInitRank: MPI_Allgather failed");
+    for (int r = 0; r < wsize; r++)
+        if (memcmp(&all[r], &id, sizeof(id)) != 0)
+            return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank: rank %d holds another unique id than rank %d", r, rank);
+    EmuNcclComm* c = new EmuNcclComm{MPI_COMM_NULL, wrank, wsize};
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Comm_dup failed");
+    g_emu_nccl.live_comms++;
+    *comm = c;
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+    if (!comm) return emu_nccl_fail(ncclInvalidArgument, "ncclCommSplit: null communicator");
+    if (config) return emu_nccl_fail(ncclInvalidArgument, "ncclCommSplit: configurations are not emulated (pass nullptr)");
+    MPI_Comm m = MPI_COMM_NULL;
+    if (MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &m) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
+    *newcomm = nullptr;
+    if (m == MPI_COMM_NULL) return ncclSuccess;
+    EmuNcclComm* c = new EmuNcclComm{m, 0, 0};
+    MPI_Comm_rank(m, &c->rank);
+    MPI_Comm_size(m, &c->size);
+    g_emu_nccl.live_comms++;
+    *newcomm = c;
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommCount(ncclComm_t comm, int* n) { *n = comm->size; return ncclSuccess; }
+static inline ncclResult_t ncclCommUserRank(ncclComm_t comm, int* r) { *r = comm->rank; return ncclSuccess; }
+static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    if (!comm) return ncclSuccess;
+    MPI_Comm_free(&comm->mpi);
+    delete comm;
+    if (--g_emu_nccl.live_comms == 0) MPI_Finalize();
+    return ncclSuccess;
+}
+static inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
+    if (comm) delete comm;
+    return ncclSuccess;
+}
+
+static inline ncclResult_t ncclGroupStart() { g_emu_nccl.group_depth++; return ncclSuccess; }
+static inline ncclResult_t ncclGroupEnd() {
+    if (g_emu_nccl.group_depth == 0) return emu_nccl_fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    return --g_emu_nccl.group_depth > 0 ? ncclSuccess : emu_nccl_wait_all();
+}
+
+// ---------------------------------------------------------------- collectives
+static inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                         ncclComm_t comm, cudaStream_t) {
+    if (ncclResult_t r = emu_nccl_check_args("ncclAllReduce", count, comm)) return r;
+    if (!emu_nccl_type_ok(t) || (op != ncclSum && op != ncclMax)) return emu_nccl_fail(ncclInvalidArgument, "ncclAllReduce: type or op not emulated");
+    EmuNcclOp o{MPI_REQUEST_NULL, op == ncclSum ? "ncclAllReduce(sum)" : "ncclAllReduce(max)", comm->rank, -1, count * emu_nccl_size(t), {}, {}};
+    o.tmp = std::make_shared<std::vector<char>>(count * emu_nccl_wide_size(t) + 1);
+    char* w = o.tmp->data();
+    emu_nccl_widen(send, w, count, t);
+    if (MPI_Iallreduce(MPI_IN_PLACE, w, (int)count, emu_nccl_wide(t), op == ncclSum ? MPI_SUM : MPI_MAX, comm->mpi, &o.req) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclAllReduce: MPI_Iallreduce failed");
+    o.finish = [w, recv, count, t]() { emu_nccl_narrow(w, recv, count, t); };
+    return emu_nccl_post(std::move(o));
+}
+// send[size * count] summed; rank r receives piece r in recv[count]
+static inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                                             ncclComm_t comm, cudaStream_t) {
+    if (ncclResult_t r = emu_nccl_check_args("ncclReduceScatter", count * (comm ? comm->size : 1), comm)) return r;
+    if (!emu_nccl_type_ok(t) || op != ncclSum) return emu_nccl_fail(ncclInvalidArgument, "ncclReduceScatter: type or op not emulated");
+    EmuNcclOp o{MPI_REQUEST_NULL, "ncclReduceScatter", comm->rank, -1, count * emu_nccl_size(t), {}, {}};
+    size_t ws = emu_nccl_wide_size(t);
+    o.tmp = std::make_shared<std::vector<char>>(count * ws * (comm->size + 1) + 1);
+    char* w = o.tmp->data();
+    char* wr = w + count * ws * comm->size;
+    emu_nccl_widen(send, w, count * comm->size, t);
+    if (MPI_Ireduce_scatter_block(w, wr, (int)count, emu_nccl_wide(t), MPI_SUM, comm->mpi, &o.req) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclReduceScatter: MPI_Ireduce_scatter_block failed");
+    o.finish = [wr, recv, count, t]() { emu_nccl_narrow(wr, recv, count, t); };
+    return emu_nccl_post(std::move(o));
+}
+// rank r's send[count] lands at recv + r * count on every rank; send may be that place (in place)
+static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+    if (ncclResult_t r = emu_nccl_check_args("ncclAllGather", count * (comm ? comm->size : 1), comm)) return r;
+    if (!emu_nccl_type_ok(t)) return emu_nccl_fail(ncclInvalidArgument, "ncclAllGather: type not emulated");
+    size_t b = count * emu_nccl_size(t);
+    EmuNcclOp o{MPI_REQUEST_NULL, "ncclAllGather", comm->rank, -1, b, {}, {}};
+    const void* src = send == (const char*)recv + comm->rank * b ? MPI_IN_PLACE : send;
+    if (MPI_Iallgather(src, (int)b, MPI_BYTE, recv, (int)b, MPI_BYTE, comm->mpi, &o.req) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclAllGather: MPI_Iallgather failed");
+    return emu_nccl_post(std::move(o));
+}
+static inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
+                                         ncclComm_t comm, cudaStream_t) {
+    if (ncclResult_t r = emu_nccl_check_args("ncclBroadcast", count, comm)) return r;
+    if (!emu_nccl_type_ok(t) || root < 0 || root >= comm->size) return emu_nccl_fail(ncclInvalidArgument, "ncclBroadcast: type or root not valid");
+    size_t b = count * emu_nccl_size(t);
+    if (comm->rank == root && send != recv) memmove(recv, send, b);
+    EmuNcclOp o{MPI_REQUEST_NULL, "ncclBroadcast", comm->rank, root, b, {}, {}};
+    if (MPI_Ibcast(recv, (int)b, MPI_BYTE, root, comm->mpi, &o.req) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclBroadcast: MPI_Ibcast failed");
+    return emu_nccl_post(std::move(o));
+}
+
+// ---------------------------------------------------------------- point to point (no tags: issue order)
+static inline ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    if (ncclResult_t r = emu_nccl_check_args("ncclSend", count, comm)) return r;
+    if (!emu_nccl_type_ok(t) || peer < 0 || peer >= comm->size || peer == comm->rank)
+        return emu_nccl_fail(ncclInvalidArgument, "ncclSend: type or peer %d not valid", peer);
+    size_t b = count * emu_nccl_size(t);
+    EmuNcclOp o{MPI_REQUEST_NULL, "ncclSend", comm->rank, peer, b, {}, {}};
+    if (MPI_Issend(buf, (int)b, MPI_BYTE, peer, 0, comm->mpi, &o.req) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclSend: MPI_Issend failed");
+    return emu_nccl_post(std::move(o));
+}
+static inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+    if (ncclResult_t r = emu_nccl_check_args("ncclRecv", count, comm)) return r;
+    if (!emu_nccl_type_ok(t) || peer < 0 || peer >= comm->size || peer == comm->rank)
+        return emu_nccl_fail(ncclInvalidArgument, "ncclRecv: type or peer %d not valid", peer);
+    size_t b = count * emu_nccl_size(t);
+    EmuNcclOp o{MPI_REQUEST_NULL, "ncclRecv", comm->rank, peer, b, {}, {}};
+    if (MPI_Irecv(buf, (int)b, MPI_BYTE, peer, 0, comm->mpi, &o.req) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclSystemError, "ncclRecv: MPI_Irecv failed");
+    return emu_nccl_post(std::move(o));
+}
