@@ -274,7 +274,7 @@ ifneq ($(NVCC),)
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
 endif
 # the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
-QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated
+QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_comm
 
 deps:
 	@bash scripts/install_deps.sh
