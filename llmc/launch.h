@@ -20,7 +20,8 @@
 //                      error saying what to set
 // The layout is a string the caller builds (the trainer: its command line); ranks whose layouts differ,
 // or whose world sizes differ, or a rank that never arrives, stop every rank that is there with a message
-// within LLMC_LAUNCH_TIMEOUT seconds (default 300), never a hang.
+// within LLMC_LAUNCH_TIMEOUT seconds (default 300; ranks other than 0 wait 5 s more for rank 0's verdict),
+// never a hang.
 #pragma once
 #include <cerrno>
 #include <chrono>
@@ -107,6 +108,9 @@ struct LaunchHello {
 };
 static const uint32_t LAUNCH_MAGIC = 0x6c6c6d63;  // "llmc"
 static const size_t LAUNCH_MAX_BLOB = 4096;
+// the others wait this much longer than rank 0 for its answer: at the timeout rank 0 still has the reason
+// to send them
+static const double LAUNCH_GRACE_S = 5;
 // rank 0's answer: status 0 and the blob, or status 1 and a message
 struct LaunchAnswer {
     uint32_t magic, status, blob_bytes, pad;
@@ -208,9 +212,9 @@ static inline void launch_exchange_file(const LaunchInfo& li, const std::string&
     if (stat(rp.c_str(), &st) != 0) die("launch: cannot stat '%s' just written: %s", rp.c_str(), strerror(errno));
     struct timespec since = st.st_mtim;
     while (!launch_read_file(path, &ans, sizeof(ans), &since) || ans.magic != LAUNCH_MAGIC) {
-        if (launch_now_s() - t0 > timeout)
-            die("launch: rank %d waited %.0f s (LLMC_LAUNCH_TIMEOUT) for rank 0 to write the id to LLMC_ID_FILE=%s; "
-                "rank 0 never did (not started, or it died)", li.rank, timeout, path.c_str());
+        if (launch_now_s() - t0 > timeout + LAUNCH_GRACE_S)
+            die("launch: rank %d waited %.0f s (LLMC_LAUNCH_TIMEOUT and %.0f s) for rank 0 to write the id to "
+                "LLMC_ID_FILE=%s; rank 0 never did (not started, or it died)", li.rank, timeout, LAUNCH_GRACE_S, path.c_str());
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (ans.status) die("launch: rank 0 stopped the job: %s", ans.text);
@@ -325,8 +329,8 @@ static inline void launch_exchange_tcp(const LaunchInfo& li, const char* addr, c
     LaunchHello h = {LAUNCH_MAGIC, (uint32_t)li.rank, (uint32_t)li.world, 0, digest};
     if (!launch_io(fd, &h, sizeof(h), true, deadline))
         die("launch: rank %d could not send its hello to rank 0 at %s:%d", li.rank, addr, port);
-    // rank 0 answers once every rank arrived or its own timeout passed: allow it a little more
-    if (!launch_io(fd, &ans, sizeof(ans), false, deadline + 10) || ans.magic != LAUNCH_MAGIC)
+    // rank 0 answers once every rank arrived or its own timeout passed
+    if (!launch_io(fd, &ans, sizeof(ans), false, deadline + LAUNCH_GRACE_S) || ans.magic != LAUNCH_MAGIC)
         die("launch: rank %d got no id from rank 0 at %s:%d within %.0f s (LLMC_LAUNCH_TIMEOUT): rank 0 died, "
             "or the connection was not from this job", li.rank, addr, port, timeout);
     close(fd);

@@ -11,7 +11,7 @@
 #      against values computed on the host; its checks are counted here, its failures printed.
 #   3. a deadlock (two ranks that both send first) ends with the emulation's message under
 #      EMU_NCCL_TIMEOUT=3 instead of hanging.
-# About 20 s on 2 busy cores.
+# About 30 s on 2 busy cores.
 set -u
 d=build/t_comm.$$
 rm -rf "$d" && mkdir -p "$d"
