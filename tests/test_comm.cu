@@ -3,7 +3,8 @@
 // gathered and scattered pieces are computed in double from the same function. Run with several ranks
 // (mpirun, srun or scripts/launch.sh); tests/t_comm.sh runs it built against the NCCL emulation under
 // mpirun -np 2, 3 and 4. Each rank prints "[FAIL] name (rank r): detail" for what it got wrong; rank 0
-// prints "[PASS] name" when no rank failed it (the failures agreed with comm_host_max).
+// prints "[PASS] name" when no rank failed it (the failures agreed with comm_host_max). On GPUs:
+// scripts/launch.sh 2 build/test_comm (several ranks sharing one GPU need a distinct NCCL_HOSTID each).
 //   test_comm              all checks
 //   test_comm --deadlock   ranks 0 and 1 both send to each other first (no group): must hang on a GPU,
 //                          and end with the emulation's timeout message under tests/cuda_emu
