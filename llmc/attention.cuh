@@ -16,6 +16,7 @@
 //   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream)
 //   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
 //     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible.
+// The PTX primitives (mma.sync, ldmatrix, cp.async) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
 #pragma once
@@ -23,70 +24,26 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "llmc/cuda_common.cuh"
+#include "llmc/mma.cuh"
 #include "llmc/utils.h"
 
-// ---- tensor-core and shared-memory primitives ----------------------------------------------------
+// ---- tile helpers (the PTX primitives are in llmc/mma.cuh) ----------------------------------------
 
-// d[4] += A[16x16] * B[16x8]; a: 4 regs of bf16x2 (row-major fragment), b: 2 regs (column fragment).
-// Fragment ownership, with g = lane / 4 and q = lane % 4:
-//   a0 (row g, cols 2q..2q+1) a1 (row g+8, same) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..)
-//   b0 (rows 2q..2q+1, col g) b1 (rows 2q+8.., col g)
-//   d0,d1 (row g, cols 2q..2q+1) d2,d3 (row g+8, cols 2q..2q+1)
-__device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 bf16 tiles from shared memory; lane l gives the address of row l % 8 of tile l / 8
-// (16 contiguous bytes). Plain: register i holds (row g; columns 2q, 2q+1) of tile i, the a / b
-// fragment pattern of a matrix stored with k contiguous. Transposed: register i holds
-// (rows 2q, 2q+1; column g), the b fragment of a row-major [k][n] matrix.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* smem_row) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* smem_row) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ uint32_t lds32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
+// two fp32 -> one bf16x2 register (lo in the low half): fp32 accumulators reused as an a fragment
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
-// 16-byte global -> shared copy that bypasses the registers (and L1) on sm_80+.
-__device__ __forceinline__ void cp_async16(__nv_bfloat16* smem, const __nv_bfloat16* gmem) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 // Copies a [ROWS, HD] tile (row stride ld elements in global memory) into shared memory with row
-// stride HD + ATT_PAD, 16 bytes per thread and step. ASYNC: cp.async (the caller commits and waits);
-// otherwise through registers (visible after the caller's __syncthreads).
+// stride HD + ATT_PAD, 16 bytes per thread and step, by cp.async (the caller commits and waits).
 static const int ATT_PAD = 8;  // 16 bytes of padding per shared row: conflict-free fragment loads
-template <int ROWS, int HD, int THREADS, bool ASYNC>
+template <int ROWS, int HD, int THREADS>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat16* gmem, size_t ld) {
     constexpr int CHUNKS = HD / 8;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
         const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
-        if (ASYNC) {
-            cp_async16(smem + r * (HD + ATT_PAD) + col, gmem + r * ld + col);
-        } else {
-            *reinterpret_cast<int4*>(smem + r * (HD + ATT_PAD) + col) =
-                *reinterpret_cast<const int4*>(gmem + r * ld + col);
-        }
+        cp_async16(smem + r * (HD + ATT_PAD) + col, gmem + r * ld + col);
     }
 }
 
@@ -98,43 +55,40 @@ static const int ATT_FWD_BN = 64;   // keys per tile
 // 255 registers (without the hint it settles on 128 for some variants on sm_90a and spills).
 static const int ATT_THREADS = 128;
 
-// One block per (query tile, b * H + h). Each warp owns 16 query rows: Q fragments stay in
+// One block per (b * H + h, reversed query tile). Each warp owns 16 query rows: Q fragments stay in
 // registers, S = Q K^T (16 x 64) and O (16 x hd) are fp32 accumulators, and the online softmax runs
-// on S in registers (log2 domain). PIPELINED: K/V tiles double-buffered with cp.async (tile j + 1
-// loads while tile j is computed), K fragments read with ldmatrix (one instruction per two n8
-// tiles instead of four 32-bit loads), and the longest causal tiles launched first: the grid is
-// (b * H + h, reversed query tile), and blocks start in order of x fastest, so every head's last
-// query tile goes out in the first wave and the short tiles fill the tail; otherwise one buffer,
-// synchronous loads, 32-bit fragment loads, grid (query tile, b * H + h).
-template <int HD, bool PIPELINED>
+// on S in registers (log2 domain). K/V tiles are double-buffered with cp.async (tile j + 1 loads
+// while tile j is computed), K fragments read with ldmatrix (one instruction per two n8 tiles
+// instead of four 32-bit loads), and the longest causal tiles launched first: blocks start in order
+// of x fastest, so every head's last query tile goes out in the first wave and the short tiles fill
+// the tail. (dev/cuda/attention_forward.cu version 2 is the same without the pipeline.)
+template <int HD>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;          // shared row stride (elements)
-    constexpr int STAGES = PIPELINED ? 2 : 1;
     constexpr int KC = HD / 16;                // k-chunks of the head dim
     constexpr int NT = ATT_FWD_BN / 8;         // n8 tiles of S
     constexpr int DT = HD / 8;                 // n8 tiles of O
-    extern __shared__ __align__(16) unsigned char att_smem[];
+    DYNAMIC_SMEM(att_smem);
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);   // [BM][LDS]
-    __nv_bfloat16* sK = sQ + ATT_FWD_BM * LDS;                          // [STAGES][BN][LDS]
-    __nv_bfloat16* sV = sK + STAGES * ATT_FWD_BN * LDS;                 // [STAGES][BN][LDS]
+    __nv_bfloat16* sK = sQ + ATT_FWD_BM * LDS;                          // [2][BN][LDS]
+    __nv_bfloat16* sV = sK + 2 * ATT_FWD_BN * LDS;                      // [2][BN][LDS]
 
     const int n_qt = T / ATT_FWD_BM;
-    const int qt = PIPELINED ? n_qt - 1 - (int)blockIdx.y : (int)blockIdx.x;
-    const int bh = PIPELINED ? blockIdx.x : blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int qt = n_qt - 1 - (int)blockIdx.y;  // longest first
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);  // kv head of query head h
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const __nv_bfloat16* qbase = qkv + ((size_t)b * T + (size_t)qt * ATT_FWD_BM) * ld + h * HD;
     const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
     const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
     const int n_kt = qt + 1;  // causal: key tiles 0..qt (BM == BN)
 
-    load_tile<ATT_FWD_BM, HD, ATT_THREADS, PIPELINED>(sQ, qbase, ld);
-    if (PIPELINED) {
-        load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sK, kbase, ld);
-        load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sV, vbase, ld);
-        cp_async_commit();
-    }
+    load_tile<ATT_FWD_BM, HD, ATT_THREADS>(sQ, qbase, ld);
+    load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sK, kbase, ld);
+    load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sV, vbase, ld);
+    cp_async_commit();
 
     uint32_t qf[KC][4];
     float o[DT][4];
@@ -144,23 +98,17 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
     const int row0 = qt * ATT_FWD_BM + warp * 16 + g;  // this thread's first query row (second: + 8)
 
     for (int j = 0; j < n_kt; j++) {
-        const int st = PIPELINED ? (j & 1) : 0;
-        __nv_bfloat16* k_s = sK + st * ATT_FWD_BN * LDS;
-        __nv_bfloat16* v_s = sV + st * ATT_FWD_BN * LDS;
-        if (PIPELINED) {
-            if (j + 1 < n_kt) {
-                const size_t off = (size_t)(j + 1) * ATT_FWD_BN * ld;
-                load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sK + (st ^ 1) * ATT_FWD_BN * LDS, kbase + off, ld);
-                load_tile<ATT_FWD_BN, HD, ATT_THREADS, true>(sV + (st ^ 1) * ATT_FWD_BN * LDS, vbase + off, ld);
-                cp_async_commit();
-                cp_async_wait<1>();
-            } else {
-                cp_async_wait<0>();
-            }
+        const int st = j & 1;
+        const __nv_bfloat16* k_s = sK + st * ATT_FWD_BN * LDS;
+        const __nv_bfloat16* v_s = sV + st * ATT_FWD_BN * LDS;
+        if (j + 1 < n_kt) {
+            const size_t off = (size_t)(j + 1) * ATT_FWD_BN * ld;
+            load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sK + (st ^ 1) * ATT_FWD_BN * LDS, kbase + off, ld);
+            load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sV + (st ^ 1) * ATT_FWD_BN * LDS, vbase + off, ld);
+            cp_async_commit();
+            cp_async_wait<1>();
         } else {
-            const size_t off = (size_t)j * ATT_FWD_BN * ld;
-            load_tile<ATT_FWD_BN, HD, ATT_THREADS, false>(k_s, kbase + off, ld);
-            load_tile<ATT_FWD_BN, HD, ATT_THREADS, false>(v_s, vbase + off, ld);
+            cp_async_wait<0>();
         }
         __syncthreads();
         if (j == 0) {
@@ -175,22 +123,14 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
         // S = Q K^T: B[k = dim][n = key] = K[key][dim], a contiguous pair per register
         float s[NT][4];
         for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        if (PIPELINED) {
-            // tiles: (keys n*8.., dims kc*16), (same keys, dims +8), (keys +8, dims kc*16), (keys +8, dims +8)
-            const int mat = lane / 8, r8 = lane % 8;
-            for (int n = 0; n < NT; n += 2) {
-                const __nv_bfloat16* kr = k_s + (n * 8 + (mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
-                for (int kc = 0; kc < KC; kc++) {
-                    uint32_t kb[4];
-                    ldmatrix_x4(kb, kr + kc * 16);
-                    mma_bf16_16816(s[n], qf[kc], kb[0], kb[1]);
-                    mma_bf16_16816(s[n + 1], qf[kc], kb[2], kb[3]);
-                }
-            }
-        } else {
-            for (int n = 0; n < NT; n++) {
-                const __nv_bfloat16* kr = k_s + (n * 8 + g) * LDS + 2 * q4;
-                for (int kc = 0; kc < KC; kc++) mma_bf16_16816(s[n], qf[kc], lds32(kr + kc * 16), lds32(kr + kc * 16 + 8));
+        // tiles: (keys n*8.., dims kc*16), (same keys, dims +8), (keys +8, dims kc*16), (keys +8, dims +8)
+        for (int n = 0; n < NT; n += 2) {
+            const __nv_bfloat16* kr = k_s + (n * 8 + (mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
+            for (int kc = 0; kc < KC; kc++) {
+                uint32_t kb[4];
+                ldmatrix_x4(kb, kr + kc * 16);
+                mma_bf16_16816(s[n], qf[kc], kb[0], kb[1]);
+                mma_bf16_16816(s[n + 1], qf[kc], kb[2], kb[3]);
             }
         }
         // scale into the log2 domain; mask keys after the query on the diagonal tile
@@ -229,7 +169,6 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
         for (int c = 0; c < ATT_FWD_BN / 16; c++) {
             uint32_t pa[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
                               pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
-            const int mat = lane / 8, r8 = lane % 8;
             const __nv_bfloat16* vr = v_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
             for (int d = 0; d < DT; d += 2) {
                 uint32_t vb[4];
@@ -264,27 +203,23 @@ static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
     if (hd != 64 && hd != 80 && hd != 128) die("attention: head dim %d is not supported (64, 80 or 128)", hd);
 }
 
-template <int HD, bool PIPELINED>
+template <int HD>
 static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
                                  int KV, cudaStream_t stream) {
-    const int stages = PIPELINED ? 2 : 1;
-    const size_t smem = (size_t)(ATT_FWD_BM + 2 * stages * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD, PIPELINED>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid = PIPELINED ? dim3(B * H, T / ATT_FWD_BM) : dim3(T / ATT_FWD_BM, B * H);
-    attention_forward_kernel<HD, PIPELINED><<<grid, ATT_THREADS, smem, stream>>>(out, lse, qkv, T, H, KV);
+    // Q of 64 rows plus double-buffered K and V tiles
+    const size_t smem = (size_t)(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_kernel<HD><<<dim3(B * H, T / ATT_FWD_BM), ATT_THREADS, smem, stream>>>(out, lse, qkv, T, H, KV);
     cudaCheck(cudaGetLastError());
 }
 
-// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16. PIPELINED false is the
-// single-buffer version kept for the dev/cuda comparison; the trainer uses the default.
-template <bool PIPELINED = true>
+// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16.
 static void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
                               int hd, cudaStream_t stream) {
     attention_check_shape(B, T, H, KV, hd);
-    if (hd == 64) attention_forward_hd<64, PIPELINED>(out, lse, qkv, B, T, H, KV, stream);
-    else if (hd == 80) attention_forward_hd<80, PIPELINED>(out, lse, qkv, B, T, H, KV, stream);
-    else attention_forward_hd<128, PIPELINED>(out, lse, qkv, B, T, H, KV, stream);
+    if (hd == 64) attention_forward_hd<64>(out, lse, qkv, B, T, H, KV, stream);
+    else if (hd == 80) attention_forward_hd<80>(out, lse, qkv, B, T, H, KV, stream);
+    else attention_forward_hd<128>(out, lse, qkv, B, T, H, KV, stream);
 }
 
 // ---- backward --------------------------------------------------------------------------------------
@@ -327,7 +262,7 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
     constexpr int KC = HD / 16;
     constexpr int NQ = BM / 8;                  // n8 tiles over the query tile
     constexpr int DT = HD / 8;
-    extern __shared__ __align__(16) unsigned char att_smem[];
+    DYNAMIC_SMEM(att_smem);
     __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
     __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
     __nv_bfloat16* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
@@ -341,8 +276,8 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
     const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
     cp_async_commit();
 
     const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
@@ -358,8 +293,8 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
         const int h = kh * group + hi;
         for (int it = first_qt; it < n_qt; it++) {
             const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
-            load_tile<BM, HD, ATT_THREADS, true>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
-            load_tile<BM, HD, ATT_THREADS, true>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+            load_tile<BM, HD, ATT_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+            load_tile<BM, HD, ATT_THREADS>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
             cp_async_commit();
             for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
                 const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
@@ -450,7 +385,7 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     constexpr int KC = HD / 16;
     constexpr int NT = ATT_BWD_BN / 8;  // n8 tiles of S and dP (keys)
     constexpr int DT = HD / 8;          // n8 tiles of dQ
-    extern __shared__ __align__(16) unsigned char att_smem[];
+    DYNAMIC_SMEM(att_smem);
     __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BM][LDS]
     __nv_bfloat16* sdO = sQ + ATT_DQ_BM * LDS;                        // [BM][LDS]
     __nv_bfloat16* sK = sdO + ATT_DQ_BM * LDS;                        // [2][BN][LDS]
@@ -466,10 +401,10 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
     const int n_kt = qt + 1;  // causal: key tiles 0..qt
 
-    load_tile<ATT_DQ_BM, HD, ATT_THREADS, true>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
-    load_tile<ATT_DQ_BM, HD, ATT_THREADS, true>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK, kbase, ld);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV, vbase, ld);
+    load_tile<ATT_DQ_BM, HD, ATT_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+    load_tile<ATT_DQ_BM, HD, ATT_THREADS>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, kbase, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, vbase, ld);
     cp_async_commit();
 
     const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
@@ -491,8 +426,8 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
         const __nv_bfloat16* v_s = sV + st * ATT_BWD_BN * LDS;
         if (j + 1 < n_kt) {
             const size_t off = (size_t)(j + 1) * ATT_BWD_BN * ld;
-            load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK + (st ^ 1) * ATT_BWD_BN * LDS, kbase + off, ld);
-            load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV + (st ^ 1) * ATT_BWD_BN * LDS, vbase + off, ld);
+            load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK + (st ^ 1) * ATT_BWD_BN * LDS, kbase + off, ld);
+            load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV + (st ^ 1) * ATT_BWD_BN * LDS, vbase + off, ld);
             cp_async_commit();
             cp_async_wait<1>();
         } else {

@@ -7,12 +7,14 @@
 // results do not depend on the number of threads.
 // Shapes: B batch, T time, C channels, H query heads, KV kv heads, hd head dim,
 // qd = H*hd, kvd = KV*hd, F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), Vp padded vocab.
+// The RoPE tables are in llmc/rope_tables.h (included here), which the CUDA trainer uses without this file.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 #include "llmc/config.h"
+#include "llmc/rope_tables.h"
 
 // Backward functions accumulate (+=) into parameter gradients;
 // input gradients are accumulated too unless stated, and the caller zeroes them.
@@ -160,31 +162,6 @@ void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout, const 
                 for (int n = 0; n < N; n++) sb += dout[(size_t)n * OC + o];
                 dbias[o] += sb;
             }
-    }
-}
-
-// RoPE tables: cos, sin [T, hd/2]. inv_freq[i] = theta^(-2i/hd), with Llama 3.1 scaling when
-// rope_factor > 0 (long wavelengths divided by the factor, a smooth blend in between).
-template <typename real>
-void rope_tables(const ModelConfig& c, int T, std::vector<real>* cosv, std::vector<real>* sinv) {
-    const int half = c.head_dim / 2;
-    cosv->resize((size_t)T * half);
-    sinv->resize((size_t)T * half);
-    for (int i = 0; i < half; i++) {
-        double inv = std::pow((double)c.rope_theta, -2.0 * i / c.head_dim);
-        if (c.rope_factor > 0) {
-            double low_wl = c.rope_orig_ctx / c.rope_low_freq, high_wl = c.rope_orig_ctx / c.rope_high_freq;
-            double wl = 2.0 * M_PI / inv;
-            if (wl > low_wl) inv = inv / c.rope_factor;
-            else if (wl >= high_wl) {
-                double smooth = (c.rope_orig_ctx / wl - c.rope_low_freq) / (c.rope_high_freq - c.rope_low_freq);
-                inv = (1.0 - smooth) * inv / c.rope_factor + smooth * inv;
-            }
-        }
-        for (int t = 0; t < T; t++) {
-            (*cosv)[(size_t)t * half + i] = (real)std::cos(t * inv);
-            (*sinv)[(size_t)t * half + i] = (real)std::sin(t * inv);
-        }
     }
 }
 

@@ -1,7 +1,7 @@
 // llmc/rope.cuh: rotary position embedding on the q and k heads inside the fused qkv activation, in Hugging
 // Face's rotate_half convention (as llmc/ref_ops.h rope_rotate). The fastest version of dev/cuda/rope.cu.
 //   rope_upload_tables(config, T, &cos, &sin)   fp32 cos, sin [T, hd/2] on the device, computed on the host by
-//                                              llmc/ref_ops.h rope_tables (Llama 3.1 frequency scaling included);
+//                                              llmc/rope_tables.h (Llama 3.1 frequency scaling included);
 //                                              the caller frees both with cudaFree
 //   rope_rotate_inplace(qkv, cos, sin, B, T, H, KV, hd, sign, stream)
 //       qkv [B,T,(H+2KV)*hd] floatX, in place on the H q heads and KV k heads; the v heads are not touched.
@@ -14,7 +14,7 @@
 #include "llmc/config.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/packed.cuh"
-#include "llmc/ref_ops.h"
+#include "llmc/rope_tables.h"
 #include "llmc/utils.h"
 
 static void rope_upload_tables(const ModelConfig& c, int T, float** d_cos, float** d_sin) {

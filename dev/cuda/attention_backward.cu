@@ -64,7 +64,7 @@ attention_backward_v2_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bf
     constexpr int RT = BM / 16;                 // dQ: row tiles ...
     constexpr int DP = 4 / RT;                  // ... times head-dim parts = 4 warps
     constexpr int DQT = HD / DP / 8;            // n8 tiles of a warp's dQ slice
-    extern __shared__ __align__(16) unsigned char att_smem[];
+    DYNAMIC_SMEM(att_smem);
     __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
     __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
     __nv_bfloat16* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
@@ -79,8 +79,8 @@ attention_backward_v2_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bf
     const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS, true>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
     cp_async_commit();
 
     const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
@@ -96,8 +96,8 @@ attention_backward_v2_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bf
         const int h = kh * group + hi;
         for (int it = first_qt; it < n_qt; it++) {
             const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
-            load_tile<BM, HD, ATT_THREADS, true>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
-            load_tile<BM, HD, ATT_THREADS, true>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+            load_tile<BM, HD, ATT_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+            load_tile<BM, HD, ATT_THREADS>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
             cp_async_commit();
             for (int i = threadIdx.x; i < BM; i += ATT_THREADS) {
                 const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;

@@ -3,9 +3,9 @@
 //   version 1  llmc/attention_rowwise.cuh (the fp32 build's attention): one warp per query row, fp32
 //              math on CUDA cores, online softmax; K/V read from global memory (L2) once per query
 //              row. Simple and obviously correct.
-//   version 2  llmc/attention.cuh with PIPELINED=false: mma.sync m16n8k16 bf16 tensor cores, K/V
-//              tiles of 64 keys in shared memory, FA2 online softmax in registers, causal tiles
-//              skipped, one shared buffer with synchronous loads.
+//   version 2  below: llmc/attention.cuh's kernel without its pipeline: mma.sync m16n8k16 bf16 tensor
+//              cores, K/V tiles of 64 keys in shared memory, FA2 online softmax in registers, causal
+//              tiles skipped, one shared buffer with synchronous loads.
 //   version 3  llmc/attention.cuh as the trainer uses it: version 2 plus cp.async double
 //              buffering of the K/V tiles and the longest causal query tiles launched first.
 // Layout: qkv [B,T,(H+2KV)*hd] bf16 -> out [B,T,H*hd] bf16, lse [B,H,T] fp32.
@@ -21,11 +21,158 @@
 #include "llmc/attention.cuh"
 #include "llmc/attention_rowwise.cuh"
 
+// ---- version 2: llmc/attention.cuh's forward without the pipeline ----------------------------------
+// One block per (query tile, b * H + h) (short causal tiles first); one shared K/V buffer filled by
+// synchronous 16-byte loads through registers, and K fragments read with 32-bit loads (lds32). The
+// tiles, the fragment math and the online softmax are those of attention_forward_kernel.
+
+// [ROWS, HD] tile (row stride ld in global memory) -> shared memory with row stride HD + ATT_PAD,
+// through registers: visible after the caller's __syncthreads
+template <int ROWS, int HD>
+__device__ __forceinline__ void load_tile_sync(__nv_bfloat16* smem, const __nv_bfloat16* gmem, size_t ld) {
+    constexpr int CHUNKS = HD / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += ATT_THREADS) {
+        const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
+        *reinterpret_cast<int4*>(smem + r * (HD + ATT_PAD) + col) = *reinterpret_cast<const int4*>(gmem + r * ld + col);
+    }
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_forward_v2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int H, int KV) {
+    constexpr int LDS = HD + ATT_PAD;          // shared row stride (elements)
+    constexpr int KC = HD / 16;                // k-chunks of the head dim
+    constexpr int NT = ATT_FWD_BN / 8;         // n8 tiles of S
+    constexpr int DT = HD / 8;                 // n8 tiles of O
+    DYNAMIC_SMEM(att_smem);
+    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);   // [BM][LDS]
+    __nv_bfloat16* sK = sQ + ATT_FWD_BM * LDS;                          // [BN][LDS]
+    __nv_bfloat16* sV = sK + ATT_FWD_BN * LDS;                          // [BN][LDS]
+
+    const int qt = blockIdx.x;
+    const int bh = blockIdx.y, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const __nv_bfloat16* qbase = qkv + ((size_t)b * T + (size_t)qt * ATT_FWD_BM) * ld + h * HD;
+    const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const int n_kt = qt + 1;  // causal: key tiles 0..qt (BM == BN)
+
+    load_tile_sync<ATT_FWD_BM, HD>(sQ, qbase, ld);
+    uint32_t qf[KC][4];
+    float o[DT][4];
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};  // rows g and g + 8
+    const float scale_log2 = rsqrtf((float)HD) * 1.4426950408889634f;
+    const int row0 = qt * ATT_FWD_BM + warp * 16 + g;  // this thread's first query row (second: + 8)
+
+    for (int j = 0; j < n_kt; j++) {
+        const size_t off = (size_t)j * ATT_FWD_BN * ld;
+        load_tile_sync<ATT_FWD_BN, HD>(sK, kbase + off, ld);
+        load_tile_sync<ATT_FWD_BN, HD>(sV, vbase + off, ld);
+        __syncthreads();
+        if (j == 0) {
+            const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;
+            for (int kc = 0; kc < KC; kc++) {
+                qf[kc][0] = lds32(qw + g * LDS + kc * 16 + 2 * q4);
+                qf[kc][1] = lds32(qw + (g + 8) * LDS + kc * 16 + 2 * q4);
+                qf[kc][2] = lds32(qw + g * LDS + kc * 16 + 2 * q4 + 8);
+                qf[kc][3] = lds32(qw + (g + 8) * LDS + kc * 16 + 2 * q4 + 8);
+            }
+        }
+        // S = Q K^T: B[k = dim][n = key] = K[key][dim], a contiguous pair per register
+        float s[NT][4];
+        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int n = 0; n < NT; n++) {
+            const __nv_bfloat16* kr = sK + (n * 8 + g) * LDS + 2 * q4;
+            for (int kc = 0; kc < KC; kc++) mma_bf16_16816(s[n], qf[kc], lds32(kr + kc * 16), lds32(kr + kc * 16 + 8));
+        }
+        // scale into the log2 domain; mask keys after the query on the diagonal tile
+        const bool diag = (j == qt);
+        float mx[2] = {-INFINITY, -INFINITY};
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) {
+                const int key = j * ATT_FWD_BN + n * 8 + 2 * q4 + (e & 1);
+                const int row = row0 + (e >> 1) * 8;
+                float x = s[n][e] * scale_log2;
+                if (diag && key > row) x = -INFINITY;
+                s[n][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        // online softmax: a row's 64 scores live in the 4 threads of a quad
+        float corr[2];
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(m_row[r], mx[r]);  // finite: key 0 is visible to every row
+            corr[r] = exp2f(m_row[r] - m_new);
+            m_row[r] = m_new;
+            l_row[r] *= corr[r];
+        }
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) {
+                const float p = exp2f(s[n][e] - m_row[e >> 1]);
+                s[n][e] = p;
+                l_row[e >> 1] += p;  // partial over this thread's columns; the quad sums at the end
+            }
+        for (int d = 0; d < DT; d++) {
+            o[d][0] *= corr[0]; o[d][1] *= corr[0];
+            o[d][2] *= corr[1]; o[d][3] *= corr[1];
+        }
+        // O += P V: the S accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c
+        for (int c = 0; c < ATT_FWD_BN / 16; c++) {
+            uint32_t pa[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
+                              pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            const __nv_bfloat16* vr = sV + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, vr + d * 8);
+                mma_bf16_16816(o[d], pa, vb[0], vb[1]);
+                mma_bf16_16816(o[d + 1], pa, vb[2], vb[3]);
+            }
+        }
+        __syncthreads();  // the next iteration overwrites the buffer read here
+    }
+
+    // finish: full row sums, normalise, write O and the logsumexp
+    for (int r = 0; r < 2; r++) {
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+    }
+    const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        __nv_bfloat16* orow = out + ((size_t)b * T + row) * H * HD + h * HD + 2 * q4;
+        for (int d = 0; d < DT; d++)
+            *reinterpret_cast<__nv_bfloat162*>(orow + d * 8) =
+                __floats2bfloat162_rn(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+        if (q4 == 0) lse[((size_t)b * H + h) * T + row] = (m_row[r] + __log2f(l_row[r])) * 0.6931471805599453f;
+    }
+}
+
+template <int HD>
+static void attention_forward_v2_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
+                                    int KV, cudaStream_t stream) {
+    const size_t smem = (size_t)(ATT_FWD_BM + 2 * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_v2_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_forward_v2_kernel<HD><<<dim3(T / ATT_FWD_BM, B * H), ATT_THREADS, smem, stream>>>(out, lse, qkv, T, H, KV);
+    cudaCheck(cudaGetLastError());
+}
+
+static void attention_forward_v2(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
+                                 int hd, cudaStream_t stream) {
+    attention_check_shape(B, T, H, KV, hd);
+    if (hd == 64) attention_forward_v2_hd<64>(out, lse, qkv, B, T, H, KV, stream);
+    else if (hd == 80) attention_forward_v2_hd<80>(out, lse, qkv, B, T, H, KV, stream);
+    else attention_forward_v2_hd<128>(out, lse, qkv, B, T, H, KV, stream);
+}
+
 static void run_version(int version, __nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
                         int KV, int hd) {
     if (version == 1) attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, 0);
-    else if (version == 2) attention_forward<false>(out, lse, qkv, B, T, H, KV, hd, 0);
-    else attention_forward<true>(out, lse, qkv, B, T, H, KV, hd, 0);
+    else if (version == 2) attention_forward_v2(out, lse, qkv, B, T, H, KV, hd, 0);
+    else attention_forward(out, lse, qkv, B, T, H, KV, hd, 0);
 }
 
 // ---- host side ------------------------------------------------------------------------------------

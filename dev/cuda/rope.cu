@@ -10,6 +10,7 @@
 //   3  llmc/rope.cuh: one thread per (token, 8 pairs) loops over the token's heads, loading cos/sin once. Fewer
 //      instructions and table loads per byte moved; expect 80-90%.
 #include "dev/cuda/common.h"
+#include "llmc/ref_ops.h"
 #include "llmc/rope.cuh"
 
 __global__ void rope_v1_kernel(bf16* qkv, const float* cosv, const float* sinv, int BT, int T, int H, int KV, int hd, float sign) {

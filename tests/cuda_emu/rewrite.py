@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the .h, .cuh and .cu files of llmc/
-and tests/ from the repository SRC into DST (same relative paths), with the two changes g++ needs to build
-them against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args),
-and the functions of llmc/attention.cuh that hold inline PTX (mma.sync, ldmatrix, cp.async) and its 32-bit
-shared load lds32 are removed, the emulation header providing them (its lds32 feeds the race detector); its
-dynamic shared memory comes from emu_smem(). Prints the count of rewritten launches per file."""
+and tests/ from the repository SRC into DST (same relative paths), with the one change g++ needs to build them
+against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args).
+Nothing else is edited: the inline PTX of llmc/mma.cuh and the dynamic shared memory (its DYNAMIC_SMEM) come
+from the emulation's own tests/cuda_emu/include/llmc/mma.cuh, which the builds find first on the include path.
+Prints the count of rewritten launches per file."""
 import os, re, sys
 if len(sys.argv) != 3:
     sys.exit("usage: rewrite.py SRC DST")
@@ -36,18 +36,6 @@ def rewrite_launches(text, name):
         out.append(text[i:ks] + 'EmuLaunch(' + cfg + ').go(' + kernel + ')(')
         i = p + 1; n += 1
     return ''.join(out), n
-def strip_asm(text):
-    lines = text.split('\n')
-    keep = [True] * len(lines)
-    for idx, l in enumerate(lines):
-        if 'asm volatile' not in l: continue
-        s = idx
-        while not lines[s].startswith('__device__'): s -= 1
-        if s > 0 and lines[s-1].startswith('template'): s -= 1
-        e = idx
-        while not lines[e].rstrip().endswith('}') : e += 1
-        for t in range(s, e + 1): keep[t] = False
-    return '\n'.join(l for l, k in zip(lines, keep) if k)
 total = 0
 for root in ['llmc', 'tests', '.']:
     for f in sorted(os.listdir(os.path.join(SRC, root))):
@@ -56,13 +44,6 @@ for root in ['llmc', 'tests', '.']:
         t = open(os.path.join(SRC, root, f)).read()
         t, n = rewrite_launches(t, f)
         total += n
-        if f == 'attention.cuh':
-            t = strip_asm(t)
-            # the 32-bit shared load too: the emulation's lds32 feeds the race detector
-            t, k = re.subn(r'\n__device__ __forceinline__ uint32_t lds32\(const __nv_bfloat16\* p\) \{[^\n]*\}\n', '\n', t)
-            assert k == 1, 'lds32 not found'
-            t = t.replace('extern __shared__ __align__(16) unsigned char att_smem[];', 'unsigned char* att_smem = emu_smem();')
-            assert 'asm' not in re.sub(r'//.*', '', t), 'asm left'
         os.makedirs(os.path.join(DST, root), exist_ok=True)
         open(os.path.join(DST, root, f), 'w').write(t)
         if n: print(f'{root}/{f}: {n} launches')

@@ -1,16 +1,16 @@
 // tests/cuda_emu/include/cuda_emu.h: the CUDA runtime and the kernel thread model emulated on the host, so
 // that train_gpt.cu and test_gpt.cu compile with g++ and run their kernels on the CPU (tests/t_gpu_emulated.sh;
-// cuBLASLt is in cublasLt.h beside this file). It checks the program's logic: indexing, barriers, warp
-// collectives, the tensor-core fragment layouts as llmc/attention.cuh documents them, launch shapes, and in
-// EMU_SCHED=random mode shared-memory races (below); not speed or the GPU's fast-math intrinsics (exact host
-// math here).
+// cuBLASLt is in cublasLt.h beside this file, the tensor-core primitives in llmc/mma.cuh beside it). It checks
+// the program's logic: indexing, barriers, warp collectives, the tensor-core fragment layouts as llmc/mma.cuh
+// documents them, launch shapes, and in EMU_SCHED=random mode shared-memory races (below); not speed or the
+// GPU's fast-math intrinsics (exact host math here).
 // Thread model: a block's CUDA threads are fibers (user-level contexts, an x86-64 stack switch) run by one
 // OS thread; __syncthreads and the warp collectives (shuffles, mma.sync, ldmatrix) are counting barriers on
 // which a fiber yields until its group (block, or warp of 32) has arrived. Default schedule: round-robin,
 // each thread runs until it waits at a barrier. EMU_SCHED=random (seeded per launch and block): warps in a
 // random order, each run ahead (its lanes in a random order, again and again) until all its threads wait at
 // a __syncthreads or have returned, so one warp runs through a whole barrier interval before another
-// starts; and a race detector on the dynamic shared memory (emu_smem, llmc/attention.cuh's tiles): per
+// starts; and a race detector on the dynamic shared memory (DYNAMIC_SMEM: llmc/attention.cuh's tiles): per
 // byte, the warp and barrier interval of its last write and last read, as written by cp.async and read by
 // ldmatrix and lds32; a read of bytes another warp wrote in the same interval (no __syncthreads between),
 // a write of bytes another warp wrote or read in it, and a read of bytes whose cp.async the issuing thread
@@ -24,8 +24,9 @@
 // a misaligned ldmatrix or cp.async address is an emulation error, and cudaGetLastError then fails.
 // Blocks run one after another (EMU_ORDER=0 ascending (default), 1 descending, 2 pseudo-random per launch).
 // __shared__ is `static` (one block at a time). Device memory is host memory filled with 0xff bytes (NaN
-// in bf16 and fp32), so a read of memory never written shows in the results. The inline PTX of
-// llmc/attention.cuh is removed by tests/cuda_emu/rewrite.py and replaced by the functions below.
+// in bf16 and fp32), so a read of memory never written shows in the results. The sources compile unchanged
+// but for their launches (tests/cuda_emu/rewrite.py); the inline PTX of llmc/mma.cuh is replaced by the
+// emulation's own llmc/mma.cuh, found first on the include path (that file says how).
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -268,96 +269,6 @@ static inline void emu_shadow_access(const void* p, int n, bool write, bool asyn
         }
     }
 }
-// ---- tensor-core and shared-memory primitives of llmc/attention.cuh (their asm replaced by these)
-static inline uint16_t emu_half(uint32_t r, int hi) { return hi ? (uint16_t)(r >> 16) : (uint16_t)(r & 0xffff); }
-static inline float emu_bf(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
-// d[4] += A[16x16] B[16x8], fragments as documented in llmc/attention.cuh (PTX ISA m16n8k16 layouts)
-static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
-    const int l = emu_tid() % 32;
-    for (int i = 0; i < 4; i++) w.u[l][i] = a[i];
-    w.u[l][4] = b0;
-    w.u[l][5] = b1;
-    emu_warp_sync_checked();
-    // A: a0 (row g, cols 2q..2q+1) a1 (row g+8) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..)
-    auto A = [&](int r, int c) { return emu_bf(emu_half(w.u[(r % 8) * 4 + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)], c % 2)); };
-    // B: b0 (rows 2q..2q+1, col g) b1 (rows 2q+8..)
-    auto B = [&](int k, int n) { return emu_bf(emu_half(w.u[n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2)); };
-    const int g = l / 4, q = l % 4;
-    float out[4];
-    for (int e = 0; e < 4; e++) {
-        const int r = g + (e >> 1) * 8, c = 2 * q + (e & 1);
-        float s = 0;
-        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, c);
-        out[e] = d[e] + s;
-    }
-    emu_warp_sync_checked();
-    for (int e = 0; e < 4; e++) d[e] = out[e];
-}
-// lane l gives the address of row l % 8 of tile l / 8. Plain: r[i] = (row g; cols 2q, 2q+1) of tile i.
-// Transposed: r[i] = (rows 2q, 2q+1; col g) of tile i.
-static inline void emu_ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row, bool trans) {
-    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
-    const int l = emu_tid() % 32;
-    if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
-    emu_shadow_access(row, 16, false, false);
-    w.addr[l] = row;
-    emu_warp_sync_checked();
-    const int g = l / 4, q = l % 4;
-    uint32_t o[4];
-    for (int i = 0; i < 4; i++) {
-        // the two bf16 of register i: (row g; cols 2q, 2q+1), or transposed (rows 2q, 2q+1; col g)
-        const __nv_bfloat16* lo = trans ? (const __nv_bfloat16*)w.addr[8 * i + 2 * q] + g
-                                        : (const __nv_bfloat16*)w.addr[8 * i + g] + 2 * q;
-        const __nv_bfloat16* hi = trans ? (const __nv_bfloat16*)w.addr[8 * i + 2 * q + 1] + g : lo + 1;
-        o[i] = (uint32_t)lo->__x | ((uint32_t)hi->__x << 16);
-    }
-    emu_warp_sync_checked();
-    for (int i = 0; i < 4; i++) r[i] = o[i];
-}
-static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, false); }
-static inline void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, true); }
-// cp.async: the destination poisoned now, the data delivered when the group retires (cp_async_wait)
-static inline void cp_async16(__nv_bfloat16* s, const __nv_bfloat16* g) {
-    if (((uintptr_t)s & 15) || ((uintptr_t)g & 15)) emu_error("cp.async 16 with a misaligned address");
-    EmuCpAsync c;
-    c.dst = (unsigned char*)s;
-    memcpy(c.data, g, 16);
-    c.group = -1;  // not committed yet
-    g_emu.cp[emu_tid()].push_back(c);
-    emu_shadow_access(s, 16, true, true);
-    memset(s, 0xff, 16);
-}
-static inline void cp_async_commit() {
-    const int t = emu_tid();
-    for (EmuCpAsync& c : g_emu.cp[t])
-        if (c.group < 0) c.group = g_emu.cp_groups[t];
-    g_emu.cp_groups[t]++;
-}
-// retires every committed group but the newest N of this thread: their data lands
-template <int N> static inline void cp_async_wait() {
-    const int t = emu_tid();
-    std::vector<EmuCpAsync>& q = g_emu.cp[t];
-    size_t k = 0;
-    for (size_t i = 0; i < q.size(); i++) {
-        if (q[i].group >= 0 && q[i].group < g_emu.cp_groups[t] - N) {
-            memcpy(q[i].dst, q[i].data, 16);
-            if (g_emu_random && emu_in_smem(q[i].dst))
-                for (int b = 0; b < 16; b++) g_emu.shadow[q[i].dst - g_emu.smem.data() + b].pending = 0;
-        } else {
-            q[k++] = q[i];
-        }
-    }
-    q.resize(k);
-}
-// 32-bit shared load of llmc/attention.cuh (its definition replaced by tests/cuda_emu/rewrite.py)
-static inline uint32_t lds32(const __nv_bfloat16* p) {
-    emu_shadow_access(p, 4, false, false);
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static inline unsigned char* emu_smem() { return g_emu.smem.data(); }
 
 // ---------------------------------------------------------------- launches
 typedef struct EmuStream* cudaStream_t;

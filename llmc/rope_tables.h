@@ -1,0 +1,34 @@
+// llmc/rope_tables.h: the RoPE cos and sin tables, computed on the host (in double, stored as real), shared by
+// the CPU reference (llmc/ref_ops.h includes it; train_gpt_cpu.cpp) and the CUDA trainer (llmc/rope.cuh uploads
+// them).
+// No OpenMP and no CUDA: a plain host header.
+//   rope_tables<real>(config, T, &cos, &sin)   cos, sin [T, hd/2] (hd = config.head_dim)
+#pragma once
+#include <cmath>
+#include <vector>
+#include "llmc/config.h"
+
+// RoPE tables: cos, sin [T, hd/2]. inv_freq[i] = theta^(-2i/hd), with Llama 3.1 scaling when
+// rope_factor > 0 (long wavelengths divided by the factor, a smooth blend in between).
+template <typename real>
+void rope_tables(const ModelConfig& c, int T, std::vector<real>* cosv, std::vector<real>* sinv) {
+    const int half = c.head_dim / 2;
+    cosv->resize((size_t)T * half);
+    sinv->resize((size_t)T * half);
+    for (int i = 0; i < half; i++) {
+        double inv = std::pow((double)c.rope_theta, -2.0 * i / c.head_dim);
+        if (c.rope_factor > 0) {
+            double low_wl = c.rope_orig_ctx / c.rope_low_freq, high_wl = c.rope_orig_ctx / c.rope_high_freq;
+            double wl = 2.0 * M_PI / inv;
+            if (wl > low_wl) inv = inv / c.rope_factor;
+            else if (wl >= high_wl) {
+                double smooth = (c.rope_orig_ctx / wl - c.rope_low_freq) / (c.rope_high_freq - c.rope_low_freq);
+                inv = (1.0 - smooth) * inv / c.rope_factor + smooth * inv;
+            }
+        }
+        for (int t = 0; t < T; t++) {
+            (*cosv)[(size_t)t * half + i] = (real)std::cos(t * inv);
+            (*sinv)[(size_t)t * half + i] = (real)std::sin(t * inv);
+        }
+    }
+}
