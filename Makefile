@@ -81,7 +81,7 @@ HEADERS := $(wildcard llmc/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 DATASETS_HEADERS := llmc/datasets.h llmc/dataloader.h llmc/zip_npy.h llmc/rng.h llmc/utils.h
 TOKENIZER_HEADERS := llmc/tokenizer.h llmc/unicode_tables.h llmc/utils.h
-PARALLEL_HEADERS := llmc/topology.h llmc/pp_schedule.h llmc/zero.h llmc/tp.h llmc/comm.h llmc/params.h llmc/config.h llmc/safetensors.h
+PARALLEL_HEADERS := llmc/topology.h llmc/pp_schedule.h llmc/pp_exec.h llmc/layout.h llmc/args.h llmc/zero.h llmc/tp.h llmc/comm.h llmc/params.h llmc/config.h llmc/safetensors.h
 
 .PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu
