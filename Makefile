@@ -11,7 +11,7 @@
 #   make test              deps, then build everything buildable and run every test (CI's command);
 #                          the last line is "N passed, N failed, N skipped"
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
-#   make build/test_datasets build/test_parallel build/test_comm build/test_tokenizer   unit-test programs `make test` runs
+#   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
@@ -106,8 +106,8 @@ $(BUILD)/test_parallel: tests/test_parallel.cpp tests/check.h $(PARALLEL_HEADERS
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-# tests/t_comm.sh runs it in one process and under mpirun: llmc/comm.h's calls split into pieces
-$(BUILD)/test_comm: tests/test_comm.cpp tests/check.h llmc/comm.h llmc/utils.h
+# tests/t_comm_mpi.sh runs it in one process and under mpirun: llmc/comm.h's calls split into pieces
+$(BUILD)/test_comm_mpi: tests/test_comm_mpi.cpp tests/check.h llmc/comm.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
@@ -251,7 +251,7 @@ gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 
 # ---- tests ---------------------------------------------------------------------------------------
 # what `make test` builds before it runs tests/t_*.sh: every program above that this machine can build
-ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm $(BUILD)/test_tokenizer
+ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi $(BUILD)/test_tokenizer
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) gpu-kit
