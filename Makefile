@@ -11,7 +11,7 @@
 #   make test              deps, then build everything buildable and run every test (CI's command);
 #                          the last line is "N passed, N failed, N skipped"
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
-#   make build/test_datasets build/test_parallel build/test_tokenizer   unit-test programs `make test` runs
+#   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
@@ -81,7 +81,7 @@ HEADERS := $(wildcard llmc/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh)
 DATASETS_HEADERS := llmc/datasets.h llmc/dataloader.h llmc/zip_npy.h llmc/rng.h llmc/utils.h
 TOKENIZER_HEADERS := llmc/tokenizer.h llmc/unicode_tables.h llmc/utils.h
-PARALLEL_HEADERS := llmc/topology.h llmc/pp_schedule.h llmc/zero.h llmc/tp.h llmc/comm.h llmc/params.h llmc/config.h llmc/safetensors.h
+PARALLEL_HEADERS := llmc/topology.h llmc/pp_schedule.h llmc/pp_exec.h llmc/layout.h llmc/args.h llmc/zero.h llmc/tp.h llmc/comm.h llmc/params.h llmc/config.h llmc/safetensors.h
 
 .PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu
@@ -105,6 +105,11 @@ $(BUILD)/test_datasets: tests/test_datasets.cpp $(DATASETS_HEADERS)
 $(BUILD)/test_parallel: tests/test_parallel.cpp tests/check.h $(PARALLEL_HEADERS)
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# tests/t_comm_mpi.sh runs it in one process and under mpirun: llmc/comm.h's calls split into pieces
+$(BUILD)/test_comm_mpi: tests/test_comm_mpi.cpp tests/check.h llmc/comm.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/test_tokenizer: tests/tokenizer/test_tokenizer.cpp $(TOKENIZER_HEADERS)
 	@mkdir -p $(BUILD)
@@ -268,14 +273,14 @@ gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 
 # ---- tests ---------------------------------------------------------------------------------------
 # what `make test` builds before it runs tests/t_*.sh: every program above that this machine can build
-ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_tokenizer \
-                 $(BUILD)/test_launch $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu)
+ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
+                 $(BUILD)/test_tokenizer $(BUILD)/test_launch $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu)
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
 endif
 # the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
-QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_comm
+QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_comm t_comm_mpi
 
 deps:
 	@bash scripts/install_deps.sh

@@ -8,10 +8,12 @@
 // (llmc/topology.h). Tensor parallelism (Megatron) splits heads, kv heads, the MLP and the
 // vocabulary (llmc/tp.h), with optional sequence parallelism in the norm and residual regions;
 // pipeline parallelism runs contiguous chunks of layers on stages in a 1F1B or interleaved 1F1B
-// order (llmc/pp_schedule.h); ZeRO 1-3 shards optimizer state, gradients and parameters over
-// dp (llmc/zero.h); every collective goes through llmc/comm.h. The forward and backward below
-// are written layer by layer with each collective where it happens; with one process every
-// collective is a no-op and the arithmetic is exactly that of the plain model.
+// order (llmc/pp_schedule.h, run by llmc/pp_exec.h); ZeRO 1-3 shards optimizer state, gradients
+// and parameters over dp in padded buckets (llmc/zero.h). The layout, its checks and each rank's
+// tensors are in llmc/layout.h, the memory formula in llmc/mem_plan.h; every collective goes
+// through llmc/comm.h. The forward and backward below are written layer by layer with each
+// collective where it happens; with one process every collective is a no-op and the arithmetic
+// is exactly that of the plain model.
 //
 // The model code is templated on the float type: float for training, double for the
 // finite-difference check in test_gpt_cpu.cpp (which includes this file with TESTING defined).
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -36,9 +39,12 @@
 #include "llmc/dataloader.h"
 #include "llmc/flops.h"
 #include "llmc/init.h"
+#include "llmc/layout.h"
 #include "llmc/logger.h"
 #include "llmc/lr_schedule.h"
+#include "llmc/mem_plan.h"
 #include "llmc/params.h"
+#include "llmc/pp_exec.h"
 #include "llmc/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
@@ -49,23 +55,11 @@
 #include "llmc/zero.h"
 
 // ----------------------------------------------------------------------------------------------
-// The parallel layout of this rank. One process: everything 1, every group of size 1.
+// The communicator groups of this rank's layout (llmc/layout.h). One process: every group of size 1.
 
-struct Layout {
-    Topology topo;                 // coordinates and group members (llmc/topology.h)
-    int zero = 0;                  // ZeRO stage over dp
-    bool sp = false;               // sequence parallelism over the tp group
-    int vpp = 1;                   // chunks per pipeline stage
-    std::vector<int> chunk_first;  // [pp*vpp + 1] first layer of each chunk
+struct Comms {
     Comm world, tp, dp, pp, emb;   // emb: first and last stage (tied embedding), else self
 };
-
-static inline Layout layout_single(const ModelConfig& c) {
-    Layout L;
-    L.topo = topo_make(1, 1, 1, 0);
-    L.chunk_first = {0, c.n_layer};
-    return L;
-}
 
 // ----------------------------------------------------------------------------------------------
 // The model: flat buffers for this rank's params, grads and moments, laid out by its local
@@ -106,17 +100,18 @@ template <typename real>
 struct GPT {
     ModelConfig cfg;                     // the whole model
     Layout L;
+    Comms cm;
     ParamTable full;                     // the whole model's parameter table
     ParamTable table;                    // this rank's tensors: the layout of params/grads/m/v
     std::vector<int> global;             // local spec -> spec of the full table
     std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the full tensor
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn, vocab rows from v0
-    std::vector<Bucket> buckets;         // embeddings, one per layer, final norm and head
+    std::vector<Bucket> buckets;         // embeddings, one per layer, final norm and head (llmc/zero.h)
     std::vector<int> bucket_of;          // local spec -> bucket
-    Range shard;                         // this dp rank's ZeRO shard of the flat buffer
     std::vector<real> params;            // [table.total]; ZeRO-3: [shard] (gathered per bucket in pbuf)
     std::vector<real> grads;             // [table.total]; ZeRO-2/3: [shard] (bucket scratch in gbuf)
     std::vector<real> m, v;              // AdamW moments, [table.total]; ZeRO >= 1: [shard]
+                                         // shard: [table.total / dp], this dp rank's pieces of the buckets
     std::vector<std::vector<real>> pbuf, gbuf;    // per bucket, only while in use
     std::vector<std::vector<std::unique_ptr<ChunkActs<real>>>> pool;  // free activations per chunk
     std::unique_ptr<ChunkActs<real>> cur;         // gpt_forward's activations (one stage)
@@ -144,31 +139,11 @@ struct GPT {
     }
 };
 
-// The tensors a rank of pipeline stage `stage` and tp rank `tp_rank` holds (llmc/tp.h).
-static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable& full, const Layout& L, int stage, int tp_rank) {
-    const int pp = L.topo.pp, n_chunks = pp * L.vpp;
-    const int last_stage = pp_stage_of_chunk(n_chunks - 1, pp);
-    std::vector<bool> keep(full.specs.size(), false);
-    for (size_t k = 0; k < full.specs.size(); k++) {
-        const ParamSpec& s = full.specs[k];
-        if (s.layer >= 0) {
-            for (int ch = 0; ch < n_chunks; ch++)
-                if (s.layer >= L.chunk_first[ch] && s.layer < L.chunk_first[ch + 1]) keep[k] = pp_stage_of_chunk(ch, pp) == stage;
-        } else if ((int)k == full.wte) {
-            keep[k] = stage == 0 || (c.tied && stage == last_stage);  // the last stage's copy feeds the tied head
-        } else if ((int)k == full.wpe) {
-            keep[k] = stage == 0;
-        } else {
-            keep[k] = stage == last_stage;  // final norm and LM head
-        }
-    }
-    return tp_local_table(full, c, L.topo.tp, tp_rank, keep);
-}
-
 template <typename real>
-void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullptr) {
+void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullptr, const Comms* comms = nullptr) {
     g->cfg = c;
     g->L = layout ? *layout : layout_single(c);
+    g->cm = comms ? *comms : Comms();
     const Layout& L = g->L;
     const int tp = L.topo.tp, dp = L.topo.dp;
     g->full = build_param_table(c);
@@ -178,12 +153,11 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
     g->slice = lt.slice;
     g->Hl = c.n_head / tp; g->KVl = c.n_kv_head / tp; g->Fl = c.ffn / tp;
     g->Vpl = c.padded_vocab / tp; g->v0 = L.topo.tp_rank * g->Vpl;
-    g->buckets = zero_buckets(g->table);
+    g->buckets = zero_buckets(g->table, dp);
     g->bucket_of.assign(g->table.specs.size(), -1);
     for (int b = 0; b < (int)g->buckets.size(); b++)
         for (int k = g->buckets[b].first_spec; k < g->buckets[b].end_spec; k++) g->bucket_of[k] = b;
-    g->shard = zero_shard(g->table.total, dp, L.topo.dp_rank);
-    const size_t total = g->table.total, sh = g->shard.size();
+    const size_t total = g->table.total, sh = zero_shard_size(g->table, dp);
     g->params.assign(L.zero >= 3 ? sh : total, 0);
     g->grads.assign(L.zero >= 2 ? sh : total, 0);
     g->m.assign(L.zero >= 1 ? sh : total, 0);
@@ -195,18 +169,18 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
 }
 
 // Takes this rank's part of whole-model buffers [full.total] (params, and moments or nullptr
-// for zeros): its tensors, its tp slices, its ZeRO shards.
+// for zeros): its tensors, its tp slices, its ZeRO shards (bucket padding stays zero).
 template <typename real>
 void gpt_set_full(GPT<real>* g, const real* params, const real* m, const real* v) {
-    std::vector<real> local(g->table.total);
+    std::vector<real> local(g->table.total, (real)0);
     auto take = [&](const real* src, std::vector<real>* dst, bool sharded) {
         if (!src) { std::fill(dst->begin(), dst->end(), (real)0); return; }
         for (size_t i = 0; i < g->table.specs.size(); i++) {
             const ParamSpec& f = g->full.specs[g->global[i]];
             tp_extract(src + f.offset, f.cols, g->slice[i], local.data() + g->table.specs[i].offset);
         }
-        const size_t lo = sharded ? g->shard.lo : 0;
-        std::copy(local.begin() + lo, local.begin() + lo + dst->size(), dst->begin());
+        if (sharded) zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, local.data(), dst->data());
+        else std::copy(local.begin(), local.end(), dst->begin());
     };
     take(params, &g->params, g->L.zero >= 3);
     take(m, &g->m, g->L.zero >= 1);
@@ -229,12 +203,15 @@ double gpt_init(GPT<real>* g, uint64_t seed) {
 template <typename real>
 void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m, std::vector<real>* v) {
     const Layout& L = g->L;
+    const Comms& cm = g->cm;
     const size_t total = g->table.total;
-    const std::vector<int> counts = zero_counts({0, total}, total, L.topo.dp);
+    const int dp = L.topo.dp;
     auto whole = [&](const std::vector<real>& buf, bool sharded) {
         std::vector<real> out(total);
-        if (sharded) comm_all_gather(L.dp, buf.data(), out.data(), counts);
-        else std::copy(buf.begin(), buf.end(), out.begin());
+        if (!sharded) std::copy(buf.begin(), buf.end(), out.begin());
+        else
+            for (const Bucket& b : g->buckets)
+                comm_all_gather(cm.dp, buf.data() + zero_shard_offset(b, dp), out.data() + b.range.lo, b.range.size() / dp);
         return out;
     };
     std::vector<real> mine[3] = {whole(g->params, L.zero >= 3), whole(g->m, L.zero >= 1), whole(g->v, L.zero >= 1)};
@@ -246,14 +223,14 @@ void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m,
         if (o.dp_rank != 0) continue;
         if (r == L.topo.rank && r != 0) {
             CommRequest req[3];
-            for (int i = 0; i < 3; i++) comm_send(L.world, mine[i].data(), total, 0, 100 + i, &req[i]);
+            for (int i = 0; i < 3; i++) comm_send(cm.world, mine[i].data(), total, 0, 100 + i, &req[i]);
             for (int i = 0; i < 3; i++) comm_wait(&req[i]);
         }
         if (L.topo.rank != 0) continue;
         LocalTable lt = gpt_local_table(g->cfg, g->full, L, o.pp_rank, o.tp_rank);
         for (int i = 0; i < 3; i++) {
             std::vector<real> buf = r == 0 ? mine[i] : std::vector<real>(lt.t.total);
-            if (r != 0) comm_recv(L.world, buf.data(), lt.t.total, r, 100 + i);
+            if (r != 0) comm_recv(cm.world, buf.data(), lt.t.total, r, 100 + i);
             for (size_t k = 0; k < lt.t.specs.size(); k++) {
                 const ParamSpec& f = g->full.specs[lt.global[k]];
                 tp_insert(buf.data() + lt.t.specs[k].offset, lt.slice[k], f.cols, dst[i]->data() + f.offset);
@@ -263,16 +240,18 @@ void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m,
 }
 
 // ----------------------------------------------------------------------------------------------
-// ZeRO: parameters gathered per bucket just before use (stage 3), gradients reduced per bucket.
+// ZeRO (llmc/zero.h): parameters gathered per bucket just before use (stage 3), gradients
+// reduced per bucket. Every bucket is padded to a multiple of dp*8, so dp rank r's piece is
+// bucket.range.size()/dp elements and sits at zero_shard_offset in its shard buffers.
 
 template <typename real>
 void params_gather(GPT<real>* g, int b) {
     if (g->L.zero < 3 || !g->pbuf[b].empty()) return;
-    const Range r = g->buckets[b].range, mine = zero_intersect(r, g->shard);
-    g->pbuf[b].resize(r.size());
-    comm_all_gather(g->L.dp, g->params.data() + (mine.lo - g->shard.lo), g->pbuf[b].data(),
-                    zero_counts(r, g->table.total, g->L.topo.dp));
-    g->pbuf_bytes += r.size() * sizeof(real);
+    const Bucket& bk = g->buckets[b];
+    const int dp = g->L.topo.dp;
+    g->pbuf[b].resize(bk.range.size());
+    comm_all_gather(g->cm.dp, g->params.data() + zero_shard_offset(bk, dp), g->pbuf[b].data(), bk.range.size() / dp);
+    g->pbuf_bytes += bk.range.size() * sizeof(real);
     g->pbuf_peak = std::max(g->pbuf_peak, g->pbuf_bytes);
 }
 
@@ -299,19 +278,20 @@ void grads_begin(GPT<real>* g, int b) {
 template <typename real>
 void grads_reduce_bucket(GPT<real>* g, int b, real* buf) {
     const Layout& L = g->L;
+    const Comms& cm = g->cm;
     const Bucket& bk = g->buckets[b];
     for (int k = bk.first_spec; k < bk.end_spec; k++) {
         const ParamSpec& s = g->table.specs[k];
         real* p = buf + (s.offset - bk.range.lo);
-        if (L.sp && s.tp == TP_NONE) comm_all_reduce_sum(L.tp, p, s.numel());
-        if (k == g->table.wte && g->cfg.tied && L.topo.pp > 1) comm_all_reduce_sum(L.emb, p, s.numel());
+        if (L.sp && s.tp == TP_NONE) comm_all_reduce_sum(cm.tp, p, s.numel());
+        if (k == g->table.wte && g->cfg.tied && L.topo.pp > 1) comm_all_reduce_sum(cm.emb, p, s.numel());
     }
-    if (L.zero < 2) { comm_all_reduce_sum(L.dp, buf, bk.range.size()); return; }
-    const std::vector<int> counts = zero_counts(bk.range, g->table.total, L.topo.dp);
-    std::vector<real> part(counts[L.topo.dp_rank]);
-    comm_reduce_scatter(L.dp, buf, part.data(), counts);
-    real* dst = g->grads.data() + (zero_intersect(bk.range, g->shard).lo - g->shard.lo);
-    for (size_t i = 0; i < part.size(); i++) dst[i] += part[i];
+    if (L.zero < 2) { comm_all_reduce_sum(cm.dp, buf, bk.range.size()); return; }
+    const size_t n = bk.range.size() / L.topo.dp;
+    std::vector<real> part(n);
+    comm_reduce_scatter(cm.dp, buf, part.data(), n);
+    real* dst = g->grads.data() + zero_shard_offset(bk, L.topo.dp);
+    for (size_t i = 0; i < n; i++) dst[i] += part[i];
 }
 
 // ZeRO-2/3, after a layer's backward: its bucket is reduced now and its scratch freed.
@@ -353,14 +333,14 @@ template <typename real>
 real* tp_reduce(GPT<real>* g, real* full, int B, int T) {
     const Layout& L = g->L;
     const int C = g->cfg.n_embd;
-    if (!L.sp) { comm_all_reduce_sum(L.tp, full, (size_t)B * T * C); return full; }
+    if (!L.sp) { comm_all_reduce_sum(g->cm.tp, full, (size_t)B * T * C); return full; }
     const int tp = L.topo.tp, Tl = T / tp;
     real* packed = g->seq_buf.data();  // [tp][B][Tl][C]
     for (int r = 0; r < tp; r++)
         for (int b = 0; b < B; b++)
             std::copy(full + ((size_t)b * T + r * Tl) * C, full + ((size_t)b * T + (r + 1) * Tl) * C,
                       packed + (((size_t)r * B + b) * Tl) * C);
-    comm_reduce_scatter(L.tp, packed, g->seq_out.data(), std::vector<int>(tp, B * Tl * C));
+    comm_reduce_scatter(g->cm.tp, packed, g->seq_out.data(), (size_t)B * Tl * C);
     return g->seq_out.data();
 }
 
@@ -372,7 +352,7 @@ const real* tp_gather(GPT<real>* g, const real* x, real* full, int B, int T) {
     if (!L.sp) return x;
     const int C = g->cfg.n_embd, tp = L.topo.tp, Tl = T / tp;
     real* packed = g->seq_buf.data();
-    comm_all_gather(L.tp, x, packed, std::vector<int>(tp, B * Tl * C));
+    comm_all_gather(g->cm.tp, x, packed, (size_t)B * Tl * C);
     for (int r = 0; r < tp; r++)
         for (int b = 0; b < B; b++)
             std::copy(packed + (((size_t)r * B + b) * Tl) * C, packed + (((size_t)r * B + b + 1) * Tl) * C,
@@ -479,8 +459,8 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, const real* logits, co
         const int t = targets[n] - v0;
         tgt[n] = t >= 0 && t < nv ? l[t] : (real)0;
     }
-    comm_all_reduce_max(g->L.tp, mx, N);
-    comm_all_reduce_sum(g->L.tp, tgt, N);
+    comm_all_reduce_max(g->cm.tp, mx, N);
+    comm_all_reduce_sum(g->cm.tp, tgt, N);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const real* l = logits + (size_t)n * Vpl;
@@ -488,7 +468,7 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, const real* logits, co
         for (int v = 0; v < nv; v++) s += std::exp(l[v] - mx[n]);
         sum[n] = s;
     }
-    comm_all_reduce_sum(g->L.tp, sum, N);
+    comm_all_reduce_sum(g->cm.tp, sum, N);
     double total = 0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int n = 0; n < N; n++) {
@@ -715,9 +695,9 @@ void gpt_backward(GPT<real>* g, double loss_scale) {
 
 // ----------------------------------------------------------------------------------------------
 // The pipeline: one stage's schedule (llmc/pp_schedule.h) over n_mb micro-batches, forward and
-// backward (training) or forward only (validation). Sends do not block (their buffers wait in
-// `sends` until the end); receives do. Returns this rank's sum of micro-batch losses / loss_div
-// (non-zero only on the last stage).
+// backward (training) or forward only (validation), run by pp_run (llmc/pp_exec.h) through the
+// callbacks below. Sends do not block (their buffers wait in `sends` until the end); receives
+// do. Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
 
 template <typename real>
 struct PendingSend {
@@ -729,82 +709,55 @@ template <typename real>
 double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
                     int n_mb, int B, int T, bool backward, int loss_div) {
     const Layout& L = g->L;
-    const int pp = L.topo.pp, n_chunks = (int)L.chunk_first.size() - 1, last = n_chunks - 1;
-    const int N = B * T;
-    const std::vector<PpOp> ops = backward ? pp_schedule(pp, L.vpp, n_mb, L.topo.pp_rank) : pp_forward_schedule(pp, L.vpp, n_mb, L.topo.pp_rank);
+    const Comm& pp = g->cm.pp;
+    const int n_chunks = L.n_chunks(), last = n_chunks - 1, N = B * T;
     std::map<std::pair<int, int>, ChunkActs<real>*> live;  // (micro-batch, chunk) -> activations
-    std::vector<PendingSend<real>> sends;
-    auto tag = [&](int mb, int chunk, bool grad) { return (mb * n_chunks + chunk) * 2 + (grad ? 1 : 0); };
-    auto send = [&](const std::vector<real>& buf, int peer, int tg) {
-        sends.push_back({CommRequest(), buf});
-        comm_send(L.pp, sends.back().buf.data(), buf.size(), peer, tg, &sends.back().req);
+    std::vector<std::unique_ptr<PendingSend<real>>> sends;
+    double loss = 0;
+    auto send = [&](const std::vector<real>& buf, int peer, int tag) {
+        sends.emplace_back(new PendingSend<real>{CommRequest(), buf});
+        comm_send(pp, sends.back()->buf.data(), buf.size(), peer, tag, &sends.back()->req);
         g->act_bytes += buf.size() * sizeof(real);
         g->act_peak = std::max(g->act_peak, g->act_bytes);
     };
-    auto release = [&](std::pair<int, int> key) { acts_release(g, live[key]); live.erase(key); };
-    double loss = 0;
-    for (const PpOp& o : ops) {
-        const std::pair<int, int> key(o.mb, o.chunk);
-        switch (o.kind) {
-            case PP_RECV_ACT: {
-                ChunkActs<real>* a = live[key] = acts_acquire(g, o.chunk, B, T);
-                comm_recv(L.pp, a->layers[0].x.data(), a->layers[0].x.size(), o.peer, tag(o.mb, o.chunk, false));
-                break;
-            }
-            case PP_FWD: {
-                if (!live.count(key)) live[key] = acts_acquire(g, o.chunk, B, T);
-                ChunkActs<real>* a = live[key];
-                if (o.chunk == 0) std::copy(inputs[o.mb].begin(), inputs[o.mb].begin() + N, a->inputs.begin());
-                a->has_targets = o.chunk == last;
-                if (o.chunk == last) std::copy(targets[o.mb].begin(), targets[o.mb].begin() + N, a->targets.begin());
-                chunk_forward(g, a);
-                if (o.chunk == last) loss += a->loss / loss_div;
-                if (!backward && o.chunk == last) release(key);
-                break;
-            }
-            case PP_SEND_ACT:
-                send(live[key]->x_out, o.peer, tag(o.mb, o.chunk + 1, false));
-                if (!backward) release(key);
-                break;
-            case PP_RECV_GRAD: {
-                ChunkActs<real>* a = live[key];
-                comm_recv(L.pp, a->dx.data(), a->dx.size(), o.peer, tag(o.mb, o.chunk, true));
-                break;
-            }
-            case PP_BWD:
-                chunk_backward(g, live[key], 1.0 / loss_div);
-                if (o.chunk == 0) release(key);
-                break;
-            case PP_SEND_GRAD:
-                send(live[key]->dx, o.peer, tag(o.mb, o.chunk - 1, true));
-                release(key);
-                break;
-        }
-    }
-    for (PendingSend<real>& s : sends) {
-        comm_wait(&s.req);
-        g->act_bytes -= s.buf.size() * sizeof(real);
+    PpCallbacks cb;
+    cb.acquire = [&](int mb, int chunk) { live[{mb, chunk}] = acts_acquire(g, chunk, B, T); };
+    cb.release = [&](int mb, int chunk) { acts_release(g, live.at({mb, chunk})); live.erase({mb, chunk}); };
+    cb.recv_act = [&](int mb, int chunk, int peer, int tag) {
+        ChunkActs<real>* a = live.at({mb, chunk});
+        comm_recv(pp, a->layers[0].x.data(), a->layers[0].x.size(), peer, tag);
+    };
+    cb.forward = [&](int mb, int chunk) {
+        ChunkActs<real>* a = live.at({mb, chunk});
+        if (chunk == 0) std::copy(inputs[mb].begin(), inputs[mb].begin() + N, a->inputs.begin());
+        a->has_targets = chunk == last;
+        if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
+        chunk_forward(g, a);
+        if (chunk == last) loss += a->loss / loss_div;
+    };
+    cb.send_act = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->x_out, peer, tag); };
+    cb.recv_grad = [&](int mb, int chunk, int peer, int tag) {
+        ChunkActs<real>* a = live.at({mb, chunk});
+        comm_recv(pp, a->dx.data(), a->dx.size(), peer, tag);
+    };
+    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), 1.0 / loss_div); };
+    cb.send_grad = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->dx, peer, tag); };
+    pp_run(backward ? pp_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank) : pp_forward_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank),
+           n_chunks, backward, cb);
+    for (std::unique_ptr<PendingSend<real>>& s : sends) {
+        comm_wait(&s->req);
+        g->act_bytes -= s->buf.size() * sizeof(real);
     }
     return loss;
 }
 
-// Global gradient L2 norm, counting every parameter once across dp, tp and pp: each dp rank
-// its shard, replicated tensors on tp rank 0 only, the tied embedding on the first stage only.
-// Summed in double over fixed chunks (deterministic), then over all ranks.
+// Global gradient L2 norm, counting every parameter once across dp, tp and pp (the ranges of
+// layout_norm_ranges, llmc/layout.h). Summed in double over fixed chunks (deterministic), then
+// over all ranks.
 template <typename real>
 double grad_norm(const GPT<real>* g) {
-    const Layout& L = g->L;
-    std::vector<Range> counted;  // ranges of the flat buffer, in this rank's shard
-    for (int k = 0; k < (int)g->table.specs.size(); k++) {
-        const ParamSpec& s = g->table.specs[k];
-        if (s.tp == TP_NONE && L.topo.tp_rank != 0) continue;
-        if (k == g->table.wte && L.topo.pp_rank != 0) continue;
-        Range r = zero_intersect({s.offset, s.offset + s.numel()}, g->shard);
-        if (r.size() == 0) continue;
-        if (!counted.empty() && counted.back().hi == r.lo) counted.back().hi = r.hi;
-        else counted.push_back(r);
-    }
-    const real* base = g->grads.data() - (L.zero >= 2 ? g->shard.lo : 0);
+    const std::vector<Range> counted = layout_norm_ranges(g->table, g->buckets, g->L, g->L.zero >= 2);
+    const real* base = g->grads.data();
     double s = 0;
     for (const Range& r : counted) {
         const size_t n = r.size(), chunk = 1 << 16, nchunks = (n + chunk - 1) / chunk;
@@ -817,41 +770,46 @@ double grad_norm(const GPT<real>* g) {
         }
         for (double x : part) s += x;
     }
-    comm_all_reduce_sum(L.world, &s, 1);
+    comm_host_sum(g->cm.world, &s, 1);
     return std::sqrt(s);
 }
 
 // AdamW in PyTorch's form: p *= 1 - lr*wd (matrices only); m, v moments with bias
 // correction; p -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps). Grads are scaled by grad_scale
-// (the clipping coefficient) as they are read. ZeRO >= 1: each dp rank updates its shard only.
+// (the clipping coefficient) as they are read. ZeRO >= 1: each dp rank updates its pieces of the
+// buckets only (bucket padding is never touched: it stays zero).
 template <typename real>
 void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const TrainConfig& tc, double grad_scale) {
-    const int zero = g->L.zero;
+    const int zero = g->L.zero, dp = g->L.topo.dp;
     const double bc1 = 1.0 - std::pow(tc.beta1, t), bc2 = 1.0 - std::pow(tc.beta2, t);
-    const Range mine = zero >= 1 ? g->shard : Range{0, g->table.total};
-    const size_t sh = g->shard.lo;
-    real* pb = g->params.data() - (zero >= 3 ? sh : 0);  // indexed by flat-buffer position
-    real* gb = g->grads.data() - (zero >= 2 ? sh : 0);
-    real* mb = g->m.data() - (zero >= 1 ? sh : 0);
-    real* vb = g->v.data() - (zero >= 1 ? sh : 0);
-    for (const ParamSpec& s : g->table.specs) {
-        const Range r = zero_intersect({s.offset, s.offset + s.numel()}, mine);
-        const real wd = s.is_matrix ? (real)tc.weight_decay : (real)0;
-        const real b1 = (real)tc.beta1, b2 = (real)tc.beta2, eps = (real)tc.eps, lr_r = (real)lr,
-                   step = (real)(lr / bc1), sbc2 = (real)std::sqrt(bc2), gs = (real)grad_scale;
-        const int64_t lo = (int64_t)r.lo, hi = (int64_t)r.hi;
+    const real b1 = (real)tc.beta1, b2 = (real)tc.beta2, eps = (real)tc.eps, lr_r = (real)lr, step = (real)(lr / bc1),
+               sbc2 = (real)std::sqrt(bc2), gs = (real)grad_scale;
+    for (const Bucket& bk : g->buckets) {
+        const Range mine = zero >= 1 ? zero_piece(bk, dp, g->L.topo.dp_rank) : bk.range;
+        const size_t shift = mine.lo - zero_shard_offset(bk, dp);  // flat position - shard position
+        for (int k = bk.first_spec; k < bk.end_spec; k++) {
+            const ParamSpec& s = g->table.specs[k];
+            const Range r = range_intersect({s.offset, s.offset + s.numel()}, mine);
+            const real wd = s.is_matrix ? (real)tc.weight_decay : (real)0;
+            // this range in each buffer: flat, or the shard at the buffer's ZeRO stage
+            real* pb = g->params.data() + r.lo - (zero >= 3 ? shift : 0);
+            const real* gb = g->grads.data() + r.lo - (zero >= 2 ? shift : 0);
+            real* mb = g->m.data() + r.lo - (zero >= 1 ? shift : 0);
+            real* vb = g->v.data() + r.lo - (zero >= 1 ? shift : 0);
+            const int64_t n = (int64_t)r.size();
 #pragma omp parallel for schedule(static)
-        for (int64_t i = lo; i < hi; i++) {
-            real gi = gb[i] * gs;
-            pb[i] *= (real)1 - lr_r * wd;
-            mb[i] = b1 * mb[i] + ((real)1 - b1) * gi;
-            vb[i] = b2 * vb[i] + ((real)1 - b2) * gi * gi;
-            pb[i] -= step * mb[i] / (std::sqrt(vb[i]) / sbc2 + eps);
+            for (int64_t i = 0; i < n; i++) {
+                real gi = gb[i] * gs;
+                pb[i] *= (real)1 - lr_r * wd;
+                mb[i] = b1 * mb[i] + ((real)1 - b1) * gi;
+                vb[i] = b2 * vb[i] + ((real)1 - b2) * gi * gi;
+                pb[i] -= step * mb[i] / (std::sqrt(vb[i]) / sbc2 + eps);
+            }
         }
+        // ZeRO 1/2: every dp rank gets the others' updated pieces of the bucket
+        if (zero == 1 || zero == 2)
+            comm_all_gather(g->cm.dp, g->params.data() + mine.lo, g->params.data() + bk.range.lo, bk.range.size() / dp);
     }
-    // ZeRO 1/2: every dp rank gets the others' updated shards
-    if (zero == 1 || zero == 2)
-        comm_all_gather(g->L.dp, g->params.data() + sh, g->params.data(), zero_counts({0, g->table.total}, g->table.total, g->L.topo.dp));
 }
 
 // Clipping coefficient as torch.nn.utils.clip_grad_norm_: clip / (norm + 1e-6), at most 1.
@@ -875,7 +833,7 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     // the loss: summed over dp from one rank of each last-stage tp group
     const bool counts_loss = L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0;
     if (!counts_loss) loss = 0;
-    comm_all_reduce_sum(L.world, &loss, 1);
+    comm_host_sum(g->cm.world, &loss, 1);
     double norm = grad_norm(g);
     adamw_update(g, step + 1, lr, tc, clip_coef(norm, tc.grad_clip));
     *norm_out = norm;
@@ -911,84 +869,38 @@ static void layout_error(const Comm& world, const char* fmt, ...) {
     exit(1);
 }
 
-// Checks the flags against the world and the model, then makes this rank's layout and groups.
-static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainConfig& tc, long total_batch) {
-    const int tp = tc.tp, pp = tc.pp, W = world.size;
-    if (W % (tp * pp) != 0)
-        layout_error(world, "%d ranks (mpirun -np) are not a multiple of --tp %d x --pp %d = %d", W, tp, pp, tp * pp);
-    const int dp = W / (tp * pp);
-    if (tc.dp && tc.dp != dp)
-        layout_error(world, "--dp %d x --tp %d x --pp %d = %d ranks, but %d were started (mpirun -np)", tc.dp, tp, pp,
-                     tc.dp * tp * pp, W);
-    std::string err = tp_check(mc, tp);
-    if (!err.empty()) layout_error(world, "%s", err.c_str());
-    if (tc.sp && tc.T % tp != 0) layout_error(world, "--sp 1 splits the sequence: -t %d is not divisible by --tp %d", tc.T, tp);
-    if (tc.vpp > 1 && pp == 1) layout_error(world, "--vpp %d needs pipeline stages (--pp > 1)", tc.vpp);
+// Checks the flags against the world and the model (llmc/layout.h), then makes this rank's layout
+// and its communicator groups.
+static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainConfig& tc, long total_batch, Comms* cm) {
     Layout L;
-    err = pp_layer_layout(mc.n_layer, pp, tc.vpp, tc.layout, &L.chunk_first);
+    const std::string err = layout_make(world.size, world.rank, mc, tc, total_batch, &L);
     if (!err.empty()) layout_error(world, "%s", err.c_str());
-    const long micro_tokens = (long)tc.B * tc.T * dp;
-    if (total_batch % micro_tokens != 0)
-        layout_error(world, "flag -d %ld is not a multiple of B*T*dp = %d*%d*%d = %ld", total_batch, tc.B, tc.T, dp, micro_tokens);
-    const long accum = total_batch / micro_tokens;
-    if (tc.vpp > 1 && accum % pp != 0)
-        layout_error(world, "interleaved 1F1B needs micro-batches (gradient accumulation %ld = -d / (b*t*dp)) to be a multiple "
-                     "of --pp %d (raise -d)", accum, pp);
-    L.topo = topo_make(dp, tp, pp, world.rank);
-    L.zero = tc.zero;
-    L.sp = tc.sp && tp > 1;
-    L.vpp = tc.vpp;
-    L.world = world;
-    L.tp = comm_group(world, L.topo.tp_group);
-    L.dp = comm_group(world, L.topo.dp_group);
-    L.pp = comm_group(world, L.topo.pp_group);
-    const bool end_stage = L.topo.pp_rank == 0 || L.topo.pp_rank == pp - 1;
-    L.emb = comm_group(world, end_stage ? L.topo.emb_group : std::vector<int>{world.rank});
+    cm->world = world;
+    cm->tp = comm_group(world, L.topo.tp_group);
+    cm->dp = comm_group(world, L.topo.dp_group);
+    cm->pp = comm_group(world, L.topo.pp_group);
+    cm->emb = comm_group(world, layout_emb_members(L));
     return L;
 }
 
-// Bytes this rank holds, measured and by formula (ZeRO divides by dp, TP by tp, PP by stages).
+// Bytes this rank holds, measured and by formula (llmc/mem_plan.h); rank 0 prints every rank's row.
 template <typename real>
 void print_memory(const GPT<real>& g, int n_mb) {
     const Layout& L = g.L;
-    const double P = (double)g.table.total * sizeof(real), dp = L.topo.dp;
-    // ZeRO-3 holds one layer's weights at a time, or the head's (final norm and embedding) together;
-    // ZeRO-2/3 hold one layer's gradient bucket, plus the embedding and head buckets for the step
-    double max_layer = 0, ends = 0;
-    for (const Bucket& b : g.buckets) {
-        if (b.layer >= 0) max_layer = std::max(max_layer, (double)b.range.size() * sizeof(real));
-        else ends += (double)b.range.size() * sizeof(real);
-    }
-    // activations: one micro-batch through one chunk, times the chunks in flight (1F1B: pp - stage
-    // micro-batches; interleaved: its warm-up + 1 chunk passes; no pipeline: 1)
-    const int pp = L.topo.pp, s = L.topo.pp_rank, n_chunks = (int)L.chunk_first.size() - 1;
-    const int total = n_mb * L.vpp;
-    const int inflight = std::min(total, L.vpp == 1 ? pp - s : (pp - s - 1) * 2 + (L.vpp - 1) * pp + 1);
-    const ModelConfig& c = g.cfg;
-    const double N = (double)g.B * g.T, Nl = L.sp ? N / L.topo.tp : N, C = c.n_embd, hd = c.head_dim;
-    const double F1l = c.mlp == MLP_SWIGLU ? 2.0 * g.Fl : g.Fl, sp_full = L.sp ? 2 * N * C : 0;
-    const double per_layer = 4 * Nl * C + 4 * Nl + sp_full + N * ((g.Hl + 2 * g.KVl) * hd + g.Hl * hd + F1l + g.Fl) +
-                             (double)g.B * g.Hl * g.T * g.T;
-    const double per_chunk_io = 2 * Nl * C + 2 * N * sizeof(int32_t) / sizeof(real);
-    const double head = (Nl * C + 2 * Nl + (L.sp ? N * C : 0) + N * g.Vpl + N);
-    const double layers_per_chunk = (double)c.n_layer / n_chunks;
-    // non-blocking sends keep their buffers [Nl,C] until the end of the step
-    int n_sends = 0;
-    for (const PpOp& o : pp_schedule(pp, L.vpp, n_mb, s)) n_sends += o.kind == PP_SEND_ACT || o.kind == PP_SEND_GRAD;
-    const double act = (inflight * (layers_per_chunk * per_layer + per_chunk_io) + (s == pp - 1 ? head : 0) + n_sends * Nl * C) *
-                       sizeof(real);
+    const MemPlan f = mem_plan(g.cfg, L, g.B, g.T, n_mb, sizeof(real));
     MemoryRow row;
     row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
     row.params = (double)g.params.size() * sizeof(real) + g.pbuf_peak;
     row.grads = (double)g.grads.size() * sizeof(real) + g.gbuf_peak;
     row.optim = (double)(g.m.size() + g.v.size()) * sizeof(real);
     row.acts = (double)g.act_peak;
-    const double shard = std::ceil(P / dp);
-    row.f_params = L.zero >= 3 ? shard + std::max(max_layer, ends) : P;
-    row.f_grads = L.zero >= 2 ? shard + ends + max_layer : P;
-    row.f_optim = 2 * (L.zero >= 1 ? shard : P);
-    row.f_acts = act;
-    print_memory_rows(L.world, row);
+    row.f_params = f.params; row.f_grads = f.grads; row.f_optim = f.optim; row.f_acts = f.acts;
+    // every rank's row at its place, zeros elsewhere, summed: all rows on every rank
+    const int n = sizeof(MemoryRow) / sizeof(double), W = g.cm.world.size;
+    std::vector<double> all((size_t)n * W, 0.0);
+    memcpy(all.data() + (size_t)n * L.topo.rank, &row, sizeof(row));
+    comm_host_sum(g.cm.world, all.data(), all.size());
+    if (L.topo.rank == 0) print_memory_rows((const MemoryRow*)all.data(), W);
 }
 
 int main(int argc, char** argv) {
@@ -1022,10 +934,11 @@ int main(int argc, char** argv) {
     config_finalize(mc, tc.tp);
     const int B = tc.B, T = tc.T;
     if (tc.total_batch == 0) tc.total_batch = (long)B * T * (world.size / std::max(1, tc.tp * tc.pp));
-    Layout layout = make_layout(world, mc, tc, tc.total_batch);
+    Comms comms;
+    Layout layout = make_layout(world, mc, tc, tc.total_batch, &comms);
     const int dp = layout.topo.dp;
     GPT<float> g;
-    gpt_build(&g, mc, &layout);
+    gpt_build(&g, mc, &layout, &comms);
 
     // data: a .txt file without -j is split 90/10 into train and validation
     DataLoader train, val;
@@ -1086,7 +999,7 @@ int main(int argc, char** argv) {
         double s = pipeline_run(&g, val_in, val_tg, tc.val_batches, B, T, false, 1);
         const Topology& tp = layout.topo;
         if (!(tp.pp_rank == tp.pp - 1 && tp.tp_rank == 0 && tp.dp_rank == 0)) s = 0;
-        comm_all_reduce_sum(world, &s, 1);
+        comm_host_sum(world, &s, 1);
         return s / tc.val_batches;
     };
     auto print_sample = [&]() {

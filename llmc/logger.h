@@ -4,10 +4,10 @@
 //   <out>/summary.json: the fields benchmark harnesses read (throughput, MFU, memory, losses)
 //   the memory table of a parallel run: per rank, measured bytes beside the analytic formula
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "llmc/comm.h"
 #include "llmc/config.h"
 #include "llmc/flops.h"
 #include "llmc/utils.h"
@@ -116,17 +116,13 @@ struct MemoryRow {
     double f_params, f_grads, f_optim, f_acts;
 };
 
-// Every rank calls it; rank 0 prints one line per rank.
-static inline void print_memory_rows(const Comm& world, const MemoryRow& row) {
-    const int n = sizeof(MemoryRow) / sizeof(double);
-    std::vector<double> all((size_t)n * world.size);
-    comm_all_gather(world, (const double*)&row, all.data(), std::vector<int>(world.size, n));
-    if (world.rank != 0) return;
+// rows[n_ranks]: every rank's row (the caller gathers them); prints one line per rank.
+static inline void print_memory_rows(const MemoryRow* rows, int n_ranks) {
     auto mib = [](double b) { return b / (1 << 20); };
     printf("memory per rank, MiB: measured (formula)\n");
     printf("  rank  pp dp tp |          params |           grads |       optimizer |     activations\n");
-    for (int r = 0; r < world.size; r++) {
-        const MemoryRow* m = (const MemoryRow*)(all.data() + (size_t)r * n);
+    for (int r = 0; r < n_ranks; r++) {
+        const MemoryRow* m = rows + r;
         printf("  %4d  %2d %2d %2d | %6.3f (%6.3f) | %6.3f (%6.3f) | %6.3f (%6.3f) | %6.3f (%6.3f)\n", (int)m->rank,
                (int)m->pp_rank, (int)m->dp_rank, (int)m->tp_rank, mib(m->params), mib(m->f_params), mib(m->grads),
                mib(m->f_grads), mib(m->optim), mib(m->f_optim), mib(m->acts), mib(m->f_acts));

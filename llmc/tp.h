@@ -8,7 +8,23 @@
 //   TP_NONE   everything (norms, row-parallel biases, position embedding)
 // A slice is a list of blocks of the full tensor, stacked by rows in the local tensor.
 // tp_local_table() builds a rank's own parameter table: the tensors it keeps (its pipeline
-// stage's), sliced for its tp rank, with fresh offsets into its flat buffer.
+// stage's), sliced for its tp rank, with fresh offsets into its flat buffer (dense; llmc/layout.h
+// pads them into ZeRO buckets).
+//
+// The model under TP (Megatron), as the trainers run it:
+//   attention: qkv column-parallel (rank r computes its H/tp query heads and KV/tp kv heads on
+//              the whole input), attention on those heads, attn_out row-parallel (a partial
+//              [N,C] sum), then the sum over tp and the replicated bias once.
+//   the MLP:   fc1 column-parallel (GELU: F/tp rows; SwiGLU: F/tp gate rows and the matching F/tp
+//              up rows, so the activation is local), fc2 row-parallel, then the sum over tp and
+//              the replicated bias once. One sum per block half forward, one in backward (the
+//              input gradient of the column-parallel matmul).
+//   vocabulary: embedding rows Vp/tp per rank (a token outside them contributes zeros, summed
+//              over tp); the head computes Vp/tp logit columns and the cross-entropy combines
+//              row max, sum of exps and target logit over tp, never gathering the logits.
+//   SP:        the norms and residual stream hold T/tp positions per rank: each sum over tp
+//              becomes a reduce-scatter over the sequence, and the input of a column-parallel
+//              matmul an all-gather; replicated tensors' gradients are then summed over tp.
 #pragma once
 #include <algorithm>
 #include <string>

@@ -1,14 +1,32 @@
-// llmc/zero.h: ZeRO bookkeeping over a rank's flat parameter buffer (its local parameter
-// table: the tensors of its pipeline stage, sliced for its tensor-parallel rank).
-//   shard:   dp rank r owns the contiguous range [r*S, min((r+1)*S, total)), S = ceil(total/dp):
-//            its AdamW moments (stage >= 1), its reduced gradients (stage >= 2) and its
-//            parameters between uses (stage 3) cover only that range.
-//   buckets: the unit of gradient reduce-scatter and of ZeRO-3 parameter gathering: the
-//            embeddings, one bucket per layer, the final norm and head. The table is
-//            layer-major, so each bucket is one contiguous range.
-// zero_counts() splits a bucket among the dp ranks by their shards: the counts a
-// reduce-scatter or an all-gather of that bucket uses (a rank whose shard misses the bucket
-// gets 0).
+// llmc/zero.h: the ZeRO bucket plan over a rank's flat parameter buffer (its local parameter
+// table: the tensors of its pipeline stage, sliced for its tensor-parallel rank). Pure
+// bookkeeping: the trainers call the collectives themselves.
+//
+// Buckets are the unit of gradient reduction and of ZeRO-3 weight gathering: the embeddings,
+// one bucket per layer, the final norm and head (the table is layer-major, so each bucket is a
+// run of consecutive tensors). zero_pad_table() lays the buckets out back to back, each padded
+// with zeros up to a multiple of dp*8 elements, and moves the tensors' offsets accordingly.
+// So dp rank r owns the equal piece [lo + r*n/dp, lo + (r+1)*n/dp) of every bucket [lo, lo+n):
+// every reduce-scatter and all-gather of a bucket has equal counts (n/dp), and every piece
+// starts at a multiple of 8 elements (16 bytes in bf16, 32 in fp32). A rank's shard is the
+// concatenation of its pieces in bucket order: bucket [lo, lo+n) sits at lo/dp in the shard,
+// and the shard holds total/dp elements.
+//   ZeRO-1: each dp rank keeps the AdamW moments (and the fp32 master weights) of its shard;
+//           gradients are all-reduced, each rank updates its pieces, then the weights are
+//           all-gathered per bucket.
+//   ZeRO-2: also the gradients: each bucket is reduce-scattered into the shard as soon as its
+//           backward is done (the layers' buckets once per micro-batch, the embedding and head
+//           buckets at the end of the step).
+//   ZeRO-3: also the weights between uses: a bucket is all-gathered before its forward or
+//           backward and freed after.
+// Padding never reaches a file: checkpoints are read and written per tensor (llmc/weights_io.h).
+//
+// Example: dp 2, a stage whose table is [a: 5 elements] (layer -1) [b: 12, c: 9] (layer 0)
+// [d: 3] (layer -1). Multiples of dp*8 = 16:
+//   bucket 0 {a}:    [ 0, 16)  a at 0, zeros 5..15     piece of rank 0 [ 0, 8), rank 1 [ 8,16)
+//   bucket 1 {b,c}:  [16, 48)  b at 16, c at 28, zeros 37..47; rank 0 [16,32), rank 1 [32,48)
+//   bucket 2 {d}:    [48, 64)  d at 48, zeros 51..63;  rank 0 [48,56), rank 1 [56,64)
+// total 64; rank 1's shard [32] = flat [8,16) [32,48) [56,64); bucket 1 sits at 16/2 = 8 in it.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -20,48 +38,59 @@ struct Range {
     size_t size() const { return hi - lo; }
 };
 
-static inline Range zero_shard(size_t total, int dp, int r) {
-    const size_t S = (total + dp - 1) / dp;
-    Range s;
-    s.lo = std::min(total, (size_t)r * S);
-    s.hi = std::min(total, (size_t)(r + 1) * S);
-    return s;
+static inline Range range_intersect(Range a, Range b) {
+    Range r;
+    r.lo = std::max(a.lo, b.lo);
+    r.hi = std::max(r.lo, std::min(a.hi, b.hi));
+    return r;
 }
 
 struct Bucket {
-    Range range;      // in the flat buffer
-    int layer;        // block index, -1 for embeddings / final norm and head
-    int first_spec, end_spec;  // specs [first_spec, end_spec) of the table
+    Range range;               // in the flat buffer, padded: size a multiple of dp*8
+    size_t used = 0;           // the tensors' elements at range.lo; zeros after them
+    int layer = -1;            // block index, -1 for embeddings / final norm and head
+    int first_spec = 0, end_spec = 0;  // specs [first_spec, end_spec) of the table
 };
 
-// Consecutive specs with the same layer (and, for layer -1, on the same side of the blocks).
-static inline std::vector<Bucket> zero_buckets(const ParamTable& t) {
+// Buckets of a table whose offsets zero_pad_table(t, dp) laid out.
+static inline std::vector<Bucket> zero_buckets(const ParamTable& t, int dp) {
     std::vector<Bucket> b;
+    const size_t q = (size_t)dp * 8;
     for (int k = 0; k < (int)t.specs.size(); k++) {
         const ParamSpec& s = t.specs[k];
-        const bool same = !b.empty() && b.back().layer == s.layer && b.back().range.hi == s.offset &&
-                          !(s.layer == -1 && k > 0 && t.specs[k - 1].layer != -1);
-        if (same) { b.back().range.hi += s.numel(); b.back().end_spec = k + 1; }
-        else b.push_back({{s.offset, s.offset + s.numel()}, s.layer, k, k + 1});
+        // a new bucket at a new layer, and between the embeddings and the final norm and head
+        const bool same = !b.empty() && b.back().layer == s.layer && !(s.layer == -1 && t.specs[k - 1].layer != -1);
+        if (same) { b.back().used += s.numel(); b.back().end_spec = k + 1; }
+        else { Bucket nb; nb.range.lo = s.offset; nb.used = s.numel(); nb.layer = s.layer; nb.first_spec = k; nb.end_spec = k + 1; b.push_back(nb); }
+        b.back().range.hi = b.back().range.lo + (b.back().used + q - 1) / q * q;
     }
     return b;
 }
 
-// Elements of bucket r that dp rank i owns, for every i: counts sum to the bucket size.
-static inline std::vector<int> zero_counts(Range bucket, size_t total, int dp) {
-    std::vector<int> c(dp);
-    for (int i = 0; i < dp; i++) {
-        Range s = zero_shard(total, dp, i);
-        size_t lo = std::max(s.lo, bucket.lo), hi = std::min(s.hi, bucket.hi);
-        c[i] = hi > lo ? (int)(hi - lo) : 0;
+// Moves the offsets of t (laid out densely) to the padded layout above; sets t->total.
+static inline void zero_pad_table(ParamTable* t, int dp) {
+    size_t at = 0;
+    for (const Bucket& b : zero_buckets(*t, dp)) {  // dense offsets: each bucket's tensors are consecutive
+        for (int k = b.first_spec; k < b.end_spec; k++) t->specs[k].offset = at + (t->specs[k].offset - b.range.lo);
+        at += b.range.size();
     }
-    return c;
+    t->total = at;
 }
 
-// The part of bucket `b` inside `shard`.
-static inline Range zero_intersect(Range b, Range shard) {
-    Range r;
-    r.lo = std::max(b.lo, shard.lo);
-    r.hi = std::max(r.lo, std::min(b.hi, shard.hi));
-    return r;
+// dp rank r's piece of bucket b, in the flat buffer.
+static inline Range zero_piece(const Bucket& b, int dp, int r) {
+    const size_t n = b.range.size() / dp;
+    return {b.range.lo + (size_t)r * n, b.range.lo + (size_t)(r + 1) * n};
+}
+// Where bucket b's piece sits in a shard buffer, and the shard's size.
+static inline size_t zero_shard_offset(const Bucket& b, int dp) { return b.range.lo / dp; }
+static inline size_t zero_shard_size(const ParamTable& t, int dp) { return t.total / dp; }
+
+// shard[total/dp] = dp rank r's pieces of flat[total], in bucket order.
+template <typename T>
+static inline void zero_take_shard(const std::vector<Bucket>& bs, int dp, int r, const T* flat, T* shard) {
+    for (const Bucket& b : bs) {
+        const Range p = zero_piece(b, dp, r);
+        std::copy(flat + p.lo, flat + p.hi, shard + zero_shard_offset(b, dp));
+    }
 }

@@ -1,5 +1,5 @@
 // tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/topology.h,
-// pp_schedule.h, zero.h, tp.h, comm.h without MPI) and a weight comparer for the parity runs.
+// pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, comm.h without MPI) and a weight comparer for the parity runs.
 //   build/test_parallel units                 every unit check, one [PASS]/[FAIL] line each
 //   build/test_parallel compare A B TOL NAME  tensor-by-tensor max |a-b| / (max|b| + 1e-3) of two
 //                                             safetensors files (same names, F32), within TOL
@@ -13,7 +13,9 @@
 #include <vector>
 #include "llmc/comm.h"
 #include "llmc/config.h"
+#include "llmc/layout.h"
 #include "llmc/params.h"
+#include "llmc/pp_exec.h"
 #include "llmc/pp_schedule.h"
 #include "llmc/safetensors.h"
 #include "llmc/topology.h"
@@ -140,38 +142,204 @@ static ModelConfig preset(const char* name, int tp = 1) {
     return c;
 }
 
+// A table whose offsets are dense (as build_param_table and tp_local_table make them), padded for dp.
+static ParamTable padded(ParamTable t, int dp) {
+    zero_pad_table(&t, dp);
+    return t;
+}
+
+// The bucket plan of table t (dense offsets) at dp: buckets tile the buffer, every bucket's size
+// is a multiple of dp*8, pieces are equal, 16-byte aligned (bf16 and fp32), disjoint and cover
+// the buffer once over the dp ranks; every tensor lies in its bucket's used part (padding
+// overlaps none) and keeps its elements; shards are the pieces in bucket order. "" or what fails.
+static std::string check_plan(const ParamTable& dense, int dp) {
+    const ParamTable t = padded(dense, dp);
+    const std::vector<Bucket> bs = zero_buckets(t, dp);
+    const size_t q = (size_t)dp * 8;
+    std::vector<int> hits(t.total, 0);
+    size_t at = 0, real_elems = 0;
+    for (const Bucket& b : bs) {
+        if (b.range.lo != at || b.range.size() % q != 0 || b.used > b.range.size() || b.range.size() - b.used >= q)
+            return "bucket at " + std::to_string(b.range.lo) + " does not tile or pad to a multiple of dp*8";
+        at = b.range.hi;
+        size_t end = b.range.lo;
+        for (int k = b.first_spec; k < b.end_spec; k++) {
+            const ParamSpec& s = t.specs[k];
+            if (s.offset != end || s.numel() != dense.specs[k].numel()) return "tensor " + s.name + " is not packed in its bucket";
+            end += s.numel();
+            real_elems += s.numel();
+        }
+        if (end != b.range.lo + b.used) return "bucket used size differs from its tensors";
+        size_t shard_at = 0;
+        for (int r = 0; r < dp; r++) {
+            const Range p = zero_piece(b, dp, r);
+            if (p.size() != b.range.size() / dp) return "unequal pieces";
+            if ((p.lo * 2) % 16 != 0 || (p.lo * 4) % 16 != 0) return "piece not 16-byte aligned";
+            for (size_t e = p.lo; e < p.hi; e++) hits[e]++;
+            shard_at += p.size();
+        }
+        if (shard_at != b.range.size()) return "pieces do not add up to the bucket";
+    }
+    if (at != t.total || t.total % q != 0 || real_elems != dense.total) return "buckets do not tile the buffer";
+    for (size_t e = 0; e < t.total; e++)
+        if (hits[e] != 1) return "element " + std::to_string(e) + " in " + std::to_string(hits[e]) + " pieces";
+    // shards: rank r's pieces in bucket order, bucket b at zero_shard_offset; zero_take_shard agrees
+    std::vector<double> flat(t.total);
+    for (size_t e = 0; e < t.total; e++) flat[e] = (double)e;
+    for (int r = 0; r < dp; r++) {
+        std::vector<double> shard(zero_shard_size(t, dp), -1);
+        zero_take_shard(bs, dp, r, flat.data(), shard.data());
+        size_t off = 0;
+        for (const Bucket& b : bs) {
+            const Range p = zero_piece(b, dp, r);
+            if (zero_shard_offset(b, dp) != off) return "shard offset of a bucket is not the sum of the pieces before it";
+            for (size_t e = 0; e < p.size(); e++)
+                if (shard[off + e] != (double)(p.lo + e)) return "zero_take_shard misplaces an element";
+            off += p.size();
+        }
+        if (off != shard.size()) return "shard size differs from the sum of its pieces";
+    }
+    return "";
+}
+
 static void test_zero() {
-    bool ok = true;
+    std::string err;
+    int n_cases = 0;
     for (const char* name : {"gpt3_tiny", "llama_tiny"}) {
-        ParamTable t = build_param_table(preset(name));
-        std::vector<Bucket> bs = zero_buckets(t);
-        size_t at = 0;
+        ModelConfig c = preset(name);
+        ParamTable full = build_param_table(c);
+        std::vector<Bucket> bs = zero_buckets(padded(full, 2), 2);
         int layers = 0;
-        for (const Bucket& b : bs) { ok &= b.range.lo == at; at = b.range.hi; layers += b.layer >= 0; }
-        ok &= at == t.total && layers == 4 && bs.size() == 6 && bs.front().layer == -1 && bs.back().layer == -1;
+        for (const Bucket& b : bs) layers += b.layer >= 0;
+        if (!(layers == 4 && bs.size() == 6 && bs.front().layer == -1 && bs.back().layer == -1)) err = std::string(name) + ": bucket kinds";
+        // whole tables, and the local tables of ranks of tp2 pp2 and pp4 (tensors of one stage, tp slices)
         for (int dp : {1, 2, 3, 8}) {
-            size_t covered = 0;
-            for (int r = 0; r < dp; r++) {
-                Range s = zero_shard(t.total, dp, r);
-                ok &= s.lo == covered;
-                covered = s.hi;
-            }
-            ok &= covered == t.total;
-            for (const Bucket& b : bs) {
-                std::vector<int> c = zero_counts(b.range, t.total, dp);
-                size_t sum = 0;
-                for (int r = 0; r < dp; r++) {
-                    sum += c[r];
-                    ok &= zero_intersect(b.range, zero_shard(t.total, dp, r)).size() == (size_t)c[r];
+            std::string e = check_plan(full, dp);
+            n_cases++;
+            if (!e.empty() && err.empty()) err = std::string(name) + " dp" + std::to_string(dp) + ": " + e;
+            for (int tp : {1, 2}) for (int pp : {2, 4}) for (int stage = 0; stage < pp; stage++) for (int tr = 0; tr < tp; tr++) {
+                ModelConfig ct = preset(name, tp);
+                ParamTable ft = build_param_table(ct);
+                std::vector<bool> keep(ft.specs.size());
+                for (size_t k = 0; k < ft.specs.size(); k++) {
+                    const int l = ft.specs[k].layer;
+                    keep[k] = l >= 0 ? l * pp / ct.n_layer == stage : ((int)k == ft.wte || (int)k == ft.wpe) ? stage == 0 : stage == pp - 1;
                 }
-                ok &= sum == b.range.size();
+                LocalTable lt = tp_local_table(ft, ct, tp, tr, keep);
+                e = check_plan(lt.t, dp);
+                n_cases++;
+                if (!e.empty() && err.empty())
+                    err = std::string(name) + " dp" + std::to_string(dp) + " tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " stage " +
+                          std::to_string(stage) + ": " + e;
             }
         }
     }
-    check(ok, "zero: shards tile the buffer, buckets are embeddings + one per layer + head, bucket counts add up");
-    Range s = zero_shard(10, 3, 2);
-    check(s.lo == 8 && s.hi == 10 && zero_counts({3, 9}, 10, 3) == std::vector<int>({1, 4, 1}),
-          "zero: shards of 10 over 3 ranks by hand (4,4,2); bucket [3,9) splits 1,4,1");
+    check(err.empty(), "zero: " + std::to_string(n_cases) + " (table, dp) plans: buckets embeddings + one per layer + head, "
+          "padded to dp*8, equal 16-byte-aligned disjoint pieces covering every element once, padding off every tensor, "
+          "shards the pieces in bucket order", "%s", err.c_str());
+    // the example of llmc/zero.h by hand: a[5] (layer -1), b[12] c[9] (layer 0), d[3] (layer -1) at dp 2
+    ParamTable t;
+    param_add(t, "a", -1, 5, 1, false, INIT_ZEROS, TP_NONE, {});
+    param_add(t, "b", 0, 12, 1, false, INIT_ZEROS, TP_NONE, {});
+    param_add(t, "c", 0, 9, 1, false, INIT_ZEROS, TP_NONE, {});
+    param_add(t, "d", -1, 3, 1, false, INIT_ZEROS, TP_NONE, {});
+    zero_pad_table(&t, 2);
+    std::vector<Bucket> ex = zero_buckets(t, 2);
+    const Range p0 = zero_piece(ex[0], 2, 1), p1 = zero_piece(ex[1], 2, 1), p2 = zero_piece(ex[2], 2, 1);
+    check(t.total == 64 && t.specs[1].offset == 16 && t.specs[2].offset == 28 && t.specs[3].offset == 48 && ex.size() == 3 &&
+              p0.lo == 8 && p0.hi == 16 && p1.lo == 32 && p1.hi == 48 && p2.lo == 56 && p2.hi == 64 &&
+              zero_shard_offset(ex[1], 2) == 8 && zero_shard_size(t, 2) == 32,
+          "zero: the worked example of llmc/zero.h by hand (offsets 0,16,28,48 of 64; rank 1's pieces 8-16, 32-48, 56-64)");
+}
+
+// Every element of the whole model is counted exactly once in the global norm over all ranks of
+// a layout (layout_norm_ranges; replicated tensors once across tp, the tied embedding once
+// across the pipeline ends, each dp rank its piece), and the shard positions name the same elements.
+static void test_norm_ranges() {
+    std::string err;
+    int n_layouts = 0;
+    struct Lay { int dp, tp, pp, vpp; };
+    for (const char* name : {"gpt3_tiny", "llama_tiny"})
+        for (Lay y : {Lay{1, 1, 1, 1}, Lay{2, 1, 1, 1}, Lay{3, 1, 1, 1}, Lay{2, 2, 1, 1}, Lay{1, 1, 2, 1}, Lay{2, 2, 2, 1},
+                      Lay{1, 2, 2, 2}, Lay{3, 1, 4, 1}, Lay{2, 1, 2, 2}}) {
+            ModelConfig c = preset(name, y.tp);
+            ParamTable full = build_param_table(c);
+            std::vector<std::vector<int>> hits(full.specs.size());
+            for (size_t k = 0; k < full.specs.size(); k++) hits[k].assign(full.specs[k].numel(), 0);
+            n_layouts++;
+            for (int r = 0; r < y.dp * y.tp * y.pp; r++) {
+                Layout L;
+                L.topo = topo_make(y.dp, y.tp, y.pp, r);
+                L.vpp = y.vpp;
+                pp_layer_layout(c.n_layer, y.pp, y.vpp, "", &L.chunk_first);
+                LocalTable lt = gpt_local_table(c, full, L, L.topo.pp_rank, L.topo.tp_rank);
+                std::vector<Bucket> bs = zero_buckets(lt.t, y.dp);
+                // flat element -> (full tensor, element) through the tp slices
+                std::vector<std::pair<int, int>> src(lt.t.total, {-1, -1});
+                for (size_t i = 0; i < lt.t.specs.size(); i++) {
+                    const ParamSpec& f = full.specs[lt.global[i]];
+                    std::vector<float> idx(f.numel()), loc(lt.t.specs[i].numel());
+                    for (size_t e = 0; e < idx.size(); e++) idx[e] = (float)e;
+                    tp_extract(idx.data(), f.cols, lt.slice[i], loc.data());
+                    for (size_t e = 0; e < loc.size(); e++) src[lt.t.specs[i].offset + e] = {lt.global[i], (int)loc[e]};
+                }
+                std::vector<double> flat(lt.t.total), shard(zero_shard_size(lt.t, y.dp));
+                for (size_t e = 0; e < flat.size(); e++) flat[e] = (double)e;
+                zero_take_shard(bs, y.dp, L.topo.dp_rank, flat.data(), shard.data());
+                std::vector<Range> rf = layout_norm_ranges(lt.t, bs, L, false), rs = layout_norm_ranges(lt.t, bs, L, true);
+                std::vector<size_t> in_flat, in_shard;
+                for (const Range& q : rf)
+                    for (size_t e = q.lo; e < q.hi; e++) {
+                        in_flat.push_back(e);
+                        if (src[e].first < 0) { if (err.empty()) err = "a counted element is padding"; continue; }
+                        hits[src[e].first][src[e].second]++;
+                    }
+                for (const Range& q : rs)
+                    for (size_t e = q.lo; e < q.hi && e < shard.size(); e++) in_shard.push_back((size_t)shard[e]);
+                if (in_flat != in_shard && err.empty()) err = "shard ranges name other elements than the flat ones";
+            }
+            for (size_t k = 0; k < full.specs.size(); k++)
+                for (int h : hits[k])
+                    if (h != 1 && err.empty())
+                        err = std::string(name) + " dp" + std::to_string(y.dp) + " tp" + std::to_string(y.tp) + " pp" + std::to_string(y.pp) +
+                              " vpp" + std::to_string(y.vpp) + ": " + full.specs[k].name + " counted " + std::to_string(h) + " times";
+        }
+    check(err.empty(), "norm ranges: every parameter counted exactly once across all ranks, in " + std::to_string(n_layouts) +
+          " layouts (dp, tp, pp, vpp; tied and untied)", "%s", err.c_str());
+}
+
+// The executor over every stage's list: each (micro-batch, chunk) acquired once before its use,
+// released once after its last use, receives and sends with matching tags.
+static void test_pp_exec() {
+    std::string err;
+    for (int pp : {1, 2, 3}) for (int vpp : {1, 2}) for (bool bwd : {true, false}) {
+        if (vpp > 1 && pp == 1) continue;
+        const int n_mb = vpp == 1 ? 3 : 2 * pp, n_chunks = pp * vpp;
+        std::set<std::tuple<int, int, int>> sent;  // (tag, from stage, to stage)
+        std::vector<std::tuple<int, int, int>> received;
+        for (int s = 0; s < pp; s++) {
+            std::set<std::pair<int, int>> live;
+            int acquired = 0, released = 0;
+            auto use = [&](int mb, int chunk) { if (!live.count({mb, chunk}) && err.empty()) err = "use of activations not acquired"; };
+            PpCallbacks cb;
+            cb.acquire = [&](int mb, int chunk) { acquired++; if (!live.insert({mb, chunk}).second) err = "acquired twice"; };
+            cb.release = [&](int mb, int chunk) { released++; use(mb, chunk); live.erase({mb, chunk}); };
+            cb.forward = use;
+            cb.backward = use;
+            cb.recv_act = [&](int mb, int chunk, int peer, int tag) { use(mb, chunk); received.push_back({tag, peer, s}); };
+            cb.recv_grad = cb.recv_act;
+            cb.send_act = [&](int mb, int chunk, int peer, int tag) { use(mb, chunk); sent.insert({tag, s, peer}); };
+            cb.send_grad = cb.send_act;
+            pp_run(bwd ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s), n_chunks, bwd, cb);
+            if ((acquired != n_mb * vpp || released != acquired || !live.empty()) && err.empty())
+                err = "pp" + std::to_string(pp) + " vpp" + std::to_string(vpp) + " stage " + std::to_string(s) + ": " + std::to_string(acquired) +
+                      " acquired, " + std::to_string(released) + " released";
+        }
+        std::set<std::tuple<int, int, int>> got(received.begin(), received.end());
+        if ((got != sent || received.size() != sent.size()) && err.empty()) err = "sends and receives do not match by tag";
+    }
+    check(err.empty(), "pp exec: activations acquired once before use and released once after, every send received under its tag",
+          "%s", err.c_str());
 }
 
 static void test_tp() {
@@ -232,9 +400,9 @@ static void test_comm_single() {
     std::vector<float> a = {1, 2, 3}, r(3);
     comm_all_reduce_sum(c, a.data(), 3);
     comm_all_reduce_max(c, a.data(), 3);
-    comm_reduce_scatter(c, a.data(), r.data(), {3});
+    comm_reduce_scatter(c, a.data(), r.data(), 3);
     std::vector<float> g(3);
-    comm_all_gather(c, r.data(), g.data(), {3});
+    comm_all_gather(c, r.data(), g.data(), 3);
     comm_broadcast(c, g.data(), 3, 0);
     Comm sub = comm_group(c, {0});
     check(g == std::vector<float>({1, 2, 3}) && sub.size == 1 && sub.rank == 0, "comm: one process, every collective is the identity");
@@ -277,6 +445,8 @@ int main(int argc, char** argv) {
     test_topology();
     test_schedule();
     test_zero();
+    test_norm_ranges();
+    test_pp_exec();
     test_tp();
     test_comm_single();
     return g_failed ? 1 : 0;
