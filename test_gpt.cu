@@ -3,7 +3,8 @@
 // T a multiple of 64).
 //   test_gpt ref FILE...   per reference state:
 //     logits and loss of the first micro-batch; every gradient; the vocabulary padding rows' zero
-//     gradient; --recompute selective and full against none (same loss, same gradients, less memory);
+//     gradient; --recompute selective and full against none (same loss, same gradients, less memory), and
+//     under each the memory estimate equal to the bytes allocated;
 //     gradient accumulation against the sum of the micro-batches' gradients (test_accumulation); the
 //     optimizer alone, two AdamW steps per element against PyTorch's in float64 (test_optimizer); the
 //     reference's AdamW steps (losses, gradient norms, learning rates, the weight update per tensor);
@@ -52,6 +53,14 @@
 
 #include "tests/check.h"
 #include "tests/ref_state.h"
+
+// The memory estimate train_gpt prints before it allocates (estimate_memory) is what gpt_build then allocates,
+// byte for byte, under the model's recompute mode: both read the buffer table.
+static void check_estimate(const GPT& g, const std::string& tag) {
+    const MemoryEstimate e = estimate_memory(g.cfg, g.table, g.B, g.T, g.recompute, g.bf16_moments);
+    check(e.allocations() == g.allocated, tag + " --recompute " + recompute_name(g.recompute) +
+          ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.allocated);
+}
 
 static std::vector<float> download_floatX(const floatX* d, size_t n) {
     std::vector<floatX> h(n);
@@ -234,6 +243,7 @@ static void test_reference(const char* path) {
     GPT g;
     gpt_build(&g, c, B, T, RECOMPUTE_NONE, false, (float)tc.weight_decay);
     gpt_set_weights(&g, init.data(), nullptr, nullptr);
+    check_estimate(g, tag);
 
     // logits and loss of the first micro-batch
     gpt_forward(&g, inputs.data(), targets.data());
@@ -304,6 +314,7 @@ static void test_reference(const char* path) {
             rw = std::max(rw, rel_err(hg.data() + s.offset, grads.data() + s.offset, s.numel()));
         check(rw <= 1.0 / 256, name + " gradients match none", "worst rel diff %.3g > 2^-8", rw);
         check(h.allocated < g.allocated, name + " allocates less than none", "%.0f vs %.0f bytes", h.allocated, g.allocated);
+        check_estimate(h, tag);
         printf("  --recompute %s: %.2f MiB allocated vs %.2f MiB (none); gradients rel diff %.3g\n", recompute_name(r),
                h.allocated / 1048576.0, g.allocated / 1048576.0, rw);
         gpt_free(&h);

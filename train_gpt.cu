@@ -12,11 +12,13 @@
 //   m, v       [P] fp32     AdamW moments (bf16 with --bf16-moments)
 //   head_grad  [Vp,C] fp32  the LM head gradient, accumulated over the step by the fused classifier,
 //                           added into grads once per step
-//   acts                    per layer what the backward needs (less with --recompute), plus one shared set
-//   scratch                 one layer's backward buffers, the classifier's logits chunk, the norms' partials
+//   buffers                 one block carved by the buffer table (buffer_table): the activations, per layer
+//                           what the backward needs (less with --recompute) plus one shared copy of what it
+//                           recomputes; the scratch: one layer's backward buffers, the classifier's logits
+//                           chunk, the norms' partials
 //
 // Forward of one layer l (x = the residual stream entering it, [N,C] with N = B*T):
-//   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: x[0] = embedding + 0)
+//   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: no add)
 //   qkv = ln1 Wqkv^T (+b); rope(q, k)          cuBLASLt (bias epilogue), rope_rotate_inplace
 //   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA)
 //   y = atty Wo^T (+b)
@@ -144,171 +146,6 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Activation buffers. Each kind is either stored per layer or, when the recompute mode regenerates
-// it in the backward, held once and shared by all layers.
-
-enum ActKind { A_X, A_LN1, A_LN1_STATS, A_QKV, A_ATTY, A_LSE, A_XMID, A_LN2, A_LN2_STATS, A_FC1, A_ACT, A_COUNT };
-
-struct ActSizes {
-    size_t bytes[A_COUNT];  // one layer's buffer of each kind
-};
-
-static ActSizes act_sizes(const ModelConfig& c, int B, int T) {
-    const size_t N = (size_t)B * T, C = c.n_embd, bf = sizeof(floatX), f = sizeof(float);
-    ActSizes s;
-    s.bytes[A_X] = N * C * bf;                                     // x      [N,C]   layer input (residual)
-    s.bytes[A_LN1] = N * C * bf;                                   // ln1    [N,C]
-    s.bytes[A_LN1_STATS] = 2 * N * f;                              // mean, rstd [N] fp32
-    s.bytes[A_QKV] = N * cfg_qkv_dim(c) * bf;                      // qkv    [N,qkvd] (q, k rotated)
-    s.bytes[A_ATTY] = N * cfg_q_dim(c) * bf;                       // atty   [N,qd]  attention output
-    s.bytes[A_LSE] = (size_t)B * c.n_head * T * f;                 // lse    [B,H,T] fp32
-    s.bytes[A_XMID] = N * C * bf;                                  // x_mid  [N,C]   after attention
-    s.bytes[A_LN2] = N * C * bf;                                   // ln2    [N,C]
-    s.bytes[A_LN2_STATS] = 2 * N * f;
-    s.bytes[A_FC1] = N * cfg_fc1_dim(c) * bf;                      // fc1    [N,F1]  pre-activation
-    s.bytes[A_ACT] = N * c.ffn * bf;                               // act    [N,F]
-    return s;
-}
-
-// true: every layer keeps its own buffer of this kind; false: one shared buffer, recomputed
-static bool act_stored(ActKind k, Recompute r) {
-    if (k == A_X) return true;
-    if (r == RECOMPUTE_FULL) return false;
-    if (r == RECOMPUTE_SELECTIVE) return k != A_ATTY && k != A_LSE && k != A_ACT;
-    return true;
-}
-
-static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
-
-// Rows of the classifier's logits chunk: at most 256 MiB of logits, at least 64 rows.
-static int classifier_chunk(const ModelConfig& c, int B, int T) {
-    const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)c.padded_vocab);
-    return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
-}
-
-// Device memory the estimate keeps for what the run does not cudaMalloc itself: 1.5 GiB. The CUDA context
-// takes about 0.5 GiB on an 80 GiB H100 (more when the modules load eagerly, CUDA_MODULE_LOADING=EAGER);
-// cuBLASLt loads its GEMM kernels on the first call of each and may allocate behind the handle; the
-// trainer's own kernel images load on first launch; cudaMalloc rounds every allocation up to its 2 MiB
-// granularity. 1.5 GiB covers these with room: when the device figure is the free memory measured after
-// the context exists the reserve counts the context twice, which errs towards refusing a run that would
-// just fit rather than one that fails with out-of-memory after minutes of initialisation. It is a stated
-// allowance, not a measurement: the peak in use that a GPU run prints beside the estimate checks it.
-static const double MEMORY_RESERVE_BYTES = 1.5 * 1073741824.0;
-
-// Everything the run allocates on the device, by kind (bytes), and the reserve above. The allocation below
-// uses the same sizes, so allocations() is what cudaMalloc is asked for; total() adds the reserve.
-struct MemoryEstimate {
-    double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace, reserve;
-    double allocations() const {
-        return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace;
-    }
-    double total() const { return allocations() + reserve; }
-};
-
-// The scratch buffers of one micro-batch, in elements; listed once for the estimate and the allocation.
-struct ScratchLayout {
-    size_t zeros, y, x_final, lnf, lnf_stats, dres, dln, datty, dqkv, dfc1, dact, dvec, norm_partial,
-        logits, losses, loss_sum, tokens, gnorm, rope, plan;
-};
-
-static ScratchLayout scratch_layout(const ModelConfig& c, int B, int T) {
-    const size_t N = (size_t)B * T, C = c.n_embd;
-    ScratchLayout s;
-    s.zeros = N * C;                                  // [N,C] floatX zeros: the "y" of norms without a residual add
-    s.y = N * C;                                      // [N,C] floatX a matmul output about to join the residual
-    s.x_final = N * C;                                // [N,C] floatX residual after the last layer
-    s.lnf = N * C;                                    // [N,C] floatX
-    s.lnf_stats = 2 * N;                              // [2,N] fp32
-    s.dres = N * C;                                   // [N,C] floatX residual-stream gradient
-    s.dln = N * C;                                    // [N,C] floatX gradient of a norm output
-    s.datty = N * cfg_q_dim(c);                       // [N,qd] floatX
-    s.dqkv = N * cfg_qkv_dim(c);                      // [N,qkvd] floatX
-    s.dfc1 = N * cfg_fc1_dim(c);                      // [N,F1] floatX
-    s.dact = N * c.ffn;                               // [N,F] floatX
-    s.dvec = (size_t)B * c.n_head * T;                // [B,H,T] fp32 attention backward
-    s.norm_partial = norm_backward_scratch_floats((int)N, (int)C);  // fp32
-    s.logits = (size_t)classifier_chunk(c, B, T) * c.padded_vocab;  // [chunk,Vp] floatX
-    s.losses = N;                                     // [N] fp32
-    s.loss_sum = 1;                                   // [1] fp64 the step's loss, summed on the device
-    s.tokens = 2 * N;                                 // inputs, targets [N] int32
-    s.gnorm = GLOBAL_NORM_BLOCKS + 2;                 // partials, then norm and clip coefficient (fp32)
-    s.rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim : 0;  // cos, sin [T, hd/2] fp32
-    s.plan = embedding_plan_ints((int)N);             // [3N+1] int32 the embedding backward's plan
-    return s;
-}
-
-static size_t scratch_bytes(const ScratchLayout& s) {
-    const size_t bf = sizeof(floatX), f = 4;
-    return align256(s.zeros * bf) + align256(s.y * bf) + align256(s.x_final * bf) +
-           align256(s.lnf * bf) + align256(s.lnf_stats * f) + align256(s.dres * bf) + align256(s.dln * bf) +
-           align256(s.datty * bf) + align256(s.dqkv * bf) + align256(s.dfc1 * bf) + align256(s.dact * bf) +
-           align256(s.dvec * f) + align256(s.norm_partial * f) + align256(s.logits * bf) +
-           align256(s.losses * f) + align256(s.loss_sum * 8) + align256(s.tokens * 4) + align256(s.gnorm * f);
-}
-
-// Allocated apart from the scratch block: the RoPE tables and the embedding plan's block.
-static size_t scratch_extra_bytes(const ScratchLayout& s) {
-    return 2 * align256(s.rope / 2 * 4) + align256(s.plan * 4);
-}
-
-static size_t max_bias_len(const ModelConfig& c) {
-    return (size_t)std::max({c.n_embd, cfg_qkv_dim(c), cfg_fc1_dim(c)});
-}
-
-static MemoryEstimate estimate_memory(const ModelConfig& c, const ParamTable& t, int B, int T, Recompute r,
-                                      bool bf16_moments) {
-    MemoryEstimate e;
-    const double P = (double)t.total;
-    e.params = P * sizeof(floatX);
-    e.grads = P * sizeof(floatX);
-    e.master = P * 4;
-    e.moments = P * 2 * (bf16_moments ? 2 : 4);
-    e.head_grad = (double)c.padded_vocab * c.n_embd * 4;
-    const ActSizes a = act_sizes(c, B, T);
-    e.acts_layers = 0;
-    e.acts_shared = 0;
-    for (int k = 0; k < A_COUNT; k++) {
-        if (act_stored((ActKind)k, r)) e.acts_layers += (double)align256(a.bytes[k]) * c.n_layer;
-        else e.acts_shared += (double)align256(a.bytes[k]);
-    }
-    const ScratchLayout s = scratch_layout(c, B, T);
-    e.scratch = (double)(scratch_bytes(s) + scratch_extra_bytes(s));
-    MatmulContext mm;
-    e.workspace = (double)mm.workspace_size + (double)max_bias_len(c) * 4;
-    e.reserve = MEMORY_RESERVE_BYTES;
-    return e;
-}
-
-static void print_memory_estimate(const MemoryEstimate& e, Recompute r, double device_bytes) {
-    const double G = 1024.0 * 1024.0 * 1024.0;
-    printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
-           e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
-    printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
-           "cuBLASLt %.2f\n", e.acts_layers / G, recompute_name(r), e.acts_shared / G, e.scratch / G, e.workspace / G);
-    printf("                       reserve %.2f (CUDA context, cuBLASLt kernels, allocator rounding)\n", e.reserve / G);
-    printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
-    printf("memory estimate (bytes): params %.0f grads %.0f master %.0f moments %.0f head_grad %.0f acts_layers %.0f "
-           "acts_shared %.0f scratch %.0f workspace %.0f reserve %.0f total %.0f\n", e.params, e.grads, e.master,
-           e.moments, e.head_grad, e.acts_layers, e.acts_shared, e.scratch, e.workspace, e.reserve, e.total());
-    fflush(stdout);  // the breakdown before any error that refers to it
-}
-
-// Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
-static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, double available) {
-    if (e.total() <= available) return;
-    const double G = 1024.0 * 1024.0 * 1024.0;
-    const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
-    std::string hint;
-    if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
-    hint += " lower -b or -t (activations and scratch scale with B*T);";
-    if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
-    if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
-    die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
-        available / G, hint.c_str());
-}
-
-// ----------------------------------------------------------------------------------------------
 // Small kernels of the trainer itself
 
 // params[i] = floatX(master[i])
@@ -405,11 +242,10 @@ struct GPT {
     void* m = nullptr;          // [P] fp32 or bf16
     void* v = nullptr;          // [P]
     float* head_grad = nullptr; // [Vp,C]
-    char* acts_memory = nullptr;
-    char* scratch_memory = nullptr;
+    char* buffer_memory = nullptr;  // every row of buffer_table below but the counted ones
     std::vector<LayerActs> layers;
-    // scratch (shapes in scratch_layout)
-    floatX *zeros, *y, *x_final, *lnf, *dres, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
+    // scratch (shapes in buffer_table)
+    floatX *y, *x_final, *lnf, *dres, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
     float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin;
     double* loss_sum;           // [1] sum over the micro-batches of their weighted mean losses (fp64)
     int32_t *inputs, *targets;
@@ -433,23 +269,182 @@ struct GPT {
     int head() const { return cfg.tied ? table.wte : table.lm_head; }
 };
 
+// ----------------------------------------------------------------------------------------------
+// The buffer table: every activation and scratch buffer of the run, one row each (its pointer, its elements,
+// their type, and under each recompute mode whether every layer keeps its own copy). The memory estimate, the
+// size of the one block that holds them and the carving of that block into the pointers all read it: a new
+// buffer is a new row.
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Rows of the classifier's logits chunk: at most 256 MiB of logits, at least 64 rows.
+static int classifier_chunk(const ModelConfig& c, int B, int T) {
+    const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)c.padded_vocab);
+    return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
+}
+
+// An activation under one recompute mode: every layer keeps its own copy for the backward (KEEP), or all
+// layers share one copy that the backward recomputes before it reads it (RECOMPUTED).
+static const bool KEEP = true, RECOMPUTED = false;
+
+struct Buffer {
+    void* ptr;                          // the pointer that receives the address: a GPT member, or layer 0's
+                                        // LayerActs member (layer l's is l LayerActs further on); null: a buffer
+                                        // its header allocates, only counted here
+    void (*set)(void* ptr, char* at);   // *(T**)ptr = (T*)at, T the pointer's element type
+    size_t count, elem_bytes;           // one copy: count elements of sizeof(T) bytes
+    bool activation;                    // a LayerActs member
+    bool kept[3];                       // an activation under --recompute none, selective, full: KEEP or RECOMPUTED
+};
+
+template <typename T>
+static void set_address(void* ptr, char* at) { *(T**)ptr = (T*)at; }
+
+template <typename T>
+static Buffer activation(T** ptr, size_t count, bool none, bool selective, bool full) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}};
+}
+
+template <typename T>
+static Buffer scratch(T** ptr, size_t count) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}};
+}
+
+static Buffer counted(size_t count, size_t elem_bytes) {
+    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}};
+}
+
+// Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r.
+static size_t buffer_bytes(const Buffer& b) { return align256(b.count * b.elem_bytes); }
+static size_t buffer_copies(const Buffer& b, Recompute r, int L) { return b.activation && b.kept[r] ? (size_t)L : 1; }
+
+// The rows, pointing into g (and g->layers[0]) for micro-batches of B x T.
+static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
+    const size_t N = (size_t)B * T, C = c.n_embd, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn,
+                 F1 = cfg_fc1_dim(c), BHT = (size_t)B * c.n_head * T;
+    const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
+    LayerActs& la = g->layers[0];
+    return {
+        //          pointer        elements   none  selective   full
+        activation(&la.x,          N * C,     KEEP, KEEP,       KEEP),        // [N,C] layer input (residual stream)
+        activation(&la.ln1,        N * C,     KEEP, KEEP,       RECOMPUTED),  // [N,C]
+        activation(&la.ln1_mean,   2 * N,     KEEP, KEEP,       RECOMPUTED),  // [2,N] mean, then rstd
+        activation(&la.qkv,        N * qkvd,  KEEP, KEEP,       RECOMPUTED),  // [N,qkvd] q, k rotated
+        activation(&la.atty,       N * qd,    KEEP, RECOMPUTED, RECOMPUTED),  // [N,qd] attention output
+        activation(&la.lse,        BHT,       KEEP, RECOMPUTED, RECOMPUTED),  // [B,H,T]
+        activation(&la.x_mid,      N * C,     KEEP, KEEP,       RECOMPUTED),  // [N,C] after attention
+        activation(&la.ln2,        N * C,     KEEP, KEEP,       RECOMPUTED),  // [N,C]
+        activation(&la.ln2_mean,   2 * N,     KEEP, KEEP,       RECOMPUTED),  // [2,N] mean, then rstd
+        activation(&la.fc1,        N * F1,    KEEP, KEEP,       RECOMPUTED),  // [N,F1] pre-activation
+        activation(&la.act,        N * F,     KEEP, RECOMPUTED, RECOMPUTED),  // [N,F]
+        scratch(&g->y,             N * C),                     // [N,C] a matmul output about to join the residual
+        scratch(&g->x_final,       N * C),                     // [N,C] residual after the last layer
+        scratch(&g->lnf,           N * C),                     // [N,C]
+        scratch(&g->lnf_mean,      2 * N),                     // [2,N] mean, then rstd
+        scratch(&g->dres,          N * C),                     // [N,C] residual-stream gradient
+        scratch(&g->dln,           N * C),                     // [N,C] gradient of a norm output
+        scratch(&g->datty,         N * qd),                    // [N,qd]
+        scratch(&g->dqkv,          N * qkvd),                  // [N,qkvd]
+        scratch(&g->dfc1,          N * F1),                    // [N,F1]
+        scratch(&g->dact,          N * F),                     // [N,F]
+        scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
+        scratch(&g->norm_partial,  norm_backward_scratch_floats((int)N, (int)C)),
+        scratch(&g->logits,        (size_t)classifier_chunk(c, B, T) * c.padded_vocab),  // [chunk,Vp]
+        scratch(&g->losses,        N),                         // [N]
+        scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
+        scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
+        scratch(&g->gnorm,         GLOBAL_NORM_BLOCKS + 2),    // partials, then norm and clip coefficient
+        counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
+        counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
+        counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
+    };
+}
+
+// ----------------------------------------------------------------------------------------------
+// The memory estimate, printed before anything is allocated
+
+// Device memory the estimate keeps for what the run does not cudaMalloc itself: 1.5 GiB. The CUDA context
+// takes about 0.5 GiB on an 80 GiB H100 (more when the modules load eagerly, CUDA_MODULE_LOADING=EAGER);
+// cuBLASLt loads its GEMM kernels on the first call of each and may allocate behind the handle; the
+// trainer's own kernel images load on first launch; cudaMalloc rounds every allocation up to its 2 MiB
+// granularity. 1.5 GiB covers these with room: when the device figure is the free memory measured after
+// the context exists the reserve counts the context twice, which errs towards refusing a run that would
+// just fit rather than one that fails with out-of-memory after minutes of initialisation. It is a stated
+// allowance, not a measurement: the peak in use that a GPU run prints beside the estimate checks it.
+static const double MEMORY_RESERVE_BYTES = 1.5 * 1073741824.0;
+
+// Everything the run allocates on the device, by kind (bytes), and the reserve above. gpt_build allocates
+// the same sizes (the parameter count, the buffer table), so allocations() is what cudaMalloc is asked for
+// (test_gpt checks it to the byte under each recompute mode); total() adds the reserve.
+struct MemoryEstimate {
+    double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace, reserve;
+    double allocations() const {
+        return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace;
+    }
+    double total() const { return allocations() + reserve; }
+};
+
+static size_t max_bias_len(const ModelConfig& c) {
+    return (size_t)std::max({c.n_embd, cfg_qkv_dim(c), cfg_fc1_dim(c)});
+}
+
+static MemoryEstimate estimate_memory(const ModelConfig& c, const ParamTable& t, int B, int T, Recompute r,
+                                      bool bf16_moments) {
+    MemoryEstimate e;
+    const double P = (double)t.total;
+    e.params = P * sizeof(floatX);
+    e.grads = P * sizeof(floatX);
+    e.master = P * 4;
+    e.moments = P * 2 * (bf16_moments ? 2 : 4);
+    e.head_grad = (double)c.padded_vocab * c.n_embd * 4;
+    e.acts_layers = e.acts_shared = e.scratch = 0;
+    GPT shape;  // the table's sizes only: its addresses point into this GPT and are not used
+    shape.layers.resize(1);
+    for (const Buffer& b : buffer_table(&shape, c, B, T)) {
+        const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, c.n_layer));
+        if (!b.activation) e.scratch += bytes;
+        else if (b.kept[r]) e.acts_layers += bytes;
+        else e.acts_shared += bytes;
+    }
+    MatmulContext mm;
+    e.workspace = (double)mm.workspace_size + (double)max_bias_len(c) * 4;
+    e.reserve = MEMORY_RESERVE_BYTES;
+    return e;
+}
+
+static void print_memory_estimate(const MemoryEstimate& e, Recompute r, double device_bytes) {
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
+           e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
+    printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
+           "cuBLASLt %.2f\n", e.acts_layers / G, recompute_name(r), e.acts_shared / G, e.scratch / G, e.workspace / G);
+    printf("                       reserve %.2f (CUDA context, cuBLASLt kernels, allocator rounding)\n", e.reserve / G);
+    printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
+    printf("memory estimate (bytes): params %.0f grads %.0f master %.0f moments %.0f head_grad %.0f acts_layers %.0f "
+           "acts_shared %.0f scratch %.0f workspace %.0f reserve %.0f total %.0f\n", e.params, e.grads, e.master,
+           e.moments, e.head_grad, e.acts_layers, e.acts_shared, e.scratch, e.workspace, e.reserve, e.total());
+    fflush(stdout);  // the breakdown before any error that refers to it
+}
+
+// Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
+static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, double available) {
+    if (e.total() <= available) return;
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
+    std::string hint;
+    if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
+    hint += " lower -b or -t (activations and scratch scale with B*T);";
+    if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
+    if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
+    die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
+        available / G, hint.c_str());
+}
+
 template <typename T>
 static void cuda_alloc(GPT* g, T** p, size_t bytes) {
     cudaCheck(cudaMalloc((void**)p, std::max<size_t>(bytes, 1)));
     g->allocated += (double)bytes;
 }
-
-// Carves consecutive 256-byte-aligned buffers out of one allocation.
-struct Carver {
-    char* base;
-    size_t off = 0;
-    template <typename T>
-    T* take(size_t count) {
-        T* p = (T*)(base + off);
-        off += align256(count * sizeof(T));
-        return p;
-    }
-};
 
 template <typename Moment>
 static AdamWTable<Moment> adamw_table_build(GPT* g, float wd) {
@@ -494,65 +489,35 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     cudaCheck(cudaMemset(g->m, 0, P * msz));
     cudaCheck(cudaMemset(g->v, 0, P * msz));
 
-    // activations: the stored kinds per layer, then one copy of each shared kind
-    const ActSizes as = act_sizes(c, B, T);
-    size_t act_total = 0;
-    for (int k = 0; k < A_COUNT; k++) act_total += align256(as.bytes[k]) * (act_stored((ActKind)k, r) ? c.n_layer : 1);
-    cuda_alloc(g, &g->acts_memory, act_total);
-    Carver cv{g->acts_memory};
-    void* shared[A_COUNT];
-    for (int k = 0; k < A_COUNT; k++)
-        if (!act_stored((ActKind)k, r)) shared[k] = cv.take<char>(as.bytes[k]);
+    // activations and scratch: one block for the rows of the buffer table, carved in its order; an activation
+    // that every layer keeps gets L consecutive copies, one that is recomputed one copy shared by the layers
     g->layers.resize(c.n_layer);
-    for (LayerActs& la : g->layers) {
-        void* p[A_COUNT];
-        for (int k = 0; k < A_COUNT; k++) p[k] = act_stored((ActKind)k, r) ? cv.take<char>(as.bytes[k]) : shared[k];
-        const size_t N = (size_t)B * T;
-        la.x = (floatX*)p[A_X];
-        la.ln1 = (floatX*)p[A_LN1];
-        la.ln1_mean = (float*)p[A_LN1_STATS];
-        la.ln1_rstd = la.ln1_mean + N;
-        la.qkv = (floatX*)p[A_QKV];
-        la.atty = (floatX*)p[A_ATTY];
-        la.lse = (float*)p[A_LSE];
-        la.x_mid = (floatX*)p[A_XMID];
-        la.ln2 = (floatX*)p[A_LN2];
-        la.ln2_mean = (float*)p[A_LN2_STATS];
-        la.ln2_rstd = la.ln2_mean + N;
-        la.fc1 = (floatX*)p[A_FC1];
-        la.act = (floatX*)p[A_ACT];
+    const std::vector<Buffer> buffers = buffer_table(g, c, B, T);
+    size_t block = 0;
+    for (const Buffer& b : buffers)
+        if (b.ptr) block += buffer_bytes(b) * buffer_copies(b, r, c.n_layer);
+        else g->allocated += (double)buffer_bytes(b);  // allocated below by its header
+    cuda_alloc(g, &g->buffer_memory, block);
+    char* at = g->buffer_memory;
+    for (const Buffer& b : buffers) {
+        if (!b.ptr) continue;
+        const size_t copies = buffer_copies(b, r, c.n_layer);
+        for (int l = 0; l < (b.activation ? c.n_layer : 1); l++)  // layer l's member: l LayerActs after layer 0's
+            b.set((char*)b.ptr + l * sizeof(LayerActs), at + (copies > 1 ? l * buffer_bytes(b) : 0));
+        at += copies * buffer_bytes(b);
     }
-
-    // scratch, in the order of scratch_layout
-    const ScratchLayout s = scratch_layout(c, B, T);
-    cuda_alloc(g, &g->scratch_memory, scratch_bytes(s));
-    Carver sc{g->scratch_memory};
-    g->zeros = sc.take<floatX>(s.zeros);
-    g->y = sc.take<floatX>(s.y);
-    g->x_final = sc.take<floatX>(s.x_final);
-    g->lnf = sc.take<floatX>(s.lnf);
-    g->lnf_mean = sc.take<float>(s.lnf_stats);
-    g->lnf_rstd = g->lnf_mean + (size_t)B * T;
-    g->dres = sc.take<floatX>(s.dres);
-    g->dln = sc.take<floatX>(s.dln);
-    g->datty = sc.take<floatX>(s.datty);
-    g->dqkv = sc.take<floatX>(s.dqkv);
-    g->dfc1 = sc.take<floatX>(s.dfc1);
-    g->dact = sc.take<floatX>(s.dact);
-    g->dvec = sc.take<float>(s.dvec);
-    g->norm_partial = sc.take<float>(s.norm_partial);
-    g->logits = sc.take<floatX>(s.logits);
-    g->losses = sc.take<float>(s.losses);
-    g->loss_sum = sc.take<double>(s.loss_sum);
-    g->inputs = sc.take<int32_t>(s.tokens);
-    g->targets = g->inputs + (size_t)B * T;
-    g->gnorm = sc.take<float>(s.gnorm);
-    cudaCheck(cudaMemset(g->zeros, 0, s.zeros * sizeof(floatX)));
+    // the second halves of the [2,N] rows
+    const size_t N = (size_t)B * T;
+    for (LayerActs& la : g->layers) {
+        la.ln1_rstd = la.ln1_mean + N;
+        la.ln2_rstd = la.ln2_mean + N;
+    }
+    g->lnf_rstd = g->lnf_mean + N;
+    g->targets = g->inputs + N;
     g->cls_chunk = classifier_chunk(c, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     embedding_plan_alloc(&g->plan, B * T);
-    g->allocated += (double)scratch_extra_bytes(s);
     if (bf16_moments) g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
     else g->adam_f32 = adamw_table_build<float>(g, weight_decay);
     cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
@@ -640,7 +605,7 @@ static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m
 
 static void gpt_free(GPT* g) {
     for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
-                    (void*)g->acts_memory, (void*)g->scratch_memory, (void*)g->rope_cos, (void*)g->rope_sin})
+                    (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
     if (g->bf16_moments) adamw_table_free(&g->adam_bf16);
     else adamw_table_free(&g->adam_f32);
@@ -672,7 +637,7 @@ static void mlp_act_forward(GPT* g, LayerActs& la) {
 
 // Layer l up to its MLP output in g->y. x_prev_mid: x[l] = x_prev_mid + g->y (the previous layer's
 // x_mid and MLP output) is formed by ln1's residual add; null when la.x already holds x[l] (layer 0, a
-// recompute), and then ln1 = norm(la.x + 0) writes its residual output (la.x again) into g->y.
+// recompute), and then ln1 = norm(la.x) without a residual add.
 static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const ModelConfig& c = g->cfg;
     const ParamTable::Block& w = g->table.blocks[l];
@@ -683,8 +648,8 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
         fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w), g->P(w.ln1_b),
                                     N, C, c.norm_eps, rms, g->stream);
     else
-        fused_residual_norm_forward(g->y, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, g->zeros, g->P(w.ln1_w),
-                                    g->P(w.ln1_b), N, C, c.norm_eps, rms, g->stream);
+        fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
+                                    g->P(w.ln1_b), N, C, c.norm_eps, rms, g->stream);  // no residual add
     attention_block_forward(g, w, la);
     matmul_forward(&g->mm, g->stream, g->y, la.atty, g->P(w.attn_out_w), g->P(w.attn_out_b), N, cfg_q_dim(c), C);
     fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), N,
@@ -705,7 +670,7 @@ static void gpt_forward_staged(GPT* g, int slot) {
     cudaCheck(cudaMemcpyAsync(g->inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
     g->n_valid = st.n_valid;
-    // x[0] = wte[token] (+ wpe[t]); layer 0's norm adds zeros
+    // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add
     embedding_forward(g->layers[0].x, g->inputs, g->P(t.wte), g->P(t.wpe), N, T, C, g->stream);
     for (int l = 0; l < L; l++) layer_forward(g, l, l == 0 ? nullptr : g->layers[l - 1].x_mid);
     fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[L - 1].x_mid, g->y, g->P(t.lnf_w),
@@ -790,7 +755,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         const ParamTable::Block& w = t.blocks[l];
         LayerActs& la = g->layers[l];
         if (g->recompute == RECOMPUTE_FULL) {
-            layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x (g->y is free now)
+            layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
             attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
             mlp_act_forward(g, la);

@@ -3,7 +3,8 @@
 // fp32 statistics and accumulation). The fastest versions of dev/cuda/norm.cu.
 //   fused_residual_norm_forward(resid, out, mean, rstd, x, y, w, b, N, C, eps, rms, stream)
 //       resid[N,C] = floatX(x + y); out[N,C] = norm(resid) * w (+ b), computed from the rounded resid (the value
-//       backward sees); mean, rstd [N] fp32 (mean = 0 for RMSNorm). b may be null.
+//       backward sees); mean, rstd [N] fp32 (mean = 0 for RMSNorm). b may be null; y null: no residual add
+//       (out = norm(x) * w (+ b)); resid null: not written.
 //   norm_backward(dres, dw, db, scratch, dout, x, w, mean, rstd, N, C, rms, stream)
 //       dres[N,C] += d(norm input): the residual gradient flowing past the block gets the norm's input gradient
 //       added; dw[C] (and db[C] unless null) += the weight gradients, summed in fp32 over rows in a fixed order:
@@ -73,13 +74,15 @@ __global__ void __launch_bounds__(LANES == 32 ? NORM_FWD_THREADS : NORM_FWD_ROW_
     for (int k = 0; k < V; k++) {
         const int v = lane + LANES * k;
         if (v >= nvec) break;
-        Pack8 a = load8(x + base + 8 * v), c = load8(y + base + 8 * v);
+        r[k] = load8(x + base + 8 * v);
+        if (y) {
+            const Pack8 c = load8(y + base + 8 * v);
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            r[k].v[j] = to_floatX(to_float(a.v[j]) + to_float(c.v[j]));
-            sum += to_float(r[k].v[j]);
+            for (int j = 0; j < 8; j++) r[k].v[j] = to_floatX(to_float(r[k].v[j]) + to_float(c.v[j]));
         }
-        store8(resid + base + 8 * v, r[k]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) sum += to_float(r[k].v[j]);
+        if (resid) store8(resid + base + 8 * v, r[k]);
     }
     const float m = rms ? 0.0f : row_sum<LANES>(sum, red, 0) / C;
     float ss = 0.0f;

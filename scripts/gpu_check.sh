@@ -74,9 +74,7 @@ if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep
 fi
 
 # ---- the machine
-# the python3 on PATH when it has PyTorch (GPU machines), else Debian's (as tests/t_gpu.sh)
-PY=/usr/bin/python3
-if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then PY=$(command -v python3); fi
+PY=$(python_with_torch)
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 jobs=$(nproc 2>/dev/null || echo 4)
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
@@ -318,7 +316,7 @@ sanitize() {  # sanitize TOOL STATE: compute-sanitizer --tool TOOL on test_gpt (
 # ---- kernels: the dev/cuda tables, attention beside torch SDPA
 stage_kernels() {
     local progs p
-    progs=$(sed -n 's/^PROGRAMS *:= *//p' dev/cuda/Makefile)
+    progs=$(devcuda_programs)
     section "programs"
     programs $(for p in $progs; do echo "build/devcuda/$p"; done) || failed+=("programs")
     section "dev/cuda/run_all.sh"

@@ -20,11 +20,6 @@ cd "$(dirname "$0")/.."
 source scripts/gpu_lib.sh
 LIMIT_MIB=64
 
-python_with_torch() {  # the python3 on PATH when it has PyTorch, else Debian's (as tests/t_gpu.sh)
-    if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then command -v python3
-    else echo /usr/bin/python3; fi
-}
-
 make_states() {  # DIR "NAMES NOT IN THE KIT"
     local d=$1 skip=" $2 " names=() c name
     source tests/gpu_cases.sh
@@ -85,9 +80,8 @@ mkdir -p "$kit/states"
 cp "$states"/*.safetensors "$kit/states/" 2>/dev/null || { echo "error: gpu_kit.sh: no reference states in $states" >&2; exit 1; }
 
 # ---- manifest
-commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-dirty=no
-[ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] && dirty=yes
+commit=$(git_commit || echo unknown)
+dirty=$(git_dirty)
 {
     echo "# train_gpt GPU kit (make gpu-kit; scripts/gpu_kit.sh). A stage of scripts/gpu_check.sh uses it when"
     echo "# sources_sha256 equals the digest of the checkout's sources (scripts/gpu_lib.sh kit_source_files)."

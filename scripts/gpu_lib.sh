@@ -1,20 +1,24 @@
-# scripts/gpu_lib.sh (sourced): what the GPU kit's builder (scripts/gpu_kit.sh) and the staged GPU checks
-# (scripts/gpu_check.sh) share: the kit's layout, the source files its builds and states are made from,
-# and the reading of its MANIFEST.
+# scripts/gpu_lib.sh (sourced): what the GPU kit's builder (scripts/gpu_kit.sh), the staged GPU checks
+# (scripts/gpu_check.sh) and tests/t_gpu.sh share: the kit's layout, the source files its builds and states
+# are made from, the reading of its MANIFEST, git's view of the checkout and the python3 that has PyTorch.
 #
 # The kit (make gpu-kit, default folder gpukit/) holds (programs gzip-compressed, NAME.gz: a third of the size):
 #   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a), and train_gpt_cpu built
 #               for any x86-64-v3 CPU without MPI (it writes the reference states' initial weights)
-#   devcuda/    the dev/cuda programs (dev/cuda/Makefile's PROGRAMS)
+#   devcuda/    the dev/cuda programs (dev/cuda/Makefile's PROGRAMS: devcuda_programs)
 #   probe/      ceilings, nccl_ranks (dev/probe)
 #   states/     the reference states of tests/gpu_cases.sh small enough to carry
 #   data/       the git-ignored data files a GPU run reads (data/tokenizers/llama3.tiktoken)
 #   MANIFEST    commit, dirty flag, nvcc version, build flags, the sources' digest, each file's sha256 and size
 
+devcuda_programs() {  # dev/cuda/Makefile's PROGRAMS, as make reads them (one line)
+    make -s --no-print-directory -C dev/cuda print-programs
+}
+
 kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data file a kit can hold (.gz: compressed)
     local p
     for p in train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_cpu; do echo "bin/$p.gz|$p"; done
-    for p in $(sed -n 's/^PROGRAMS *:= *//p' dev/cuda/Makefile); do echo "devcuda/$p.gz|build/devcuda/$p"; done
+    for p in $(devcuda_programs); do echo "devcuda/$p.gz|build/devcuda/$p"; done
     for p in ceilings nccl_ranks; do echo "probe/$p.gz|build/$p"; done
     echo "data/tokenizers/llama3.tiktoken|data/tokenizers/llama3.tiktoken"
 }
@@ -49,10 +53,21 @@ kit_verify() {
     [ $n -gt 0 ] || { echo "$kit/MANIFEST lists no files"; return 1; }
 }
 
-# git's view of the checkout: "COMMIT" or "COMMIT (with uncommitted changes)"; empty without git
+# git's view of the checkout: git_commit prints HEAD (nothing without git), git_dirty "yes" when a tracked
+# file has uncommitted changes, else "no"; git_commit_desc "COMMIT" or "COMMIT (with uncommitted changes)"
+git_commit() { git rev-parse HEAD 2>/dev/null; }
+git_dirty() {
+    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then echo yes; else echo no; fi
+}
 git_commit_desc() {
     local c
-    c=$(git rev-parse HEAD 2>/dev/null) || return 0
-    if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then c="$c (with uncommitted changes)"; fi
+    c=$(git_commit) || return 0
+    if [ "$(git_dirty)" = yes ]; then c="$c (with uncommitted changes)"; fi
     echo "$c"
+}
+
+# the python3 on PATH when it has PyTorch (GPU machines), else Debian's, which has it as python3-torch
+python_with_torch() {
+    if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then command -v python3
+    else echo /usr/bin/python3; fi
 }

@@ -32,7 +32,7 @@ B=build/devcuda
 T=build/t_devcuda_build
 rm -rf "$T"
 mkdir -p "$T"
-PROGRAMS=$(sed -n 's/^PROGRAMS *:= *//p' dev/cuda/Makefile)
+PROGRAMS=$(make -s --no-print-directory -C dev/cuda print-programs)
 [ -n "$PROGRAMS" ] || fail "dev/cuda/Makefile" "no PROGRAMS line"
 
 # ---- builds, compile logs, architectures

@@ -14,9 +14,9 @@ fi
 for b in train_gpt_cpu test_gpt test_gpt_fp32; do
     [ -x "./$b" ] || { echo "[FAIL] ./$b is not built: run make train_gpt_cpu test_gpt test_gpt_fp32"; exit 1; }
 done
-# train_gpt.py needs PyTorch: the python3 on PATH when it has it (GPU machines), else Debian's
-PY=/usr/bin/python3
-if command -v python3 >/dev/null 2>&1 && python3 -c 'import torch' >/dev/null 2>&1; then PY=$(command -v python3); fi
+# train_gpt.py needs PyTorch (scripts/gpu_lib.sh python_with_torch)
+source scripts/gpu_lib.sh
+PY=$(python_with_torch)
 d=build/t_gpu
 rm -rf "$d" && mkdir -p "$d"
 source tests/gpu_cases.sh

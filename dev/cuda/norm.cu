@@ -1,6 +1,7 @@
 // dev/cuda/norm.cu: LayerNorm and RMSNorm fused with the residual add, forward and backward, bf16 tensors with
 // fp32 statistics. Checked against norm_forward / norm_backward of llmc/ref_ops.h (in double).
-//   forward:  resid = bf16(x + y); out = norm(resid) * w (+ b); mean, rstd [N] fp32
+//   forward:  resid = bf16(x + y); out = norm(resid) * w (+ b); mean, rstd [N] fp32 (version 3 also checked
+//             without the residual: y and resid null, out = norm(x) * w (+ b))
 //   backward: dres += d(norm input); dw, db += weight gradients (fp32 sums over rows, deterministic)
 // Versions (the predictions are written before any measurement; see dev/cuda/README.md for results):
 //   forward
@@ -249,6 +250,19 @@ static void run_forward(Bench* bench, int version, int N, int C, bool rms, size_
     worst = std::max(worst, check_close("out", g_out, r_out, tolerance(U_BF16, C, max_abs(r_out) + (rms ? 0.0 : 0.5)), &report));
     worst = std::max(worst, check_close("mean", g_mean, r_mean, tolerance(U_FP32, C, max_abs(r_res)), &report));
     worst = std::max(worst, check_close("rstd", g_rstd, r_rstd, tolerance(U_FP32, C, max_abs(r_rstd)), &report));
+    if (version == 3) {
+        // the same launcher without the residual (y and resid null, as train_gpt.cu's layer 0): out = norm(x)
+        fused_residual_norm_forward(nullptr, p0.out, p0.mean, p0.rstd, p0.x, nullptr, p0.w, rms ? nullptr : p0.b, N, C,
+                                    EPS, rms, bench->stream);
+        cudaCheck(cudaStreamSynchronize(bench->stream));
+        std::vector<bf16> g_out0 = download(p0.out, NC);
+        std::vector<double> r_x(NC);
+        for (size_t i = 0; i < NC; i++) r_x[i] = __bfloat162float(xh[i]);
+        norm_forward<double>(r_out.data(), r_mean.data(), r_rstd.data(), r_x.data(), wd.data(), rms ? nullptr : bd.data(),
+                             N, C, EPS, rms);
+        worst = std::max(worst, check_close("out (no residual)", g_out0, r_out,
+                                            tolerance(U_BF16, C, max_abs(r_out) + (rms ? 0.0 : 0.5)), &report));
+    }
 
     double ms = -1.0;
     if (!bench->args.check_only)

@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
         *) ARGS+=("$1"); shift ;;
     esac
 done
-PROGRAMS=$(sed -n 's/^PROGRAMS *:= *//p' dev/cuda/Makefile)
+PROGRAMS=$(make -s --no-print-directory -C dev/cuda print-programs)
 mkdir -p "$LOGS"
 status=0
 header=""
