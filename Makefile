@@ -12,6 +12,8 @@
 #                          the last line is "N passed, N failed, N skipped"
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
 #   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
+#   make build/test_launch build/test_comm build/test_comm_emu   rank discovery and id exchange (llmc/launch.h);
+#                          the NCCL backend llmc/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
