@@ -12,7 +12,11 @@
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
 # A layout whose flags train_gpt does not take fails with the trainer's message. Each layout's line gives its largest
-# loss, gradient-norm and weight differences.
+# loss, gradient-norm and weight differences. A job must also show that it ran as its data ranks (a program that trained
+# the whole batch on every rank would match the losses too): the config table's row "batch per step | B=1 T=64
+# accum=A dp=N" once, with A the micro-batches per rank; metrics.jsonl written once (one line per step); and the
+# "memory estimate (bytes)" line's fp32 master weights + AdamW moments per rank equal to one rank's under ZeRO 0 and
+# one rank's / N under ZeRO 1-3 (within 1%: the shards' padding).
 # Tolerances, fp32 (tests/t_parallel.sh's, whose derivations hold here: the emulated fp32 kernels are one more fp32
 # summation order, and the observed one-rank differences are loss 8e-8, norm 1.6e-8 at step 1, weights 2.5e-4):
 #   losses LOSS_TOL = 1e-5 absolute; gradient norms at step 1 sqrt(N) 2^-24 relative (N = 256 tokens per step, 384 at
@@ -28,11 +32,14 @@
 #   step 1's loss is the same micro-batch losses summed in another order: n 2^-24 relative (n = 4 micro-batches);
 #   step 1's gradient norm: one rank rounds its bf16 gradient sum n times, dp at most n/dp + 1 times, so the gradients
 #   differ by at most 2 n 2^-8 (test_gpt.cu's accumulation bound), relative; the final update per tensor within 4 times
-#   that (test_gpt.cu's factor from gradients to the AdamW update).
-# What train_gpt must provide: the flags --dp N and --zero 0|1|2|3 (as train_gpt_cpu), -o DIR with metrics.jsonl and
-# ckpt_0000000K/{model,optim}.safetensors written once (rank 0) in the layout-independent format, -n 1 checkpoints,
-# --resume auto printing "resumed from DIR/ckpt_00000002 at step 2".
-# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores when every layout runs.
+#   that (test_gpt.cu's factor from gradients to the AdamW update). Two one-rank bf16 runs that differ only in where
+#   the gradient sums round (-b 2 and -b 4 against -b 1, the same samples) stay at 6e-5 (norm) and 0.023 (update).
+# What train_gpt reads and writes here: the flags --dp N --zero Z (as train_gpt_cpu's) and -b -t -d -x -v -g -i -j -n
+# --keep -o --resume auto; in -o, from rank 0 only, metrics.jsonl (step, loss, grad_norm per step) and
+# ckpt_0000000K/{model,optim}.safetensors and DONE, in the layout-independent format; on stdout the lines named above
+# and "resumed from DIR/ckpt_00000002 at step 2".
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 30 s while the layouts are refused; about 3-4 minutes on 2 busy
+# cores once they all run (each layout about as long as the one-rank run, 12-19 s).
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
 d=build/t_gpu_multirank.$$
@@ -91,6 +98,32 @@ weights() {
     wout=$($PY tests/weights_checks.py "$@" 2>&1) && wok=1 || wok=0
 }
 ckpt() { echo "$d/$1/ckpt_$(printf %08d "$2")/$3.safetensors"; }
+# opt_bytes NAME: master weights + AdamW moments of the run's first "memory estimate (bytes)" line (rank 0's)
+opt_bytes() {
+    sed -n 's/^memory estimate (bytes):.* master \([0-9]*\) moments \([0-9]*\) .*/\1 \2/p' "$d/$1.log" | head -1 |
+        awk '{ print $1 + $2 }'
+}
+# guards NAME NP ACCUM ONE FLAGS...: that the job really ran as NP data ranks, appended to $fail: the config table's
+# "batch per step" row printed once with accum=ACCUM/NP dp=NP, metrics.jsonl written once (STEPS lines), and the
+# memory estimate's optimizer state (fp32 master weights and moments) per rank: ONE's (the one-rank run of the same
+# build) under ZeRO 0, ONE's / NP under ZeRO >= 1 (shards padded to equal 16-byte-aligned counts: within 1%).
+# Sets mem (the figure for the report).
+guards() {
+    local name=$1 np=$2 accum=$3 one=$4; shift 4
+    local z=0 rows lines mine ref
+    [[ " $* " =~ \ --zero\ ([0-3])\  ]] && z=${BASH_REMATCH[1]}
+    rows=$(grep -c "batch per step .* accum=$((accum / np)) dp=$np " "$d/$name.log")
+    [ "$rows" = 1 ] || fail+=" the config table's row 'batch per step | B=1 T=64 accum=$((accum / np)) dp=$np' printed $rows times, not once;"
+    lines=$(wc -l < "$d/$name/metrics.jsonl" 2>/dev/null || echo 0)
+    [ "$lines" = "$STEPS" ] || fail+=" metrics.jsonl has $lines lines, not $STEPS;"
+    mine=$(opt_bytes "$name"); ref=$(opt_bytes "$one")
+    mem="optimizer state per rank ${mine:-?} bytes of one rank's ${ref:-?} (ZeRO $z)"
+    if [ -z "$mine" ] || [ -z "$ref" ]; then fail+=" no 'memory estimate (bytes): ... master M moments M ...' line;"; return; fi
+    if ! awk -v m="$mine" -v r="$ref" -v n="$np" -v z="$z" \
+        'BEGIN { exit !(z == 0 ? m == r : m >= r / n && m <= 1.01 * r / n) }'; then
+        fail+=" optimizer state per rank $mine bytes, want $([ "$z" = 0 ] && echo "$ref (ZeRO 0)" || echo "$ref / $np (ZeRO $z)");"
+    fi
+}
 
 # the one-process references: train_gpt_cpu with 4 and 6 micro-batches per step, and the initial weights
 run cpu.a4 ./train_gpt_cpu 1 4
@@ -109,7 +142,9 @@ fp32() {
     if [ $rc -ne 0 ]; then
         echo "[FAIL] fp32 $label ($ranks): exit $rc after $took s: $(why "$name")"; status=1; return
     fi
-    local n1tol l n1 n fail=""
+    local n1tol l n1 n
+    fail=""
+    guards "$name" "$np" "$accum" fp32.one_rank "$@"
     n1tol=$(norm_tol_1 $((accum * 64)))
     l=$(diff_of "$name" $base 1 loss 0)
     n1=$(diff_of "$name" $base 1 grad_norm 1 1)
@@ -119,7 +154,7 @@ fp32() {
     within "$n1" "$n1tol" || fail+=" step-1 gradient norm $n1 > $n1tol;"
     within "$n" $NORM_TOL || fail+=" steps 2-$STEPS gradient norms $n > $NORM_TOL;"
     [ $wok = 1 ] || fail+=" final weights $wout > $WEIGHT_TOL;"
-    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL)"
+    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL); $mem"
     if [ -z "$fail" ]; then echo "[PASS] fp32 $label ($ranks, $took s) equals one process: $figures"
     else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
 }
@@ -190,6 +225,8 @@ run bf16.dp2_zero3 build/train_gpt_emu 2 4 --dp 2 --zero 3
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 dp2 zero3 (2 ranks): exit $rc after $took s: $(why bf16.dp2_zero3)"; status=1
 else
     bf16_vs_cpu bf16.dp2_zero3
+    guards bf16.dp2_zero3 2 4 bf16.one_rank --zero 3
+    figures+="; $mem"
     if [ -z "$fail" ]; then echo "[PASS] bf16 dp2 zero3 (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 dp2 zero3 vs the fp32 one-process run:$fail ($figures)"; status=1; fi
     if [ -f "$d/bf16.one_rank/metrics.jsonl" ]; then
