@@ -11,6 +11,8 @@
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
+#   4. bad layouts stop with exit status 1 and a message naming the flag: 3 ranks for --dp 2, -d 192 (3 micro-batches)
+#      at dp 2.
 # A layout whose flags train_gpt does not take fails with the trainer's message. Each layout's line gives its largest
 # loss, gradient-norm and weight differences. A job must also show that it ran as its data ranks (a program that trained
 # the whole batch on every rank would match the losses too): the config table's row "batch per step | B=1 T=64
@@ -243,5 +245,23 @@ else
         else echo "[FAIL] bf16 dp2 zero3 vs the bf16 one-rank run:$fail ($figures)"; status=1; fi
     fi
 fi
+# bad layouts (issue: stop on every rank with a message naming the flag, exit 1): mpirun's status 1, the flag with its
+# value in the output, no step trained, within 60 s
+bad() {
+    local label=$1 np=$2 pattern=$3; shift 3
+    local args=("${MODEL[@]}" -b 1 -t 64 -x 1 -v 0 -g 0 -i data/mobydick.txt -j "" -o "" "$@") out rc
+    if [ "$np" = 1 ]; then out=$(timeout 60 build/train_gpt_fp32_emu "${args[@]}" 2>&1)
+    else out=$(EMU_NCCL_TIMEOUT=30 timeout 60 "${MPIRUN[@]}" -np "$np" build/train_gpt_fp32_emu "${args[@]}" 2>&1); fi
+    rc=$?
+    if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<< "$out" && ! grep -q "^step" <<< "$out"; then
+        echo "[PASS] bad layout: $label: exit 1 naming '$pattern': $(grep -m 1 -F -- "$pattern" <<< "$out" | cut -c1-150)"
+    else
+        echo "[FAIL] bad layout: $label: exit $rc, want 1 and a message naming '$pattern': $(head -c 300 <<< "$out" | tr '\n' ' ')"
+        status=1
+    fi
+}
+bad "world size 3 is not --dp 2" 3 "--dp 2" --dp 2
+bad "dp 2 does not divide 3 micro-batches" 2 "-d 192" --dp 2 -d 192
+
 [ $status -eq 0 ] && rm -rf "$d"
 exit $status
