@@ -44,7 +44,7 @@
 # cores once they all run (each layout about as long as the one-rank run, 12-19 s).
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
-d=build/t_gpu_multirank.$$
+d=build/t_gpu_multirank
 rm -rf "$d" && mkdir -p "$d"
 status=0
 export OMP_NUM_THREADS=1
@@ -77,13 +77,14 @@ MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2)
 
-# run NAME PROGRAM NP ACCUM FLAGS...: STEPS steps of ACCUM micro-batches into $d/NAME (a checkpoint every step), log
+# run NAME PROGRAM NP ACCUM FLAGS...: STEPS steps of ACCUM micro-batches into $d/NAME (checkpoints at steps 2 and 4,
+# every step with CKPT_EVERY=1), log
 # $d/NAME.log; sets rc and took (seconds). NP 1 runs the program alone, more under mpirun. A rank waiting on a
 # collective longer than 90 s ends the job (the emulation's deadlock timeout).
 run() {
     local name=$1 prog=$2 np=$3 accum=$4; shift 4
-    local args=("${MODEL[@]}" -b 1 -t 64 -d $((accum * 64)) -x $STEPS -v 0 -g 0 -i data/mobydick.txt -j "" -n 1 --keep 9
-                -o "$d/$name")
+    local args=("${MODEL[@]}" -b 1 -t 64 -d $((accum * 64)) -x $STEPS -v 0 -g 0 -i data/mobydick.txt -j ""
+                -n "${CKPT_EVERY:-2}" --keep 9 -o "$d/$name")
     local t0=$SECONDS
     if [ "$np" = 1 ]; then timeout 600 "$prog" "${args[@]}" "$@" > "$d/$name.log" 2>&1
     else EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np "$np" "$prog" "${args[@]}" "$@" > "$d/$name.log" 2>&1; fi
@@ -127,8 +128,9 @@ guards() {
     fi
 }
 
-# the one-process references: train_gpt_cpu with 4 and 6 micro-batches per step, and the initial weights
-run cpu.a4 ./train_gpt_cpu 1 4
+# the one-process references: train_gpt_cpu with 4 (a checkpoint every step, for the logit bound) and 6 micro-batches
+# per step, and the initial weights
+CKPT_EVERY=1 run cpu.a4 ./train_gpt_cpu 1 4
 rc4=$rc
 run cpu.a6 ./train_gpt_cpu 1 6
 if [ $rc4 -ne 0 ] || [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process runs: $(why cpu.a4) $(why cpu.a6)"; exit 1; fi
