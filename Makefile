@@ -145,7 +145,8 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard t
 EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
                    -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL
 $(BUILD)/train_gpt_fp32_emu: EMU_TRAIN_FLAGS += -DENABLE_FP32
-$(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) tests/cuda_emu/rewrite.py $(wildcard tests/cuda_emu/include/*.h)
+$(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) tests/cuda_emu/rewrite.py \
+        $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
 	@rm -rf $@_src && mkdir -p $@_src
 	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
