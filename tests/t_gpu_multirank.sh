@@ -40,8 +40,8 @@
 # --keep -o --resume auto; in -o, from rank 0 only, metrics.jsonl (step, loss, grad_norm per step) and
 # ckpt_0000000K/{model,optim}.safetensors and DONE, in the layout-independent format; on stdout the lines named above
 # and "resumed from DIR/ckpt_00000002 at step 2".
-# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 30 s while the layouts are refused; about 3-4 minutes on 2 busy
-# cores once they all run (each layout about as long as the one-rank run, 12-19 s).
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 40 s while the layouts are refused; about 2-3 minutes on 2 busy
+# cores once they all run (each layout about as long as the one-rank fp32 run, 10-20 s; dp 3 half as long again).
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
 d=build/t_gpu_multirank
