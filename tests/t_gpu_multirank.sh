@@ -78,8 +78,7 @@ MPIRUN=(mpirun --oversubscribe)
 MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2)
 
 # run NAME PROGRAM NP ACCUM FLAGS...: STEPS steps of ACCUM micro-batches into $d/NAME (checkpoints at steps 2 and 4,
-# every step with CKPT_EVERY=1), log
-# $d/NAME.log; sets rc and took (seconds). NP 1 runs the program alone, more under mpirun. A rank waiting on a
+# every step with CKPT_EVERY=1), log $d/NAME.log; sets rc and took (seconds). NP 1 runs the program alone, more under mpirun. A rank waiting on a
 # collective longer than 90 s ends the job (the emulation's deadlock timeout).
 run() {
     local name=$1 prog=$2 np=$3 accum=$4; shift 4
@@ -93,7 +92,7 @@ run() {
 }
 # why NAME: the first error line of a run's log (the trainer's or the emulation's message)
 why() { grep -m 1 -E 'error|EMU|deadlock|abort' "$d/$1.log" || tail -n 1 "$d/$1.log"; }
-# diff A B FIRST KEY REL [LAST]: worst difference of KEY over steps FIRST..LAST (tests/metrics_checks.py diff)
+# diff_of A B FIRST KEY REL [LAST]: worst difference of KEY over steps FIRST..LAST (tests/metrics_checks.py diff)
 diff_of() { $PY tests/metrics_checks.py diff "$d/$1/metrics.jsonl" "$d/$2/metrics.jsonl" "$3" "$4" "$5" "${6:-1000000000}"; }
 within() { $PY tests/metrics_checks.py within "$1" "$2"; }
 # weights MODE ARGS...: tests/weights_checks.py's "WORST at TENSOR"; sets wok (1 within the tolerance)
@@ -117,7 +116,7 @@ guards() {
     [[ " $* " =~ \ --zero\ ([0-3])\  ]] && z=${BASH_REMATCH[1]}
     rows=$(grep -c "batch per step .* accum=$((accum / np)) dp=$np " "$d/$name.log")
     [ "$rows" = 1 ] || fail+=" the config table's row 'batch per step | B=1 T=64 accum=$((accum / np)) dp=$np' printed $rows times, not once;"
-    lines=$(wc -l < "$d/$name/metrics.jsonl" 2>/dev/null || echo 0)
+    lines=$(wc -l 2> /dev/null < "$d/$name/metrics.jsonl" || echo 0)
     [ "$lines" = "$STEPS" ] || fail+=" metrics.jsonl has $lines lines, not $STEPS;"
     mine=$(opt_bytes "$name"); ref=$(opt_bytes "$one")
     mem="optimizer state per rank ${mine:-?} bytes of one rank's ${ref:-?} (ZeRO $z)"
