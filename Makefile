@@ -14,6 +14,8 @@
 #   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
 #   make build/test_launch build/test_comm build/test_comm_emu   rank discovery and id exchange (llmc/launch.h);
 #                          the NCCL backend llmc/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
+#   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
+#                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh)
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
@@ -137,6 +139,21 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard t
 	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
 	$(CXX) -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -pthread \
 	    -DUSE_NCCL -Itests/cuda_emu/include -I$@_src $(MPI_CFLAGS) -x c++ $@_src/tests/test_comm.cu -o $@ $(MPI_LIBS)
+
+# tests/t_gpu_multirank.sh: train_gpt.cu's own main built with g++ against the emulated CUDA runtime, cuBLASLt and
+# NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library serve only the
+# emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build and the fp32
+# one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
+EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
+                   -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL
+$(BUILD)/train_gpt_fp32_emu: EMU_TRAIN_FLAGS += -DENABLE_FP32
+$(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) tests/cuda_emu/rewrite.py \
+        $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
+	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
+	@rm -rf $@_src && mkdir -p $@_src
+	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
+	$(CXX) $(EMU_TRAIN_FLAGS) -Itests/cuda_emu/include -I$@_src $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -x c++ $@_src/train_gpt.cu \
+	    -o $@ $(MPI_LIBS)
 
 # ---- fuzzing (clang's libFuzzer), not part of `make test` ----------------------------------------
 # The data set fuzzer is one source, the parser picked by FUZZ_PARSER (1 idx, 2 npy/npz, 3 llm.c shard);
@@ -276,7 +293,8 @@ gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 # ---- tests ---------------------------------------------------------------------------------------
 # what `make test` builds before it runs tests/t_*.sh: every program above that this machine can build
 ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
-                 $(BUILD)/test_tokenizer $(BUILD)/test_launch $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu)
+                 $(BUILD)/test_tokenizer $(BUILD)/test_launch \
+                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit

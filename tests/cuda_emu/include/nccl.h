@@ -29,6 +29,7 @@
 #include <vector>
 #include <unistd.h>
 #include "cuda_emu.h"
+#include "cuda_emu_extra.h"  // a second stream's calls (events, cudaStreamWaitEvent) until cuda_emu.h has them
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>

@@ -1,0 +1,268 @@
+#!/usr/bin/env bash
+# Data parallel and ZeRO of the CUDA trainer on emulated GPUs (docs/design.md section 4: every layout computes what one
+# process computes). train_gpt.cu's own main, built with g++ against tests/cuda_emu (make build/train_gpt_fp32_emu
+# build/train_gpt_emu: every kernel runs as written, NCCL is emulated over MPI, each process is one emulated GPU), runs
+# in one process and under mpirun, and is compared with train_gpt_cpu's one-process run of the same model and data:
+#   model: gpt3_tiny with 2 layers and 2 heads of 64 (a head dim the bf16 kernels take), vocabulary 301 (padded 384):
+#   451,712 parameters, not a multiple of 3 x 4, so dp 3's shards are uneven; 4 steps of -b 1 -t 64 with 4
+#   micro-batches (6 for dp 3: two per rank), lr 1e-3 cosine, clipping at 1.0 active on every step (norms 2.8-4.4).
+#   1. fp32 build: one rank (no mpirun), then dp2, dp2 zero1, dp4 zero2, dp2 zero3, dp3 zero3 (mpirun -np 2, 2, 4, 2,
+#      3): every step's loss and gradient norm (metrics.jsonl) and the final weights (ckpt_00000004/model.safetensors).
+#   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
+#      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
+#   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
+#   4. bad layouts stop with exit status 1 and a message naming the flag: 3 ranks for --dp 2, -d 192 (3 micro-batches)
+#      at dp 2.
+# A layout whose flags train_gpt does not take fails with the trainer's message. Each layout's line gives its largest
+# loss, gradient-norm and weight differences. A job must also show that it ran as its data ranks (a program that trained
+# the whole batch on every rank would match the losses too): the config table's row "batch per step | B=1 T=64
+# accum=A dp=N" once, with A the micro-batches per rank; metrics.jsonl written once (one line per step); and the
+# "memory estimate (bytes)" line's fp32 master weights + AdamW moments per rank equal to one rank's under ZeRO 0 and
+# one rank's / N under ZeRO 1-3 (within 1%: the shards' padding).
+# Tolerances, fp32 (tests/t_parallel.sh's, whose derivations hold here: the emulated fp32 kernels are one more fp32
+# summation order, and the observed one-rank differences are loss 8e-8, norm 1.6e-8 at step 1, weights 2.5e-4):
+#   losses LOSS_TOL = 1e-5 absolute; gradient norms at step 1 sqrt(N) 2^-24 relative (N = 256 tokens per step, 384 at
+#   dp 3: each gradient element a sum over them, reordered), steps 2-4 NORM_TOL = 3e-5; final weights and moments per
+#   tensor max |a-b| / (max |b| + 1e-3) <= WEIGHT_TOL = 1e-3, leaving out the key biases (exact gradient 0: their steps
+#   are rounding noise that AdamW amplifies to about lr; tests/weights_checks.py).
+# Tolerances, bf16 against the fp32 CPU run: tests/test_gpt.cu's chain at L = 2 layers, tol_logits = (3 + 5L) 2^-8 of the
+# largest logit (the roundings on a path through the model), gradients 2 tol_logits (norms, relative), losses 2 x 2
+# tol_logits x max |logit| absolute (the loss moves at most twice a logit's error, doubled for the drift over the steps;
+# max |logit| bounded from the CPU run's weights at every step, tests/weights_checks.py logit_bound), and each tensor's
+# 4-step update within 4 x 2 tol_logits (relative L2). These are worst-case bounds, loose (observed 100x inside); the
+# layout is held tighter against the bf16 one-rank run, which runs the same kernels on the same bf16 weights:
+#   step 1's loss is the same micro-batch losses summed in another order: n 2^-24 relative (n = 4 micro-batches);
+#   step 1's gradient norm: one rank rounds its bf16 gradient sum n times, dp at most n/dp + 1 times, so the gradients
+#   differ by at most 2 n 2^-8 (test_gpt.cu's accumulation bound), relative; the final update per tensor within 4 times
+#   that (test_gpt.cu's factor from gradients to the AdamW update). Two one-rank bf16 runs that differ only in where
+#   the gradient sums round (-b 2 and -b 4 against -b 1, the same samples) stay at 6e-5 (norm) and 0.023 (update).
+# What train_gpt reads and writes here: the flags --dp N --zero Z (as train_gpt_cpu's) and -b -t -d -x -v -g -i -j -n
+# --keep -o --resume auto; in -o, from rank 0 only, metrics.jsonl (step, loss, grad_norm per step) and
+# ckpt_0000000K/{model,optim}.safetensors and DONE, in the layout-independent format; on stdout the lines named above
+# and "resumed from DIR/ckpt_00000002 at step 2".
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 40 s while the layouts are refused; about 2-3 minutes on 2 busy
+# cores once they all run (each layout about as long as the one-rank fp32 run, 10-20 s; dp 3 half as long again).
+set -u
+if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
+d=build/t_gpu_multirank
+rm -rf "$d" && mkdir -p "$d"
+status=0
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+STEPS=4
+LOSS_TOL=1e-5
+NORM_TOL=3e-5
+WEIGHT_TOL=1e-3
+norm_tol_1() { awk -v n="$1" 'BEGIN { printf "%.3g", sqrt(n) * 2^-24 }'; }  # N tokens per step
+# bf16: L = 2
+TOL_LOGITS=$(awk 'BEGIN { printf "%.6g", (3 + 5 * 2) / 256 }')
+BF16_NORM_TOL=$(awk -v t="$TOL_LOGITS" 'BEGIN { printf "%.4g", 2 * t }')
+BF16_UPDATE_TOL=$(awk -v t="$TOL_LOGITS" 'BEGIN { printf "%.4g", 4 * 2 * t }')
+N_MICRO=4
+PAIR_LOSS_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.3g", n * 2^-24 }')
+PAIR_NORM_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.4g", 2 * n / 256 }')
+PAIR_UPDATE_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.4g", 4 * 2 * n / 256 }')
+
+[ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
+if ! command -v mpirun > /dev/null || ! command -v mpicxx > /dev/null; then
+    echo "[FAIL] mpirun / mpicxx not found: install OpenMPI with 'apt-get install -y openmpi-bin libopenmpi-dev' (or bash scripts/install_deps.sh)"
+    exit 1
+fi
+for b in fp32 bf16; do
+    target=build/train_gpt_emu; [ $b = fp32 ] && target=build/train_gpt_fp32_emu
+    if make -s "$target" > "$d/build_$b.log" 2>&1; then echo "[PASS] train_gpt.cu's main builds against the emulation ($b: $target)"
+    else echo "[FAIL] train_gpt.cu's main builds against the emulation ($b): $(grep -m 3 error "$d/build_$b.log")"; exit 1; fi
+done
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2)
+
+# run NAME PROGRAM NP ACCUM FLAGS...: STEPS steps of ACCUM micro-batches into $d/NAME (checkpoints at steps 2 and 4,
+# every step with CKPT_EVERY=1), log $d/NAME.log; sets rc and took (seconds). NP 1 runs the program alone, more under mpirun. A rank waiting on a
+# collective longer than 90 s ends the job (the emulation's deadlock timeout).
+run() {
+    local name=$1 prog=$2 np=$3 accum=$4; shift 4
+    local args=("${MODEL[@]}" -b 1 -t 64 -d $((accum * 64)) -x $STEPS -v 0 -g 0 -i data/mobydick.txt -j ""
+                -n "${CKPT_EVERY:-2}" --keep 9 -o "$d/$name")
+    local t0=$SECONDS
+    if [ "$np" = 1 ]; then timeout 600 "$prog" "${args[@]}" "$@" > "$d/$name.log" 2>&1
+    else EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np "$np" "$prog" "${args[@]}" "$@" > "$d/$name.log" 2>&1; fi
+    rc=$?
+    took=$((SECONDS - t0))
+}
+# why NAME: the first error line of a run's log (the trainer's or the emulation's message)
+why() { grep -m 1 -E 'error|EMU|deadlock|abort' "$d/$1.log" || tail -n 1 "$d/$1.log"; }
+# diff_of A B FIRST KEY REL [LAST]: worst difference of KEY over steps FIRST..LAST (tests/metrics_checks.py diff)
+diff_of() { $PY tests/metrics_checks.py diff "$d/$1/metrics.jsonl" "$d/$2/metrics.jsonl" "$3" "$4" "$5" "${6:-1000000000}"; }
+within() { $PY tests/metrics_checks.py within "$1" "$2"; }
+# weights MODE ARGS...: tests/weights_checks.py's "WORST at TENSOR"; sets wok (1 within the tolerance)
+weights() {
+    wout=$($PY tests/weights_checks.py "$@" 2>&1) && wok=1 || wok=0
+}
+ckpt() { echo "$d/$1/ckpt_$(printf %08d "$2")/$3.safetensors"; }
+# opt_bytes NAME: master weights + AdamW moments of the run's first "memory estimate (bytes)" line (rank 0's)
+opt_bytes() {
+    sed -n 's/^memory estimate (bytes):.* master \([0-9]*\) moments \([0-9]*\) .*/\1 \2/p' "$d/$1.log" | head -1 |
+        awk '{ print $1 + $2 }'
+}
+# guards NAME NP ACCUM ONE FLAGS...: that the job really ran as NP data ranks, appended to $fail: the config table's
+# "batch per step" row printed once with accum=ACCUM/NP dp=NP, metrics.jsonl written once (STEPS lines), and the
+# memory estimate's optimizer state (fp32 master weights and moments) per rank: ONE's (the one-rank run of the same
+# build) under ZeRO 0, ONE's / NP under ZeRO >= 1 (shards padded to equal 16-byte-aligned counts: within 1%).
+# Sets mem (the figure for the report).
+guards() {
+    local name=$1 np=$2 accum=$3 one=$4; shift 4
+    local z=0 rows lines mine ref
+    [[ " $* " =~ \ --zero\ ([0-3])\  ]] && z=${BASH_REMATCH[1]}
+    rows=$(grep -c "batch per step .* accum=$((accum / np)) dp=$np " "$d/$name.log")
+    [ "$rows" = 1 ] || fail+=" the config table's row 'batch per step | B=1 T=64 accum=$((accum / np)) dp=$np' printed $rows times, not once;"
+    lines=$(wc -l 2> /dev/null < "$d/$name/metrics.jsonl" || echo 0)
+    [ "$lines" = "$STEPS" ] || fail+=" metrics.jsonl has $lines lines, not $STEPS;"
+    mine=$(opt_bytes "$name"); ref=$(opt_bytes "$one")
+    mem="optimizer state per rank ${mine:-?} bytes of one rank's ${ref:-?} (ZeRO $z)"
+    if [ -z "$mine" ] || [ -z "$ref" ]; then fail+=" no 'memory estimate (bytes): ... master M moments M ...' line;"; return; fi
+    if ! awk -v m="$mine" -v r="$ref" -v n="$np" -v z="$z" \
+        'BEGIN { exit !(z == 0 ? m == r : m >= r / n && m <= 1.01 * r / n) }'; then
+        fail+=" optimizer state per rank $mine bytes, want $([ "$z" = 0 ] && echo "$ref (ZeRO 0)" || echo "$ref / $np (ZeRO $z)");"
+    fi
+}
+
+# the one-process references: train_gpt_cpu with 4 (a checkpoint every step, for the logit bound) and 6 micro-batches
+# per step, and the initial weights
+CKPT_EVERY=1 run cpu.a4 ./train_gpt_cpu 1 4
+rc4=$rc
+run cpu.a6 ./train_gpt_cpu 1 6
+if [ $rc4 -ne 0 ] || [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process runs: $(why cpu.a4) $(why cpu.a6)"; exit 1; fi
+./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1 ||
+    { echo "[FAIL] train_gpt_cpu --export-init: $(tail -1 "$d/init.log")"; exit 1; }
+
+# fp32 NAME LABEL NP ACCUM FLAGS...: one fp32 layout against the CPU run with ACCUM micro-batches
+fp32() {
+    local name=fp32.$1 label=$2 np=$3 accum=$4; shift 4
+    local base=cpu.a$accum ranks="$np ranks"
+    [ "$np" = 1 ] && ranks="one rank, no mpirun"
+    run "$name" build/train_gpt_fp32_emu "$np" "$accum" "$@"
+    if [ $rc -ne 0 ]; then
+        echo "[FAIL] fp32 $label ($ranks): exit $rc after $took s: $(why "$name")"; status=1; return
+    fi
+    local n1tol l n1 n
+    fail=""
+    guards "$name" "$np" "$accum" fp32.one_rank "$@"
+    n1tol=$(norm_tol_1 $((accum * 64)))
+    l=$(diff_of "$name" $base 1 loss 0)
+    n1=$(diff_of "$name" $base 1 grad_norm 1 1)
+    n=$(diff_of "$name" $base 2 grad_norm 1)
+    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt $base $STEPS model)" $WEIGHT_TOL
+    within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
+    within "$n1" "$n1tol" || fail+=" step-1 gradient norm $n1 > $n1tol;"
+    within "$n" $NORM_TOL || fail+=" steps 2-$STEPS gradient norms $n > $NORM_TOL;"
+    [ $wok = 1 ] || fail+=" final weights $wout > $WEIGHT_TOL;"
+    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL); $mem"
+    if [ -z "$fail" ]; then echo "[PASS] fp32 $label ($ranks, $took s) equals one process: $figures"
+    else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
+}
+fp32 one_rank "one rank" 1 4
+fp32 dp2 "dp2" 2 4 --dp 2
+fp32 dp2_zero1 "dp2 zero1" 2 4 --dp 2 --zero 1
+fp32 dp4_zero2 "dp4 zero2" 4 4 --dp 4 --zero 2
+fp32 dp2_zero3 "dp2 zero3" 2 4 --dp 2 --zero 3
+fp32 dp3_zero3 "dp3 zero3, uneven shards, 2 micro-batches per rank" 3 6 --dp 3 --zero 3
+
+# resume NAME LABEL FROM CONTINUING: FROM's step-2 checkpoint continued at one rank (fp32) must continue as CONTINUING
+# did (steps 3-4, final weights and moments) and stay with the CPU run
+resume() {
+    local name=$1 label=$2 from=$3 cont=$4
+    if [ ! -f "$d/$from/ckpt_00000002/DONE" ]; then
+        echo "[FAIL] $label: no complete step-2 checkpoint in $d/$from: $(why "$from")"; status=1; return
+    fi
+    mkdir -p "$d/$name" && cp -r "$d/$from/ckpt_00000002" "$d/$name/"
+    run "$name" build/train_gpt_fp32_emu 1 4 --resume auto
+    if [ $rc -ne 0 ]; then echo "[FAIL] $label: exit $rc: $(why "$name")"; status=1; return; fi
+    local l lc n fail="" wm wo
+    grep -q "resumed from .*ckpt_00000002 at step 2" "$d/$name.log" || fail+=" no 'resumed from ...ckpt_00000002 at step 2' line;"
+    lc=$(diff_of "$name" "$cont" 3 loss 0)
+    l=$(diff_of "$name" cpu.a4 3 loss 0)
+    n=$(diff_of "$name" "$cont" 3 grad_norm 1)
+    within "$lc" $LOSS_TOL || fail+=" losses vs continuing $lc > $LOSS_TOL;"
+    within "$l" $LOSS_TOL || fail+=" losses vs one process $l > $LOSS_TOL;"
+    within "$n" $NORM_TOL || fail+=" gradient norms vs continuing $n > $NORM_TOL;"
+    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt "$cont" $STEPS model)" $WEIGHT_TOL
+    wm=$wout; [ $wok = 1 ] || fail+=" final weights $wm > $WEIGHT_TOL;"
+    weights compare "$(ckpt "$name" $STEPS optim)" "$(ckpt "$cont" $STEPS optim)" $WEIGHT_TOL
+    wo=$wout; [ $wok = 1 ] || fail+=" final AdamW moments $wo > $WEIGHT_TOL;"
+    local figures="steps 3-$STEPS losses vs continuing $lc, vs one process $l (tolerance $LOSS_TOL), gradient norms $n ($NORM_TOL), final weights $wm, moments $wo ($WEIGHT_TOL)"
+    if [ -z "$fail" ]; then echo "[PASS] $label ($took s): $figures"
+    else echo "[FAIL] $label:$fail ($figures)"; status=1; fi
+}
+resume fp32.resume_zero3 "fp32: dp2 zero3's step-2 checkpoint resumed at one rank" fp32.dp2_zero3 fp32.dp2_zero3
+# the CPU trainer's checkpoint of the same layout, continued by the CUDA trainer
+run cpu.dp2_zero3 ./train_gpt_cpu 2 4 --dp 2 --zero 3
+resume fp32.resume_cpu_zero3 "fp32: train_gpt_cpu's dp2 zero3 step-2 checkpoint resumed by train_gpt at one rank" \
+    cpu.dp2_zero3 cpu.dp2_zero3
+
+# bf16: against the CPU run (test_gpt.cu's chain) and the layout against the bf16 one-rank run
+bound=$($PY tests/weights_checks.py logit_bound "$d/init.safetensors" "$(ckpt cpu.a4 1 model)" "$(ckpt cpu.a4 2 model)" \
+        "$(ckpt cpu.a4 3 model)" 2>&1)
+BF16_LOSS_TOL=$(awk -v t="$TOL_LOGITS" -v m="$bound" 'BEGIN { printf "%.4g", 2 * 2 * t * m }')
+echo "bf16 tolerances: logits $TOL_LOGITS of max |logit| <= $bound: losses $BF16_LOSS_TOL, gradient norms $BF16_NORM_TOL (relative), 4-step update per tensor $BF16_UPDATE_TOL"
+# bf16_vs_cpu NAME LABEL RANKS: sets fail and figures
+bf16_vs_cpu() {
+    local l n
+    l=$(diff_of "$1" cpu.a4 1 loss 0)
+    n=$(diff_of "$1" cpu.a4 1 grad_norm 1)
+    weights update "$d/init.safetensors" "$(ckpt "$1" $STEPS model)" "$(ckpt cpu.a4 $STEPS model)" "$BF16_UPDATE_TOL"
+    fail=""
+    within "$l" "$BF16_LOSS_TOL" || fail+=" losses $l > $BF16_LOSS_TOL;"
+    within "$n" "$BF16_NORM_TOL" || fail+=" gradient norms $n > $BF16_NORM_TOL;"
+    [ $wok = 1 ] || fail+=" update $wout > $BF16_UPDATE_TOL;"
+    figures="losses $l ($BF16_LOSS_TOL), gradient norms $n ($BF16_NORM_TOL), 4-step update per tensor $wout ($BF16_UPDATE_TOL)"
+}
+run bf16.one_rank build/train_gpt_emu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank: exit $rc: $(why bf16.one_rank)"; status=1
+else
+    bf16_vs_cpu bf16.one_rank
+    if [ -z "$fail" ]; then echo "[PASS] bf16 one rank, no mpirun ($took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 one rank vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
+run bf16.dp2_zero3 build/train_gpt_emu 2 4 --dp 2 --zero 3
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 dp2 zero3 (2 ranks): exit $rc after $took s: $(why bf16.dp2_zero3)"; status=1
+else
+    bf16_vs_cpu bf16.dp2_zero3
+    guards bf16.dp2_zero3 2 4 bf16.one_rank --zero 3
+    figures+="; $mem"
+    if [ -z "$fail" ]; then echo "[PASS] bf16 dp2 zero3 (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 dp2 zero3 vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+    if [ -f "$d/bf16.one_rank/metrics.jsonl" ]; then
+        l1=$(diff_of bf16.dp2_zero3 bf16.one_rank 1 loss 1 1)
+        n1=$(diff_of bf16.dp2_zero3 bf16.one_rank 1 grad_norm 1 1)
+        weights update "$d/init.safetensors" "$(ckpt bf16.dp2_zero3 $STEPS model)" "$(ckpt bf16.one_rank $STEPS model)" \
+            "$PAIR_UPDATE_TOL"
+        fail=""
+        within "$l1" "$PAIR_LOSS_TOL" || fail+=" step-1 loss $l1 > $PAIR_LOSS_TOL;"
+        within "$n1" "$PAIR_NORM_TOL" || fail+=" step-1 gradient norm $n1 > $PAIR_NORM_TOL;"
+        [ $wok = 1 ] || fail+=" update $wout > $PAIR_UPDATE_TOL;"
+        figures="step-1 loss $l1 ($PAIR_LOSS_TOL), step-1 gradient norm $n1 ($PAIR_NORM_TOL), relative; 4-step update per tensor $wout ($PAIR_UPDATE_TOL)"
+        if [ -z "$fail" ]; then echo "[PASS] bf16 dp2 zero3 equals the bf16 one-rank run up to its gradient roundings: $figures"
+        else echo "[FAIL] bf16 dp2 zero3 vs the bf16 one-rank run:$fail ($figures)"; status=1; fi
+    fi
+fi
+# bad layouts (issue: stop on every rank with a message naming the flag, exit 1): mpirun's status 1, the flag with its
+# value in the output, no step trained, within 60 s
+bad() {
+    local label=$1 np=$2 pattern=$3; shift 3
+    local args=("${MODEL[@]}" -b 1 -t 64 -x 1 -v 0 -g 0 -i data/mobydick.txt -j "" -o "" "$@") out rc
+    if [ "$np" = 1 ]; then out=$(timeout 60 build/train_gpt_fp32_emu "${args[@]}" 2>&1)
+    else out=$(EMU_NCCL_TIMEOUT=30 timeout 60 "${MPIRUN[@]}" -np "$np" build/train_gpt_fp32_emu "${args[@]}" 2>&1); fi
+    rc=$?
+    if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<< "$out" && ! grep -q "^step" <<< "$out"; then
+        echo "[PASS] bad layout: $label: exit 1 naming '$pattern': $(grep -m 1 -F -- "$pattern" <<< "$out" | cut -c1-150)"
+    else
+        echo "[FAIL] bad layout: $label: exit $rc, want 1 and a message naming '$pattern': $(head -c 300 <<< "$out" | tr '\n' ' ')"
+        status=1
+    fi
+}
+bad "world size 3 is not --dp 2" 3 "--dp 2" --dp 2
+bad "dp 2 does not divide 3 micro-batches" 2 "-d 192" --dp 2 -d 192
+
+[ $status -eq 0 ] && rm -rf "$d"
+exit $status
