@@ -45,6 +45,7 @@
 #include "llmc/mem_plan.h"
 #include "llmc/params.h"
 #include "llmc/pp_exec.h"
+#include "llmc/plan.h"
 #include "llmc/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
@@ -420,16 +421,19 @@ ChunkActs<real>* acts_acquire(GPT<real>* g, int chunk, int B, int T) {
             la.qkv.resize(N * qkvdl); la.att.resize((size_t)B * g->Hl * T * T); la.atty.resize(N * qdl);
             la.x_mid.resize(Nl * C); la.ln2.resize(Nl * C); la.ln2_mean.resize(Nl); la.ln2_rstd.resize(Nl); la.ln2_full.resize(NC);
             la.fc1.resize(N * F1l); la.act.resize(N * g->Fl);
-            a->bytes += (Nl * C * 4 + Nl * 4 + NC * 2 + N * (qkvdl + qdl + F1l + g->Fl) + (size_t)B * g->Hl * T * T) * sizeof(real);
+            for (const std::vector<real>* v : {&la.x, &la.ln1, &la.ln1_mean, &la.ln1_rstd, &la.ln1_full, &la.qkv, &la.att, &la.atty,
+                                               &la.x_mid, &la.ln2, &la.ln2_mean, &la.ln2_rstd, &la.ln2_full, &la.fc1, &la.act})
+                a->bytes += v->size() * sizeof(real);  // measured from the buffers (mem_plan_chunk_acts is the formula)
         }
         a->x_out.resize(Nl * C); a->dx.resize(Nl * C);
         a->inputs.resize(N); a->targets.resize(N);
-        a->bytes += Nl * C * 2 * sizeof(real) + N * 2 * sizeof(int32_t);
         if (chunk + 1 == (int)g->L.chunk_first.size() - 1) {
             a->lnf.resize(Nl * C); a->lnf_mean.resize(Nl); a->lnf_rstd.resize(Nl); a->lnf_full.resize(NC);
             a->logits.resize(N * g->Vpl); a->lse.resize(N);
-            a->bytes += (Nl * C + Nl * 2 + NC + N * g->Vpl + N) * sizeof(real);
         }
+        for (const std::vector<real>* v : {&a->x_out, &a->dx, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->lnf_full, &a->logits, &a->lse})
+            a->bytes += v->size() * sizeof(real);
+        a->bytes += (a->inputs.size() + a->targets.size()) * sizeof(int32_t);
     }
     g->act_bytes += a->bytes;
     g->act_peak = std::max(g->act_peak, g->act_bytes);
@@ -887,7 +891,7 @@ static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainC
 template <typename real>
 void print_memory(const GPT<real>& g, int n_mb) {
     const Layout& L = g.L;
-    const MemPlan f = mem_plan(g.cfg, L, g.B, g.T, n_mb, sizeof(real));
+    const MemPlan f = mem_plan_walked(g.cfg, L, g.B, g.T, n_mb, sizeof(real));
     MemoryRow row;
     row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
     row.params = (double)g.params.size() * sizeof(real) + g.pbuf_peak;
@@ -903,12 +907,53 @@ void print_memory(const GPT<real>& g, int n_mb) {
     if (L.topo.rank == 0) print_memory_rows((const MemoryRow*)all.data(), W);
 }
 
+// The CPU trainer's bytes per rank for the planner (llmc/plan.h): its fp32 buffers by formula
+// (llmc/mem_plan.h; ZeRO's gathered and scratch buckets are inside weights and gradients); it has no
+// recompute.
+static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute) {
+    const MemPlan m = mem_plan_walked(c, L, B, T, n_mb, sizeof(float));
+    PlanBytes b;
+    b.weights = m.params; b.grads = m.grads; b.optim = m.optim; b.acts = m.acts;
+    return b;
+}
+
+// --plan prints the plan of the layout flags for --world ranks and exits. --gpu-mem with no layout flag
+// (and not --plan with one) lets the planner choose the layout: the fastest predicted step that fits,
+// written into tc (explicit flags always win). Otherwise nothing happens here. Needs no allocation.
+static void plan_or_pick(const Comm& world, const ModelConfig& mc, TrainConfig* tc) {
+    const bool pick = !tc->layout_given && tc->gpu_mem_gib > 0;
+    if (!tc->plan && !pick) return;
+    if (!tc->plan && tc->world && tc->world != world.size)
+        layout_error(world, "flag --world %d differs from the %d ranks started (mpirun -np); --world sizes a --plan", tc->world, world.size);
+    const int W = tc->world ? tc->world : world.size > 1 ? world.size : (tc->dp ? tc->dp : 1) * tc->tp * tc->pp;
+    if (tc->total_batch == 0) tc->total_batch = (long)tc->B * tc->T * (pick ? W : std::max(1, W / (tc->tp * tc->pp)));
+    const PlanHardware hw = plan_hardware(*tc);
+    if (pick) {
+        const std::vector<Plan> cands = plan_candidates(mc, *tc, W, {0}, sizeof(float), hw, cpu_plan_bytes);
+        if (plan_print_choice(cands, hw, world.rank == 0) < 0)
+            layout_error(world, "no layout of %d ranks (--world or mpirun -np) fits --gpu-mem %g GiB per rank with -d %ld "
+                         "-t %d (raise --gpu-mem, lower -d or -t, or use more ranks)", W, tc->gpu_mem_gib, tc->total_batch, tc->T);
+        const TrainConfig& c = cands[0].tc;
+        tc->tp = c.tp; tc->pp = c.pp; tc->dp = 0; tc->zero = c.zero; tc->sp = c.sp; tc->vpp = 1; tc->layout = ""; tc->B = c.B;
+    }
+    if (!tc->plan) return;
+    const Plan p = plan_make(mc, *tc, W, 0, sizeof(float), hw, cpu_plan_bytes);
+    if (!p.err.empty()) layout_error(world, "--plan for --world %d: %s", W, p.err.c_str());
+    if (world.rank == 0) {
+        plan_print(p, mc, hw);
+        if (hw.mem_bytes > 0) printf("%s --gpu-mem %g GiB\n", p.fits ? "fits" : "does not fit", tc->gpu_mem_gib);
+    }
+    comm_finalize();
+    exit(0);
+}
+
 int main(int argc, char** argv) {
     Comm world = comm_init(&argc, &argv);
     ModelConfig mc;
     TrainConfig tc;
     parse_args(argc, argv, &mc, &tc);
     const bool rank0 = world.rank == 0;
+    plan_or_pick(world, mc, &tc);
 
     if (!tc.export_init.empty()) {
         GPT<float> g;
