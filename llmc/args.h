@@ -50,6 +50,7 @@ struct TrainConfig {
     double gemm_tflops = 593.4;      // --gemm-tflops: 0.6 x the H100 SXM bf16 dense peak (989)
     double link_gbs = 450;           // --link-gbs: inside a node, per direction (NVLink 4: 900 both ways)
     double node_gbs = 50;            // --node-gbs: across nodes, per GPU (a 400 Gb/s NIC)
+    double comm_latency_us = 10;     // --comm-latency-us: per collective or send
     int gpus_per_node = 8;           // --gpus-per-node
 };
 
@@ -119,7 +120,8 @@ static inline void print_usage(const char* prog) {
            "  --gemm-tflops F      GEMM ceiling per GPU (default 593.4 = 0.6 x the H100 bf16 peak)\n"
            "  --link-gbs F         bus bandwidth inside a node, GB/s per direction (default 450: NVLink 4)\n"
            "  --node-gbs F         bandwidth across nodes, GB/s per GPU (default 50: 400 Gb/s)\n"
-           "  --gpus-per-node N    GPUs per node (default 8)\n\n");
+           "  --gpus-per-node N    GPUs per node (default 8)\n"
+           "  --comm-latency-us F  latency per collective or send (default 10)\n\n");
     print_presets();
 }
 
@@ -246,6 +248,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--link-gbs") tc->link_gbs = as_gt0();
         else if (a == "--node-gbs") tc->node_gbs = as_gt0();
         else if (a == "--gpus-per-node") tc->gpus_per_node = as_pos();
+        else if (a == "--comm-latency-us") { tc->comm_latency_us = as_f(); if (!(tc->comm_latency_us >= 0)) die("flag --comm-latency-us expects a number >= 0, got '%s'", v); }
         else die("unknown flag '%s' (see --help)", a.c_str());
     }
     config_finalize(*mc);

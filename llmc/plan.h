@@ -39,10 +39,15 @@
 //                       3 S', the paper's 1.5x of data parallelism)
 //             + the tied embedding's gradient, all-reduced between the first and last stage: Vp/tp C w
 //   step    = compute + tp + pp + bubble + dp
+// Each of tp, pp and dp also pays a latency per message (the alpha of the alpha-beta model, Hockney
+// 1994): tp k m collectives (2 k m under SP), pp 2 m vpp sends, dp one collective per bucket and per
+// collective above (ZeRO-2/3: the layer buckets m times); without it a tiny model would always prefer
+// the layout that sends the fewest bytes, however many messages.
 // bw: --link-gbs for a group inside a node (the bus bandwidth of the ring factors above, per direction:
 // NVLink 4 on an H100 SXM moves 900 GB/s both ways, 450 GB/s each way), --node-gbs when the group spans
 // nodes of --gpus-per-node (one 400 Gb/s NIC per GPU: 50 GB/s). gemm: --gemm-tflops, default 0.6 x the
 // H100 SXM dense bf16 peak of 989 TFLOP/s (docs/design.md section 7; a measured GEMM reaches ~800).
+// Latency: --comm-latency-us, default 10 us per message (the order of a small NCCL collective in a node).
 #pragma once
 #include <algorithm>
 #include <cstdio>
@@ -78,6 +83,7 @@ struct PlanHardware {
     double gemm_flops = 0;     // per GPU per second
     double link_bw = 0;        // bytes per second inside a node
     double node_bw = 0;        // bytes per second across nodes
+    double latency = 0;        // seconds per message
     int gpus_per_node = 8;
 };
 
@@ -87,6 +93,7 @@ static inline PlanHardware plan_hardware(const TrainConfig& tc) {
     hw.gemm_flops = tc.gemm_tflops * 1e12;
     hw.link_bw = tc.link_gbs * 1e9;
     hw.node_bw = tc.node_gbs * 1e9;
+    hw.latency = tc.comm_latency_us * 1e-6;
     hw.gpus_per_node = tc.gpus_per_node;
     return hw;
 }
@@ -108,6 +115,7 @@ struct Plan {
     int max_B = 0;             // the largest -b that fits (0: none; -1: not searched)
     double flops = 0;                       // model FLOPs per rank per step, recompute included
     double tp_bytes = 0, pp_bytes = 0, dp_bytes = 0;  // sent per rank per step
+    double tp_msgs = 0, pp_msgs = 0, dp_msgs = 0;     // messages (collectives, sends) per rank per step
     double tp_bw = 0, pp_bw = 0, dp_bw = 0;
     double compute_s = 0, tp_s = 0, pp_s = 0, bubble_s = 0, dp_s = 0, step_s = 0;
 };
@@ -171,38 +179,42 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
     if (tp > 1) {
         const double k = (recompute == 2 ? 6.0 : 4.0) * (L / pp) + (pp == 1 ? 2.0 : 1.0);
         p.tp_bytes = k * m * 2.0 * (tp - 1) / tp * N * C * wire;
+        p.tp_msgs = k * m * (L0.sp ? 2 : 1);
         p.tp_bw = bw_of(L0.topo.tp_group);
-        p.tp_s = p.tp_bytes / p.tp_bw;
+        p.tp_s = p.tp_bytes / p.tp_bw + p.tp_msgs * hw.latency;
     }
     // pipeline parallelism
     if (pp > 1) {
         const double Nl = L0.sp ? N / tp : N;
         p.pp_bytes = 2.0 * m * L0.vpp * Nl * C * wire;
+        p.pp_msgs = 2.0 * m * L0.vpp;
         p.pp_bw = bw_of(L0.topo.pp_group);
-        p.pp_s = p.pp_bytes / p.pp_bw;
+        p.pp_s = p.pp_bytes / p.pp_bw + p.pp_msgs * hw.latency;
         p.bubble_s = (p.compute_s + p.tp_s + p.pp_s) * (pp - 1) / (L0.vpp * m);
     }
     // data parallelism (and the tied embedding between the end stages): the largest stage's buckets
     {
         const ParamTable full = build_param_table(c);
-        double v = 0;
+        p.dp_bw = bw_of(dp == 1 && pp > 1 ? L0.topo.emb_group : L0.topo.dp_group);
         for (int s = 0; s < pp; s++) {
             const LocalTable lt = gpt_local_table(c, full, L0, s, 0);
-            double layers = 0, ends = 0;
-            for (const Bucket& b : zero_buckets(lt.t, dp)) (b.layer >= 0 ? layers : ends) += (double)b.range.size() * wire;
-            const double f = (dp - 1.0) / dp, S = layers + ends;
-            double vs = 0;
-            if (L0.zero == 0) vs = 2 * f * S;
-            else if (L0.zero == 1) vs = 3 * f * S;
-            else if (L0.zero == 2) vs = f * (m * layers + ends) + f * S;
-            else vs = f * (m * layers + ends) + 2 * m * f * S;
-            if (c.tied && pp > 1 && (s == 0 || s == pp - 1)) vs += (double)c.padded_vocab / tp * C * wire;
-            v = std::max(v, vs);
+            double layers = 0, ends = 0, n_layers = 0, n_ends = 0;
+            for (const Bucket& b : zero_buckets(lt.t, dp)) {
+                (b.layer >= 0 ? layers : ends) += (double)b.range.size() * wire;
+                (b.layer >= 0 ? n_layers : n_ends) += 1;
+            }
+            const double f = (dp - 1.0) / dp, S = layers + ends, nb = n_layers + n_ends;
+            double v = 0, msgs = 0;
+            if (dp > 1) {
+                if (L0.zero == 0) { v = 2 * f * S; msgs = nb; }
+                else if (L0.zero == 1) { v = 3 * f * S; msgs = 2 * nb; }
+                else if (L0.zero == 2) { v = f * (m * layers + ends) + f * S; msgs = m * n_layers + n_ends + nb; }
+                else { v = f * (m * layers + ends) + 2 * m * f * S; msgs = m * n_layers + n_ends + 2 * m * nb; }
+            }
+            if (c.tied && pp > 1 && (s == 0 || s == pp - 1)) { v += (double)c.padded_vocab / tp * C * wire; msgs += 1; }
+            const double t = v / p.dp_bw + msgs * hw.latency;
+            if (t > p.dp_s) { p.dp_s = t; p.dp_bytes = v; p.dp_msgs = msgs; }
         }
-        p.dp_bytes = v;
-        p.dp_bw = bw_of(L0.topo.dp_group);
-        if (dp == 1 && pp > 1) p.dp_bw = bw_of(L0.topo.emb_group);
-        p.dp_s = v > 0 ? v / p.dp_bw : 0;
     }
     p.step_s = p.compute_s + p.tp_s + p.pp_s + p.bubble_s + p.dp_s;
     return p;
@@ -281,10 +293,16 @@ static inline void plan_print(const Plan& p, const ModelConfig& c, const PlanHar
     if (p.max_B > 0) printf("largest micro-batch that fits: -b %d (-b dividing the %ld sequences per rank)\n", p.max_B,
                             p.tc.total_batch / ((long)p.tc.T * p.dp));
     else if (p.max_B == 0) printf("largest micro-batch that fits: none (even -b 1 exceeds --gpu-mem)\n");
-    printf("predicted step: %.4g s = compute %.4g (%.4g TFLOP per rank at %.4g TFLOP/s) + tp %.4g (%.4g GB at %.4g GB/s) "
-           "+ pp %.4g (%.4g GB at %.4g GB/s) + bubble %.4g + dp %.4g (%.4g GB at %.4g GB/s)\n",
-           p.step_s, p.compute_s, p.flops / 1e12, hw.gemm_flops / 1e12, p.tp_s, p.tp_bytes / 1e9, p.tp_bw / 1e9, p.pp_s,
-           p.pp_bytes / 1e9, p.pp_bw / 1e9, p.bubble_s, p.dp_s, p.dp_bytes / 1e9, p.dp_bw / 1e9);
+    printf("predicted step: %.4g s = compute %.4g (%.4g TFLOP per rank at %.4g TFLOP/s)", p.step_s, p.compute_s, p.flops / 1e12,
+           hw.gemm_flops / 1e12);
+    auto comm = [&](const char* name, double s, double bytes, double msgs, double bw) {
+        if (s > 0) printf(" + %s %.4g (%.4g GB at %.4g GB/s, %.0f messages)", name, s, bytes / 1e9, bw / 1e9, msgs);
+    };
+    comm("tp", p.tp_s, p.tp_bytes, p.tp_msgs, p.tp_bw);
+    comm("pp", p.pp_s, p.pp_bytes, p.pp_msgs, p.pp_bw);
+    if (p.bubble_s > 0) printf(" + bubble %.4g", p.bubble_s);
+    comm("dp", p.dp_s, p.dp_bytes, p.dp_msgs, p.dp_bw);
+    printf("\n");
     printf("predicted throughput: %.0f tokens/s per rank\n", (double)p.tc.total_batch / p.step_s / p.world);
     for (const PlanRow& r : p.rows)
         printf("plan bytes stage %d: weights %.0f grads %.0f optimizer %.0f activations %.0f buckets %.0f workspace %.0f total %.0f\n",
@@ -292,25 +310,38 @@ static inline void plan_print(const Plan& p, const ModelConfig& c, const PlanHar
     fflush(stdout);
 }
 
-// The choice among candidates (plan_candidates' order): the first fitting one. Prints the top few
-// with their predicted step times and peaks, and the faster layouts that did not fit. Returns the
-// index of the choice, or -1 when nothing fits.
+// The choice among candidates (plan_candidates' order): the first fitting one. When print: the few
+// fastest layouts that fit (each with its best -b), and the faster ones that did not (each with its
+// smallest peak, over the limit even so). Returns the index of the choice, or -1 when nothing fits.
 static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHardware& hw, bool print) {
     int n_fit = 0;
     for (const Plan& p : cands) n_fit += p.fits;
     if (!print) return n_fit > 0 ? 0 : -1;
-    printf("layout planner: %zu layouts, %d fit %.3f GiB per rank (--gpu-mem); fastest predicted first:\n", cands.size(),
-           n_fit, hw.mem_bytes / 1073741824.0);
-    for (int i = 0; i < std::min(n_fit, 5); i++)
-        printf("  %s %-44s step %.4g s, peak %.3f GiB\n", i == 0 ? "->" : "  ", plan_layout_name(cands[i]).c_str(),
-               cands[i].step_s, cands[i].peak / 1073741824.0);
-    // faster than the choice but over the limit: why they were not taken
-    int shown = 0;
+    const bool gib = hw.mem_bytes >= 1073741824.0;
+    const double u = gib ? 1073741824.0 : 1048576.0;
+    const char* un = gib ? "GiB" : "MiB";
+    // a layout without its micro-batch
+    auto key = [](const Plan& p) { return layout_fmt("%d %d %d %d %d", p.tc.tp, p.tc.pp, p.tc.zero, (int)p.tc.sp, p.recompute); };
+    printf("layout planner: %zu candidates, %d fit %.3f %s per rank (--gpu-mem); fastest predicted first:\n", cands.size(),
+           n_fit, hw.mem_bytes / u, un);
+    std::vector<std::string> seen;
     for (const Plan& p : cands) {
-        if (p.fits || (n_fit > 0 && p.step_s >= cands[0].step_s) || shown == 5) continue;
-        if (shown++ == 0) printf("  faster but over the limit:\n");
-        printf("     %-44s step %.4g s, peak %.3f GiB\n", plan_layout_name(p).c_str(), p.step_s, p.peak / 1073741824.0);
+        if (!p.fits || seen.size() == 5) break;
+        if (std::find(seen.begin(), seen.end(), key(p)) != seen.end()) continue;
+        printf("  %s %-44s step %.4g s, peak %.3f %s\n", seen.empty() ? "->" : "  ", plan_layout_name(p).c_str(), p.step_s, p.peak / u, un);
+        seen.push_back(key(p));
     }
+    std::vector<const Plan*> over;  // per layout, its variant of smallest peak
+    for (const Plan& p : cands) {
+        if (p.fits || (n_fit > 0 && p.step_s >= cands[0].step_s)) continue;
+        bool found = false;
+        for (const Plan*& q : over)
+            if (key(*q) == key(p)) { found = true; if (p.peak < q->peak) q = &p; }
+        if (!found) over.push_back(&p);
+    }
+    if (!over.empty()) printf("  %s:\n", n_fit > 0 ? "faster, but over the limit (each at its smallest peak among those)" : "over the limit");
+    for (size_t i = 0; i < std::min<size_t>(over.size(), 5); i++)
+        printf("     %-44s step %.4g s, peak %.3f %s\n", plan_layout_name(*over[i]).c_str(), over[i]->step_s, over[i]->peak / u, un);
     if (n_fit > 0) printf("chosen: %s (the fastest predicted step that fits)\n", plan_layout_name(cands[0]).c_str());
     fflush(stdout);
     return n_fit > 0 ? 0 : -1;
