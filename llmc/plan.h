@@ -127,25 +127,27 @@ static inline bool plan_spans_nodes(const std::vector<int>& members, int gpn) {
     return false;
 }
 
-// The rows and the step time of one layout. tc holds the layout flags, B, T and total_batch (> 0);
+// The rows and the step time of one layout. tc holds the layout flags, B, T and total_batch (0: B*T*dp);
 // mc is the model (config_finalize'd; padded again here for tc.tp); wire = bytes per element
 // communicated. find_max_b: also search the largest -b that fits.
 static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, int world, int recompute, double wire,
                              const PlanHardware& hw, const PlanBytesFn& bytes, bool find_max_b = true) {
     Plan p;
     p.tc = tc; p.world = world; p.recompute = recompute;
+    if (p.tc.total_batch <= 0 && world % (tc.tp * tc.pp) == 0) p.tc.total_batch = (long)tc.B * tc.T * (world / (tc.tp * tc.pp));
     ModelConfig c = mc_in;
     config_finalize(c, tc.tp);
     Layout L0;
-    p.err = layout_make(world, 0, c, tc, tc.total_batch, &L0);
+    p.err = layout_make(world, 0, c, p.tc, p.tc.total_batch, &L0);
     if (!p.err.empty()) return p;
     const int dp = L0.topo.dp, tp = L0.topo.tp, pp = L0.topo.pp, B = tc.B, T = tc.T;
+    const long total_batch = p.tc.total_batch;
     p.dp = dp;
-    p.n_mb = (int)(tc.total_batch / ((long)B * T * dp));
+    p.n_mb = (int)(total_batch / ((long)B * T * dp));
     // one row per stage: its dp rank 0, tp rank 0
     for (int s = 0; s < pp; s++) {
         Layout L;
-        layout_make(world, topo_rank_of(dp, tp, s, 0, 0), c, tc, tc.total_batch, &L);
+        layout_make(world, topo_rank_of(dp, tp, s, 0, 0), c, p.tc, total_batch, &L);
         PlanRow row;
         row.stage = s; row.ranks = dp * tp;
         row.bytes = bytes(c, L, B, T, p.n_mb, recompute);
@@ -157,17 +159,17 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
     p.max_B = -1;
     if (find_max_b) {
         p.max_B = 0;
-        const long per_rank = tc.total_batch / ((long)T * dp);
+        const long per_rank = total_batch / ((long)T * dp);
         for (long b = 1; b <= per_rank; b++) {
             if (per_rank % b != 0) continue;
-            TrainConfig t2 = tc;
+            TrainConfig t2 = p.tc;
             t2.B = (int)b;
             Plan q = plan_make(mc_in, t2, world, recompute, wire, hw, bytes, false);
             if (q.err.empty() && q.fits) p.max_B = (int)b;
         }
     }
     // compute
-    const double tokens = (double)tc.total_batch, L = c.n_layer, qd = cfg_q_dim(c);
+    const double tokens = (double)total_batch, L = c.n_layer, qd = cfg_q_dim(c);
     double per_token = model_flops_per_token(c, T);
     if (recompute == 2) per_token += 2.0 * (double)matmul_weight_count(c) + 4.0 * L * qd * T;
     if (recompute == 1) per_token += 4.0 * L * qd * T;
@@ -220,15 +222,17 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
     return p;
 }
 
-// Every layout of `world` ranks for the model (tc: T, total_batch; its layout flags are replaced):
+// Every layout of `world` ranks for the model (tc: B, T, total_batch, 0: B*T*world; its layout flags are replaced):
 // tp dividing the heads, kv heads, ffn and world, at most 8 and within a node; pp dividing the layers;
 // dp = world / (tp*pp); ZeRO 0-3 (0 only when dp is 1); SP on or off when tp > 1; each recompute mode
 // in `recomputes`; every -b dividing the per-rank batch. vpp stays 1. The valid ones, the fitting
 // first, fastest first (ties: larger -b, then fewer bytes).
-static inline std::vector<Plan> plan_candidates(const ModelConfig& mc, const TrainConfig& tc, int world,
+static inline std::vector<Plan> plan_candidates(const ModelConfig& mc, const TrainConfig& tc_in, int world,
                                                 const std::vector<int>& recomputes, double wire, const PlanHardware& hw,
                                                 const PlanBytesFn& bytes) {
     std::vector<Plan> out;
+    TrainConfig tc = tc_in;
+    if (tc.total_batch <= 0) tc.total_batch = (long)tc.B * tc.T * world;  // plain dp's default
     for (int tp = 1; tp <= std::min({8, world, hw.gpus_per_node}); tp++) {
         if (world % tp != 0) continue;
         for (int pp = 1; pp <= mc.n_layer; pp++) {
