@@ -316,7 +316,8 @@ static inline void plan_print(const Plan& p, const ModelConfig& c, const PlanHar
 
 // The choice among candidates (plan_candidates' order): the first fitting one. When print: the few
 // fastest layouts that fit (each with its best -b), and the faster ones that did not (each with its
-// smallest peak, over the limit even so). Returns the index of the choice, or -1 when nothing fits.
+// smallest peak), or when nothing fits, the layouts closest to fitting. Returns the index of the
+// choice, or -1 when nothing fits.
 static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHardware& hw, bool print) {
     int n_fit = 0;
     for (const Plan& p : cands) n_fit += p.fits;
@@ -343,7 +344,10 @@ static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHa
             if (key(*q) == key(p)) { found = true; if (p.peak < q->peak) q = &p; }
         if (!found) over.push_back(&p);
     }
-    if (!over.empty()) printf("  %s:\n", n_fit > 0 ? "faster, but over the limit (each at its smallest peak among those)" : "over the limit");
+    // nothing fits: the layouts closest to fitting
+    if (n_fit == 0) std::stable_sort(over.begin(), over.end(), [](const Plan* a, const Plan* b) { return a->peak < b->peak; });
+    if (!over.empty())
+        printf("  %s:\n", n_fit > 0 ? "faster, but over the limit (each at its smallest peak among those)" : "over the limit, smallest peak first");
     for (size_t i = 0; i < std::min<size_t>(over.size(), 5); i++)
         printf("     %-44s step %.4g s, peak %.3f %s\n", plan_layout_name(*over[i]).c_str(), over[i]->step_s, over[i]->peak / u, un);
     if (n_fit > 0) printf("chosen: %s (the fastest predicted step that fits)\n", plan_layout_name(cands[0]).c_str());
