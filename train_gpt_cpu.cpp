@@ -917,34 +917,18 @@ static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, in
     return b;
 }
 
-// --plan prints the plan of the layout flags for --world ranks and exits. --gpu-mem with no layout flag
-// (and not --plan with one) lets the planner choose the layout: the fastest predicted step that fits,
-// written into tc (explicit flags always win). Otherwise nothing happens here. Needs no allocation.
+// --plan and the layout planner (llmc/plan.h, plan_apply): prints the plan and exits 0, or lets the
+// planner write the layout into tc when --gpu-mem comes without layout flags; a bad value stops every
+// rank. Nothing is allocated.
 static void plan_or_pick(const Comm& world, const ModelConfig& mc, TrainConfig* tc) {
-    const bool pick = !tc->layout_given && tc->gpu_mem_gib > 0;
-    if (!tc->plan && !pick) return;
-    if (!tc->plan && tc->world && tc->world != world.size)
-        layout_error(world, "flag --world %d differs from the %d ranks started (mpirun -np); --world sizes a --plan", tc->world, world.size);
-    const int W = tc->world ? tc->world : world.size > 1 ? world.size : (tc->dp ? tc->dp : 1) * tc->tp * tc->pp;
-    if (tc->total_batch == 0) tc->total_batch = (long)tc->B * tc->T * (pick ? W : std::max(1, W / (tc->tp * tc->pp)));
-    const PlanHardware hw = plan_hardware(*tc);
-    if (pick) {
-        const std::vector<Plan> cands = plan_candidates(mc, *tc, W, {0}, sizeof(float), hw, cpu_plan_bytes);
-        if (plan_print_choice(cands, hw, world.rank == 0) < 0)
-            layout_error(world, "no layout of %d ranks (--world or mpirun -np) fits --gpu-mem %g GiB per rank with -d %ld "
-                         "-t %d (raise --gpu-mem, lower -d or -t, or use more ranks)", W, tc->gpu_mem_gib, tc->total_batch, tc->T);
-        const TrainConfig& c = cands[0].tc;
-        tc->tp = c.tp; tc->pp = c.pp; tc->dp = 0; tc->zero = c.zero; tc->sp = c.sp; tc->vpp = 1; tc->layout = ""; tc->B = c.B;
+    int recompute = 0;  // the CPU trainer keeps every activation
+    bool done = false;
+    const std::string err = plan_apply(mc, tc, &recompute, world.size, true, {0}, sizeof(float), cpu_plan_bytes, world.rank == 0, &done);
+    if (!err.empty()) layout_error(world, "%s", err.c_str());
+    if (done) {
+        comm_finalize();
+        exit(0);
     }
-    if (!tc->plan) return;
-    const Plan p = plan_make(mc, *tc, W, 0, sizeof(float), hw, cpu_plan_bytes);
-    if (!p.err.empty()) layout_error(world, "--plan for --world %d: %s", W, p.err.c_str());
-    if (world.rank == 0) {
-        plan_print(p, mc, hw);
-        if (hw.mem_bytes > 0) printf("%s --gpu-mem %g GiB\n", p.fits ? "fits" : "does not fit", tc->gpu_mem_gib);
-    }
-    comm_finalize();
-    exit(0);
 }
 
 int main(int argc, char** argv) {

@@ -6,6 +6,7 @@
 //   plan_make       one layout: a row of bytes per pipeline stage, the largest -b that fits, the step time
 //   plan_candidates every layout of a world (zero, tp, pp, sp, micro-batch, recompute), fastest first
 //   plan_print, plan_print_choice   the tables
+//   plan_apply      what a trainer calls before allocating: --plan, or the planner's choice of layout
 //
 // Memory: one row per pipeline stage. The dp and tp ranks of a stage hold the same bytes (tp slices
 // are equal, the vocabulary is padded to 128*tp, ZeRO pieces are equal), so a stage is one kind of
@@ -353,4 +354,44 @@ static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHa
     if (n_fit > 0) printf("chosen: %s (the fastest predicted step that fits)\n", plan_layout_name(cands[0]).c_str());
     fflush(stdout);
     return n_fit > 0 ? 0 : -1;
+}
+
+// What a trainer does with --plan and --gpu-mem before it allocates anything, `mpi_world` ranks
+// started (1 without mpirun). Picking: with --gpu-mem, none of the layout flags (tc->layout_given) and
+// may_pick (the trainer's own layout flags, such as --recompute, not given either), the fastest
+// fitting candidate over `recomputes` is written into *tc and *recompute, and the choice is printed.
+// --plan: the plan of *tc for --world ranks (default: mpi_world when > 1, else dp*tp*pp) is printed
+// and *done is set (the trainer exits 0). Printing only when print (rank 0). Returns "" or what is
+// wrong, naming the flag (the trainer stops with it, exit 1).
+static inline std::string plan_apply(const ModelConfig& mc, TrainConfig* tc, int* recompute, int mpi_world, bool may_pick,
+                                     const std::vector<int>& recomputes, double wire, const PlanBytesFn& bytes, bool print,
+                                     bool* done) {
+    *done = false;
+    const bool pick = !tc->layout_given && may_pick && tc->gpu_mem_gib > 0;
+    if (!tc->plan && !pick) return "";
+    if (!tc->plan && tc->world && tc->world != mpi_world)
+        return layout_fmt("flag --world %d differs from the %d ranks started (mpirun -np); --world sizes a --plan", tc->world, mpi_world);
+    const int W = tc->world ? tc->world : mpi_world > 1 ? mpi_world : (tc->dp ? tc->dp : 1) * tc->tp * tc->pp;
+    // the global batch stays what -d says, or plain dp's default: every candidate trains on the same samples
+    if (tc->total_batch == 0) tc->total_batch = (long)tc->B * tc->T * (pick ? W : std::max(1, W / (tc->tp * tc->pp)));
+    const PlanHardware hw = plan_hardware(*tc);
+    if (pick) {
+        const std::vector<Plan> cands = plan_candidates(mc, *tc, W, recomputes, wire, hw, bytes);
+        if (plan_print_choice(cands, hw, print) < 0)
+            return layout_fmt("no layout of %d ranks (--world or mpirun -np) fits --gpu-mem %g GiB per rank with -d %ld -t %d "
+                              "(raise --gpu-mem, lower -d or -t, or use more ranks)", W, tc->gpu_mem_gib, tc->total_batch, tc->T);
+        const TrainConfig& c = cands[0].tc;
+        tc->tp = c.tp; tc->pp = c.pp; tc->dp = 0; tc->zero = c.zero; tc->sp = c.sp; tc->vpp = 1; tc->layout = ""; tc->B = c.B;
+        *recompute = cands[0].recompute;
+    }
+    if (!tc->plan) return "";
+    const Plan p = plan_make(mc, *tc, W, *recompute, wire, hw, bytes);
+    if (!p.err.empty()) return layout_fmt("--plan for --world %d: %s", W, p.err.c_str());
+    if (print) {
+        plan_print(p, mc, hw);
+        if (hw.mem_bytes > 0) printf("%s --gpu-mem %g GiB\n", p.fits ? "fits" : "does not fit", tc->gpu_mem_gib);
+        fflush(stdout);
+    }
+    *done = true;
+    return "";
 }
