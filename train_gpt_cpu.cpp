@@ -45,6 +45,7 @@
 #include "llmc/mem_plan.h"
 #include "llmc/params.h"
 #include "llmc/pp_exec.h"
+#include "llmc/plan.h"
 #include "llmc/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
@@ -420,16 +421,19 @@ ChunkActs<real>* acts_acquire(GPT<real>* g, int chunk, int B, int T) {
             la.qkv.resize(N * qkvdl); la.att.resize((size_t)B * g->Hl * T * T); la.atty.resize(N * qdl);
             la.x_mid.resize(Nl * C); la.ln2.resize(Nl * C); la.ln2_mean.resize(Nl); la.ln2_rstd.resize(Nl); la.ln2_full.resize(NC);
             la.fc1.resize(N * F1l); la.act.resize(N * g->Fl);
-            a->bytes += (Nl * C * 4 + Nl * 4 + NC * 2 + N * (qkvdl + qdl + F1l + g->Fl) + (size_t)B * g->Hl * T * T) * sizeof(real);
+            for (const std::vector<real>* v : {&la.x, &la.ln1, &la.ln1_mean, &la.ln1_rstd, &la.ln1_full, &la.qkv, &la.att, &la.atty,
+                                               &la.x_mid, &la.ln2, &la.ln2_mean, &la.ln2_rstd, &la.ln2_full, &la.fc1, &la.act})
+                a->bytes += v->size() * sizeof(real);  // measured from the buffers (mem_plan_chunk_acts is the formula)
         }
         a->x_out.resize(Nl * C); a->dx.resize(Nl * C);
         a->inputs.resize(N); a->targets.resize(N);
-        a->bytes += Nl * C * 2 * sizeof(real) + N * 2 * sizeof(int32_t);
         if (chunk + 1 == (int)g->L.chunk_first.size() - 1) {
             a->lnf.resize(Nl * C); a->lnf_mean.resize(Nl); a->lnf_rstd.resize(Nl); a->lnf_full.resize(NC);
             a->logits.resize(N * g->Vpl); a->lse.resize(N);
-            a->bytes += (Nl * C + Nl * 2 + NC + N * g->Vpl + N) * sizeof(real);
         }
+        for (const std::vector<real>* v : {&a->x_out, &a->dx, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->lnf_full, &a->logits, &a->lse})
+            a->bytes += v->size() * sizeof(real);
+        a->bytes += (a->inputs.size() + a->targets.size()) * sizeof(int32_t);
     }
     g->act_bytes += a->bytes;
     g->act_peak = std::max(g->act_peak, g->act_bytes);
@@ -887,7 +891,7 @@ static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainC
 template <typename real>
 void print_memory(const GPT<real>& g, int n_mb) {
     const Layout& L = g.L;
-    const MemPlan f = mem_plan(g.cfg, L, g.B, g.T, n_mb, sizeof(real));
+    const MemPlan f = mem_plan_walked(g.cfg, L, g.B, g.T, n_mb, sizeof(real));
     MemoryRow row;
     row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
     row.params = (double)g.params.size() * sizeof(real) + g.pbuf_peak;
@@ -903,12 +907,37 @@ void print_memory(const GPT<real>& g, int n_mb) {
     if (L.topo.rank == 0) print_memory_rows((const MemoryRow*)all.data(), W);
 }
 
+// The CPU trainer's bytes per rank for the planner (llmc/plan.h): its fp32 buffers by formula
+// (llmc/mem_plan.h; ZeRO's gathered and scratch buckets are inside weights and gradients); it has no
+// recompute.
+static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute) {
+    const MemPlan m = mem_plan_walked(c, L, B, T, n_mb, sizeof(float));
+    PlanBytes b;
+    b.weights = m.params; b.grads = m.grads; b.optim = m.optim; b.acts = m.acts;
+    return b;
+}
+
+// --plan and the layout planner (llmc/plan.h, plan_apply): prints the plan and exits 0, or lets the
+// planner write the layout into tc when --gpu-mem comes without layout flags; a bad value stops every
+// rank. Nothing is allocated.
+static void plan_or_pick(const Comm& world, const ModelConfig& mc, TrainConfig* tc) {
+    int recompute = 0;  // the CPU trainer keeps every activation
+    bool done = false;
+    const std::string err = plan_apply(mc, tc, &recompute, world.size, true, {0}, sizeof(float), cpu_plan_bytes, world.rank == 0, &done);
+    if (!err.empty()) layout_error(world, "%s", err.c_str());
+    if (done) {
+        comm_finalize();
+        exit(0);
+    }
+}
+
 int main(int argc, char** argv) {
     Comm world = comm_init(&argc, &argv);
     ModelConfig mc;
     TrainConfig tc;
     parse_args(argc, argv, &mc, &tc);
     const bool rank0 = world.rank == 0;
+    plan_or_pick(world, mc, &tc);
 
     if (!tc.export_init.empty()) {
         GPT<float> g;

@@ -4,6 +4,7 @@
 // with their parameter counts and FLOPs per token.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -41,6 +42,16 @@ struct TrainConfig {
     bool sp = false;                 // sequence parallelism (needs tp > 1 to matter)
     int vpp = 1;                     // model chunks per pipeline stage (interleaved 1F1B)
     std::string layout = "";         // layers per chunk, e.g. "3,5"; empty: even
+    bool layout_given = false;       // any of --tp --pp --dp --zero --sp --vpp --layout -b was given
+    // the plan (llmc/plan.h, docs/plan.md)
+    bool plan = false;               // --plan: print the plan and exit, allocating nothing
+    int world = 0;                   // --world: ranks the plan is for; 0: mpirun's, or dp*tp*pp
+    double gpu_mem_gib = 0;          // --gpu-mem: memory per GPU in GiB; 0: no limit
+    double gemm_tflops = 593.4;      // --gemm-tflops: 0.6 x the H100 SXM bf16 dense peak (989)
+    double link_gbs = 450;           // --link-gbs: inside a node, per direction (NVLink 4: 900 both ways)
+    double node_gbs = 50;            // --node-gbs: across nodes, per GPU (a 400 Gb/s NIC)
+    double comm_latency_us = 10;     // --comm-latency-us: per collective or send
+    int gpus_per_node = 8;           // --gpus-per-node
 };
 
 static inline void print_presets() {
@@ -98,7 +109,19 @@ static inline void print_usage(const char* prog) {
            "  --zero 0|1|2|3       ZeRO stage over dp (default 0)\n"
            "  --sp 0|1             sequence parallelism in the norm and residual regions (default 0)\n"
            "  --vpp N              model chunks per pipeline stage, interleaved 1F1B (default 1)\n"
-           "  --layout A,B,...     layers per chunk (pp*vpp counts; default: even)\n\n");
+           "  --layout A,B,...     layers per chunk (pp*vpp counts; default: even)\n"
+           "plan (llmc/plan.h, docs/plan.md; no model is allocated):\n"
+           "  --plan               print the memory per pipeline stage, the largest micro-batch that fits and the\n"
+           "                       predicted step time of the layout, then exit\n"
+           "  --world N            ranks the plan is for (default: mpirun's, or dp*tp*pp)\n"
+           "  --gpu-mem GIB        memory per GPU the plan must fit (default: no limit); with no layout flag\n"
+           "                       (--tp --pp --dp --zero --sp --vpp --layout -b) the planner picks the fastest\n"
+           "                       layout that fits, prints why, and runs it\n"
+           "  --gemm-tflops F      GEMM ceiling per GPU (default 593.4 = 0.6 x the H100 bf16 peak)\n"
+           "  --link-gbs F         bus bandwidth inside a node, GB/s per direction (default 450: NVLink 4)\n"
+           "  --node-gbs F         bandwidth across nodes, GB/s per GPU (default 50: 400 Gb/s)\n"
+           "  --gpus-per-node N    GPUs per node (default 8)\n"
+           "  --comm-latency-us F  latency per collective or send (default 10)\n\n");
     print_presets();
 }
 
@@ -119,6 +142,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
     }
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
+        if (a == "--plan") { tc->plan = true; continue; }
         if (i + 1 >= argc) die("flag '%s' is unknown or lacks a value (see --help)", a.c_str());
         const char* v = argv[++i];
         auto as_int = [&]() -> long {
@@ -138,6 +162,11 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             if (!*v || *end) die("flag %s expects a number, got '%s'", a.c_str(), v);
             return x;
         };
+        auto as_gt0 = [&]() -> double {
+            double x = as_f();
+            if (!(x > 0) || !std::isfinite(x)) die("flag %s expects a number > 0, got '%s'", a.c_str(), v);
+            return x;
+        };
         auto as_bool = [&]() -> bool {
             std::string s = v;
             if (s == "1" || s == "true") return true;
@@ -145,6 +174,8 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             die("flag %s expects 0 or 1, got '%s'", a.c_str(), v);
         };
         std::string s = v;
+        if (a == "--tp" || a == "--pp" || a == "--dp" || a == "--zero" || a == "--sp" || a == "--vpp" || a == "--layout" || a == "-b")
+            tc->layout_given = true;
         if (a == "-c" || a == "--config") {}
         else if (a == "--layers") mc->n_layer = as_pos();
         else if (a == "--embd") mc->n_embd = as_pos();
@@ -211,6 +242,13 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--sp") tc->sp = as_bool();
         else if (a == "--vpp") tc->vpp = as_pos();
         else if (a == "--layout") tc->layout = s;
+        else if (a == "--world") tc->world = as_pos();
+        else if (a == "--gpu-mem") tc->gpu_mem_gib = as_gt0();
+        else if (a == "--gemm-tflops") tc->gemm_tflops = as_gt0();
+        else if (a == "--link-gbs") tc->link_gbs = as_gt0();
+        else if (a == "--node-gbs") tc->node_gbs = as_gt0();
+        else if (a == "--gpus-per-node") tc->gpus_per_node = as_pos();
+        else if (a == "--comm-latency-us") { tc->comm_latency_us = as_f(); if (!(tc->comm_latency_us >= 0)) die("flag --comm-latency-us expects a number >= 0, got '%s'", v); }
         else die("unknown flag '%s' (see --help)", a.c_str());
     }
     config_finalize(*mc);

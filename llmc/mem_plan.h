@@ -50,3 +50,49 @@ static inline MemPlan mem_plan(const ModelConfig& c, const Layout& L, int B, int
     m.acts = (inflight * (layers_per_chunk * per_layer + per_chunk_io) + (s == pp - 1 ? head : 0) + n_sends * Nl * C) * eb;
     return m;
 }
+
+// ----------------------------------------------------------------------------------------------
+// The activation peak by walking the schedule, exact for every layout (uneven --layout, interleaved
+// 1F1B): the pipeline executor (llmc/pp_exec.h) is run with callbacks that only count bytes, as the
+// trainer counts them: a (micro-batch, chunk)'s activations from acquire to release, every sent
+// buffer [Nl,C] until the end of the step. mem_plan_walked() is mem_plan() with these activations.
+#include <functional>
+#include "llmc/pp_exec.h"
+
+// Bytes of one micro-batch's activations through chunk `chunk` (global chunk index) on a rank of L.
+static inline double mem_plan_chunk_acts(const ModelConfig& c, const Layout& L, int B, int T, int chunk, size_t elem_bytes) {
+    const double eb = (double)elem_bytes, tp = L.topo.tp;
+    const double Hl = c.n_head / tp, KVl = c.n_kv_head / tp, Fl = c.ffn / tp, Vpl = c.padded_vocab / tp;
+    const double N = (double)B * T, Nl = L.sp ? N / tp : N, C = c.n_embd, hd = c.head_dim;
+    const double F1l = c.mlp == MLP_SWIGLU ? 2.0 * Fl : Fl, NC = L.sp ? N * C : 0;
+    // per layer: x ln1 x_mid ln2 [Nl,C], 2 means and 2 rstds [Nl], SP gathers ln1/ln2 [N,C], qkv, atty, fc1, act, att [B,Hl,T,T]
+    const double per_layer = 4 * Nl * C + 4 * Nl + 2 * NC + N * ((Hl + 2 * KVl) * hd + Hl * hd + F1l + Fl) + (double)B * Hl * T * T;
+    const int layers = L.chunk_first[chunk + 1] - L.chunk_first[chunk];
+    double elems = layers * per_layer + 2 * Nl * C;  // x_out, dx [Nl,C]
+    if (chunk == L.n_chunks() - 1) elems += Nl * C + 2 * Nl + NC + N * Vpl + N;  // lnf, mean, rstd, SP lnf, logits, lse
+    return elems * eb + 2 * N * sizeof(int32_t);  // inputs, targets
+}
+
+// Peak activation bytes of a rank of L over one training step of n_mb micro-batches.
+static inline double mem_plan_acts_walk(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, size_t elem_bytes) {
+    const int n_chunks = L.n_chunks();
+    std::vector<double> chunk_bytes(n_chunks);
+    for (int ch = 0; ch < n_chunks; ch++) chunk_bytes[ch] = mem_plan_chunk_acts(c, L, B, T, ch, elem_bytes);
+    const double N = (double)B * T, Nl = L.sp ? N / L.topo.tp : N, send = Nl * c.n_embd * elem_bytes;
+    double cur = 0, peak = 0;
+    auto add = [&](double b) { cur += b; peak = std::max(peak, cur); };
+    PpCallbacks cb;
+    cb.acquire = [&](int, int ch) { add(chunk_bytes[ch]); };
+    cb.release = [&](int, int ch) { cur -= chunk_bytes[ch]; };
+    cb.forward = cb.backward = [](int, int) {};
+    cb.recv_act = cb.recv_grad = [](int, int, int, int) {};
+    cb.send_act = cb.send_grad = [&](int, int, int, int) { add(send); };
+    pp_run(pp_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank), n_chunks, true, cb);
+    return peak;
+}
+
+static inline MemPlan mem_plan_walked(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, size_t elem_bytes) {
+    MemPlan m = mem_plan(c, L, B, T, n_mb, elem_bytes);
+    m.acts = mem_plan_acts_walk(c, L, B, T, n_mb, elem_bytes);
+    return m;
+}

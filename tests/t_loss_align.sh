@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# scripts/loss_align.py, FlagPerf's loss-alignment rule (from step 21 on, mean |L - L_ref| / L_ref < 2%),
+# on the metrics.jsonl that train_gpt_cpu writes. Checks: two identical 30-step runs align with a figure
+# of exactly 0; a copy of a run with every loss from step 21 on raised by 3% fails with the figure 3%
+# (|1.03 L - L| / L), and one raised by 1% passes with 1%; losses raised only before step 21 do not count;
+# a 10-step run, a missing file and a malformed line stop with a message and exit 1. A few seconds.
+set -u
+d=build/t_loss_align.$$
+rm -rf "$d" && mkdir -p "$d"
+status=0
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+pass() { echo "[PASS] $1"; }
+fail() { echo "[FAIL] $1"; status=1; }
+train() {  # train DIR STEPS
+    ./train_gpt_cpu -c gpt3_tiny --vocab 301 -b 2 -t 32 -x "$2" -v 0 -g 0 -i data/mobydick.txt -j "" -o "$d/$1" > "$d/$1.log" 2>&1
+}
+# scale IN OUT FACTOR FIRST LAST: metrics.jsonl with the losses of steps FIRST..LAST multiplied by FACTOR
+scale() {
+    $PY - "$@" <<'PY'
+import json, sys
+src, dst, f, lo, hi = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+with open(dst, "w") as out:
+    for line in open(src):
+        j = json.loads(line)
+        if "loss" in j and lo <= j["step"] <= hi: j["loss"] *= f
+        out.write(json.dumps(j) + "\n")
+PY
+}
+train a 30 && train b 30 && train short 10 || fail "train_gpt_cpu runs: $(grep -m1 error "$d"/*.log)"
+A=$d/a/metrics.jsonl
+out=$($PY scripts/loss_align.py "$d/b/metrics.jsonl" "$A" 2>&1)
+if [ $? -eq 0 ] && echo "$out" | grep -q "over steps 21..30 (10 steps) = 0.0000%.*: aligned"; then pass "two identical runs align: $out"
+else fail "two identical runs: $out"; fi
+scale "$A" "$d/up3.jsonl" 1.03 21 1000
+out=$($PY scripts/loss_align.py "$d/up3.jsonl" "$A" 2>&1)
+if [ $? -eq 1 ] && echo "$out" | grep -q "= 3.0000%.*NOT aligned"; then pass "losses 3% higher from step 21 fail: $out"
+else fail "losses 3% higher from step 21: $out"; fi
+scale "$A" "$d/up1.jsonl" 1.01 21 1000
+out=$($PY scripts/loss_align.py "$d/up1.jsonl" "$A" 2>&1)
+if [ $? -eq 0 ] && echo "$out" | grep -q "= 1.0000%.*: aligned"; then pass "losses 1% higher from step 21 pass: $out"
+else fail "losses 1% higher from step 21: $out"; fi
+scale "$A" "$d/early.jsonl" 1.5 1 20
+out=$($PY scripts/loss_align.py "$d/early.jsonl" "$A" 2>&1)
+if [ $? -eq 0 ] && echo "$out" | grep -q "= 0.0000%"; then pass "losses 50% higher before step 21 do not count: $out"
+else fail "losses 50% higher before step 21: $out"; fi
+out=$($PY scripts/loss_align.py "$d/short/metrics.jsonl" "$A" 2>&1)
+if [ $? -eq 1 ] && echo "$out" | grep -q "short/metrics.jsonl has 10 training steps (last 10): the rule compares steps from 21 on"; then
+    pass "a 10-step run stops with a message: $out"
+else fail "a 10-step run: $out"; fi
+out=$($PY scripts/loss_align.py "$d/none.jsonl" "$A" 2>&1)
+if [ $? -eq 1 ] && echo "$out" | grep -q "cannot read .*none.jsonl"; then pass "a missing file stops with a message"
+else fail "a missing file: $out"; fi
+{ head -3 "$A"; echo '{"step": 4, "loss": 1.0'; } > "$d/bad.jsonl"
+out=$($PY scripts/loss_align.py "$d/bad.jsonl" "$A" 2>&1)
+if [ $? -eq 1 ] && echo "$out" | grep -q "bad.jsonl line 4 is not JSON"; then pass "a malformed line stops with a message naming it"
+else fail "a malformed line: $out"; fi
+[ $status -eq 0 ] && rm -rf "$d"
+exit $status
