@@ -57,7 +57,7 @@
 // The memory estimate train_gpt prints before it allocates (estimate_memory) is what gpt_build then allocates,
 // byte for byte, under the model's recompute mode: both read the buffer table.
 static void check_estimate(const GPT& g, const std::string& tag) {
-    const MemoryEstimate e = estimate_memory(g.cfg, g.table, g.B, g.T, g.recompute, g.bf16_moments);
+    const MemoryEstimate e = estimate_memory(g.cfg, g.B, g.T, g.recompute, g.bf16_moments, g.L);
     check(e.allocations() == g.allocated, tag + " --recompute " + recompute_name(g.recompute) +
           ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.allocated);
 }
