@@ -660,7 +660,7 @@ static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const La
 }
 
 // Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
-static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, double available) {
+static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, const Layout& L, double available) {
     if (e.total() <= available) return;
     const double G = 1024.0 * 1024.0 * 1024.0;
     const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
@@ -668,6 +668,9 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
     hint += " lower -b or -t (activations and scratch scale with B*T);";
     if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
+    if (L.zero < 3)
+        hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the weights) "
+                "divide the sharded state by --dp;";
     if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
     die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
         available / G, hint.c_str());
@@ -1391,6 +1394,15 @@ static double device_used_bytes() {
 }
 
 #ifndef TESTING
+// The layouts of train_gpt_cpu this trainer does not run yet: "" or the message naming the flag.
+static std::string not_yet_parallel(const TrainConfig& tc) {
+    const char* what = tc.tp != 1 ? "--tp" : tc.sp ? "--sp" : tc.pp != 1 ? "--pp" : tc.vpp != 1 ? "--vpp" : nullptr;
+    if (!what) return "";
+    const int value = tc.tp != 1 ? tc.tp : tc.sp ? 1 : tc.pp != 1 ? tc.pp : tc.vpp;
+    return layout_fmt("%s %d: train_gpt trains on one GPU or data parallel (--dp, --zero); tensor, sequence and "
+                      "pipeline parallelism come next (train_gpt_cpu runs them now)", what, value);
+}
+
 // A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
 static void layout_error(const Comm& world, const std::string& msg) {
     if (world.rank == 0) fprintf(stderr, "error: %s\n", msg.c_str());
@@ -1421,10 +1433,12 @@ int main(int argc, char** argv) {
                tc.export_init.c_str());
         return 0;
     }
-    if (tc.tp != 1) die("--tp %d: tensor parallelism is not in train_gpt yet (train_gpt_cpu runs it); use --dp and --zero", tc.tp);
-    if (tc.sp) die("--sp 1: sequence parallelism is not in train_gpt yet (train_gpt_cpu runs it); use --dp and --zero");
-    if (tc.pp != 1) die("--pp %d: pipeline parallelism is not in train_gpt yet (train_gpt_cpu runs it); use --dp and --zero", tc.pp);
-    if (tc.vpp != 1) die("--vpp %d: pipeline parallelism is not in train_gpt yet (train_gpt_cpu runs it)", tc.vpp);
+    // before any device work: every rank stops, rank 0 says why
+    const std::string not_yet = not_yet_parallel(tc);
+    if (!not_yet.empty()) {
+        if (launch_info().rank == 0) die("%s", not_yet.c_str());
+        exit(1);
+    }
     const int B = tc.B, T = tc.T;
     check_shapes(mc, B, T);
     if (opt.estimate_gib > 0) {  // per rank of --dp ranks (default 1)
@@ -1436,7 +1450,7 @@ int main(int argc, char** argv) {
         const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L);
         const double avail = opt.estimate_gib * 1024.0 * 1024.0 * 1024.0;
         print_memory_estimate(est, opt.recompute, L, avail);
-        require_memory(est, opt.recompute, opt.bf16_moments, avail);
+        require_memory(est, opt.recompute, opt.bf16_moments, L, avail);
         printf("fits\n");
         return 0;
     }
@@ -1474,7 +1488,7 @@ int main(int argc, char** argv) {
                total_b / 1073741824.0, free_b / 1073741824.0);
         print_memory_estimate(est, opt.recompute, layout, (double)total_b);
     }
-    require_memory(est, opt.recompute, opt.bf16_moments, (double)free_b);
+    require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
 
     // data: a .txt file without -j is split 90/10 into train and validation
     DataLoader train, val;
