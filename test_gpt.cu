@@ -437,10 +437,10 @@ static void test_reference(const char* path) {
         gpt_get_weights(&z, &zero_final[zero - 1], nullptr, nullptr);
         gpt_free(&z);
     }
-    check(zero_losses[1] == zero_losses[0] && zero_losses[2] == zero_losses[0] && same_bits(zero_final[0], zero_final[1]) &&
-          same_bits(zero_final[0], zero_final[2]), tag + " ZeRO 1, 2 and 3 on one GPU are bitwise identical",
-          "losses %s, weights %s", zero_losses[1] == zero_losses[0] && zero_losses[2] == zero_losses[0] ? "same" : "differ",
-          same_bits(zero_final[0], zero_final[1]) && same_bits(zero_final[0], zero_final[2]) ? "same" : "differ");
+    const bool same_zero_losses = zero_losses[1] == zero_losses[0] && zero_losses[2] == zero_losses[0];
+    const bool same_zero_weights = same_bits(zero_final[0], zero_final[1]) && same_bits(zero_final[0], zero_final[2]);
+    check(same_zero_losses && same_zero_weights, tag + " ZeRO 1, 2 and 3 on one GPU are bitwise identical",
+          "losses %s, weights %s", same_zero_losses ? "same" : "differ", same_zero_weights ? "same" : "differ");
 }
 
 int main(int argc, char** argv) {

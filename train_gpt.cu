@@ -1,8 +1,8 @@
-// train_gpt.cu: the CUDA trainer, on one GPU or data parallel over several (--dp, --zero). The same model as train_gpt_cpu.cpp (every switch of the
-// model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or SwiGLU, biases on/off, tied or
-// untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data and logs; bf16 weights
-// and activations with fp32 accumulation, fp32 master weights and AdamW moments. make PRECISION=FP32 builds
-// the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
+// train_gpt.cu: the CUDA trainer, on one GPU or data parallel over several (--dp, --zero). The same model as
+// train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
+// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
+// and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
+// PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
 // llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
@@ -669,8 +669,8 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     hint += " lower -b or -t (activations and scratch scale with B*T);";
     if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
     if (L.zero < 3)
-        hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the weights) "
-                "divide the sharded state by --dp;";
+        hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the "
+                "weights) divide the sharded state by --dp;";
     if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
     die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
         available / G, hint.c_str());
@@ -1030,8 +1030,8 @@ static void grads_bucket_done(GPT* g, int b) {
     const int h = g->head();
     if (h >= bk.first_spec && h < bk.end_spec) {
         const size_t hn = (size_t)g->cfg.padded_vocab * g->cfg.n_embd;
-        add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(dst + (g->table.specs[h].offset - bk.range.lo),
-                                                                           g->head_grad, hn);
+        float* head_dst = dst + (g->table.specs[h].offset - bk.range.lo);
+        add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(head_dst, g->head_grad, hn);
         cudaCheck(cudaGetLastError());
     }
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));

@@ -89,8 +89,8 @@ __device__ __forceinline__ int adamw_find_tensor(const AdamWTensor<Moment, Grad>
 }
 
 template <typename Moment, typename Grad>
-__global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(const AdamWTensor<Moment, Grad>* __restrict__ tensors, int count,
-                                                              AdamWHyper h, float step, float rsbc2,
+__global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(const AdamWTensor<Moment, Grad>* __restrict__ tensors,
+                                                              int count, AdamWHyper h, float step, float rsbc2,
                                                               const float* __restrict__ grad_scale) {
     const AdamWTensor<Moment, Grad> t = tensors[adamw_find_tensor(tensors, count, blockIdx.x)];
     const size_t i = (blockIdx.x - t.first_block) * (size_t)ADAMW_BLOCK_ELEMS + 8 * threadIdx.x;
@@ -159,7 +159,7 @@ static void adamw_update(const AdamWTable<Moment, Grad>& table, const AdamWHyper
                          cudaStream_t stream) {
     float step, rsbc2;
     adamw_step_constants(h, t, &step, &rsbc2);
-    adamw_kernel<Moment, Grad><<<(unsigned)table.blocks, ADAMW_THREADS, 0, stream>>>(table.d_tensors, table.count, h, step,
-                                                                                rsbc2, grad_scale);
+    adamw_kernel<Moment, Grad><<<(unsigned)table.blocks, ADAMW_THREADS, 0, stream>>>(table.d_tensors, table.count, h,
+                                                                                      step, rsbc2, grad_scale);
     cudaCheck(cudaGetLastError());
 }
