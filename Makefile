@@ -201,10 +201,11 @@ fuzz_tokenizer_run: fuzz_tokenizer
 # ---- CUDA trainer and GPU tests ------------------------------------------------------------------
 # One rule for the four nvcc programs: $(1) (train_gpt or test_gpt) is built from $(1).cu as $(1) (bf16,
 # or PRECISION's) and as $(1)_fp32; $(2) lists the source's other files.
-# They need no OpenMP; with it (unless NO_OMP=1) llmc/init.h spreads the seeded initialisation over the
-# host's threads (the same weights as on one thread, which takes minutes for a 7B model).
+# NCCL, when found, is linked (data parallel; without it they train on one GPU). They need no OpenMP; with
+# it (unless NO_OMP=1) llmc/init.h spreads the seeded initialisation over the host's threads (the same
+# weights as on one thread, which takes minutes for a 7B model).
 TRAIN_GPT_FLAGS := $(if $(NO_OMP),,-Xcompiler -fopenmp)
-TRAIN_GPT_LIBS := $(NVCC_LDLIBS) $(if $(NO_OMP),,-lgomp)
+TRAIN_GPT_LIBS := $(NVCC_LDLIBS) $(NCCL_LDLIBS) $(if $(NO_OMP),,-lgomp)
 train_gpt_fp32 test_gpt_fp32: TRAIN_GPT_FLAGS := -DENABLE_FP32 $(TRAIN_GPT_FLAGS)
 
 define NVCC_PROGRAM

@@ -8,7 +8,10 @@
 //     gradient accumulation against the sum of the micro-batches' gradients (test_accumulation); the
 //     optimizer alone, two AdamW steps per element against PyTorch's in float64 (test_optimizer); the
 //     reference's AdamW steps (losses, gradient norms, learning rates, the weight update per tensor);
-//     bitwise determinism of two runs; bit-exact resume from a checkpoint written half-way.
+//     bitwise determinism of two runs; bit-exact resume from a checkpoint written half-way; ZeRO 1, 2 and 3 on one
+//     GPU (the data-parallel code at dp 1: fp32 bucket gradients, the norm over ranges, the sharded AdamW table,
+//     ZeRO 2's staging and ZeRO 3's gather buffers on the group's stream): the reference's losses, each stage's
+//     memory estimate equal to its allocation, and the three stages bitwise identical to each other.
 // Each check prints "[PASS] name" or "[FAIL] name: detail"; the exit status is 1 on any failure.
 //
 // Tolerances, derived from bf16 (8 significant bits, unit roundoff u = 2^-8: a rounding to nearest moves a
@@ -54,10 +57,12 @@
 #include "tests/check.h"
 #include "tests/ref_state.h"
 
+static Comm g_one_rank;  // a dp group of one rank, for the ZeRO stages on one GPU (main makes it)
+
 // The memory estimate train_gpt prints before it allocates (estimate_memory) is what gpt_build then allocates,
 // byte for byte, under the model's recompute mode: both read the buffer table.
 static void check_estimate(const GPT& g, const std::string& tag) {
-    const MemoryEstimate e = estimate_memory(g.cfg, g.table, g.B, g.T, g.recompute, g.bf16_moments);
+    const MemoryEstimate e = estimate_memory(g.cfg, g.B, g.T, g.recompute, g.bf16_moments, g.L);
     check(e.allocations() == g.allocated, tag + " --recompute " + recompute_name(g.recompute) +
           ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.allocated);
 }
@@ -408,12 +413,45 @@ static void test_reference(const char* path) {
           "losses %s, weights %s, moments %s", same_losses ? "same" : "differ", same_bits(pa, pb) ? "same" : "differ",
           same_bits(ma, mb) && same_bits(va, vb) ? "same" : "differ");
     gpt_free(&r);
+
+    // ZeRO 1, 2 and 3 with dp 1, the first steps: at dp 1 every stage updates the same elements in the same order
+    // (the shard is the whole padded table), so the runs agree bit for bit; the data-parallel path reduces the
+    // buckets in fp32 and adds the head gradient there (one GPU folds it into floatX), so against the reference
+    // it has the training tolerance.
+    const int Z = std::min(S, 2);
+    std::vector<float> zero_final[3];
+    std::vector<double> zero_losses[3];
+    for (int zero = 1; zero <= 3; zero++) {
+        Layout L = layout_single(c);
+        L.zero = zero;
+        GPT z;
+        gpt_build(&z, c, B, T, RECOMPUTE_NONE, false, (float)tc.weight_decay, &L, &g_one_rank);
+        const std::string name = tag + " ZeRO " + std::to_string(zero) + " on one GPU";
+        check_estimate(z, name);
+        gpt_set_weights(&z, init.data(), nullptr, nullptr);
+        std::vector<double> zn;
+        run_steps(&z, ref, 0, Z, &zero_losses[zero - 1], &zn, nullptr);
+        double worst = 0;
+        for (int s = 0; s < Z; s++) worst = max_err(worst, scalar_rel_err(zero_losses[zero - 1][s], ref_losses[s]));
+        check(worst < tol_train, name + ": training losses", "worst rel err %.3g >= %.3g", worst, tol_train);
+        gpt_get_weights(&z, &zero_final[zero - 1], nullptr, nullptr);
+        gpt_free(&z);
+    }
+    const bool same_zero_losses = zero_losses[1] == zero_losses[0] && zero_losses[2] == zero_losses[0];
+    const bool same_zero_weights = same_bits(zero_final[0], zero_final[1]) && same_bits(zero_final[0], zero_final[2]);
+    check(same_zero_losses && same_zero_weights, tag + " ZeRO 1, 2 and 3 on one GPU are bitwise identical",
+          "losses %s, weights %s", same_zero_losses ? "same" : "differ", same_zero_weights ? "same" : "differ");
 }
 
 int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "ref") {
         cuda_require_device();
+        int one_argc = 1;
+        char* one_argv[] = {argv[0], nullptr};
+        char** one_argv_p = one_argv;
+        g_one_rank = comm_init(&one_argc, &one_argv_p);
         for (int i = 2; i < argc; i++) test_reference(argv[i]);
+        comm_finalize();
     } else {
         fprintf(stderr, "usage: %s ref FILE...   (reference states of train_gpt.py --ref; see tests/t_gpu.sh)\n", argv[0]);
         return 2;

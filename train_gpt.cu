@@ -1,8 +1,8 @@
-// train_gpt.cu: the CUDA trainer on one GPU. The same model as train_gpt_cpu.cpp (every switch of the
-// model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or SwiGLU, biases on/off, tied or
-// untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data and logs; bf16 weights
-// and activations with fp32 accumulation, fp32 master weights and AdamW moments. make PRECISION=FP32 builds
-// the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
+// train_gpt.cu: the CUDA trainer, on one GPU or data parallel over several (--dp, --zero). The same model as
+// train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
+// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
+// and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
+// PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
 // llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
@@ -33,8 +33,50 @@
 // recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
 // input x[l] and recomputes the whole layer just before its backward.
 //
+// Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/layout.h checks the layout, llmc/zero.h plans
+// the buckets): world = dp ranks, one GPU each, started by mpirun, srun or scripts/launch.sh (comm_init,
+// llmc/launch.h); tensor, sequence and pipeline parallelism are not in this trainer yet. Every NCCL call goes
+// through llmc/comm_nccl.cuh, on the dp group's own stream (dp.stream), ordered against the compute stream by
+// events. One rank is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+//   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
+//   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
+//   ranks is the one-process mean.
+//   Buckets: the parameter table is padded into buckets (the embeddings, one per layer, the final norm and
+//   head), each a multiple of dp*8 elements, so dp rank r owns an equal, 16-byte aligned piece of every bucket;
+//   its shard is its pieces in bucket order, P/dp elements (llmc/zero.h).
+//   Gradients: no communication until the last micro-batch of a step. Every micro-batch accumulates into the
+//   floatX grads [P] as one GPU does. In the last micro-batch's backward, as each bucket's gradient is complete
+//   (the final norm and head first, the layers in reverse order, the embeddings last), a small kernel casts it
+//   to fp32 (adding the fp32 LM-head gradient head_grad where the head lives), an event is recorded on the
+//   compute stream, and dp.stream waits for it and reduces the bucket: all-reduce (ZeRO 0) or reduce-scatter
+//   (ZeRO >= 1), overlapping the rest of the backward. The optimizer waits for dp.stream. Why fp32: each rank's
+//   floatX gradient already carries the rounding of one GPU's per-micro-batch accumulation; converting each
+//   bucket to fp32 before the reduction keeps the sum over the dp ranks exact to fp32 (a bf16 reduction would
+//   round again at every hop of NCCL's ring), and it is Megatron's default (fp32 main grads reduced). A bf16
+//   reduction is a later option.
+//   ZeRO 0  grad32 [P] fp32, all-reduced; master, m, v [P]; AdamW over everything on every rank.
+//   ZeRO 1  master, m, v [shard]; grad32 [P] fp32 reduce-scattered in place (only this rank's pieces end up
+//           summed); AdamW updates this rank's pieces and writes floatX(master) into its pieces of params,
+//           then dp.stream all-gathers params bucket by bucket.
+//   ZeRO 2  also the reduced gradients exist only as grad_shard [shard] fp32: each bucket is cast into one of
+//           two fp32 staging buffers [max bucket] (alternating, so the next bucket's cast overlaps this one's
+//           reduction) and reduce-scattered from there into the shard. During accumulation the floatX grads [P]
+//           still hold this rank's own, unreduced gradient of the step so far (the reduction is once per step).
+//   ZeRO 3  also the floatX weights: params [shard]. A bucket's weights are all-gathered into a gather buffer
+//           on dp.stream one layer ahead of their use (prefetch, in forward and in backward order) and the
+//           buffer is reused once the layer is done with it. Four gather buffers live at once: two for the
+//           layers (layer l in buffer l % 2), one for the embeddings (the tied head reads it too) and one for
+//           the final norm and head; a buffer that still holds the bucket asked for is not gathered again.
+//   The global gradient norm counts every element once across the shards (layout_norm_ranges), in fp64 on the
+//   device, summed over dp (comm_all_reduce_sum of one double); the clip coefficient is train_gpt_cpu.cpp's.
+//   Checkpoints and exports gather the shards (all-gather per bucket) so that rank 0 writes whole tensors in the
+//   usual layout-independent files; any dp and ZeRO stage resumes them (each rank takes its pieces).
+//   The memory estimate is per rank: the buffer table gains the rows of the fp32 gradient buffer, the gradient
+//   shard and the gather buffers, and master, moments (ZeRO >= 1) and params (ZeRO 3) shrink to the shard.
+//
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
-// F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary.
+// F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
+// (padded) elements, shard = P / dp.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -49,12 +91,14 @@
 #include "llmc/dataloader.h"
 #include "llmc/flops.h"
 #include "llmc/init.h"
+#include "llmc/layout.h"
 #include "llmc/logger.h"
 #include "llmc/lr_schedule.h"
 #include "llmc/params.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
 #include "llmc/weights_io.h"
+#include "llmc/zero.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/norm.cuh"
@@ -70,6 +114,41 @@
 #include "llmc/embedding.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/global_norm.cuh"
+#ifdef USE_NCCL
+#include "llmc/comm_nccl.cuh"
+#else
+// ----------------------------------------------------------------------------------------------
+// Built without NCCL (the Makefile found no nccl.h): one rank only. The Comm names this trainer calls, for a group
+// of one rank, as llmc/comm_nccl.cuh has them for one rank: nothing to reduce, a copy on the group's stream.
+#include "llmc/launch.h"
+struct Comm {
+    int size = 1, rank = 0;
+    cudaStream_t stream = nullptr;
+};
+static Comm comm_init(int*, char***) {
+    const LaunchInfo li = launch_info();
+    if (li.world > 1)
+        die("%d ranks were started (%s), but this train_gpt was built without NCCL: rebuild it where nccl.h is found "
+            "(make train_gpt NCCL_HOME=<dir with include/nccl.h and lib/>), or start one rank", li.world, li.source);
+    cuda_require_device();
+    cudaCheck(cudaSetDevice(0));
+    Comm c;
+    cudaCheck(cudaStreamCreate(&c.stream));
+    return c;
+}
+static void comm_finalize() {}
+static Comm comm_group(const Comm& parent, const std::vector<int>&) { return parent; }
+template <typename T> static void comm_all_reduce_sum(const Comm&, T*, size_t) {}
+template <typename T> static void comm_reduce_scatter(const Comm& c, const T* send, T* recv, size_t n) {
+    if (recv != send && n) cudaCheck(cudaMemcpyAsync(recv, send, n * sizeof(T), cudaMemcpyDeviceToDevice, c.stream));
+}
+template <typename T> static void comm_all_gather(const Comm& c, const T* send, T* recv, size_t n) {
+    if (recv != send && n) cudaCheck(cudaMemcpyAsync(recv, send, n * sizeof(T), cudaMemcpyDeviceToDevice, c.stream));
+}
+static void comm_host_sum(const Comm&, double*, size_t) {}
+static void comm_host_max(const Comm&, double*, size_t) {}
+static void comm_barrier(const Comm& c) { cudaCheck(cudaStreamSynchronize(c.stream)); }
+#endif
 
 
 // ----------------------------------------------------------------------------------------------
@@ -160,6 +239,51 @@ __global__ void add_f32_into_floatX_kernel(floatX* dst, const float* src, size_t
     if (i < n) dst[i] = to_floatX(to_float(dst[i]) + src[i]);
 }
 
+// dst[i] = float(src[i]): a bucket's floatX gradients into the fp32 reduction buffer
+__global__ void f32_from_floatX_kernel(float* dst, const floatX* src, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_float(src[i]);
+}
+
+// dst[i] += src[i] (fp32): the LM head's fp32 gradient joins its bucket's fp32 gradients
+__global__ void add_f32_kernel(float* dst, const float* src, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+// partial[block] = sum of g[i]^2 over the ranges [ranges[2r], ranges[2r+1]) in fp64, in a fixed order: thread j
+// of the grid (G threads) sums elements lo + j, lo + j + G, ... of each range in turn, then the block sums its
+// threads in a fixed tree. Launch GLOBAL_NORM_BLOCKS blocks of GLOBAL_NORM_THREADS.
+__global__ void norm_ranges_partial_kernel(double* partial, const float* g, const size_t* ranges, int n_ranges) {
+    __shared__ double part[GLOBAL_NORM_THREADS];
+    const size_t G = (size_t)gridDim.x * blockDim.x, j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    double s = 0;
+    for (int r = 0; r < n_ranges; r++)
+        for (size_t i = ranges[2 * r] + j; i < ranges[2 * r + 1]; i += G) s += (double)g[i] * g[i];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+}
+
+// sum[0] = partial[0] + ... + partial[n-1], in order (one thread)
+__global__ void sum_partials_kernel(double* sum, const double* partial, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++) s += partial[i];
+    sum[0] = s;
+}
+
+// out[0] = sqrt(sumsq[0]), out[1] = the clipping coefficient min(1, clip / (norm + 1e-6)) (1 when clip <= 0), in
+// fp64 as train_gpt_cpu.cpp's clip_coef, then stored as fp32 (AdamW reads out + 1 as its grad scale). One thread.
+__global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double clip) {
+    const double norm = sqrt(sumsq[0]);
+    out[0] = (float)norm;
+    out[1] = clip > 0 ? (float)fmin(1.0, clip / (norm + 1e-6)) : 1.0f;
+}
+
 // loss_sum[0] += weight * (sum of losses[0..N)) / n_valid, in fp64 and a fixed order (one block: thread t sums
 // rows t, t + 256, ..., then a tree over the threads), so the loss of a step needs no host round trip per
 // micro-batch. Launch with 256 threads.
@@ -227,20 +351,25 @@ struct StepReadback {
     float norm;    // pre-clip global gradient norm
 };
 
+// ZeRO-3's gather buffers: two for the layers (layer l in GATHER_LAYER0 + l % 2), the embeddings, the final norm
+// and head
+enum { GATHER_LAYER0 = 0, GATHER_EMB = 2, GATHER_HEAD = 3, GATHER_SLOTS = 4 };
+
 struct GPT {
     ModelConfig cfg;
-    ParamTable table;
+    ParamTable table;           // this rank's tensors, offsets padded into the buckets of llmc/zero.h (for one rank
+                                // the plain table: every tensor is a multiple of 8 elements, so no padding)
     int B = 0, T = 0;
     Recompute recompute = RECOMPUTE_NONE;
     bool bf16_moments = false;
     cudaStream_t stream = nullptr;
     MatmulContext mm;
     // one allocation per kind
-    floatX* params = nullptr;   // [P]
-    floatX* grads = nullptr;    // [P]
-    float* master = nullptr;    // [P]
-    void* m = nullptr;          // [P] fp32 or bf16
-    void* v = nullptr;          // [P]
+    floatX* params = nullptr;   // [P]; ZeRO 3: [shard] (a layer's weights are read from its gather buffer)
+    floatX* grads = nullptr;    // [P] this rank's own gradients of the step
+    float* master = nullptr;    // [P]; ZeRO >= 1: [shard]
+    void* m = nullptr;          // [P] fp32 or bf16; ZeRO >= 1: [shard]
+    void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
     float* head_grad = nullptr; // [Vp,C]
     char* buffer_memory = nullptr;  // every row of buffer_table below but the counted ones
     std::vector<LayerActs> layers;
@@ -253,6 +382,30 @@ struct GPT {
     EmbeddingPlan plan;
     AdamWTable<float> adam_f32;
     AdamWTable<__nv_bfloat16> adam_bf16;
+    // data parallel and ZeRO (the header comment; counts of the buffer-table rows are set by gpt_plan)
+    Layout L;                   // dp ranks and the ZeRO stage (tp = pp = 1)
+    Comm dp;                    // the dp group: its size, rank and stream
+    bool parallel = false;      // dp > 1 or ZeRO: fp32 bucket reduction, sharded optimizer state
+    std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
+    std::vector<int> bucket_of;        // spec -> bucket
+    size_t shard = 0;                  // P / dp
+    size_t max_bucket = 0;             // elements of the largest bucket
+    size_t n_grad32 = 0, n_grad_shard = 0, n_gather = 0, n_norm64 = 0;  // buffer-table counts (0: no row)
+    std::vector<size_t> norm_ranges_host;  // [n,2] the gradient ranges this rank counts (layout_norm_ranges)
+    size_t gather_off[GATHER_SLOTS] = {};  // each gather buffer's offset in `gather`
+    float* grad32 = nullptr;    // fp32 gradients: ZeRO 0/1 [P] reduced in place; ZeRO 2/3 [2, max_bucket] staging
+    float* grad_shard = nullptr;  // ZeRO 2/3: [shard] the reduced gradients of this rank's pieces
+    floatX* gather = nullptr;   // ZeRO 3: the gather buffers [2 * max layer bucket + embeddings + head]
+    double* norm64 = nullptr;   // [GLOBAL_NORM_BLOCKS + 1] fp64 partial sums of squares, then their sum
+    size_t* norm_ranges = nullptr;     // [n,2] device copy of norm_ranges_host
+    AdamWTable<float, float> adam_f32_g32;             // AdamW on fp32 reduced gradients, over this rank's ranges
+    AdamWTable<__nv_bfloat16, float> adam_bf16_g32;
+    cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before dp.stream reads what it wrote
+    cudaEvent_t ev_comm = nullptr;     // recorded on dp.stream before the compute stream reads what it wrote
+    cudaEvent_t ev_stage_free[2] = {}; // ZeRO 2/3: staging buffer s may be overwritten (its reduce-scatter is done)
+    cudaEvent_t ev_gathered[GATHER_SLOTS] = {}, ev_slot_done[GATHER_SLOTS] = {};  // ZeRO 3: buffer filled / read
+    int gather_holds[GATHER_SLOTS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none
+    int stage_next = 0;                // ZeRO 2/3: the staging buffer the next bucket is cast into
     double allocated = 0;       // bytes asked of cudaMalloc
     // Pinned host staging (cudaMallocHost): everything a micro-batch needs from the host, one slot per
     // micro-batch of the step, so that its uploads are asynchronous and no slot is rewritten while a copy
@@ -264,7 +417,15 @@ struct GPT {
     int n_valid = 0;            // targets >= 0 in the micro-batch of the last forward
     double loss = 0;            // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
 
-    floatX* P(int k) const { return k < 0 ? nullptr : params + table.specs[k].offset; }
+    floatX* P(int k) const {
+        if (k < 0) return nullptr;
+        if (L.zero < 3) return params + table.specs[k].offset;
+        const Bucket& b = buckets[bucket_of[k]];
+        return gather + gather_off[gather_slot(b)] + (table.specs[k].offset - b.range.lo);
+    }
+    int gather_slot(const Bucket& b) const {
+        return b.layer >= 0 ? GATHER_LAYER0 + b.layer % 2 : b.range.lo == 0 ? GATHER_EMB : GATHER_HEAD;
+    }
     floatX* G(int k) const { return k < 0 ? nullptr : grads + table.specs[k].offset; }
     int head() const { return cfg.tied ? table.wte : table.lm_head; }
 };
@@ -295,6 +456,7 @@ struct Buffer {
     size_t count, elem_bytes;           // one copy: count elements of sizeof(T) bytes
     bool activation;                    // a LayerActs member
     bool kept[3];                       // an activation under --recompute none, selective, full: KEEP or RECOMPUTED
+    bool dp;                            // a buffer of data parallel / ZeRO (count 0 on one rank)
 };
 
 template <typename T>
@@ -302,23 +464,29 @@ static void set_address(void* ptr, char* at) { *(T**)ptr = (T*)at; }
 
 template <typename T>
 static Buffer activation(T** ptr, size_t count, bool none, bool selective, bool full) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}, false};
 }
 
 template <typename T>
 static Buffer scratch(T** ptr, size_t count) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false};
+}
+
+template <typename T>
+static Buffer dp_buffer(T** ptr, size_t count) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, true};
 }
 
 static Buffer counted(size_t count, size_t elem_bytes) {
-    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}};
+    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}, false};
 }
 
 // Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r.
 static size_t buffer_bytes(const Buffer& b) { return align256(b.count * b.elem_bytes); }
 static size_t buffer_copies(const Buffer& b, Recompute r, int L) { return b.activation && b.kept[r] ? (size_t)L : 1; }
 
-// The rows, pointing into g (and g->layers[0]) for micro-batches of B x T.
+// The rows, pointing into g (and g->layers[0]) for micro-batches of B x T; the data-parallel rows' counts come from
+// gpt_plan (g->n_grad32 ...).
 static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
     const size_t N = (size_t)B * T, C = c.n_embd, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn,
                  F1 = cfg_fc1_dim(c), BHT = (size_t)B * c.n_head * T;
@@ -357,7 +525,55 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
         counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
+        dp_buffer(&g->grad32,      g->n_grad32),               // fp32 gradients: [P] (ZeRO 0/1), [2,max bucket] (2/3)
+        dp_buffer(&g->grad_shard,  g->n_grad_shard),           // [shard] fp32 reduced gradients (ZeRO 2/3)
+        dp_buffer(&g->gather,      g->n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
+        dp_buffer(&g->norm64,      g->n_norm64),               // [GLOBAL_NORM_BLOCKS + 1] fp64 norm partials, sum
+        dp_buffer(&g->norm_ranges, g->norm_ranges_host.size()),// [n,2] the ranges the norm counts
     };
+}
+
+// ----------------------------------------------------------------------------------------------
+// The data-parallel plan: this rank's table padded into buckets, its shard, the sizes of the dp rows of the buffer
+// table. No allocation (the memory estimate plans a GPT it never builds). L: a layout from layout_make, or
+// layout_single for one GPU.
+
+static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L) {
+    g->cfg = c;
+    g->L = L;
+    const int dp = L.topo.dp;
+    g->table = gpt_local_table(c, build_param_table(c), L, 0, 0).t;  // tp = pp = 1: every tensor, padded for dp
+    g->parallel = dp > 1 || L.zero > 0;
+    g->buckets = zero_buckets(g->table, dp);
+    g->bucket_of.assign(g->table.specs.size(), -1);
+    size_t max_layer = 0;
+    g->max_bucket = 0;
+    for (int b = 0; b < (int)g->buckets.size(); b++) {
+        const Bucket& bk = g->buckets[b];
+        for (int k = bk.first_spec; k < bk.end_spec; k++) g->bucket_of[k] = b;
+        g->max_bucket = std::max(g->max_bucket, bk.range.size());
+        if (bk.layer >= 0) max_layer = std::max(max_layer, bk.range.size());
+    }
+    g->shard = zero_shard_size(g->table, dp);
+    const size_t P = g->table.total;
+    g->n_grad32 = !g->parallel ? 0 : L.zero <= 1 ? P : 2 * g->max_bucket;
+    g->n_grad_shard = g->parallel && L.zero >= 2 ? g->shard : 0;
+    g->n_norm64 = g->parallel ? GLOBAL_NORM_BLOCKS + 1 : 0;
+    g->norm_ranges_host.clear();
+    if (g->parallel)
+        for (const Range& r : layout_norm_ranges(g->table, g->buckets, L, L.zero >= 2)) {
+            g->norm_ranges_host.push_back(r.lo);
+            g->norm_ranges_host.push_back(r.hi);
+        }
+    // ZeRO 3: two layer buffers of the largest layer bucket, then the embedding bucket, then the final norm and head
+    g->n_gather = 0;
+    if (L.zero >= 3) {
+        g->gather_off[GATHER_LAYER0] = 0;
+        g->gather_off[GATHER_LAYER0 + 1] = max_layer;
+        g->gather_off[GATHER_EMB] = 2 * max_layer;
+        g->gather_off[GATHER_HEAD] = 2 * max_layer + g->buckets.front().range.size();
+        g->n_gather = g->gather_off[GATHER_HEAD] + g->buckets.back().range.size();
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -376,10 +592,14 @@ static const double MEMORY_RESERVE_BYTES = 1.5 * 1073741824.0;
 // Everything the run allocates on the device, by kind (bytes), and the reserve above. gpt_build allocates
 // the same sizes (the parameter count, the buffer table), so allocations() is what cudaMalloc is asked for
 // (test_gpt checks it to the byte under each recompute mode); total() adds the reserve.
+// Per rank: under ZeRO, params (stage 3), master and moments (stage >= 1) are this rank's shard; dp_buffers are the
+// buffer table's data-parallel rows (grad32, grad_shard, gather: their bytes also apart, for the printout).
 struct MemoryEstimate {
     double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace, reserve;
+    double dp_buffers, grad32, grad_shard, gather;
     double allocations() const {
-        return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace;
+        return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace +
+               dp_buffers;
     }
     double total() const { return allocations() + reserve; }
 };
@@ -388,21 +608,27 @@ static size_t max_bias_len(const ModelConfig& c) {
     return (size_t)std::max({c.n_embd, cfg_qkv_dim(c), cfg_fc1_dim(c)});
 }
 
-static MemoryEstimate estimate_memory(const ModelConfig& c, const ParamTable& t, int B, int T, Recompute r,
-                                      bool bf16_moments) {
+// The bytes one rank allocates under layout L (layout_single: one GPU).
+static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments,
+                                      const Layout& L) {
     MemoryEstimate e;
-    const double P = (double)t.total;
-    e.params = P * sizeof(floatX);
+    GPT shape;  // the plan's and the table's sizes only: its addresses point into this GPT and are not used
+    gpt_plan(&shape, c, L);
+    const double P = (double)shape.table.total, shard = (double)shape.shard;
+    e.params = (L.zero >= 3 ? shard : P) * sizeof(floatX);
     e.grads = P * sizeof(floatX);
-    e.master = P * 4;
-    e.moments = P * 2 * (bf16_moments ? 2 : 4);
+    e.master = (L.zero >= 1 ? shard : P) * 4;
+    e.moments = (L.zero >= 1 ? shard : P) * 2 * (bf16_moments ? 2 : 4);
     e.head_grad = (double)c.padded_vocab * c.n_embd * 4;
-    e.acts_layers = e.acts_shared = e.scratch = 0;
-    GPT shape;  // the table's sizes only: its addresses point into this GPT and are not used
+    e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = 0;
+    e.grad32 = (double)align256(shape.n_grad32 * 4);
+    e.grad_shard = (double)align256(shape.n_grad_shard * 4);
+    e.gather = (double)align256(shape.n_gather * sizeof(floatX));
     shape.layers.resize(1);
     for (const Buffer& b : buffer_table(&shape, c, B, T)) {
         const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, c.n_layer));
-        if (!b.activation) e.scratch += bytes;
+        if (b.dp) e.dp_buffers += bytes;
+        else if (!b.activation) e.scratch += bytes;
         else if (b.kept[r]) e.acts_layers += bytes;
         else e.acts_shared += bytes;
     }
@@ -412,22 +638,29 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, const ParamTable& t,
     return e;
 }
 
-static void print_memory_estimate(const MemoryEstimate& e, Recompute r, double device_bytes) {
+static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const Layout& L, double device_bytes) {
     const double G = 1024.0 * 1024.0 * 1024.0;
+    if (L.topo.dp > 1 || L.zero > 0) printf("memory estimate per rank: dp %d, ZeRO %d\n", L.topo.dp, L.zero);
     printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
            e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
     printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
            "cuBLASLt %.2f\n", e.acts_layers / G, recompute_name(r), e.acts_shared / G, e.scratch / G, e.workspace / G);
+    if (e.dp_buffers > 0)
+        printf("                       data parallel %.2f: fp32 gradients %.2f | fp32 gradient shard %.2f | "
+               "ZeRO-3 gather buffers %.2f\n", e.dp_buffers / G, e.grad32 / G, e.grad_shard / G, e.gather / G);
     printf("                       reserve %.2f (CUDA context, cuBLASLt kernels, allocator rounding)\n", e.reserve / G);
     printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
     printf("memory estimate (bytes): params %.0f grads %.0f master %.0f moments %.0f head_grad %.0f acts_layers %.0f "
            "acts_shared %.0f scratch %.0f workspace %.0f reserve %.0f total %.0f\n", e.params, e.grads, e.master,
            e.moments, e.head_grad, e.acts_layers, e.acts_shared, e.scratch, e.workspace, e.reserve, e.total());
+    if (e.dp_buffers > 0)
+        printf("memory estimate (bytes, data parallel): dp_buffers %.0f grad32 %.0f grad_shard %.0f gather %.0f\n",
+               e.dp_buffers, e.grad32, e.grad_shard, e.gather);
     fflush(stdout);  // the breakdown before any error that refers to it
 }
 
 // Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
-static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, double available) {
+static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, const Layout& L, double available) {
     if (e.total() <= available) return;
     const double G = 1024.0 * 1024.0 * 1024.0;
     const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
@@ -435,6 +668,9 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
     hint += " lower -b or -t (activations and scratch scale with B*T);";
     if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
+    if (L.zero < 3)
+        hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the "
+                "weights) divide the sharded state by --dp;";
     if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
     die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
         available / G, hint.c_str());
@@ -463,11 +699,44 @@ static AdamWTable<Moment> adamw_table_build(GPT* g, float wd) {
     return adamw_table_upload(ts);
 }
 
-// Allocates everything for micro-batches of B x T. weight_decay goes into the AdamW table.
-static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay) {
+// Data parallel: AdamW on the fp32 reduced gradients, over what this rank updates: every tensor (ZeRO 0) or each
+// tensor's part in this rank's piece of its bucket (ZeRO >= 1; bucket padding is never updated and stays zero).
+// Each buffer is addressed at its own stage: flat [P] or the shard (where the piece of bucket b starts at
+// zero_shard_offset(b)): params flat below ZeRO 3, grads from grad32 (flat) below ZeRO 2, master and moments flat
+// at ZeRO 0. Piece and tensor bounds are multiples of 8 elements, as the update needs.
+template <typename Moment>
+static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
+    std::vector<AdamWTensor<Moment, float>> ts;
+    const int zero = g->L.zero, dp = g->L.topo.dp;
+    for (const Bucket& b : g->buckets) {
+        const Range mine = zero >= 1 ? zero_piece(b, dp, g->L.topo.dp_rank) : b.range;
+        const size_t shift = mine.lo - zero_shard_offset(b, dp);  // flat position - shard position
+        for (int k = b.first_spec; k < b.end_spec; k++) {
+            const ParamSpec& s = g->table.specs[k];
+            const Range r = range_intersect({s.offset, s.offset + s.numel()}, mine);
+            if (r.size() == 0) continue;
+            AdamWTensor<Moment, float> t{};
+            t.param = g->params + r.lo - (zero >= 3 ? shift : 0);
+            t.grad = zero >= 2 ? g->grad_shard + r.lo - shift : g->grad32 + r.lo;
+            t.master = g->master + r.lo - (zero >= 1 ? shift : 0);
+            t.m = (Moment*)g->m + r.lo - (zero >= 1 ? shift : 0);
+            t.v = (Moment*)g->v + r.lo - (zero >= 1 ? shift : 0);
+            t.n = r.size();
+            t.weight_decay = s.is_matrix ? wd : 0.0f;
+            ts.push_back(t);
+        }
+    }
+    return adamw_table_upload(ts);
+}
+
+// Allocates everything for micro-batches of B x T. weight_decay goes into the AdamW table. layout and dp: this
+// rank's layout (llmc/layout.h) and its dp group; null: one GPU.
+static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
+                      const Layout* layout = nullptr, const Comm* dp = nullptr) {
     check_shapes(c, B, T);
-    g->cfg = c;
-    g->table = build_param_table(c);
+    gpt_plan(g, c, layout ? *layout : layout_single(c));
+    if (g->parallel && !dp) die("gpt_build: a data-parallel layout needs its dp group");
+    if (dp) g->dp = *dp;
     for (const ParamSpec& s : g->table.specs)
         if (s.offset % 8 != 0 || s.numel() % 8 != 0)
             die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 elements at a time)",
@@ -479,15 +748,17 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     cudaCheck(cudaStreamCreate(&g->stream));
     matmul_init(&g->mm, (int)max_bias_len(c));
     g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
-    const size_t P = g->table.total, msz = bf16_moments ? 2 : 4;
-    cuda_alloc(g, &g->params, P * sizeof(floatX));
+    const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
+    const size_t n_params = zero >= 3 ? g->shard : P, n_opt = zero >= 1 ? g->shard : P;
+    cuda_alloc(g, &g->params, n_params * sizeof(floatX));
     cuda_alloc(g, &g->grads, P * sizeof(floatX));
-    cuda_alloc(g, &g->master, P * sizeof(float));
-    cuda_alloc(g, (char**)&g->m, P * msz);
-    cuda_alloc(g, (char**)&g->v, P * msz);
+    cuda_alloc(g, &g->master, n_opt * sizeof(float));
+    cuda_alloc(g, (char**)&g->m, n_opt * msz);
+    cuda_alloc(g, (char**)&g->v, n_opt * msz);
     cuda_alloc(g, &g->head_grad, (size_t)c.padded_vocab * c.n_embd * sizeof(float));
-    cudaCheck(cudaMemset(g->m, 0, P * msz));
-    cudaCheck(cudaMemset(g->v, 0, P * msz));
+    cudaCheck(cudaMemset(g->m, 0, n_opt * msz));
+    cudaCheck(cudaMemset(g->v, 0, n_opt * msz));
+    if (g->parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
 
     // activations and scratch: one block for the rows of the buffer table, carved in its order; an activation
     // that every layer keeps gets L consecutive copies, one that is recomputed one copy shared by the layers
@@ -518,8 +789,22 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     embedding_plan_alloc(&g->plan, B * T);
-    if (bf16_moments) g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
-    else g->adam_f32 = adamw_table_build<float>(g, weight_decay);
+    if (g->parallel) {
+        if (bf16_moments) g->adam_bf16_g32 = adamw_table_build_dp<__nv_bfloat16>(g, weight_decay);
+        else g->adam_f32_g32 = adamw_table_build_dp<float>(g, weight_decay);
+        cudaCheck(cudaMemcpy(g->norm_ranges, g->norm_ranges_host.data(), g->norm_ranges_host.size() * sizeof(size_t),
+                             cudaMemcpyHostToDevice));
+        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->ev_stage_free[0], &g->ev_stage_free[1]})
+            cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        for (int i = 0; i < GATHER_SLOTS; i++) {
+            cudaCheck(cudaEventCreateWithFlags(&g->ev_gathered[i], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&g->ev_slot_done[i], cudaEventDisableTiming));
+        }
+    } else if (bf16_moments) {
+        g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
+    } else {
+        g->adam_f32 = adamw_table_build<float>(g, weight_decay);
+    }
     cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
 }
 
@@ -559,47 +844,107 @@ static void gpt_stage(GPT* g, int slot, const int32_t* inputs, const int32_t* ta
     embedding_plan_rows(inputs, (int)N, V, h + 2 * N, &st.plan_unique, &st.plan_max);
 }
 
-// Uploads whole-model fp32 weights [P] (and moments, or zeros when m is null); params = floatX(master).
+// ZeRO 1/2: every rank's pieces of params reach every rank: after the compute stream's writes, dp.stream all-gathers
+// each bucket in place (rank r's piece at its place); the compute stream then waits for dp.stream.
+static void params_allgather(GPT* g) {
+    const int dp = g->L.topo.dp;
+    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    for (const Bucket& b : g->buckets)
+        comm_all_gather(g->dp, g->params + zero_piece(b, dp, g->L.topo.dp_rank).lo, g->params + b.range.lo,
+                        b.range.size() / dp);
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+}
+
+// params = floatX(master) for what this rank holds: everything (ZeRO 0), its pieces of every bucket then
+// all-gathered (ZeRO 1, 2), its shard (ZeRO 3, where the gather buffers no longer hold current weights).
+static void params_from_master(GPT* g) {
+    const int zero = g->L.zero, dp = g->L.topo.dp;
+    if (zero == 0 || zero >= 3) {
+        const size_t n = zero >= 3 ? g->shard : g->table.total;
+        floatX_from_f32_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(g->params, g->master, n);
+        cudaCheck(cudaGetLastError());
+        for (int& h : g->gather_holds) h = -1;
+        return;
+    }
+    for (const Bucket& b : g->buckets) {
+        const Range piece = zero_piece(b, dp, g->L.topo.dp_rank);
+        floatX_from_f32_kernel<<<(unsigned)ceil_div(piece.size(), 256), 256, 0, g->stream>>>(
+            g->params + piece.lo, g->master + zero_shard_offset(b, dp), piece.size());
+        cudaCheck(cudaGetLastError());
+    }
+    params_allgather(g);
+}
+
+// Uploads whole-model fp32 weights [P] (g->table's layout; and moments, or zeros when m is null); params =
+// floatX(master). Under ZeRO >= 1 each rank keeps its pieces (zero_take_shard), so a checkpoint of any layout
+// resumes at any dp and stage. Every rank of the dp group calls it (ZeRO 1/2 all-gather the params).
 static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
-    const size_t P = g->table.total;
-    cudaCheck(cudaMemcpy(g->master, p, P * sizeof(float), cudaMemcpyHostToDevice));
-    floatX_from_f32_kernel<<<(unsigned)ceil_div(P, 256), 256, 0, g->stream>>>(g->params, g->master, P);
-    cudaCheck(cudaGetLastError());
+    const int zero = g->L.zero;
+    const size_t n = zero >= 1 ? g->shard : g->table.total;  // master and moments: this rank's elements
+    std::vector<float> pieces[3];
+    const float* src[3] = {p, m, v};
+    for (int i = 0; i < 3 && zero >= 1; i++) {
+        if (!src[i]) continue;
+        pieces[i].resize(n);
+        zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, src[i], pieces[i].data());
+        src[i] = pieces[i].data();
+    }
+    cudaCheck(cudaMemcpy(g->master, src[0], n * sizeof(float), cudaMemcpyHostToDevice));
+    params_from_master(g);
     const size_t msz = g->bf16_moments ? 2 : 4;
     if (!m) {
-        cudaCheck(cudaMemset(g->m, 0, P * msz));
-        cudaCheck(cudaMemset(g->v, 0, P * msz));
+        cudaCheck(cudaMemset(g->m, 0, n * msz));
+        cudaCheck(cudaMemset(g->v, 0, n * msz));
     } else if (!g->bf16_moments) {
-        cudaCheck(cudaMemcpy(g->m, m, P * 4, cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(g->v, v, P * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(g->m, src[1], n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(g->v, src[2], n * 4, cudaMemcpyHostToDevice));
     } else {
-        std::vector<__nv_bfloat16> h(P);
-        for (size_t i = 0; i < P; i++) h[i] = __float2bfloat16(m[i]);
-        cudaCheck(cudaMemcpy(g->m, h.data(), P * 2, cudaMemcpyHostToDevice));
-        for (size_t i = 0; i < P; i++) h[i] = __float2bfloat16(v[i]);
-        cudaCheck(cudaMemcpy(g->v, h.data(), P * 2, cudaMemcpyHostToDevice));
+        std::vector<__nv_bfloat16> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(src[1][i]);
+        cudaCheck(cudaMemcpy(g->m, h.data(), n * 2, cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(src[2][i]);
+        cudaCheck(cudaMemcpy(g->v, h.data(), n * 2, cudaMemcpyHostToDevice));
     }
     cudaCheck(cudaStreamSynchronize(g->stream));
 }
 
-// Downloads the fp32 master weights and the moments (as fp32) for checkpoints and exports.
-static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
+// out[P] = the whole of a device buffer of T (float or bf16) that this rank holds whole (sharded false) or as its
+// shard: then every bucket is all-gathered over dp into grad32 (idle between steps, at least a bucket of floats)
+// and copied out. Every rank of the dp group calls it.
+template <typename T>
+static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float>* out) {
     const size_t P = g->table.total;
-    cudaCheck(cudaStreamSynchronize(g->stream));
-    p->resize(P);
-    cudaCheck(cudaMemcpy(p->data(), g->master, P * 4, cudaMemcpyDeviceToHost));
-    if (!m) return;
-    m->resize(P);
-    v->resize(P);
-    if (!g->bf16_moments) {
-        cudaCheck(cudaMemcpy(m->data(), g->m, P * 4, cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(v->data(), g->v, P * 4, cudaMemcpyDeviceToHost));
+    const int dp = g->L.topo.dp;
+    std::vector<T> h(P);
+    if (!sharded) {
+        cudaCheck(cudaMemcpy(h.data(), src, P * sizeof(T), cudaMemcpyDeviceToHost));
     } else {
-        std::vector<__nv_bfloat16> h(P);
-        cudaCheck(cudaMemcpy(h.data(), g->m, P * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < P; i++) (*m)[i] = __bfloat162float(h[i]);
-        cudaCheck(cudaMemcpy(h.data(), g->v, P * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < P; i++) (*v)[i] = __bfloat162float(h[i]);
+        for (const Bucket& b : g->buckets) {
+            comm_all_gather(g->dp, src + zero_shard_offset(b, dp), (T*)g->grad32, b.range.size() / dp);
+            cudaCheck(cudaMemcpyAsync(h.data() + b.range.lo, g->grad32, b.range.size() * sizeof(T),
+                                      cudaMemcpyDeviceToHost, g->dp.stream));
+            cudaCheck(cudaStreamSynchronize(g->dp.stream));
+        }
+    }
+    out->resize(P);
+    for (size_t i = 0; i < P; i++) (*out)[i] = to_float(h[i]);
+}
+
+// Downloads the fp32 master weights and the moments (as fp32) for checkpoints and exports: whole-model buffers [P]
+// in g->table's layout on every rank (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it).
+static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
+    const bool sharded = g->L.zero >= 1;
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    download_whole(g, g->master, sharded, p);
+    if (!m) return;
+    if (!g->bf16_moments) {
+        download_whole(g, (const float*)g->m, sharded, m);
+        download_whole(g, (const float*)g->v, sharded, v);
+    } else {
+        download_whole(g, (const __nv_bfloat16*)g->m, sharded, m);
+        download_whole(g, (const __nv_bfloat16*)g->v, sharded, v);
     }
 }
 
@@ -607,13 +952,98 @@ static void gpt_free(GPT* g) {
     for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
                     (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
-    if (g->bf16_moments) adamw_table_free(&g->adam_bf16);
-    else adamw_table_free(&g->adam_f32);
+    if (g->parallel) {
+        if (g->bf16_moments) adamw_table_free(&g->adam_bf16_g32);
+        else adamw_table_free(&g->adam_f32_g32);
+        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->ev_stage_free[0], g->ev_stage_free[1]})
+            cudaCheck(cudaEventDestroy(e));
+        for (int i = 0; i < GATHER_SLOTS; i++) {
+            cudaCheck(cudaEventDestroy(g->ev_gathered[i]));
+            cudaCheck(cudaEventDestroy(g->ev_slot_done[i]));
+        }
+    } else if (g->bf16_moments) {
+        adamw_table_free(&g->adam_bf16);
+    } else {
+        adamw_table_free(&g->adam_f32);
+    }
     embedding_plan_free(&g->plan);
     if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
     cudaCheck(cudaFreeHost(g->h_readback));
     matmul_free(&g->mm);
     cudaCheck(cudaStreamDestroy(g->stream));
+}
+
+// ----------------------------------------------------------------------------------------------
+// ZeRO-3: a bucket's weights gathered on dp.stream into its gather buffer before use, one layer ahead
+
+// Starts the all-gather of bucket b's weights into its buffer (nothing when the buffer holds it already, or below
+// ZeRO 3, or for b out of range). dp.stream first waits until the compute stream is done with the buffer's
+// previous bucket (params_done), so the caller must have marked that bucket done.
+static void params_prefetch(GPT* g, int b) {
+    if (g->L.zero < 3 || b < 0 || b >= (int)g->buckets.size()) return;
+    const Bucket& bk = g->buckets[b];
+    const int s = g->gather_slot(bk), dp = g->L.topo.dp;
+    if (g->gather_holds[s] == b) return;
+    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_slot_done[s], 0));
+    comm_all_gather(g->dp, g->params + zero_shard_offset(bk, dp), g->gather + g->gather_off[s], bk.range.size() / dp);
+    cudaCheck(cudaEventRecord(g->ev_gathered[s], g->dp.stream));
+    g->gather_holds[s] = b;
+}
+
+// Bucket b's weights are read from here on: the compute stream waits for their gather.
+static void params_use(GPT* g, int b) {
+    if (g->L.zero < 3) return;
+    params_prefetch(g, b);
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_gathered[g->gather_slot(g->buckets[b])], 0));
+}
+
+// The compute stream's work so far is the last to read bucket b's buffer until its next params_use: the buffer
+// may be gathered into after it.
+static void params_done(GPT* g, int b) {
+    if (g->L.zero < 3) return;
+    cudaCheck(cudaEventRecord(g->ev_slot_done[g->gather_slot(g->buckets[b])], g->stream));
+}
+
+// The bucket of layer l's weights (the embeddings are bucket 0, the final norm and head the last).
+static int layer_bucket(const GPT* g, int l) { return g->bucket_of[g->table.blocks[l].ln1_w]; }
+
+// ----------------------------------------------------------------------------------------------
+// Data parallel: bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it). It is
+// cast to fp32 (plus head_grad where the LM head lives), and dp.stream, once the compute stream has written it,
+// reduces it over dp: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's piece holds the
+// sum (ZeRO 1), or reduce-scatter from a staging buffer into grad_shard (ZeRO 2/3; the cast into a staging buffer
+// first waits until its previous bucket's reduce-scatter has read it).
+static void grads_bucket_done(GPT* g, int b) {
+    const Bucket& bk = g->buckets[b];
+    const int dp = g->L.topo.dp, zero = g->L.zero;
+    const size_t n = bk.range.size();
+    int stage = -1;
+    float* dst = g->grad32 + bk.range.lo;
+    if (zero >= 2) {
+        stage = g->stage_next;
+        g->stage_next ^= 1;
+        cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_stage_free[stage], 0));
+        dst = g->grad32 + stage * g->max_bucket;
+    }
+    f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(dst, g->grads + bk.range.lo, n);
+    cudaCheck(cudaGetLastError());
+    const int h = g->head();
+    if (h >= bk.first_spec && h < bk.end_spec) {
+        const size_t hn = (size_t)g->cfg.padded_vocab * g->cfg.n_embd;
+        float* head_dst = dst + (g->table.specs[h].offset - bk.range.lo);
+        add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(head_dst, g->head_grad, hn);
+        cudaCheck(cudaGetLastError());
+    }
+    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    if (zero == 0) {
+        comm_all_reduce_sum(g->dp, dst, n);
+    } else if (zero == 1) {
+        comm_reduce_scatter(g->dp, dst, dst + (size_t)g->L.topo.dp_rank * (n / dp), n / dp);
+    } else {
+        comm_reduce_scatter(g->dp, dst, g->grad_shard + zero_shard_offset(bk, dp), n / dp);
+        cudaCheck(cudaEventRecord(g->ev_stage_free[stage], g->dp.stream));
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -670,9 +1100,21 @@ static void gpt_forward_staged(GPT* g, int slot) {
     cudaCheck(cudaMemcpyAsync(g->inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
     g->n_valid = st.n_valid;
+    // ZeRO 3: each bucket's weights gathered one bucket ahead (params_use waits for them, params_done frees the buffer)
+    const int head_bucket = (int)g->buckets.size() - 1;
+    params_use(g, 0);
+    params_prefetch(g, layer_bucket(g, 0));
     // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add
     embedding_forward(g->layers[0].x, g->inputs, g->P(t.wte), g->P(t.wpe), N, T, C, g->stream);
-    for (int l = 0; l < L; l++) layer_forward(g, l, l == 0 ? nullptr : g->layers[l - 1].x_mid);
+    params_done(g, 0);
+    for (int l = 0; l < L; l++) {
+        const int b = layer_bucket(g, l);
+        params_use(g, b);
+        params_prefetch(g, l + 1 < L ? layer_bucket(g, l + 1) : head_bucket);
+        layer_forward(g, l, l == 0 ? nullptr : g->layers[l - 1].x_mid);
+        params_done(g, b);
+    }
+    params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
     fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[L - 1].x_mid, g->y, g->P(t.lnf_w),
                                 g->P(t.lnf_b), N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
 }
@@ -729,8 +1171,9 @@ static double gpt_loss(GPT* g) {
 
 // Backward of (loss * loss_scale) of staged micro-batch `slot` after its forward (with targets), accumulated
 // into the gradients (the LM head's into head_grad, fp32); loss_weight * its mean loss joins g->loss_sum.
-// Only enqueues work: the embedding plan, built on the host by gpt_stage, goes up asynchronously.
-static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight) {
+// Only enqueues work: the embedding plan, built on the host by gpt_stage, goes up asynchronously. reduce (data
+// parallel, the step's last micro-batch): each bucket is reduced over dp as soon as its gradient is complete.
+static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer, hd = c.head_dim, H = c.n_head,
@@ -750,10 +1193,18 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
     cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)N * C * sizeof(floatX), g->stream));
     norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
                   g->lnf_rstd, N, C, rms, g->stream);
+    const int head_bucket = (int)g->buckets.size() - 1;
+    params_done(g, head_bucket);
+    if (c.tied) params_done(g, 0);
+    if (reduce) grads_bucket_done(g, head_bucket);
+    params_prefetch(g, layer_bucket(g, L - 1));
 
     for (int l = L - 1; l >= 0; l--) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs& la = g->layers[l];
+        const int b = layer_bucket(g, l);
+        params_use(g, b);
+        params_prefetch(g, l > 0 ? layer_bucket(g, l - 1) : -1);
         if (g->recompute == RECOMPUTE_FULL) {
             layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
@@ -778,9 +1229,12 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1, N, C, qkvd);
         norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
                       la.ln1_rstd, N, C, rms, g->stream);
+        params_done(g, b);
+        if (reduce) grads_bucket_done(g, b);
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t])
     embedding_backward(g->G(t.wte), g->G(t.wpe), g->dres, g->plan, N, T, C, g->stream);
+    if (reduce) grads_bucket_done(g, 0);
 }
 
 #ifdef TESTING
@@ -792,7 +1246,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     if (g->stage_slots < 1 || !g->stage[0].has_targets || memcmp(inputs, g->h_stage, N * sizeof(int32_t)) != 0)
         die("gpt_backward: call gpt_forward with these inputs and their targets first");
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
-    gpt_backward_staged(g, 0, loss_scale, 1.0);
+    gpt_backward_staged(g, 0, loss_scale, 1.0, false);
     gpt_read_loss(g);
 }
 #endif
@@ -812,24 +1266,56 @@ static void gpt_fold_head_grad(GPT* g) {
     cudaCheck(cudaGetLastError());
 }
 
-// The head gradient joins the others; global norm and clip coefficient on the device; AdamW for
-// 1-based step t. Only enqueues: the pre-clip norm stays in g->gnorm[GLOBAL_NORM_BLOCKS].
+// One GPU: the head gradient joins the others; global norm and clip coefficient on the device; AdamW for 1-based
+// step t. Data parallel: once dp.stream has reduced every bucket, the norm over the ranges this rank counts (fp64,
+// summed over dp), the clip coefficient, AdamW on the fp32 reduced gradients of what this rank updates, then the
+// weights: all-gathered (ZeRO 1/2) or left in the shard for the next gathers (ZeRO 3). Only enqueues: the pre-clip
+// norm stays in g->gnorm[GLOBAL_NORM_BLOCKS].
 static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
-    gpt_fold_head_grad(g);
-    float* partial = g->gnorm;
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
-    global_norm(out, partial, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
     AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
-    if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, out + 1, g->stream);
-    else adamw_update(g->adam_f32, h, t, out + 1, g->stream);
+    if (!g->parallel) {
+        gpt_fold_head_grad(g);
+        global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
+        if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, out + 1, g->stream);
+        else adamw_update(g->adam_f32, h, t, out + 1, g->stream);
+        return;
+    }
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    const float* grads = g->L.zero >= 2 ? g->grad_shard : g->grad32;
+    double* sumsq = g->norm64 + GLOBAL_NORM_BLOCKS;
+    norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, g->stream>>>(
+        g->norm64, grads, g->norm_ranges, (int)(g->norm_ranges_host.size() / 2));
+    cudaCheck(cudaGetLastError());
+    sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->norm64, GLOBAL_NORM_BLOCKS);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    comm_all_reduce_sum(g->dp, sumsq, 1);
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, tc.grad_clip);
+    cudaCheck(cudaGetLastError());
+    if (g->bf16_moments) adamw_update(g->adam_bf16_g32, h, t, out + 1, g->stream);
+    else adamw_update(g->adam_f32_g32, h, t, out + 1, g->stream);
+    if (g->L.zero == 1 || g->L.zero == 2) {
+        params_allgather(g);
+    } else if (g->L.zero >= 3) {  // the next gathers read the updated shard
+        for (int& held : g->gather_holds) held = -1;
+        cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+        cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    }
 }
 
-// One optimizer step over the micro-batches inputs/targets [accum][B*T]. Returns the mean
-// micro-batch loss; *norm_out gets the pre-clip global gradient norm.
+// One optimizer step over the micro-batches inputs/targets [accum][B*T] (data parallel: this rank's share of the
+// accum * dp micro-batches). Returns the mean micro-batch loss (over every rank); *norm_out gets the pre-clip
+// global gradient norm.
 static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs,
                          const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
                          double* norm_out) {
     const int accum = (int)inputs.size();
+    const double scale = 1.0 / ((double)accum * g->L.topo.dp);  // each micro-batch's share of the step's mean
     gpt_stage_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
     gpt_zero_grad(g);
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
@@ -839,14 +1325,15 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     for (int a = 0; a < accum; a++) {
         gpt_stage(g, a, inputs[a].data(), targets[a].data());
         gpt_forward_staged(g, a);
-        gpt_backward_staged(g, a, 1.0 / accum, 1.0 / accum);
+        gpt_backward_staged(g, a, scale, scale, g->parallel && a == accum - 1);
     }
     gpt_update(g, step + 1, lr, tc);
     // The one host synchronisation of the step: the pre-clip gradient norm and the loss, copied into pinned
     // memory after the update (gpt_read_loss waits for the stream).
     cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
-    const double loss = gpt_read_loss(g);
+    double loss = gpt_read_loss(g);
+    if (g->parallel) comm_host_sum(g->dp, &loss, 1);
     *norm_out = g->h_readback->norm;
     return loss;
 }
@@ -907,6 +1394,22 @@ static double device_used_bytes() {
 }
 
 #ifndef TESTING
+// The layouts of train_gpt_cpu this trainer does not run yet: "" or the message naming the flag.
+static std::string not_yet_parallel(const TrainConfig& tc) {
+    const char* what = tc.tp != 1 ? "--tp" : tc.sp ? "--sp" : tc.pp != 1 ? "--pp" : tc.vpp != 1 ? "--vpp" : nullptr;
+    if (!what) return "";
+    const int value = tc.tp != 1 ? tc.tp : tc.sp ? 1 : tc.pp != 1 ? tc.pp : tc.vpp;
+    return layout_fmt("%s %d: train_gpt trains on one GPU or data parallel (--dp, --zero); tensor, sequence and "
+                      "pipeline parallelism come next (train_gpt_cpu runs them now)", what, value);
+}
+
+// A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
+static void layout_error(const Comm& world, const std::string& msg) {
+    if (world.rank == 0) fprintf(stderr, "error: %s\n", msg.c_str());
+    comm_finalize();
+    exit(1);
+}
+
 int main(int argc, char** argv) {
     CudaOptions opt;
     std::vector<char*> rest = parse_cuda_flags(argc, argv, &opt);
@@ -930,34 +1433,49 @@ int main(int argc, char** argv) {
                tc.export_init.c_str());
         return 0;
     }
-    if (tc.tp != 1 || tc.pp != 1 || tc.dp > 1 || tc.zero != 0 || tc.sp || tc.vpp != 1)
-        die("this train_gpt trains on one GPU: --tp, --pp, --dp, --zero, --sp and --vpp must keep their defaults "
-            "(the parallel layouts run in train_gpt_cpu under mpirun)");
+    // before any device work: every rank stops, rank 0 says why
+    const std::string not_yet = not_yet_parallel(tc);
+    if (!not_yet.empty()) {
+        if (launch_info().rank == 0) die("%s", not_yet.c_str());
+        exit(1);
+    }
     const int B = tc.B, T = tc.T;
     check_shapes(mc, B, T);
-    if (tc.total_batch == 0) tc.total_batch = (long)B * T;
-    if (tc.total_batch % ((long)B * T) != 0)
-        die("flag -d %ld is not a multiple of B*T = %d*%d = %ld", tc.total_batch, B, T, (long)B * T);
-    const int accum = (int)(tc.total_batch / ((long)B * T));
-    ParamTable table = build_param_table(mc);
-    const MemoryEstimate est = estimate_memory(mc, table, B, T, opt.recompute, opt.bf16_moments);
-    if (opt.estimate_gib > 0) {
+    if (opt.estimate_gib > 0) {  // per rank of --dp ranks (default 1)
+        const int world = std::max(1, tc.dp);
+        if (tc.total_batch == 0) tc.total_batch = (long)B * T * world;
+        Layout L;
+        const std::string err = layout_make(world, 0, mc, tc, tc.total_batch, &L);
+        if (!err.empty()) die("%s", err.c_str());
+        const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L);
         const double avail = opt.estimate_gib * 1024.0 * 1024.0 * 1024.0;
-        print_memory_estimate(est, opt.recompute, avail);
-        require_memory(est, opt.recompute, opt.bf16_moments, avail);
+        print_memory_estimate(est, opt.recompute, L, avail);
+        require_memory(est, opt.recompute, opt.bf16_moments, L, avail);
         printf("fits\n");
         return 0;
     }
 
     // the tokenizer that decodes samples (--tokenizer; none: token ids), opened before the device and any
-    // allocation so that a missing rank file stops the run at once; not at all when no sample is drawn (-g 0)
+    // allocation so that a missing rank file stops the run at once; not at all when no sample is drawn (-g 0, or
+    // several ranks, which do not sample)
     Sampler sampler;
-    sampler_open(&sampler, tc.tokenizer, mc.vocab_size, tc.gen_tokens);
+    sampler_open(&sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
+
+    // the ranks (one: no NCCL communicator), this rank's GPU, the layout and the dp group
+    Comm world = comm_init(&argc, &argv);
+    const bool rank0 = world.rank == 0;
+    if (tc.total_batch == 0) tc.total_batch = (long)B * T * world.size;
+    Layout layout;
+    const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
+    if (!layout_err.empty()) layout_error(world, layout_err);
+    const Comm dp_comm = comm_group(world, layout.topo.dp_group);
+    const int dp = layout.topo.dp;
+    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
+    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout);
 
     // the device
-    cuda_require_device();
     int dev = 0;
-    cudaCheck(cudaSetDevice(dev));
+    cudaCheck(cudaGetDevice(&dev));
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, dev));
     if (prop.major < 8)
@@ -965,58 +1483,72 @@ int main(int argc, char** argv) {
             prop.major, prop.minor);
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-    printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
-           total_b / 1073741824.0, free_b / 1073741824.0);
-    print_memory_estimate(est, opt.recompute, (double)total_b);
-    require_memory(est, opt.recompute, opt.bf16_moments, (double)free_b);
+    if (rank0) {
+        printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
+               total_b / 1073741824.0, free_b / 1073741824.0);
+        print_memory_estimate(est, opt.recompute, layout, (double)total_b);
+    }
+    require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
 
     // data: a .txt file without -j is split 90/10 into train and validation
     DataLoader train, val;
     const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
 
     GPT g;
-    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay);
+    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &dp_comm);
+    const ParamTable& table = g.table;  // whole tensors, padded into buckets: files are written per tensor
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     {
+        // every rank makes the whole model (seeded init, --init-from, a checkpoint of any layout) and keeps its part
         std::vector<float> p(table.total), m, v;
-        print_init_time((int64_t)table.total, params_init_full(mc, table, p.data(), tc.seed));
+        const double init_s = params_init_full(mc, table, p.data(), tc.seed);
+        if (rank0) print_init_time((int64_t)table.total, init_s);
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
         if (!resume_dir.empty()) {
             m.assign(table.total, 0.0f);
             v.assign(table.total, 0.0f);
             checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), &state);
-            printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
+            if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
         }
         gpt_set_weights(&g, p.data(), m.empty() ? nullptr : m.data(), v.empty() ? nullptr : v.data());
     }
+    // every rank gathers the shards; rank 0 writes the whole tensors
     auto save_checkpoint = [&]() {
         std::vector<float> p, m, v;
         gpt_get_weights(&g, &p, &m, &v);
-        checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last);
+        if (rank0) checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last);
+        comm_barrier(world);
     };
-    if (!tc.out_dir.empty()) {
+    if (rank0 && !tc.out_dir.empty()) {
         std::error_code ec;
         fs::create_directories(tc.out_dir, ec);
         if (ec) die("cannot create output directory '%s' (flag -o): %s", tc.out_dir.c_str(), ec.message().c_str());
     }
 
     const int64_t n_params = param_count(table);
-    print_config_table(mc, n_params, B, T, accum, 1, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
-    printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
-           PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
     const double hw_flops = hardware_flops_per_token(mc, T, opt.recompute);
-    printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
-           model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
+    if (rank0) {
+        print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
+        printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
+               PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
+        if (world.size > 1 || layout.zero > 0)
+            printf("ranks: %d = dp %d, ZeRO %d; gradients reduced in fp32 over dp in %d buckets\n", world.size, dp,
+                   layout.zero, (int)g.buckets.size());
+        printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
+               model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
+    }
     Logger lg;
-    logger_open(&lg, tc.out_dir, !resume_dir.empty());
+    logger_open(&lg, rank0 ? tc.out_dir : "", !resume_dir.empty());
     lg.tokens_per_step = (double)tc.total_batch;
     lg.flops_per_token = model_flops_per_token(mc, T);
     lg.peak_flops = device_peak_flops(prop.name);
+    lg.n_devices = world.size;  // throughput is reported per GPU
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     std::vector<int32_t> val_in((size_t)B * T), val_tg((size_t)B * T);
+    // validation: every rank runs every batch (ZeRO 3 gathers the weights together); rank 0's mean counts
     auto evaluate = [&]() -> double {
         double s = 0;
         for (int i = 0; i < tc.val_batches; i++) {
@@ -1028,30 +1560,37 @@ int main(int argc, char** argv) {
     };
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
+        if (world.size > 1) {
+            if (rank0) printf("no sample: sampling runs on one GPU (resume the checkpoint with one rank to sample)\n");
+            return;
+        }
         sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, &state.rng));
     };
 
     double loss = 0, val_loss = -1, peak_used = 0;
     if (have_val && state.step == 0 && tc.val_every > 0) {
         val_loss = evaluate();
-        log_val(&lg, 0, val_loss);
+        if (rank0) log_val(&lg, 0, val_loss);
     }
     const int first_step = state.step;
     for (int step = state.step; step < tc.steps; step++) {
         double t0 = now_ms();
+        // dp rank r's micro-batch a reads samples first + (a*dp + r)*B ..: the samples of the one-process run
+        // with accum*dp micro-batches
         for (int a = 0; a < accum; a++)
-            loader_batch(&train, state.train_sample + (uint64_t)a * B, B, inputs[a].data(), targets[a].data());
-        state.train_sample += (uint64_t)B * accum;
+            loader_batch(&train, state.train_sample + (uint64_t)(a * dp + layout.topo.dp_rank) * B, B, inputs[a].data(),
+                         targets[a].data());
+        state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         loss = train_step(&g, inputs, targets, step, tc, lr, &norm);
         state.step = step + 1;
-        log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
+        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
         if (!std::isfinite(loss)) die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
         const double used = device_used_bytes();
         if (used > peak_used || step == first_step) {
             peak_used = std::max(peak_used, used);
-            if (step == first_step)
+            if (step == first_step && rank0)
                 printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f, %.2f with the reserve), %.2f GiB in "
                        "use on the device\n", g.allocated / 1073741824.0, est.allocations() / 1073741824.0,
                        est.total() / 1073741824.0, used / 1073741824.0);
@@ -1059,7 +1598,7 @@ int main(int argc, char** argv) {
         const bool last = step + 1 == tc.steps;
         if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
             val_loss = evaluate();
-            log_val(&lg, step + 1, val_loss);
+            if (rank0) log_val(&lg, step + 1, val_loss);
         }
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
         if (!tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last)) save_checkpoint();
@@ -1068,12 +1607,20 @@ int main(int argc, char** argv) {
     if (!tc.save_safetensors.empty()) {
         std::vector<float> p;
         gpt_get_weights(&g, &p, nullptr, nullptr);
-        hf_export(tc.save_safetensors, mc, table, p.data());
-        printf("wrote %s\n", tc.save_safetensors.c_str());
+        if (rank0) {
+            hf_export(tc.save_safetensors, mc, table, p.data());
+            printf("wrote %s\n", tc.save_safetensors.c_str());
+        }
     }
-    printf("peak device memory in use: %.2f GiB\n", peak_used / 1073741824.0);
-    log_summary(&lg, mc, n_params, loss, val_loss, peak_used);
+    // peak device memory in use, the largest over the ranks
+    double peak_all = peak_used;
+    comm_host_max(world, &peak_all, 1);
+    if (rank0) {
+        printf("peak device memory in use: %.2f GiB\n", peak_all / 1073741824.0);
+        log_summary(&lg, mc, n_params, loss, val_loss, peak_all);
+    }
     gpt_free(&g);
+    comm_finalize();
     return 0;
 }
 #endif

@@ -7,9 +7,10 @@
 //   p = p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),  bc1 = 1 - beta1^t, bc2 = 1 - beta2^t
 //   param = floatX(p)
 // p is the fp32 master weight; m, v are fp32 or bf16 (Moment = float or __nv_bfloat16; bf16 moments are
-// stored rounded to nearest after the update, which uses their fp32 values).
-//   AdamWTensor<Moment>                 one tensor: its pointers, size, weight decay (table built on the host)
-//   AdamWTable<Moment> adamw_table_upload(host tensors)   the device copy of the table and the block prefix
+// stored rounded to nearest after the update, which uses their fp32 values). grad is floatX (Grad, the default)
+// or fp32 (Grad = float: the data-parallel trainer's reduced fp32 gradients).
+//   AdamWTensor<Moment, Grad>           one tensor: its pointers, size, weight decay (table built on the host)
+//   AdamWTable<Moment, Grad> adamw_table_upload(host tensors)   the device copy of the table and the block prefix
 //   adamw_update(table, hyper, step t, grad_scale, stream)
 // Blocks are assigned to tensors by a prefix sum of each tensor's block count; a block finds its tensor by
 // binary search in the device table and updates ADAMW_BLOCK_ELEMS elements of it, 8 per thread with 128-bit
@@ -27,10 +28,10 @@
 static const int ADAMW_THREADS = 256;
 static const int ADAMW_BLOCK_ELEMS = ADAMW_THREADS * 8;
 
-template <typename Moment>
+template <typename Moment, typename Grad = floatX>
 struct AdamWTensor {
     floatX* param;                // [n] model weights (bf16, or fp32 in the fp32 build; written)
-    const floatX* grad;           // [n] gradients
+    const Grad* grad;             // [n] gradients
     float* master;                // [n] fp32 master weights
     Moment* m;                    // [n] first moment
     Moment* v;                    // [n] second moment
@@ -39,9 +40,9 @@ struct AdamWTensor {
     size_t first_block;           // filled by adamw_table_upload: this tensor's first block in the launch
 };
 
-template <typename Moment>
+template <typename Moment, typename Grad = floatX>
 struct AdamWTable {
-    AdamWTensor<Moment>* d_tensors;  // device copy
+    AdamWTensor<Moment, Grad>* d_tensors;  // device copy
     int count;
     size_t blocks;                   // total blocks of one launch
 };
@@ -76,8 +77,8 @@ __device__ __forceinline__ void adamw_element(float* p, float* m, float* v, floa
 }
 
 // index of the tensor whose block range holds block b: the last i with first_block <= b
-template <typename Moment>
-__device__ __forceinline__ int adamw_find_tensor(const AdamWTensor<Moment>* t, int count, size_t b) {
+template <typename Moment, typename Grad>
+__device__ __forceinline__ int adamw_find_tensor(const AdamWTensor<Moment, Grad>* t, int count, size_t b) {
     int lo = 0, hi = count - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
@@ -87,15 +88,16 @@ __device__ __forceinline__ int adamw_find_tensor(const AdamWTensor<Moment>* t, i
     return lo;
 }
 
-template <typename Moment>
-__global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(const AdamWTensor<Moment>* __restrict__ tensors, int count,
-                                                              AdamWHyper h, float step, float rsbc2,
+template <typename Moment, typename Grad>
+__global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(const AdamWTensor<Moment, Grad>* __restrict__ tensors,
+                                                              int count, AdamWHyper h, float step, float rsbc2,
                                                               const float* __restrict__ grad_scale) {
-    const AdamWTensor<Moment> t = tensors[adamw_find_tensor(tensors, count, blockIdx.x)];
+    const AdamWTensor<Moment, Grad> t = tensors[adamw_find_tensor(tensors, count, blockIdx.x)];
     const size_t i = (blockIdx.x - t.first_block) * (size_t)ADAMW_BLOCK_ELEMS + 8 * threadIdx.x;
     if (i >= t.n) return;
     const float gs = *grad_scale, decay = 1.0f - h.lr * t.weight_decay;
-    Pack8 g = load8(t.grad + i), out;
+    Vec8<Grad> g = load8(t.grad + i);
+    Pack8 out;
     float p[8], m[8], v[8];
     moment_load8(t.master + i, p);
     moment_load8(t.m + i, m);
@@ -114,12 +116,12 @@ __global__ void __launch_bounds__(ADAMW_THREADS) adamw_kernel(const AdamWTensor<
 static bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 // Fills first_block, checks sizes and alignment, and copies the table to the device (once per run).
-template <typename Moment>
-static AdamWTable<Moment> adamw_table_upload(std::vector<AdamWTensor<Moment>> tensors) {
+template <typename Moment, typename Grad>
+static AdamWTable<Moment, Grad> adamw_table_upload(std::vector<AdamWTensor<Moment, Grad>> tensors) {
     if (tensors.empty()) die("adamw_table_upload: the parameter table is empty");
     size_t blocks = 0;
     for (size_t k = 0; k < tensors.size(); k++) {
-        AdamWTensor<Moment>& t = tensors[k];
+        AdamWTensor<Moment, Grad>& t = tensors[k];
         if (t.n == 0 || t.n % 8 != 0)
             die("adamw_table_upload: tensor %zu has %zu elements; the update needs a non-zero multiple of 8", k, t.n);
         if (!aligned16(t.param) || !aligned16(t.grad) || !aligned16(t.master) || !aligned16(t.m) || !aligned16(t.v))
@@ -129,16 +131,17 @@ static AdamWTable<Moment> adamw_table_upload(std::vector<AdamWTensor<Moment>> te
         blocks += ceil_div(t.n, ADAMW_BLOCK_ELEMS);
     }
     if (blocks > 0x7fffffffull) die("adamw_table_upload: %zu blocks exceed one launch's grid", blocks);
-    AdamWTable<Moment> table;
+    AdamWTable<Moment, Grad> table;
     table.count = (int)tensors.size();
     table.blocks = blocks;
-    cudaCheck(cudaMalloc(&table.d_tensors, tensors.size() * sizeof(AdamWTensor<Moment>)));
-    cudaCheck(cudaMemcpy(table.d_tensors, tensors.data(), tensors.size() * sizeof(AdamWTensor<Moment>), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&table.d_tensors, tensors.size() * sizeof(AdamWTensor<Moment, Grad>)));
+    cudaCheck(cudaMemcpy(table.d_tensors, tensors.data(), tensors.size() * sizeof(AdamWTensor<Moment, Grad>),
+                         cudaMemcpyHostToDevice));
     return table;
 }
 
-template <typename Moment>
-static void adamw_table_free(AdamWTable<Moment>* table) {
+template <typename Moment, typename Grad>
+static void adamw_table_free(AdamWTable<Moment, Grad>* table) {
     cudaCheck(cudaFree(table->d_tensors));
     table->d_tensors = nullptr;
 }
@@ -151,12 +154,12 @@ static void adamw_step_constants(const AdamWHyper& h, int t, float* step, float*
     *rsbc2 = (float)(1.0 / std::sqrt(bc2));
 }
 
-template <typename Moment>
-static void adamw_update(const AdamWTable<Moment>& table, const AdamWHyper& h, int t, const float* grad_scale,
+template <typename Moment, typename Grad>
+static void adamw_update(const AdamWTable<Moment, Grad>& table, const AdamWHyper& h, int t, const float* grad_scale,
                          cudaStream_t stream) {
     float step, rsbc2;
     adamw_step_constants(h, t, &step, &rsbc2);
-    adamw_kernel<Moment><<<(unsigned)table.blocks, ADAMW_THREADS, 0, stream>>>(table.d_tensors, table.count, h, step,
-                                                                                rsbc2, grad_scale);
+    adamw_kernel<Moment, Grad><<<(unsigned)table.blocks, ADAMW_THREADS, 0, stream>>>(table.d_tensors, table.count, h,
+                                                                                      step, rsbc2, grad_scale);
     cudaCheck(cudaGetLastError());
 }
