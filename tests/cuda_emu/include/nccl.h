@@ -15,8 +15,6 @@
 // once, which differs from a GPU by at most a few bf16 ulps for more than 2 ranks (max is exact in both).
 // Types: float, bfloat16 and double (what the trainer moves). Counts up to INT_MAX elements (MPI's int
 // counts; the call fails with a message above that).
-// Also here, until the runtime emulation has them: cudaStreamQuery (always done: streams are synchronous)
-// and cudaErrorNotReady.
 #pragma once
 #include <cstdarg>
 #include <cstdint>
@@ -29,13 +27,9 @@
 #include <vector>
 #include <unistd.h>
 #include "cuda_emu.h"
-#include "cuda_emu_extra.h"  // a second stream's calls (events, cudaStreamWaitEvent) until cuda_emu.h has them
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
-
-enum { cudaErrorNotReady = 600 };
-static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 
 typedef enum {
     ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
