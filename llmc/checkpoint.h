@@ -148,7 +148,11 @@ static inline std::string checkpoint_resolve(const std::string& resume, const st
         return all.empty() ? "" : all.back();
     }
     struct stat st;
-    if (stat(resume.c_str(), &st) != 0) die("--resume '%s': no such checkpoint directory: %s", resume.c_str(), strerror(errno));
+    if (stat(resume.c_str(), &st) != 0) {
+        if (lstat(resume.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+            die("--resume '%s': does not exist (dangling symbolic link)", resume.c_str());
+        die("--resume '%s': no such checkpoint directory: %s", resume.c_str(), strerror(errno));
+    }
     if (!S_ISDIR(st.st_mode)) die("--resume '%s': is %s; a checkpoint directory was expected", resume.c_str(), file_kind(st.st_mode));
     if (!file_exists(resume + "/DONE"))
         die("--resume %s: checkpoint is incomplete (no DONE marker; it was interrupted while being written). "

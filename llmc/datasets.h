@@ -243,29 +243,29 @@ struct TokenDataset {
 
 static void dataset_open_megatron(TokenDataset* d, const std::string& prefix) {
     std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-    if (!file_exists(idx_path)) die("Megatron data set '%s': index file '%s' not found (the .bin needs its .idx beside it)", prefix.c_str(), idx_path.c_str());
-    if (!file_exists(bin_path)) die("Megatron data set '%s': data file '%s' not found (the .idx needs its .bin beside it)", prefix.c_str(), bin_path.c_str());
+    if (!file_exists(idx_path)) die("Megatron data set %s: index file '%s' not found (the .bin needs its .idx beside it)", path_label(prefix).c_str(), idx_path.c_str());
+    if (!file_exists(bin_path)) die("Megatron data set %s: data file '%s' not found (the .idx needs its .bin beside it)", path_label(prefix).c_str(), bin_path.c_str());
     d->format = "megatron";
     d->files.push_back(map_file(bin_path));
     MappedFile idx = map_file(idx_path);
     std::string err = megatron_parse_idx(idx.data, idx.size, d->files[0].data, d->files[0].size, 0, &d->pieces);
     unmap_file(&idx);
-    if (!err.empty()) die("Megatron index '%s' (data '%s'): %s", idx_path.c_str(), bin_path.c_str(), err.c_str());
+    if (!err.empty()) die("Megatron index %s (data '%s'): %s", path_label(idx_path).c_str(), bin_path.c_str(), err.c_str());
 }
 
 static void dataset_open_paddle(TokenDataset* d, const std::string& prefix) {
     std::string ids_path = prefix + "_ids.npy", idx_path = prefix + "_idx.npz";
-    if (!file_exists(ids_path)) die("PaddleNLP data set '%s': token file '%s' not found", prefix.c_str(), ids_path.c_str());
-    if (!file_exists(idx_path)) die("PaddleNLP data set '%s': index file '%s' not found (the _ids.npy needs its _idx.npz beside it)", prefix.c_str(), idx_path.c_str());
+    if (!file_exists(ids_path)) die("PaddleNLP data set %s: token file '%s' not found", path_label(prefix).c_str(), ids_path.c_str());
+    if (!file_exists(idx_path)) die("PaddleNLP data set %s: index file '%s' not found (the _ids.npy needs its _idx.npz beside it)", path_label(prefix).c_str(), idx_path.c_str());
     d->format = "paddlenlp";
     d->files.push_back(map_file(ids_path));
     std::string err = paddle_parse_ids(d->files[0].data, d->files[0].size, 0, &d->pieces);
-    if (!err.empty()) die("PaddleNLP token array '%s': %s", ids_path.c_str(), err.c_str());
+    if (!err.empty()) die("PaddleNLP token array %s: %s", path_label(ids_path).c_str(), err.c_str());
     uint64_t num_ids = d->pieces.empty() ? 0 : d->pieces[0].count;
     MappedFile idx = map_file(idx_path);
     err = paddle_parse_index(idx.data, idx.size, num_ids);
     unmap_file(&idx);
-    if (!err.empty()) die("PaddleNLP index '%s' (tokens '%s'): %s", idx_path.c_str(), ids_path.c_str(), err.c_str());
+    if (!err.empty()) die("PaddleNLP index %s (tokens '%s'): %s", path_label(idx_path).c_str(), ids_path.c_str(), err.c_str());
 }
 
 static void dataset_open_llmc(TokenDataset* d, const std::string& pattern) {
@@ -278,7 +278,7 @@ static void dataset_open_llmc(TokenDataset* d, const std::string& pattern) {
         d->files.push_back(map_file(g.gl_pathv[i]));
         const MappedFile& f = d->files.back();
         std::string err = llmc_parse_shard(f.data, f.size, (int)i, &d->pieces);
-        if (!err.empty()) die("llm.c shard '%s': %s", f.path.c_str(), err.c_str());
+        if (!err.empty()) die("llm.c shard %s: %s", path_label(f.path).c_str(), err.c_str());
     }
     globfree(&g);
 }
@@ -328,7 +328,7 @@ static void dataset_open(TokenDataset* d, const char* path_or_glob, int seq, uin
     for (const MappedFile& m : d->files) check_unchanged(m);
     d->num_tokens = d->pieces.empty() ? 0 : d->pieces.back().start + d->pieces.back().count;
     if (d->num_tokens < (uint64_t)seq + 1)
-        die("data set '%s' holds %" PRIu64 " tokens, fewer than one sample of seq+1 = %d tokens", path_or_glob, d->num_tokens, seq + 1);
+        die("data set %s holds %" PRIu64 " tokens, fewer than one sample of seq+1 = %d tokens", path_label(p).c_str(), d->num_tokens, seq + 1);
     d->num_samples = (d->num_tokens - 1) / (uint64_t)seq;
     if (shuffle) dataset_shuffle(d, seed);
 }

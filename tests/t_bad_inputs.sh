@@ -56,8 +56,8 @@ fi
 head -c 2000 "$d/init.safetensors" > "$d/trunc.safetensors"
 printf 'garbage' > "$d/garbage.safetensors"
 expect_fail "missing safetensors names the file" "$d/none.safetensors" "--init-from '$d/none.safetensors': cannot open: No such file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/none.safetensors"
-expect_fail "truncated safetensors names the file" "$d/trunc.safetensors" "trunc.safetensors: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/trunc.safetensors"
-expect_fail "garbage safetensors names the file" "$d/garbage.safetensors" "garbage.safetensors: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/garbage.safetensors"
+expect_fail "truncated safetensors names the file" "$d/trunc.safetensors" "trunc.safetensors.: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/trunc.safetensors"
+expect_fail "garbage safetensors names the file" "$d/garbage.safetensors" "garbage.safetensors.: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/garbage.safetensors"
 expect_fail "safetensors of another model is refused" "$d/init.safetensors" "differs from the requested one" ./train_gpt_cpu "${tiny[@]}" --embd 64 --init-from "$d/init.safetensors"
 
 # checkpoints: corrupt, half-written, other model; auto-resume skips the half-written one
