@@ -74,7 +74,10 @@ static inline std::string path_label(const std::string& path) {
         for (const char* f : path_flags) takes_path = takes_path || a[i] == f;
         const std::string& v = a[i + 1];
         if (!takes_path || v.empty() || v.size() <= value.size()) continue;
-        if (path.compare(0, v.size(), v) == 0 || fnmatch(v.c_str(), path.c_str(), 0) == 0) { flag = a[i]; value = v; }
+        const bool derived = path.compare(0, v.size(), v) == 0 && path.size() > v.size() &&
+                             (v.back() == '/' || path[v.size()] == '/' ||
+                              (path.size() - v.size() <= 8 && strchr("._", path[v.size()])));  // X.bin, X_ids.npy
+        if (v == path || derived || fnmatch(v.c_str(), path.c_str(), 0) == 0) { flag = a[i]; value = v; }
     }
     if (flag.empty()) return "'" + path + "'";
     if (value == path) return flag + " '" + path + "'";
@@ -217,10 +220,11 @@ static inline void fclose_check_(FILE* f, const char* what, const char* file, in
 }
 #define fclose_check(f, what) fclose_check_(f, what, __FILE__, __LINE__)
 
-// Flushes a written file or a directory (its entries) to the disk.
+// Flushes a written file or a directory (its entries) to the disk. A file system that cannot sync
+// a directory (EINVAL) is let be.
 static inline void fsync_path(const std::string& path) {
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) die("cannot sync '%s' to disk: %s", path.c_str(), strerror(errno));
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) die("cannot sync '%s' to disk: %s", path.c_str(), strerror(errno));
     close(fd);
 }
 

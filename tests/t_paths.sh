@@ -7,7 +7,7 @@
 # message naming the flag and the path (llmc/utils.h's open_input / read_file_bytes /
 # fopen_check / check_output_dir). About a minute.
 # train_gpt opens -i, -j, -o and --resume only after it has found a GPU: without one, only its
-# host-side paths (--init-from and --export-init, --print-config, --tokenizer) are checked here.
+# host-side paths (--init-from and --export-init, --print-config, --tokenizer) are checked.
 set -u
 d=build/t_paths
 rm -rf "$d" && mkdir -p "$d"
@@ -163,9 +163,21 @@ if [ -x ./train_gpt ]; then
     echo "== train_gpt (host-side modes)"
     gpu=(./train_gpt -c gpt3_tiny --vocab 256 --layers 1)
     check_inputs train_gpt --init-from .safetensors "${gpu[@]}" --export-init "$d/gpu_init.safetensors"
-    check_inputs train_gpt --tokenizer .tiktoken "${gpu[@]}" -g 4
+    # (a shape the attention kernels take: the shapes are checked before the tokenizer is opened)
+    check_inputs train_gpt --tokenizer .tiktoken ./train_gpt -c llama3.2_1b -b 1 -t 2048 -x 1 -o "" -g 4
     check_outputs train_gpt --export-init file "${gpu[@]}"
     check_outputs train_gpt --print-config file "${gpu[@]}"
+    # -i, -j, -o and --resume are opened after the device is found
+    if timeout 20 ./train_gpt -c llama3.2_1b -b 1 -t 2048 -x 1 -o "" -g 0 2>&1 | grep -q "no usable CUDA device"; then
+        echo "[SKIP] train_gpt -i, -j, -o, --resume: train_gpt opens them only after it has found a GPU, and there is none"
+    else
+        run=(./train_gpt -c gpt3_tiny --vocab 256 --layers 1 --heads 2 -b 2 -t 64 -x 2 -v 0 -g 0 -o "" -i data/mobydick.txt)
+        check_inputs train_gpt -i .txt "${run[@]}"
+        check_inputs train_gpt -j .bin "${run[@]}"
+        expect_fail "train_gpt --resume a FIFO" --resume "$d/in/fifo" "is a FIFO" "${run[@]}" --resume "$d/in/fifo"
+        expect_fail "train_gpt --resume with DONE a FIFO" --resume "$d/ck_fifo_DONE" "is a FIFO" "${run[@]}" --resume "$d/ck_fifo_DONE"
+        check_outputs train_gpt -o dir "${run[@]}"
+    fi
 else
     echo "[SKIP] train_gpt: not built (make train_gpt)"
 fi
