@@ -4,8 +4,13 @@
 //   <out>/ckpt_00000100/optim.safetensors   AdamW moments "m.<name>", "v.<name>"
 //   <out>/ckpt_00000100/state.json          step, data position, sampling RNG, config
 //   <out>/ckpt_00000100/DONE                 written last: FNV-1a hashes of the three files
-// A checkpoint is first written as <out>/.tmp_ckpt_00000100 and renamed when complete, so a
-// crash never leaves a directory that looks finished. Loading verifies the hashes.
+// Crash safety (a kill -9, a full disk, a power cut at any moment leaves the newest complete
+// checkpoint loadable): a checkpoint is written as <out>/.tmp_ckpt_00000100, each file synced to
+// disk, DONE written and synced last, then the directory renamed to its final name (atomic) and
+// <out> synced. A directory is deleted (an old one beyond --keep-last, or one being replaced) by
+// removing its DONE first. --resume auto takes only ckpt_* directories whose DONE parses and whose
+// three files are present; leftover .tmp_* directories of an interrupted write are never taken
+// and are removed by the next write. Loading verifies the hashes.
 #pragma once
 #include <algorithm>
 #include <filesystem>
@@ -36,10 +41,35 @@ static inline std::string ckpt_dir_name(int step) {
     return b;
 }
 
+static const char* const kCkptFiles[3] = {"model.safetensors", "optim.safetensors", "state.json"};
+
 static inline void write_text(const std::string& path, const std::string& text) {
     FILE* f = fopen_check(path.c_str(), "wb");
     fwrite_check(text.data(), 1, text.size(), f, path.c_str());
     fclose_check(f, path.c_str());
+}
+
+// Whether dir/DONE is a JSON object with a hash for each of the three files, and those files are
+// regular files (the hashes themselves are verified by checkpoint_load). Never dies.
+static inline bool ckpt_complete(const std::string& dir) {
+    std::error_code ec;
+    const fs::path done = fs::path(dir) / "DONE";
+    if (!fs::is_regular_file(done, ec)) return false;
+    const uintmax_t n = fs::file_size(done, ec);
+    if (ec || n == 0 || n > 4096) return false;
+    std::string text((size_t)n, '\0');
+    FILE* f = fopen(done.c_str(), "rb");
+    if (!f) return false;
+    const bool read_all = fread(&text[0], 1, text.size(), f) == text.size();
+    fclose(f);
+    Json j;
+    std::string err;
+    if (!read_all || !json_parse(text.data(), text.size(), &j, &err) || j.kind != Json::OBJ) return false;
+    for (const char* name : kCkptFiles) {
+        const Json* h = j.get(name);
+        if (!h || h->kind != Json::STR || !fs::is_regular_file(fs::path(dir) / name, ec)) return false;
+    }
+    return true;
 }
 
 // Complete checkpoint directories in out_dir, oldest first.
@@ -49,10 +79,21 @@ static inline std::vector<std::string> ckpt_list(const std::string& out_dir) {
     if (!fs::is_directory(out_dir, ec)) return v;
     for (const auto& e : fs::directory_iterator(out_dir, ec)) {
         std::string n = e.path().filename().string();
-        if (n.rfind("ckpt_", 0) == 0 && fs::exists(e.path() / "DONE")) v.push_back(e.path().string());
+        if (n.rfind("ckpt_", 0) == 0 && ckpt_complete(e.path().string())) v.push_back(e.path().string());
     }
     std::sort(v.begin(), v.end());
     return v;
+}
+
+// Deletes a checkpoint directory so that no crash midway leaves it looking complete: DONE first.
+static inline void ckpt_remove(const std::string& dir) {
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return;
+    fs::remove(fs::path(dir) / "DONE", ec);
+    if (ec) die("cannot remove '%s/DONE': %s", dir.c_str(), ec.message().c_str());
+    fsync_path(dir);
+    fs::remove_all(dir, ec);
+    if (ec) die("cannot remove checkpoint '%s': %s", dir.c_str(), ec.message().c_str());
 }
 
 static inline void checkpoint_save(const std::string& out_dir, const ModelConfig& c, const ParamTable& t,
@@ -61,7 +102,8 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
     const std::string final_dir = out_dir + "/" + ckpt_dir_name(s.step);
     const std::string tmp = out_dir + "/.tmp_" + ckpt_dir_name(s.step);
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    for (const auto& e : fs::directory_iterator(out_dir, ec))  // leftovers of interrupted writes
+        if (e.path().filename().string().rfind(".tmp_ckpt_", 0) == 0) fs::remove_all(e.path(), ec);
     fs::create_directories(tmp, ec);
     if (ec) die("cannot create checkpoint directory '%s': %s", tmp.c_str(), ec.message().c_str());
 
@@ -79,28 +121,40 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
                         ",\"rng\":\"" + std::to_string(s.rng) + "\",\"config\":" + config_to_json(c) + "}\n";
     write_text(tmp + "/state.json", state);
     std::string done = "{";
-    const char* files[3] = {"model.safetensors", "optim.safetensors", "state.json"};
-    for (int i = 0; i < 3; i++)
-        done += std::string(i ? "," : "") + "\"" + files[i] + "\":\"" + std::to_string(fnv1a(read_file_bytes(tmp + "/" + files[i]))) + "\"";
+    for (int i = 0; i < 3; i++) {
+        const std::string path = tmp + "/" + kCkptFiles[i];
+        fsync_path(path);
+        done += std::string(i ? "," : "") + "\"" + kCkptFiles[i] + "\":\"" + std::to_string(fnv1a(read_file_bytes(path))) + "\"";
+    }
     write_text(tmp + "/DONE", done + "}\n");
+    fsync_path(tmp + "/DONE");
+    fsync_path(tmp);
 
-    fs::remove_all(final_dir, ec);
+    ckpt_remove(final_dir);
     fs::rename(tmp, final_dir, ec);
     if (ec) die("cannot rename checkpoint '%s' to '%s': %s", tmp.c_str(), final_dir.c_str(), ec.message().c_str());
+    fsync_path(out_dir);
     std::vector<std::string> all = ckpt_list(out_dir);
-    for (size_t i = 0; i + (size_t)keep_last < all.size(); i++) fs::remove_all(all[i], ec);
+    for (size_t i = 0; i + (size_t)keep_last < all.size(); i++) ckpt_remove(all[i]);
 }
 
 // Finds the checkpoint to resume: "auto" means the newest complete one in out_dir (none: returns
 // ""), anything else is a checkpoint directory that must be complete.
 static inline std::string checkpoint_resolve(const std::string& resume, const std::string& out_dir) {
+    if (!out_dir.empty()) check_output_dir(out_dir, "-o");
     if (resume.empty()) return "";
     if (resume == "auto") {
         std::vector<std::string> all = ckpt_list(out_dir);
         return all.empty() ? "" : all.back();
     }
-    if (!fs::is_directory(resume)) die("--resume %s: no such checkpoint directory", resume.c_str());
-    if (!fs::exists(resume + "/DONE"))
+    struct stat st;
+    if (stat(resume.c_str(), &st) != 0) {
+        if (lstat(resume.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+            die("--resume '%s': does not exist (dangling symbolic link)", resume.c_str());
+        die("--resume '%s': no such checkpoint directory: %s", resume.c_str(), strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) die("--resume '%s': is %s; a checkpoint directory was expected", resume.c_str(), file_kind(st.st_mode));
+    if (!file_exists(resume + "/DONE"))
         die("--resume %s: checkpoint is incomplete (no DONE marker; it was interrupted while being written). "
             "Use an earlier checkpoint or --resume auto.", resume.c_str());
     return resume;
@@ -114,7 +168,7 @@ static inline void checkpoint_load(const std::string& dir, const ModelConfig& c,
     std::string err;
     if (!json_parse((const char*)db.data(), db.size(), &done, &err) || done.kind != Json::OBJ)
         die("%s/DONE: corrupt checkpoint marker (%s)", dir.c_str(), err.c_str());
-    for (const char* f : {"model.safetensors", "optim.safetensors", "state.json"}) {
+    for (const char* f : kCkptFiles) {
         const Json* h = done.get(f);
         if (!h || h->kind != Json::STR) die("%s/DONE: no hash for %s", dir.c_str(), f);
         std::string path = dir + "/" + f;

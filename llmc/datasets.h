@@ -202,11 +202,8 @@ struct MappedFile {
 };
 
 static MappedFile map_file(const std::string& path) {
-    int fd = open(path.c_str(), O_RDONLY);
-    if (fd < 0) die("cannot open data file '%s': %s", path.c_str(), strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) != 0) die("cannot stat '%s': %s", path.c_str(), strerror(errno));
-    if (!S_ISREG(st.st_mode)) die("'%s' is not a regular file", path.c_str());
+    int fd = open_input(path, nullptr, false, &st);  // a regular file, or a message naming the flag
     MappedFile m = {path, nullptr, (size_t)st.st_size};
     if (m.size > 0) {
         void* p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
@@ -215,6 +212,14 @@ static MappedFile map_file(const std::string& path) {
     }
     close(fd);
     return m;
+}
+
+// Dies if a mapped file's size changed since it was mapped (another program writing it).
+static void check_unchanged(const MappedFile& m) {
+    struct stat st;
+    if (stat(m.path.c_str(), &st) != 0 || (size_t)st.st_size != m.size)
+        die("%s: changed size while being read (%zu bytes when opened); is another program writing it?",
+            path_label(m.path).c_str(), m.size);
 }
 
 static void unmap_file(MappedFile* m) {
@@ -238,42 +243,42 @@ struct TokenDataset {
 
 static void dataset_open_megatron(TokenDataset* d, const std::string& prefix) {
     std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-    if (!file_exists(idx_path)) die("Megatron data set '%s': index file '%s' not found (the .bin needs its .idx beside it)", prefix.c_str(), idx_path.c_str());
-    if (!file_exists(bin_path)) die("Megatron data set '%s': data file '%s' not found (the .idx needs its .bin beside it)", prefix.c_str(), bin_path.c_str());
+    if (!file_exists(idx_path)) die("Megatron data set %s: index file '%s' not found (the .bin needs its .idx beside it)", path_label(prefix).c_str(), idx_path.c_str());
+    if (!file_exists(bin_path)) die("Megatron data set %s: data file '%s' not found (the .idx needs its .bin beside it)", path_label(prefix).c_str(), bin_path.c_str());
     d->format = "megatron";
     d->files.push_back(map_file(bin_path));
     MappedFile idx = map_file(idx_path);
     std::string err = megatron_parse_idx(idx.data, idx.size, d->files[0].data, d->files[0].size, 0, &d->pieces);
     unmap_file(&idx);
-    if (!err.empty()) die("Megatron index '%s' (data '%s'): %s", idx_path.c_str(), bin_path.c_str(), err.c_str());
+    if (!err.empty()) die("Megatron index %s (data '%s'): %s", path_label(idx_path).c_str(), bin_path.c_str(), err.c_str());
 }
 
 static void dataset_open_paddle(TokenDataset* d, const std::string& prefix) {
     std::string ids_path = prefix + "_ids.npy", idx_path = prefix + "_idx.npz";
-    if (!file_exists(ids_path)) die("PaddleNLP data set '%s': token file '%s' not found", prefix.c_str(), ids_path.c_str());
-    if (!file_exists(idx_path)) die("PaddleNLP data set '%s': index file '%s' not found (the _ids.npy needs its _idx.npz beside it)", prefix.c_str(), idx_path.c_str());
+    if (!file_exists(ids_path)) die("PaddleNLP data set %s: token file '%s' not found", path_label(prefix).c_str(), ids_path.c_str());
+    if (!file_exists(idx_path)) die("PaddleNLP data set %s: index file '%s' not found (the _ids.npy needs its _idx.npz beside it)", path_label(prefix).c_str(), idx_path.c_str());
     d->format = "paddlenlp";
     d->files.push_back(map_file(ids_path));
     std::string err = paddle_parse_ids(d->files[0].data, d->files[0].size, 0, &d->pieces);
-    if (!err.empty()) die("PaddleNLP token array '%s': %s", ids_path.c_str(), err.c_str());
+    if (!err.empty()) die("PaddleNLP token array %s: %s", path_label(ids_path).c_str(), err.c_str());
     uint64_t num_ids = d->pieces.empty() ? 0 : d->pieces[0].count;
     MappedFile idx = map_file(idx_path);
     err = paddle_parse_index(idx.data, idx.size, num_ids);
     unmap_file(&idx);
-    if (!err.empty()) die("PaddleNLP index '%s' (tokens '%s'): %s", idx_path.c_str(), ids_path.c_str(), err.c_str());
+    if (!err.empty()) die("PaddleNLP index %s (tokens '%s'): %s", path_label(idx_path).c_str(), ids_path.c_str(), err.c_str());
 }
 
 static void dataset_open_llmc(TokenDataset* d, const std::string& pattern) {
     glob_t g;
     int rc = glob(pattern.c_str(), 0, nullptr, &g);  // sorted by name
-    if (rc == GLOB_NOMATCH) die("no llm.c shard matches '%s' (check the path or glob)", pattern.c_str());
+    if (rc == GLOB_NOMATCH) die("%s: no llm.c shard matches it (check the path or glob)", path_label(pattern).c_str());
     if (rc != 0) die("cannot expand '%s' (glob error %d)", pattern.c_str(), rc);
     d->format = "llmc";
     for (size_t i = 0; i < g.gl_pathc; i++) {
         d->files.push_back(map_file(g.gl_pathv[i]));
         const MappedFile& f = d->files.back();
         std::string err = llmc_parse_shard(f.data, f.size, (int)i, &d->pieces);
-        if (!err.empty()) die("llm.c shard '%s': %s", f.path.c_str(), err.c_str());
+        if (!err.empty()) die("llm.c shard %s: %s", path_label(f.path).c_str(), err.c_str());
     }
     globfree(&g);
 }
@@ -314,11 +319,16 @@ static void dataset_open(TokenDataset* d, const char* path_or_glob, int seq, uin
     else if (ends_with(p, "_ids.npy") || ends_with(p, "_idx.npz")) dataset_open_paddle(d, p.substr(0, p.size() - 8));
     else if (file_exists(p + ".idx") || file_exists(p + ".bin")) dataset_open_megatron(d, p);
     else if (file_exists(p + "_ids.npy") || file_exists(p + "_idx.npz")) dataset_open_paddle(d, p);
-    else die("cannot find a data set at '%s': expected X.bin + X.idx (Megatron), X_ids.npy + X_idx.npz (PaddleNLP), "
-             "or llm.c shards (a .bin file or a glob such as 'data/name_train_*.bin')", path_or_glob);
+    else {
+        struct stat st;
+        if (file_exists(p)) close(open_input(p, nullptr, true, &st));  // a directory, FIFO, dangling link: said so
+        die("%s: cannot find a data set there: expected X.bin + X.idx (Megatron), X_ids.npy + X_idx.npz (PaddleNLP), "
+             "or llm.c shards (a .bin file or a glob such as 'data/name_train_*.bin')", path_label(p).c_str());
+    }
+    for (const MappedFile& m : d->files) check_unchanged(m);
     d->num_tokens = d->pieces.empty() ? 0 : d->pieces.back().start + d->pieces.back().count;
     if (d->num_tokens < (uint64_t)seq + 1)
-        die("data set '%s' holds %" PRIu64 " tokens, fewer than one sample of seq+1 = %d tokens", path_or_glob, d->num_tokens, seq + 1);
+        die("data set %s holds %" PRIu64 " tokens, fewer than one sample of seq+1 = %d tokens", path_label(p).c_str(), d->num_tokens, seq + 1);
     d->num_samples = (d->num_tokens - 1) / (uint64_t)seq;
     if (shuffle) dataset_shuffle(d, seed);
 }

@@ -92,7 +92,7 @@ static inline void st_open(SafeTensors* st, const std::string& path) {
     st->path = path;
     st->bytes = read_file_bytes(path);
     std::string err = st_parse(st);
-    if (!err.empty()) die("%s: not a valid safetensors file: %s", path.c_str(), err.c_str());
+    if (!err.empty()) die("%s: not a valid safetensors file: %s", path_label(path).c_str(), err.c_str());
 }
 
 static inline const StTensor* st_find(const SafeTensors* st, const std::string& name) {

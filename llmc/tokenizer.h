@@ -478,8 +478,8 @@ static int tokenizer_load_auto(Tokenizer* t, const char* name_or_path) {
     if (name == "llama3") path = "data/tokenizers/llama3.tiktoken";
     if (!file_exists(path)) {
         if (name == "gpt2" || name == "llama3")
-            die("tokenizer '%s': '%s' not found; run 'bash dev/data/fetch_tokenizers.sh' from the repo root", name.c_str(), path.c_str());
-        die("tokenizer '%s': no such file; expected bytes, gpt2, llama3 or the path of a tiktoken rank file", name.c_str());
+            die("tokenizer %s: '%s' not found; run 'bash dev/data/fetch_tokenizers.sh' from the repo root", path_label(name).c_str(), path.c_str());
+        die("tokenizer %s: no such file; expected bytes, gpt2, llama3 or the path of a tiktoken rank file", path_label(name).c_str());
     }
     tok_read_ranks(t, path.c_str(), TOK_GPT2);
     if (t->n_ranks == 50256) t->kind = TOK_GPT2;

@@ -1,5 +1,17 @@
 // llmc/utils.h: error handling and checked file I/O shared by every program.
-// Every failure prints what went wrong, where (file:line of the caller), and exits 1.
+// Every failure prints what went wrong, where (the flag and path, or file:line of the caller), and exits 1.
+//
+// Paths are checked by class, once, here: every input goes through open_input (a regular file is
+// required: a directory, FIFO, socket or device is refused before any read, and O_NONBLOCK keeps
+// a FIFO without a writer from hanging the open; a dangling symbolic link and an unreadable file
+// are named as such), every whole-file read through read_file_bytes (an empty file is refused
+// where content is needed, a file that changes size while read is reported), every output through
+// fopen_check (a missing parent directory, a directory or FIFO in the way) or check_output_dir.
+// Messages name the command-line flag the path came from (path_label), found by matching the
+// path against the values of the path-taking flags in the process's own command line.
+//
+// Test-only: LLMC_FAIL_WRITE_AFTER_BYTES=N makes fwrite_check fail with ENOSPC ("No space left on
+// device") once N bytes in total have been written through it, to test a full disk.
 #pragma once
 #include <cerrno>
 #include <chrono>
@@ -10,27 +22,167 @@
 #include <cstring>
 #include <string>
 #include <vector>
+#include <fcntl.h>
+#include <fnmatch.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 // die: print a formatted message to stderr and exit with status 1.
 [[noreturn]] static inline void die(const char* fmt, ...) {
+    fflush(stdout);  // what the run printed so far comes before the message
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    fflush(stdout);
     exit(1);
 }
 
-// Opens a file; a directory opened for reading (which fopen allows on Linux) is refused by name.
-static inline FILE* fopen_check_(const char* path, const char* mode, const char* file, int line) {
-    FILE* f = fopen(path, mode);
-    if (!f) die("cannot open '%s' (mode %s): %s [%s:%d]", path, mode, strerror(errno), file, line);
+// The process's command line, from /proc/self/cmdline (empty where there is none).
+static inline const std::vector<std::string>& process_args() {
+    static std::vector<std::string> args;
+    static bool read_once = false;
+    if (read_once) return args;
+    read_once = true;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return args;
+    std::string s;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, (size_t)n);
+    close(fd);
+    for (size_t p = 0; p < s.size();) {
+        size_t e = s.find('\0', p);
+        if (e == std::string::npos) e = s.size();
+        args.push_back(s.substr(p, e - p));
+        p = e + 1;
+    }
+    return args;
+}
+
+// "FLAG 'path'" when `path` is the value of a path-taking flag of the trainers or the prepare tool,
+// "FLAG 'value' ('path')" when it was derived from one (a checkpoint under -o, a shard matching the
+// glob of -i, a Megatron .bin/.idx of the prefix given to -i), else "'path'".
+static inline std::string path_label(const std::string& path) {
+    static const char* const path_flags[] = {"-i", "-j", "-o", "--tokenizer", "--resume", "--init-from", "--export-init",
+                                             "--save-safetensors", "--print-config", "--out"};
+    const std::vector<std::string>& a = process_args();
+    std::string flag, value;
+    for (size_t i = 1; i + 1 < a.size(); i++) {
+        bool takes_path = false;
+        for (const char* f : path_flags) takes_path = takes_path || a[i] == f;
+        const std::string& v = a[i + 1];
+        if (!takes_path || v.empty() || v.size() <= value.size()) continue;
+        const bool derived = path.compare(0, v.size(), v) == 0 && path.size() > v.size() &&
+                             (v.back() == '/' || path[v.size()] == '/' ||
+                              (path.size() - v.size() <= 8 && strchr("._", path[v.size()])));  // X.bin, X_ids.npy
+        if (v == path || derived || fnmatch(v.c_str(), path.c_str(), 0) == 0) { flag = a[i]; value = v; }
+    }
+    if (flag.empty()) return "'" + path + "'";
+    if (value == path) return flag + " '" + path + "'";
+    return flag + " '" + value + "' ('" + path + "')";
+}
+
+static inline std::string label_of(const std::string& path, const char* what) {
+    return what ? std::string(what) + " '" + path + "'" : path_label(path);
+}
+
+// What a non-regular file is, for messages.
+static inline const char* file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m) || S_ISBLK(m)) return "a device";
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISREG(m)) return "a file";
+    return "not a regular file";
+}
+
+// Opens `path` for reading and checks what it is (see the header comment); `what` names the flag
+// (nullptr: path_label finds it). Fills *st. Dies naming the flag and the path.
+static inline int open_input(const std::string& path, const char* what, bool need_content, struct stat* st) {
+    int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        const int err = errno;
+        struct stat ls;
+        char target[4096];
+        if (err == ENOENT && lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode)) {
+            ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+            target[n > 0 ? n : 0] = '\0';
+            die("%s: does not exist (dangling symbolic link to '%s')", label_of(path, what).c_str(), target);
+        }
+        if (stat(path.c_str(), &ls) == 0 && !S_ISREG(ls.st_mode))
+            die("%s: is %s; a regular file was expected", label_of(path, what).c_str(), file_kind(ls.st_mode));
+        die("%s: cannot open: %s", label_of(path, what).c_str(), strerror(err));
+    }
+    if (fstat(fd, st) != 0) die("%s: cannot stat: %s", label_of(path, what).c_str(), strerror(errno));
+    if (!S_ISREG(st->st_mode))
+        die("%s: is %s; a regular file was expected", label_of(path, what).c_str(), file_kind(st->st_mode));
+    if (need_content && st->st_size == 0) die("%s: is empty", label_of(path, what).c_str());
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+// Dies unless the directory that will hold `path` exists and is writable (a missing parent, a file
+// where a directory is needed).
+static inline void check_output_parent(const std::string& path, const char* what) {
+    const size_t slash = path.find_last_of('/');
+    const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     struct stat st;
-    if (mode[0] == 'r' && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode))
-        die("'%s' is a directory; a file was expected here", path);
+    if (stat(parent.c_str(), &st) != 0)
+        die("%s: cannot create: its directory '%s' %s", label_of(path, what).c_str(), parent.c_str(),
+            errno == ENOTDIR ? "has a file in its path where a directory is needed" : "does not exist");
+    if (!S_ISDIR(st.st_mode)) die("%s: cannot create: '%s' is %s, not a directory", label_of(path, what).c_str(), parent.c_str(), file_kind(st.st_mode));
+    if (access(parent.c_str(), W_OK | X_OK) != 0)
+        die("%s: cannot create in '%s': %s", label_of(path, what).c_str(), parent.c_str(), strerror(errno));
+}
+
+// check_output_parent, and `path` itself, if present, must be a file (or a device such as /dev/null).
+static inline void check_output_file(const std::string& path, const char* what) {
+    check_output_parent(path, what);
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+        die("%s: is %s; a file is written here", label_of(path, what).c_str(), file_kind(st.st_mode));
+}
+
+// Dies unless `dir` is a writable directory or can be created (its nearest existing ancestor a
+// writable directory). Called before a run does any work.
+static inline void check_output_dir(const std::string& dir, const char* what) {
+    struct stat st;
+    std::string d = dir;
+    bool file_in_path = false;  // stat said ENOTDIR: a file where a directory is needed
+    while (stat(d.c_str(), &st) != 0) {
+        if (errno == ENOTDIR) { file_in_path = true; break; }
+        if (errno != ENOENT) die("%s: %s", label_of(dir, what).c_str(), strerror(errno));
+        size_t slash = d.find_last_of('/');
+        d = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+    }
+    if (file_in_path || !S_ISDIR(st.st_mode)) {
+        if (d == dir && !file_in_path) die("%s: is %s; a directory is needed", label_of(dir, what).c_str(), file_kind(st.st_mode));
+        die("%s: cannot create: a file in its path is where a directory is needed", label_of(dir, what).c_str());
+    }
+    if (access(d.c_str(), W_OK | X_OK) != 0)
+        die("%s: %s '%s' is not writable: %s", label_of(dir, what).c_str(), d == dir ? "the directory" : "its parent",
+            d.c_str(), strerror(errno));
+}
+
+// Opens a file. Reading ("r"): open_input's checks. Writing ("w", "a"): check_output_file's checks,
+// and O_NONBLOCK so that a FIFO in the way cannot hang the open.
+static inline FILE* fopen_check_(const char* path, const char* mode, const char* file, int line) {
+    int fd;
+    if (mode[0] == 'r') {
+        struct stat st;
+        fd = open_input(path, nullptr, false, &st);
+    } else {
+        check_output_file(path, nullptr);
+        const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (mode[0] == 'a' ? O_APPEND : O_TRUNC);
+        fd = open(path, flags, 0644);
+        if (fd < 0) die("%s: cannot open for writing: %s [%s:%d]", path_label(path).c_str(), strerror(errno), file, line);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    }
+    FILE* f = fdopen(fd, mode);
+    if (!f) die("%s: cannot open (mode %s): %s [%s:%d]", path_label(path).c_str(), mode, strerror(errno), file, line);
     return f;
 }
 #define fopen_check(path, mode) fopen_check_(path, mode, __FILE__, __LINE__)
@@ -42,8 +194,23 @@ static inline void fread_check_(void* ptr, size_t size, size_t n, FILE* f, const
 }
 #define fread_check(ptr, size, n, f, what) fread_check_(ptr, size, n, f, what, __FILE__, __LINE__)
 
+// Test-only write fault (see the header comment): true when this write of `bytes` must fail.
+static inline bool write_fault(size_t bytes) {
+    static long long left = -2;  // -2: not read yet, -1: no fault
+    if (left == -2) {
+        const char* e = getenv("LLMC_FAIL_WRITE_AFTER_BYTES");
+        left = e ? atoll(e) : -1;
+    }
+    if (left < 0) return false;
+    if ((long long)bytes > left) { left = 0; return true; }
+    left -= (long long)bytes;
+    return false;
+}
+
 static inline void fwrite_check_(const void* ptr, size_t size, size_t n, FILE* f, const char* what, const char* file, int line) {
-    size_t put = fwrite(ptr, size, n, f);
+    size_t put = 0;
+    if (write_fault(size * n)) errno = ENOSPC;
+    else put = fwrite(ptr, size, n, f);
     if (put != n) die("%s: write failed (%zu of %zu items): %s [%s:%d]", what, put, n, strerror(errno), file, line);
 }
 #define fwrite_check(ptr, size, n, f, what) fwrite_check_(ptr, size, n, f, what, __FILE__, __LINE__)
@@ -53,6 +220,14 @@ static inline void fclose_check_(FILE* f, const char* what, const char* file, in
 }
 #define fclose_check(f, what) fclose_check_(f, what, __FILE__, __LINE__)
 
+// Flushes a written file or a directory (its entries) to the disk. A file system that cannot sync
+// a directory (EINVAL) is let be.
+static inline void fsync_path(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) die("cannot sync '%s' to disk: %s", path.c_str(), strerror(errno));
+    close(fd);
+}
+
 static inline void* malloc_check_(size_t bytes, const char* file, int line) {
     void* p = malloc(bytes ? bytes : 1);
     if (!p) die("out of host memory allocating %zu bytes [%s:%d]", bytes, file, line);
@@ -60,19 +235,30 @@ static inline void* malloc_check_(size_t bytes, const char* file, int line) {
 }
 #define malloc_check(bytes) malloc_check_(bytes, __FILE__, __LINE__)
 
-// Read a whole file into memory; dies with the path on failure.
-static inline std::vector<uint8_t> read_file_bytes(const std::string& path) {
-    FILE* f = fopen_check(path.c_str(), "rb");
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
-        die("'%s' is not a regular file (a FIFO or a device cannot be read whole); give a file", path.c_str());
-    if (fseek(f, 0, SEEK_END) != 0) die("cannot seek '%s'", path.c_str());
-    long n = ftell(f);
-    if (n < 0) die("cannot size '%s'", path.c_str());
-    fseek(f, 0, SEEK_SET);
-    std::vector<uint8_t> buf((size_t)n);
-    if (n > 0) fread_check(buf.data(), 1, (size_t)n, f, path.c_str());
-    fclose(f);
+// Reads a whole regular file into memory (open_input's checks; empty refused unless may_be_empty).
+// A file that another process truncates, extends or rewrites during the read is reported, not
+// returned half old, half new. `what` names the flag (nullptr: path_label finds it).
+static inline std::vector<uint8_t> read_file_bytes(const std::string& path, const char* what = nullptr,
+                                                   bool may_be_empty = false) {
+    struct stat st0, st1;
+    int fd = open_input(path, what, !may_be_empty, &st0);
+    std::vector<uint8_t> buf((size_t)st0.st_size);
+    size_t got = 0;
+    while (got < buf.size()) {
+        ssize_t r = read(fd, buf.data() + got, buf.size() - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die("%s: read failed: %s", label_of(path, what).c_str(), strerror(errno));
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    uint8_t extra;
+    const bool grew = got == buf.size() && read(fd, &extra, 1) > 0;
+    const bool changed = fstat(fd, &st1) != 0 || st1.st_size != st0.st_size || st1.st_mtim.tv_sec != st0.st_mtim.tv_sec ||
+                         st1.st_mtim.tv_nsec != st0.st_mtim.tv_nsec;
+    close(fd);
+    if (got != buf.size() || grew || changed)
+        die("%s: changed size while being read (%lld bytes when opened, %zu read%s); is another program writing it?",
+            label_of(path, what).c_str(), (long long)st0.st_size, got, grew ? " and more remained" : "");
     return buf;
 }
 
@@ -81,11 +267,11 @@ static inline bool ends_with(const std::string& s, const char* suffix) {
     return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
+// Whether a directory entry named `path` exists (a dangling symbolic link counts: opening it then
+// says so). Never opens the file, so a FIFO cannot block it.
 static inline bool file_exists(const std::string& path) {
-    FILE* f = fopen(path.c_str(), "rb");
-    if (!f) return false;
-    fclose(f);
-    return true;
+    struct stat st;
+    return lstat(path.c_str(), &st) == 0;
 }
 
 // wall-clock milliseconds, for step timing

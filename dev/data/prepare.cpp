@@ -129,7 +129,7 @@ template <typename F>
 static void for_each_document(const Options& o, Progress* pr, F fn) {
     for (const std::string& path : o.inputs) {
         if (!is_jsonl(path) && !o.split_paragraphs) {
-            std::vector<uint8_t> b = read_file_bytes(path);
+            std::vector<uint8_t> b = read_file_bytes(path, "input", true);
             if (!b.empty()) fn((const char*)b.data(), b.size());
             progress_tick(pr, b.size());
             continue;
@@ -258,10 +258,10 @@ int main(int argc, char** argv) {
     Progress pr = {};
     for (const std::string& path : o.inputs) {
         struct stat st;
-        if (stat(path.c_str(), &st) != 0) die("input '%s': %s", path.c_str(), strerror(errno));
-        if (!S_ISREG(st.st_mode)) die("input '%s' is not a regular file", path.c_str());
+        close(open_input(path, "input", false, &st));  // a regular file (an empty one holds no document)
         pr.bytes_total += (uint64_t)st.st_size;
     }
+    check_output_parent(o.out, "--out");
     Tokenizer tok;
     int kind = tokenizer_load_auto(&tok, o.tokenizer.c_str());
     bool has_eot = kind != TOK_BYTES;
