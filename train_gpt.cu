@@ -198,6 +198,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
             o->bf16_moments = v == "1";
         } else if (a == "--print-config") {
             o->print_config = v;
+            note_path_flag("--print-config", v);
         } else {
             char* end = nullptr;
             o->estimate_gib = strtod(v.c_str(), &end);

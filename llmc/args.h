@@ -207,10 +207,10 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--tied") mc->tied = as_bool();
         else if (a == "--init-std") mc->init_std = (float)as_f();
         else if (a == "--seed") tc->seed = (uint64_t)as_int();
-        else if (a == "-i") { tc->train_data = s; data_given = true; }
-        else if (a == "-j") { tc->val_data = s; val_given = true; }
-        else if (a == "--tokenizer") tc->tokenizer = s;
-        else if (a == "-o") tc->out_dir = s;
+        else if (a == "-i") { tc->train_data = s; data_given = true; note_path_flag("-i", s); }
+        else if (a == "-j") { tc->val_data = s; val_given = true; note_path_flag("-j", s); }
+        else if (a == "--tokenizer") { tc->tokenizer = s; note_path_flag("--tokenizer", s); }
+        else if (a == "-o") { tc->out_dir = s; note_path_flag("-o", s); }
         else if (a == "-b") tc->B = as_pos();
         else if (a == "-t") tc->T = as_pos();
         else if (a == "-d") tc->total_batch = as_pos();
@@ -231,10 +231,10 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "-g") { long x = as_int(); if (x < 0) die("flag -g must be >= 0"); tc->gen_tokens = (int)x; }
         else if (a == "-n") { long x = as_int(); if (x < 0) die("flag -n must be >= 0"); tc->ckpt_every = (int)x; }
         else if (a == "--keep") tc->keep_last = as_pos();
-        else if (a == "--resume") tc->resume = s;
-        else if (a == "--init-from") tc->init_from = s;
-        else if (a == "--export-init") tc->export_init = s;
-        else if (a == "--save-safetensors") tc->save_safetensors = s;
+        else if (a == "--resume") { tc->resume = s; note_path_flag("--resume", s); }
+        else if (a == "--init-from") { tc->init_from = s; note_path_flag("--init-from", s); }
+        else if (a == "--export-init") { tc->export_init = s; note_path_flag("--export-init", s); }
+        else if (a == "--save-safetensors") { tc->save_safetensors = s; note_path_flag("--save-safetensors", s); }
         else if (a == "--tp") tc->tp = as_pos();
         else if (a == "--pp") tc->pp = as_pos();
         else if (a == "--dp") tc->dp = as_pos();

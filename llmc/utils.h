@@ -7,8 +7,8 @@
 // are named as such), every whole-file read through read_file_bytes (an empty file is refused
 // where content is needed, a file that changes size while read is reported), every output through
 // fopen_check (a missing parent directory, a directory or FIFO in the way) or check_output_dir.
-// Messages name the command-line flag the path came from (path_label), found by matching the
-// path against the values of the path-taking flags in the process's own command line.
+// Messages name the command-line flag the path came from (path_label): the argument parsers note
+// each path flag's value (note_path_flag), and a path is matched against those values.
 //
 // Test-only: LLMC_FAIL_WRITE_AFTER_BYTES=N makes fwrite_check fail with ENOSPC ("No space left on
 // device") once N bytes in total have been written through it, to test a full disk.
@@ -39,45 +39,31 @@
     exit(1);
 }
 
-// The process's command line, from /proc/self/cmdline (empty where there is none).
-static inline const std::vector<std::string>& process_args() {
-    static std::vector<std::string> args;
-    static bool read_once = false;
-    if (read_once) return args;
-    read_once = true;
-    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return args;
-    std::string s;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) s.append(buf, (size_t)n);
-    close(fd);
-    for (size_t p = 0; p < s.size();) {
-        size_t e = s.find('\0', p);
-        if (e == std::string::npos) e = s.size();
-        args.push_back(s.substr(p, e - p));
-        p = e + 1;
-    }
-    return args;
+// The path-taking flags of this run and their values, noted by the argument parsers (llmc/args.h,
+// the prepare tool) as they read them, so that a message about a path can name its flag.
+struct PathFlag {
+    std::string flag, value;
+};
+static inline std::vector<PathFlag>& path_flags() {
+    static std::vector<PathFlag> noted;
+    return noted;
+}
+static inline void note_path_flag(const char* flag, const std::string& value) {
+    if (!value.empty()) path_flags().push_back({flag, value});
 }
 
-// "FLAG 'path'" when `path` is the value of a path-taking flag of the trainers or the prepare tool,
-// "FLAG 'value' ('path')" when it was derived from one (a checkpoint under -o, a shard matching the
-// glob of -i, a Megatron .bin/.idx of the prefix given to -i), else "'path'".
+// "FLAG 'path'" when `path` is the value of a noted path flag, "FLAG 'value' ('path')" when it was
+// derived from one (a checkpoint under -o, a shard matching the glob of -i, a Megatron .bin/.idx of
+// the prefix given to -i), else "'path'". The longest matching value wins.
 static inline std::string path_label(const std::string& path) {
-    static const char* const path_flags[] = {"-i", "-j", "-o", "--tokenizer", "--resume", "--init-from", "--export-init",
-                                             "--save-safetensors", "--print-config", "--out"};
-    const std::vector<std::string>& a = process_args();
     std::string flag, value;
-    for (size_t i = 1; i + 1 < a.size(); i++) {
-        bool takes_path = false;
-        for (const char* f : path_flags) takes_path = takes_path || a[i] == f;
-        const std::string& v = a[i + 1];
-        if (!takes_path || v.empty() || v.size() <= value.size()) continue;
+    for (const PathFlag& f : path_flags()) {
+        const std::string& v = f.value;
+        if (v.size() <= value.size()) continue;
         const bool derived = path.compare(0, v.size(), v) == 0 && path.size() > v.size() &&
                              (v.back() == '/' || path[v.size()] == '/' ||
                               (path.size() - v.size() <= 8 && strchr("._", path[v.size()])));  // X.bin, X_ids.npy
-        if (v == path || derived || fnmatch(v.c_str(), path.c_str(), 0) == 0) { flag = a[i]; value = v; }
+        if (v == path || derived || fnmatch(v.c_str(), path.c_str(), 0) == 0) { flag = f.flag; value = v; }
     }
     if (flag.empty()) return "'" + path + "'";
     if (value == path) return flag + " '" + path + "'";

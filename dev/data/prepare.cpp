@@ -68,9 +68,9 @@ static Options parse_args(int argc, char** argv) {
         if (a.size() > 1 && a[0] == '-') {
             if (i + 1 >= argc) die("flag %s needs a value (see --help)", a.c_str());
             const char* v = argv[++i];
-            if (a == "--out") o.out = v;
+            if (a == "--out") { o.out = v; note_path_flag("--out", v); }
             else if (a == "--format") o.format = v;
-            else if (a == "--tokenizer") o.tokenizer = v;
+            else if (a == "--tokenizer") { o.tokenizer = v; note_path_flag("--tokenizer", v); }
             else if (a == "--json-key") o.json_key = v;
             else if (a == "--val-docs") o.val_docs = parse_int_flag("--val-docs", v, 0, (long long)1e18);
             else if (a == "--shard-size") o.shard_size = parse_int_flag("--shard-size", v, 1, INT32_MAX);
