@@ -476,7 +476,8 @@ static void test_norm_ranges() {
 // released once after its last use, receives and sends with matching tags.
 static void test_pp_exec() {
     std::string err;
-    for (int pp : {1, 2, 3}) for (int vpp : {1, 2}) for (bool bwd : {true, false}) {
+    int n_groups = 0;
+    for (int pp : {1, 2, 3}) for (int vpp : {1, 2}) for (bool bwd : {true, false}) for (bool grouped : {false, true}) {
         if (vpp > 1 && pp == 1) continue;
         const int n_mb = vpp == 1 ? 3 : 2 * pp, n_chunks = pp * vpp;
         std::set<std::tuple<int, int, int>> sent;  // (tag, from stage, to stage)
@@ -494,7 +495,29 @@ static void test_pp_exec() {
             cb.recv_grad = cb.recv_act;
             cb.send_act = [&](int mb, int chunk, int peer, int tag) { use(mb, chunk); sent.insert({tag, s, peer}); };
             cb.send_grad = cb.send_act;
+            // grouped: the exchange callback gets each run of communication ops of pp_steps, in order
+            const std::vector<PpOp> ops = bwd ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s);
+            std::vector<std::vector<PpOp>> runs;
+            for (const std::pair<int, int>& st : pp_steps(ops))
+                if (pp_is_comm(ops[st.first].kind)) runs.push_back(std::vector<PpOp>(ops.begin() + st.first, ops.begin() + st.second));
+            size_t next_run = 0;
+            if (grouped) cb.exchange = [&](const PpMsg* m, int n) {
+                n_groups++;
+                bool same = next_run < runs.size() && (int)runs[next_run].size() == n;
+                for (int i = 0; same && i < n; i++) {
+                    const PpMsg want = pp_msg(runs[next_run][i], n_chunks);
+                    same = want.kind == m[i].kind && want.mb == m[i].mb && want.chunk == m[i].chunk && want.peer == m[i].peer && want.tag == m[i].tag;
+                }
+                if (!same && err.empty()) err = "exchange called with other messages than the next run of pp_steps";
+                next_run++;
+                for (int i = 0; i < n; i++) {
+                    use(m[i].mb, m[i].chunk);
+                    if (m[i].kind == PP_RECV_ACT || m[i].kind == PP_RECV_GRAD) received.push_back({m[i].tag, m[i].peer, s});
+                    else sent.insert({m[i].tag, s, m[i].peer});
+                }
+            };
             pp_run(bwd ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s), n_chunks, bwd, cb);
+            if (grouped && next_run != runs.size() && err.empty()) err = "exchange not called for every run of pp_steps";
             if ((acquired != n_mb * vpp || released != acquired || !live.empty()) && err.empty())
                 err = "pp" + std::to_string(pp) + " vpp" + std::to_string(vpp) + " stage " + std::to_string(s) + ": " + std::to_string(acquired) +
                       " acquired, " + std::to_string(released) + " released";
@@ -502,7 +525,8 @@ static void test_pp_exec() {
         std::set<std::tuple<int, int, int>> got(received.begin(), received.end());
         if ((got != sent || received.size() != sent.size()) && err.empty()) err = "sends and receives do not match by tag";
     }
-    check(err.empty(), "pp exec: activations acquired once before use and released once after, every send received under its tag",
+    check(err.empty() && n_groups > 0, "pp exec: activations acquired once before use and released once after, every send received under its tag, "
+          "one op at a time and through exchange (" + std::to_string(n_groups) + " groups, each the next run of pp_steps)",
           "%s", err.c_str());
 }
 
