@@ -205,7 +205,8 @@ static std::vector<std::vector<std::vector<PpOp>>> stage_steps(int pp, int vpp, 
 // training needs n_mb a multiple of pp when vpp > 1), 1 to 3*pp micro-batches, training and forward only.
 static void test_schedule_nccl() {
     int n_cfg = 0, n_train = 0, old_deadlocks = 0, old_train_deadlocks = 0, new_bad = 0, eager_bad = 0, groups_bad = 0;
-    std::string new_err, eager_err;
+    int old_unexpected = 0;
+    std::string new_err, eager_err, old_err;
     for (int pp = 2; pp <= 8; pp++) for (int vpp = 1; vpp <= 4; vpp++) for (int n_mb = 1; n_mb <= 3 * pp; n_mb++)
         for (bool training : {true, false}) {
             if (training && vpp > 1 && n_mb % pp != 0) continue;
@@ -232,6 +233,13 @@ static void test_schedule_nccl() {
                 old_train_deadlocks += training;
                 if (e.compare(0, 8, "deadlock") != 0 && new_err.empty()) new_err = name + " ungrouped: " + e;
             }
+            // expected one op at a time: a forward-only list is a chain (each micro-batch passes the
+            // stages in the same order everywhere), and 1F1B deadlocks from 2 micro-batches on
+            // (stage pp-2 sends activation 1 while stage pp-1 sends gradient 0)
+            if (vpp == 1 || !training) {
+                const bool want = training && n_mb >= 2;
+                if (want != !e.empty()) { old_unexpected++; if (old_err.empty()) old_err = name + ": '" + e + "'"; }
+            }
             e = nccl_simulate(single, true);
             if (!e.empty()) { eager_bad++; if (eager_err.empty()) eager_err = name + ": " + e; }
         }
@@ -245,9 +253,10 @@ static void test_schedule_nccl() {
           "%d bad: %s", eager_bad, eager_err.c_str());
     // the simulator can fail: one op at a time with blocking sends, every training schedule with a
     // steady state deadlocks; printed so the count can be read
-    check(old_train_deadlocks > 0, "pp schedule under NCCL rules, one op at a time (ungrouped blocking sends): " +
+    check(old_train_deadlocks > 0 && old_unexpected == 0, "pp schedule under NCCL rules, one op at a time (ungrouped blocking sends): " +
           std::to_string(old_deadlocks) + " of " + std::to_string(n_cfg) + " configurations deadlock (" +
-          std::to_string(old_train_deadlocks) + " of " + std::to_string(n_train) + " training)", "none found");
+          std::to_string(old_train_deadlocks) + " of " + std::to_string(n_train) + " training); forward only never, 1F1B exactly from 2 "
+          "micro-batches on", "%d not as expected: %s", old_unexpected, old_err.c_str());
     // by hand, pp 2 vpp 1, 2 micro-batches, one op at a time: stage 0 runs F0, sends act 0, F1, then
     // blocks sending act 1 (stage 1 has not posted its receive); stage 1 receives act 0, F0, B0, then
     // blocks sending grad 0 (stage 0 has not posted its receive): a deadlock. With 1 micro-batch the
@@ -256,6 +265,15 @@ static void test_schedule_nccl() {
     check(d2 == "deadlock: stage 0 at step 3 stage 1 at step 3" && d1.empty(),
           "pp schedule under NCCL rules by hand: pp2 2 micro-batches ungrouped deadlocks with stage 0 sending act 1 and stage 1 "
           "sending grad 0; 1 micro-batch does not", "got '%s' / '%s'", d2.c_str(), d1.c_str());
+    // messages out of order: stage 0 of pp 2 (3 micro-batches) sends activation 1 in place of 0 and 0 in
+    // place of 1; with non-blocking sends nothing blocks, but stage 1's first receive gets the wrong one
+    std::vector<std::vector<std::vector<PpOp>>> swapped = stage_steps(2, 1, 3, true, false);
+    int n_swapped = 0;
+    for (std::vector<PpOp>& st : swapped[0])
+        if (st[0].kind == PP_SEND_ACT && st[0].mb < 2) { st[0].mb = 1 - st[0].mb; n_swapped++; }
+    const std::string m = nccl_simulate(swapped, true);
+    check(n_swapped == 2 && m == "message 0 from stage 0 to 1 is not the one received",
+          "pp schedule simulator: two activations sent out of order are caught as a mismatch", "got '%s'", m.c_str());
     // the grouped steps of pp 2, 3 micro-batches, stage 0 by hand: F0 {send a0} F1 {send a1, recv g0} B0 F2 {send a2, recv g1} B1 {recv g2} B2
     std::string seq;
     const std::vector<std::vector<std::vector<PpOp>>> hand = stage_steps(2, 1, 3, true, true);
