@@ -6,7 +6,8 @@
 // pp_schedule() lists, for one stage, the ordered steps of one optimizer step over n_mb
 // micro-batches: forward and backward of (micro-batch, chunk), each preceded by the receive
 // of its input (activation from the previous chunk, gradient from the next one) and followed
-// by the send of its output.
+// by the send of its output (in the interleaved steady state, a forward and a backward share
+// one such pair of places: both receives before, both sends after).
 //
 // Communication rule (NCCL's, worst case): a send may block until the peer has posted the
 // matching receive, a receive until the send is posted, and messages between two stages match

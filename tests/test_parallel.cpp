@@ -201,8 +201,8 @@ static std::vector<std::vector<std::vector<PpOp>>> stage_steps(int pp, int vpp, 
     return all;
 }
 
-// Every configuration under NCCL's rules: pp 2-8, vpp 1-4 (at least one layer... chunk per stage;
-// training needs n_mb a multiple of pp when vpp > 1), 1 to 3*pp micro-batches, training and forward only.
+// Every configuration under NCCL's rules: pp 2-8, vpp 1-4, 1 to 3*pp micro-batches (interleaved
+// training only at multiples of pp, as the trainers require), training and forward only.
 static void test_schedule_nccl() {
     int n_cfg = 0, n_train = 0, old_deadlocks = 0, old_train_deadlocks = 0, new_bad = 0, eager_bad = 0, groups_bad = 0;
     int old_unexpected = 0;
