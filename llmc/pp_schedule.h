@@ -6,17 +6,28 @@
 // pp_schedule() lists, for one stage, the ordered steps of one optimizer step over n_mb
 // micro-batches: forward and backward of (micro-batch, chunk), each preceded by the receive
 // of its input (activation from the previous chunk, gradient from the next one) and followed
-// by the send of its output. Sends are meant to be non-blocking and receives blocking; the
-// orders below cannot deadlock under that rule (tests/test_parallel.cpp simulates it).
-//   vpp = 1: 1F1B. Stage s runs pp - s - 1 warm-up forwards, then alternates one forward and
-//            one backward, then drains the backwards; at most pp - s micro-batches in flight.
-//   vpp > 1: interleaved 1F1B (Megatron): forwards go through the stage's chunks in groups of
-//            pp micro-batches (n_mb must be a multiple of pp), backwards in reverse chunk
-//            order; warm-up (pp - s - 1) * 2 + (vpp - 1) * pp forwards.
+// by the send of its output (in the interleaved steady state, a forward and a backward share
+// one such pair of places: both receives before, both sends after).
+//
+// Communication rule (NCCL's, worst case): a send may block until the peer has posted the
+// matching receive, a receive until the send is posted, and messages between two stages match
+// in the order they are issued (no tags). Run one op at a time, these orders deadlock (stage s
+// blocks sending its next activation while stage s + 1 blocks sending a gradient back).
+// pp_steps() therefore cuts a stage's list into steps: each compute op alone, and each maximal
+// run of communication ops between two compute ops as one group, posted together and finished
+// together (ncclGroupStart / ncclGroupEnd). With vpp = 1 a run is Megatron's
+// send_forward_recv_backward or send_backward_recv_forward pair; with vpp > 1 the steady state
+// lists both receives, the forward, the backward, then both sends, so a run is Megatron's
+// four-op send_forward_backward_recv_forward_backward (the order of compute is unchanged).
+// tests/test_parallel.cpp simulates every stage under these rules (pp 2-8, vpp 1-4, 1 to 3*pp
+// micro-batches, training and forward only): no deadlock, and the k-th message between two
+// stages is the one the receiver expects. With non-blocking sends and blocking receives (MPI)
+// the ops may also run one at a time, in list order (simulated too).
 #pragma once
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 enum PpKind { PP_RECV_ACT, PP_FWD, PP_SEND_ACT, PP_RECV_GRAD, PP_BWD, PP_SEND_GRAD };
@@ -95,8 +106,24 @@ static inline std::vector<PpOp> pp_schedule(int pp, int vpp, int n_mb, int stage
     int mb, chunk, f = 0, b = 0;
     for (; f < warmup; f++) { pp_nth(f, true, stage, pp, vpp, &mb, &chunk); pp_push(&ops, true, mb, chunk, pp, vpp); }
     for (; f < total; f++, b++) {
-        pp_nth(f, true, stage, pp, vpp, &mb, &chunk); pp_push(&ops, true, mb, chunk, pp, vpp);
-        pp_nth(b, false, stage, pp, vpp, &mb, &chunk); pp_push(&ops, false, mb, chunk, pp, vpp);
+        if (vpp == 1) {
+            pp_nth(f, true, stage, pp, vpp, &mb, &chunk); pp_push(&ops, true, mb, chunk, pp, vpp);
+            pp_nth(b, false, stage, pp, vpp, &mb, &chunk); pp_push(&ops, false, mb, chunk, pp, vpp);
+            continue;
+        }
+        // interleaved steady state: both receives, forward, backward, both sends
+        int mb_b, chunk_b;
+        pp_nth(f, true, stage, pp, vpp, &mb, &chunk);
+        pp_nth(b, false, stage, pp, vpp, &mb_b, &chunk_b);
+        std::vector<PpOp> fw, bw;
+        pp_push(&fw, true, mb, chunk, pp, vpp);
+        pp_push(&bw, false, mb_b, chunk_b, pp, vpp);
+        for (const PpOp& o : fw) if (o.kind == PP_RECV_ACT) ops.push_back(o);
+        for (const PpOp& o : bw) if (o.kind == PP_RECV_GRAD) ops.push_back(o);
+        ops.push_back({PP_FWD, mb, chunk, -1});
+        ops.push_back({PP_BWD, mb_b, chunk_b, -1});
+        for (const PpOp& o : fw) if (o.kind == PP_SEND_ACT) ops.push_back(o);
+        for (const PpOp& o : bw) if (o.kind == PP_SEND_GRAD) ops.push_back(o);
     }
     for (; b < total; b++) { pp_nth(b, false, stage, pp, vpp, &mb, &chunk); pp_push(&ops, false, mb, chunk, pp, vpp); }
     return ops;
@@ -108,4 +135,22 @@ static inline std::vector<PpOp> pp_forward_schedule(int pp, int vpp, int n_mb, i
     for (int mb = 0; mb < n_mb; mb++)
         for (int j = 0; j < vpp; j++) pp_push(&ops, true, mb, j * pp + stage, pp, vpp);
     return ops;
+}
+
+static inline bool pp_is_comm(PpKind k) { return k != PP_FWD && k != PP_BWD; }
+
+// The steps of a stage's list, as [lo, hi) op ranges: a compute op alone, or the run of
+// communication ops between two compute ops (1 to 4 ops, at most one of each kind), to be
+// posted as one group.
+static inline std::vector<std::pair<int, int>> pp_steps(const std::vector<PpOp>& ops) {
+    std::vector<std::pair<int, int>> steps;
+    const int n = (int)ops.size();
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        if (pp_is_comm(ops[i].kind))
+            while (j < n && pp_is_comm(ops[j].kind)) j++;
+        steps.push_back({i, j});
+        i = j;
+    }
+    return steps;
 }

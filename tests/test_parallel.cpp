@@ -52,14 +52,16 @@ static void test_topology() {
           "topology: rank 6 of dp2 tp2 pp2 is (pp 1, dp 1, tp 0) by hand");
 }
 
-// Runs every stage's list with non-blocking sends and blocking receives; fails on a deadlock,
-// an unmatched message, a backward before its forward, or a step out of place.
+// Runs every stage's list with non-blocking sends and blocking receives, matching by tag; fails
+// on a deadlock, an unmatched message, a backward before its forward, a compute op before its
+// input (activation or gradient) was received, or a step out of place.
 static std::string simulate(int pp, int vpp, int n_mb, int* max_inflight_excess) {
     std::vector<std::vector<PpOp>> ops(pp);
     for (int s = 0; s < pp; s++) ops[s] = pp_schedule(pp, vpp, n_mb, s);
     std::vector<size_t> pc(pp, 0);
     std::map<std::tuple<int, int, int, int>, int> chan;  // (kind 0 act / 1 grad, mb, chunk received, to stage) -> from stage
     std::vector<std::set<std::pair<int, int>>> fwd_done(pp), bwd_done(pp);
+    std::vector<std::set<std::tuple<int, int, int>>> got(pp);  // (0 activation / 1 gradient, mb, chunk) received
     std::vector<int> inflight(pp, 0);
     *max_inflight_excess = -1000;
     const int last = pp * vpp - 1;
@@ -75,19 +77,20 @@ static std::string simulate(int pp, int vpp, int n_mb, int* max_inflight_excess)
                     if (it == chan.end()) break;  // blocks
                     if (it->second != o.peer) return "receive from the wrong stage";
                     chan.erase(it);
+                    got[s].insert(std::make_tuple(std::get<0>(key), o.mb, o.chunk));
                 } else if (o.kind == PP_SEND_ACT) {
                     chan[std::make_tuple(0, o.mb, o.chunk + 1, o.peer)] = s;
                 } else if (o.kind == PP_SEND_GRAD) {
                     chan[std::make_tuple(1, o.mb, o.chunk - 1, o.peer)] = s;
                 } else if (o.kind == PP_FWD) {
                     if (!fwd_done[s].insert({o.mb, o.chunk}).second) return "forward twice";
-                    if (o.chunk > 0 && (pc[s] == 0 || ops[s][pc[s] - 1].kind != PP_RECV_ACT)) return "forward without its input";
+                    if (o.chunk > 0 && !got[s].count({0, o.mb, o.chunk})) return "forward without its input";
                     inflight[s]++;
                     *max_inflight_excess = std::max(*max_inflight_excess, inflight[s] - (pp - s) * vpp);
                 } else {
                     if (!fwd_done[s].count({o.mb, o.chunk})) return "backward of mb " + std::to_string(o.mb) + " before its forward";
                     if (!bwd_done[s].insert({o.mb, o.chunk}).second) return "backward twice";
-                    if (o.chunk < last && (pc[s] == 0 || ops[s][pc[s] - 1].kind != PP_RECV_GRAD)) return "backward without its gradient";
+                    if (o.chunk < last && !got[s].count({1, o.mb, o.chunk})) return "backward without its gradient";
                     inflight[s]--;
                 }
                 pc[s]++;
@@ -102,6 +105,185 @@ static std::string simulate(int pp, int vpp, int n_mb, int* max_inflight_excess)
     for (int s = 0; s < pp; s++)
         if ((int)fwd_done[s].size() != n_mb * vpp || (int)bwd_done[s].size() != n_mb * vpp) return "missing steps";
     return "";
+}
+
+// NCCL's point-to-point rules, written as a simulator (worst case: nothing is buffered).
+//   - A rank runs its steps in order. A step is a compute op (it finishes at once) or a group of
+//     sends / receives: one op on its own, or the ops between ncclGroupStart and ncclGroupEnd.
+//   - Reaching a group, the rank posts all its ops at once; the group finishes when every one of
+//     its ops has matched, and only then does the rank go on.
+//   - Messages from stage a to stage b match in the order posted, with no tags: the k-th send
+//     a -> b matches the k-th receive at b from a, once both are posted (an ungrouped send blocks
+//     until its receive is posted, an ungrouped receive until its send is).
+//   - eager: a send finishes as soon as it is posted (MPI's non-blocking sends); receives as above.
+// steps[s]: stage s's steps, each a list of ops. Returns "" or the first problem: a deadlock (every
+// unfinished stage waits on a group that cannot finish), or the k-th send and receive of a channel
+// being different messages, or a message never received.
+typedef std::tuple<int, int, int> PpMsgKey;  // (0 activation / 1 gradient, micro-batch, chunk that receives it)
+static PpMsgKey msg_key(const PpOp& o) {
+    if (o.kind == PP_SEND_ACT) return PpMsgKey(0, o.mb, o.chunk + 1);
+    if (o.kind == PP_SEND_GRAD) return PpMsgKey(1, o.mb, o.chunk - 1);
+    return PpMsgKey(o.kind == PP_RECV_ACT ? 0 : 1, o.mb, o.chunk);
+}
+static std::string nccl_simulate(const std::vector<std::vector<std::vector<PpOp>>>& steps, bool eager) {
+    const int pp = (int)steps.size();
+    std::map<std::pair<int, int>, std::vector<PpMsgKey>> sends, recvs;  // (from, to) -> messages in post order
+    std::vector<size_t> pc(pp, 0);
+    std::vector<std::vector<std::pair<bool, size_t>>> posted(pp);  // current group: (is send, index in its channel)
+    std::vector<std::vector<std::pair<int, int>>> chans(pp);
+    std::vector<bool> is_posted(pp, false);
+    for (;;) {
+        bool progress = false, all_done = true;
+        for (int s = 0; s < pp; s++) {
+            while (pc[s] < steps[s].size()) {
+                const std::vector<PpOp>& st = steps[s][pc[s]];
+                if (!pp_is_comm(st[0].kind)) { pc[s]++; progress = true; continue; }
+                if (!is_posted[s]) {
+                    posted[s].clear();
+                    chans[s].clear();
+                    for (const PpOp& o : st) {
+                        const bool snd = o.kind == PP_SEND_ACT || o.kind == PP_SEND_GRAD;
+                        const std::pair<int, int> ch = snd ? std::make_pair(s, o.peer) : std::make_pair(o.peer, s);
+                        std::vector<PpMsgKey>& q = snd ? sends[ch] : recvs[ch];
+                        posted[s].push_back({snd, q.size()});
+                        chans[s].push_back(ch);
+                        q.push_back(msg_key(o));
+                    }
+                    is_posted[s] = true;
+                    progress = true;
+                }
+                bool done = true;
+                for (size_t i = 0; i < posted[s].size(); i++) {
+                    const bool snd = posted[s][i].first;
+                    if (snd && eager) continue;
+                    done &= (snd ? recvs[chans[s][i]] : sends[chans[s][i]]).size() > posted[s][i].second;
+                }
+                if (!done) break;
+                is_posted[s] = false;
+                pc[s]++;
+                progress = true;
+            }
+            all_done &= pc[s] == steps[s].size();
+        }
+        for (auto& c : sends) {
+            const std::vector<PpMsgKey>& r = recvs[c.first];
+            for (size_t k = 0; k < std::min(c.second.size(), r.size()); k++)
+                if (c.second[k] != r[k])
+                    return "message " + std::to_string(k) + " from stage " + std::to_string(c.first.first) + " to " +
+                           std::to_string(c.first.second) + " is not the one received";
+        }
+        if (all_done) break;
+        if (!progress) {
+            std::string stuck = "deadlock:";
+            for (int s = 0; s < pp; s++)
+                if (pc[s] < steps[s].size()) stuck += " stage " + std::to_string(s) + " at step " + std::to_string(pc[s]);
+            return stuck;
+        }
+    }
+    for (auto& c : sends)
+        if (c.second.size() != recvs[c.first].size()) return "a message is never received";
+    for (auto& c : recvs)
+        if (c.second.size() != sends[c.first].size()) return "a receive has no send";
+    return "";
+}
+
+// Every stage's list of `pp` stages, as grouped steps (pp_steps) or one op per step (grouped false).
+static std::vector<std::vector<std::vector<PpOp>>> stage_steps(int pp, int vpp, int n_mb, bool training, bool grouped) {
+    std::vector<std::vector<std::vector<PpOp>>> all(pp);
+    for (int s = 0; s < pp; s++) {
+        const std::vector<PpOp> ops = training ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s);
+        if (grouped) {
+            for (const std::pair<int, int>& st : pp_steps(ops)) all[s].push_back(std::vector<PpOp>(ops.begin() + st.first, ops.begin() + st.second));
+        } else {
+            for (const PpOp& o : ops) all[s].push_back({o});
+        }
+    }
+    return all;
+}
+
+// Every configuration under NCCL's rules: pp 2-8, vpp 1-4, 1 to 3*pp micro-batches (interleaved
+// training only at multiples of pp, as the trainers require), training and forward only.
+static void test_schedule_nccl() {
+    int n_cfg = 0, n_train = 0, old_deadlocks = 0, old_train_deadlocks = 0, new_bad = 0, eager_bad = 0, groups_bad = 0;
+    int old_unexpected = 0;
+    std::string new_err, eager_err, old_err;
+    for (int pp = 2; pp <= 8; pp++) for (int vpp = 1; vpp <= 4; vpp++) for (int n_mb = 1; n_mb <= 3 * pp; n_mb++)
+        for (bool training : {true, false}) {
+            if (training && vpp > 1 && n_mb % pp != 0) continue;
+            const std::string name = std::string(training ? "training" : "forward") + " pp" + std::to_string(pp) + " vpp" +
+                                     std::to_string(vpp) + " mb" + std::to_string(n_mb);
+            n_cfg++;
+            n_train += training;
+            const std::vector<std::vector<std::vector<PpOp>>> grouped = stage_steps(pp, vpp, n_mb, training, true);
+            for (const auto& st : grouped)
+                for (const std::vector<PpOp>& g : st) {
+                    // a step is a compute op alone, or communication only, at most one op of each kind
+                    int n_kind[6] = {0, 0, 0, 0, 0, 0};
+                    for (const PpOp& o : g) n_kind[o.kind]++;
+                    bool bad = n_kind[PP_FWD] + n_kind[PP_BWD] > 0 && g.size() > 1;
+                    for (int k = 0; k < 6; k++) bad |= n_kind[k] > 1;
+                    groups_bad += bad;
+                }
+            std::string e = nccl_simulate(grouped, false);
+            if (!e.empty()) { new_bad++; if (new_err.empty()) new_err = name + ": " + e; }
+            const std::vector<std::vector<std::vector<PpOp>>> single = stage_steps(pp, vpp, n_mb, training, false);
+            e = nccl_simulate(single, false);
+            if (!e.empty()) {
+                old_deadlocks++;
+                old_train_deadlocks += training;
+                if (e.compare(0, 8, "deadlock") != 0 && new_err.empty()) new_err = name + " ungrouped: " + e;
+            }
+            // expected one op at a time: a forward-only list is a chain (each micro-batch passes the
+            // stages in the same order everywhere), and 1F1B deadlocks from 2 micro-batches on
+            // (stage pp-2 sends activation 1 while stage pp-1 sends gradient 0)
+            if (vpp == 1 || !training) {
+                const bool want = training && n_mb >= 2;
+                if (want != !e.empty()) { old_unexpected++; if (old_err.empty()) old_err = name + ": '" + e + "'"; }
+            }
+            e = nccl_simulate(single, true);
+            if (!e.empty()) { eager_bad++; if (eager_err.empty()) eager_err = name + ": " + e; }
+        }
+    check(new_bad == 0 && groups_bad == 0 && new_err.empty(),
+          "pp schedule under NCCL rules: " + std::to_string(n_cfg) + " configurations (" + std::to_string(n_train) +
+              " training, pp 2-8, vpp 1-4, 1 to 3*pp micro-batches) run to the end with grouped send/receive steps (pp_steps), "
+              "every message matched in order without tags, 0 deadlocks",
+          "%d bad, %d steps not a compute op alone or one communication op of each kind: %s", new_bad, groups_bad, new_err.c_str());
+    check(eager_bad == 0, "pp schedule, MPI rules: the same " + std::to_string(n_cfg) +
+          " configurations one op at a time with non-blocking sends run to the end, matched in order",
+          "%d bad: %s", eager_bad, eager_err.c_str());
+    // the simulator can fail: one op at a time with blocking sends, every training schedule with a
+    // steady state deadlocks; printed so the count can be read
+    check(old_train_deadlocks > 0 && old_unexpected == 0, "pp schedule under NCCL rules, one op at a time (ungrouped blocking sends): " +
+          std::to_string(old_deadlocks) + " of " + std::to_string(n_cfg) + " configurations deadlock (" +
+          std::to_string(old_train_deadlocks) + " of " + std::to_string(n_train) + " training); forward only never, 1F1B exactly from 2 "
+          "micro-batches on", "%d not as expected: %s", old_unexpected, old_err.c_str());
+    // by hand, pp 2 vpp 1, 2 micro-batches, one op at a time: stage 0 runs F0, sends act 0, F1, then
+    // blocks sending act 1 (stage 1 has not posted its receive); stage 1 receives act 0, F0, B0, then
+    // blocks sending grad 0 (stage 0 has not posted its receive): a deadlock. With 1 micro-batch the
+    // chain F0 -> F0 B0 -> B0 has no crossing sends and finishes.
+    const std::string d2 = nccl_simulate(stage_steps(2, 1, 2, true, false), false), d1 = nccl_simulate(stage_steps(2, 1, 1, true, false), false);
+    check(d2 == "deadlock: stage 0 at step 3 stage 1 at step 3" && d1.empty(),
+          "pp schedule under NCCL rules by hand: pp2 2 micro-batches ungrouped deadlocks with stage 0 sending act 1 and stage 1 "
+          "sending grad 0; 1 micro-batch does not", "got '%s' / '%s'", d2.c_str(), d1.c_str());
+    // messages out of order: stage 0 of pp 2 (3 micro-batches) sends activation 1 in place of 0 and 0 in
+    // place of 1; with non-blocking sends nothing blocks, but stage 1's first receive gets the wrong one
+    std::vector<std::vector<std::vector<PpOp>>> swapped = stage_steps(2, 1, 3, true, false);
+    int n_swapped = 0;
+    for (std::vector<PpOp>& st : swapped[0])
+        if (st[0].kind == PP_SEND_ACT && st[0].mb < 2) { st[0].mb = 1 - st[0].mb; n_swapped++; }
+    const std::string m = nccl_simulate(swapped, true);
+    check(n_swapped == 2 && m == "message 0 from stage 0 to 1 is not the one received",
+          "pp schedule simulator: two activations sent out of order are caught as a mismatch", "got '%s'", m.c_str());
+    // the grouped steps of pp 2, 3 micro-batches, stage 0 by hand: F0 {send a0} F1 {send a1, recv g0} B0 F2 {send a2, recv g1} B1 {recv g2} B2
+    std::string seq;
+    const std::vector<std::vector<std::vector<PpOp>>> hand = stage_steps(2, 1, 3, true, true);
+    for (const std::vector<PpOp>& g : hand[0]) {
+        if (g.size() == 1 && !pp_is_comm(g[0].kind)) { seq += (g[0].kind == PP_FWD ? "F" : "B") + std::to_string(g[0].mb) + " "; continue; }
+        seq += "{";
+        for (const PpOp& o : g) seq += std::string(o.kind == PP_SEND_ACT ? "sa" : o.kind == PP_RECV_GRAD ? "rg" : "?") + std::to_string(o.mb) + (&o == &g.back() ? "" : " ");
+        seq += "} ";
+    }
+    check(seq == "F0 {sa0} F1 {sa1 rg0} B0 F2 {sa2 rg1} B1 {rg2} B2 ", "pp steps: pp2 stage 0 of 3 micro-batches grouped by hand", "got %s", seq.c_str());
 }
 
 static void test_schedule() {
@@ -312,7 +494,8 @@ static void test_norm_ranges() {
 // released once after its last use, receives and sends with matching tags.
 static void test_pp_exec() {
     std::string err;
-    for (int pp : {1, 2, 3}) for (int vpp : {1, 2}) for (bool bwd : {true, false}) {
+    int n_groups = 0;
+    for (int pp : {1, 2, 3}) for (int vpp : {1, 2}) for (bool bwd : {true, false}) for (bool grouped : {false, true}) {
         if (vpp > 1 && pp == 1) continue;
         const int n_mb = vpp == 1 ? 3 : 2 * pp, n_chunks = pp * vpp;
         std::set<std::tuple<int, int, int>> sent;  // (tag, from stage, to stage)
@@ -330,7 +513,29 @@ static void test_pp_exec() {
             cb.recv_grad = cb.recv_act;
             cb.send_act = [&](int mb, int chunk, int peer, int tag) { use(mb, chunk); sent.insert({tag, s, peer}); };
             cb.send_grad = cb.send_act;
+            // grouped: the exchange callback gets each run of communication ops of pp_steps, in order
+            const std::vector<PpOp> ops = bwd ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s);
+            std::vector<std::vector<PpOp>> runs;
+            for (const std::pair<int, int>& st : pp_steps(ops))
+                if (pp_is_comm(ops[st.first].kind)) runs.push_back(std::vector<PpOp>(ops.begin() + st.first, ops.begin() + st.second));
+            size_t next_run = 0;
+            if (grouped) cb.exchange = [&](const PpMsg* m, int n) {
+                n_groups++;
+                bool same = next_run < runs.size() && (int)runs[next_run].size() == n;
+                for (int i = 0; same && i < n; i++) {
+                    const PpMsg want = pp_msg(runs[next_run][i], n_chunks);
+                    same = want.kind == m[i].kind && want.mb == m[i].mb && want.chunk == m[i].chunk && want.peer == m[i].peer && want.tag == m[i].tag;
+                }
+                if (!same && err.empty()) err = "exchange called with other messages than the next run of pp_steps";
+                next_run++;
+                for (int i = 0; i < n; i++) {
+                    use(m[i].mb, m[i].chunk);
+                    if (m[i].kind == PP_RECV_ACT || m[i].kind == PP_RECV_GRAD) received.push_back({m[i].tag, m[i].peer, s});
+                    else sent.insert({m[i].tag, s, m[i].peer});
+                }
+            };
             pp_run(bwd ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s), n_chunks, bwd, cb);
+            if (grouped && next_run != runs.size() && err.empty()) err = "exchange not called for every run of pp_steps";
             if ((acquired != n_mb * vpp || released != acquired || !live.empty()) && err.empty())
                 err = "pp" + std::to_string(pp) + " vpp" + std::to_string(vpp) + " stage " + std::to_string(s) + ": " + std::to_string(acquired) +
                       " acquired, " + std::to_string(released) + " released";
@@ -338,7 +543,8 @@ static void test_pp_exec() {
         std::set<std::tuple<int, int, int>> got(received.begin(), received.end());
         if ((got != sent || received.size() != sent.size()) && err.empty()) err = "sends and receives do not match by tag";
     }
-    check(err.empty(), "pp exec: activations acquired once before use and released once after, every send received under its tag",
+    check(err.empty() && n_groups > 0, "pp exec: activations acquired once before use and released once after, every send received under its tag, "
+          "one op at a time and through exchange (" + std::to_string(n_groups) + " groups, each the next run of pp_steps)",
           "%s", err.c_str());
 }
 
@@ -444,6 +650,7 @@ int main(int argc, char** argv) {
     }
     test_topology();
     test_schedule();
+    test_schedule_nccl();
     test_zero();
     test_norm_ranges();
     test_pp_exec();
