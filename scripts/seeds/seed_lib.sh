@@ -115,6 +115,8 @@ if [ "$seed_mode" = run ]; then
     command -v mpirun > /dev/null || seed_die "mpirun not found (bash scripts/install_deps.sh)"
     [ "$SEED_PRECISION" = bf16 ] || echo "  note: the CUDA trainer runs bf16; the row's $SEED_PRECISION is not reproduced"
     dir=out/seeds/$SEED_NAME
+    mkdir -p out/seeds || seed_die "cannot create out/seeds"
+    set -o pipefail
     hosts=()
     [ -n "${SEED_HOSTFILE:-}" ] && hosts=(--hostfile "$SEED_HOSTFILE")
     mpirun "${hosts[@]}" -np "$seed_world" ./train_gpt "${seed_model[@]}" "${seed_layout[@]}" "${seed_batch[@]}" --recompute "$SEED_RECOMPUTE" \
