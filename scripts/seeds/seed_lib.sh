@@ -76,20 +76,26 @@ echo "  row: $seed_world x $SEED_GPU, $SEED_MODEL $SEED_MODEL_FLAGS, tp $SEED_TP
 [ -n "$SEED_NOTE" ] && echo "  note: $SEED_NOTE"
 echo "  published: $seed_pub_tok_text tokens/s/GPU, memory $SEED_PUB_MEM"
 
-# --plan: ./train_gpt when it is built and knows --plan, else ./train_gpt_cpu
+# --plan: ./train_gpt when it is built and its --plan prints per-stage rows (its --help lists the shared
+# flags of llmc/args.h whether or not it acts on them, so the output is what decides), else ./train_gpt_cpu
 if [ "$seed_mode" = plan ]; then
-    extra=()
-    if [ -x ./train_gpt ] && ./train_gpt --help 2>/dev/null | grep -q -- '--plan'; then
+    plan_args=("${seed_model[@]}" --world "$seed_world" "${seed_layout[@]}" "${seed_batch[@]}" --gpu-mem "$seed_mem"
+               --gemm-tflops "$seed_gemm" --link-gbs "$seed_link")
+    out=""
+    if [ -x ./train_gpt ]; then
+        out=$(timeout 60 ./train_gpt --plan "${plan_args[@]}" --recompute "$SEED_RECOMPUTE" 2>&1)
+        echo "$out" | grep -q '^plan bytes stage' || out=""
+    fi
+    if [ -n "$out" ]; then
         trainer=./train_gpt
         what="the CUDA trainer's buffers, recompute $SEED_RECOMPUTE"
-        extra=(--recompute "$SEED_RECOMPUTE")
     else
         [ -x ./train_gpt_cpu ] || seed_die "./train_gpt_cpu is not built (run: make train_gpt_cpu)"
         trainer=./train_gpt_cpu
         what="the CPU trainer's fp32 buffers with the full attention matrix, no recompute: far above a bf16 GPU trainer's"
+        [ -x ./train_gpt ] && what="$what; ./train_gpt has no --plan yet"
+        out=$(./train_gpt_cpu --plan "${plan_args[@]}" 2>&1) || { echo "$out"; seed_die "./train_gpt_cpu --plan failed"; }
     fi
-    out=$("$trainer" --plan "${seed_model[@]}" --world "$seed_world" "${seed_layout[@]}" "${seed_batch[@]}" --gpu-mem "$seed_mem" \
-          --gemm-tflops "$seed_gemm" --link-gbs "$seed_link" "${extra[@]}" 2>&1) || { echo "$out"; seed_die "$trainer --plan failed"; }
     echo "$out" | sed 's/^/  | /'
     peaks=$(echo "$out" | awk '/^plan bytes stage/ { printf "%s%.1f", sep, $NF / 2^30; sep = "/" }')
     tok=$(echo "$out" | sed -n 's/^predicted throughput: \([0-9.e+]*\) tokens.*/\1/p')
