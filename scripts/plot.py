@@ -7,7 +7,7 @@
 #   throughput.png  tokens/s per device and MFU of every run (summary.json: median step after warm-up)
 #   memory.png      measured bytes per rank (summary.json) beside the plan's bytes for the rank's stage
 #                   (plan.txt), when a run has them
-# Usage: python3 scripts/plot.py [-o OUT] [--title TEXT] RUN [RUN ...]   (a run's label: its directory name,
+# Usage: /usr/bin/python3 scripts/plot.py [-o OUT] [--title TEXT] RUN [RUN ...]   (a run's label: its directory name,
 # or LABEL=RUN). Needs matplotlib: Debian's python3-matplotlib (bash scripts/install_deps.sh installs it).
 import argparse, json, math, os, re, sys
 
@@ -38,13 +38,13 @@ def read_run(spec):
     stage_of = {}  # rank -> pipeline stage, from the memory table of train.log
     lp = os.path.join(path, "train.log")
     if os.path.isfile(lp):
-        for line in open(lp):
+        for line in open(lp, errors="replace"):
             m = re.match(r"^\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+) \|", line)
             if m: stage_of[int(m.group(1))] = int(m.group(2))
     plan = {}  # stage -> planned total bytes, from plan.txt
     pp = os.path.join(path, "plan.txt")
     if os.path.isfile(pp):
-        for line in open(pp):
+        for line in open(pp, errors="replace"):
             m = re.match(r"^plan bytes stage (\d+): .* total (\d+)", line)
             if m: plan[int(m.group(1))] = float(m.group(2))
     return dict(label=label, path=path, steps=steps, val=val, summary=summary, stage_of=stage_of, plan=plan)
@@ -126,7 +126,8 @@ def main():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        die("matplotlib is not installed: run 'bash scripts/install_deps.sh' or 'sudo apt-get install -y python3-matplotlib'")
+        die("matplotlib is not installed for %s: run 'bash scripts/install_deps.sh' or 'sudo apt-get install -y "
+            "python3-matplotlib' (Debian's package is for /usr/bin/python3)" % sys.executable)
     runs = [read_run(s) for s in a.runs]
     os.makedirs(a.out, exist_ok=True)
     t = (a.title + ": ") if a.title else ""
