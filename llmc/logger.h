@@ -126,9 +126,9 @@ static inline void log_step(Logger* lg, int step, int steps, double loss, double
         // Megatron-LM's training_log (fp32: loss scale 1, no skipped or NaN iterations are kept)
         printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |", step, steps,
                gbs * step, ms);
-        printf(" throughput per GPU (TFLOP/s/GPU): %.1f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
-               " loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3d | number of nan iterations: %3d |\n",
-               tflops, lr, gbs, loss, 1.0, gnorm, 0, std::isfinite(loss) ? 0 : 1);
+        printf(" learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
+               " number of skipped iterations: %3d | number of nan iterations: %3d |\n",
+               lr, gbs, loss, 1.0, gnorm, 0, std::isfinite(loss) ? 0 : 1);
     }
     if (lg->formats & LOG_FLAGPERF) {
         char v[512];

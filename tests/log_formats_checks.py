@@ -18,7 +18,7 @@ MEGATRON_ITER = re.compile(
     r"^ iteration\s+(\d+)/\s*(\d+) \|"
     r" consumed samples:\s+(\d+) \|"
     r" elapsed time per iteration \(ms\): ([\d.]+) \|"
-    r".*? learning rate: ([\d.E+-]+) \|"
+    r" learning rate: ([\d.E+-]+) \|"
     r" global batch size:\s+(\d+) \|"
     r" lm loss: ([\d.E+-]+) \|"
     r" loss scale: ([\d.]+) \|"
