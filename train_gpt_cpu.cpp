@@ -887,9 +887,10 @@ static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainC
     return L;
 }
 
-// Bytes this rank holds, measured and by formula (llmc/mem_plan.h); rank 0 prints every rank's row.
+// Bytes this rank holds, measured and by formula (llmc/mem_plan.h); rank 0 prints every rank's row
+// (several ranks) and hands them to the logger (the summary, Megatron's memory line).
 template <typename real>
-void print_memory(const GPT<real>& g, int n_mb) {
+void print_memory(const GPT<real>& g, int n_mb, Logger* lg, int iteration) {
     const Layout& L = g.L;
     const MemPlan f = mem_plan_walked(g.cfg, L, g.B, g.T, n_mb, sizeof(real));
     MemoryRow row;
@@ -904,7 +905,8 @@ void print_memory(const GPT<real>& g, int n_mb) {
     std::vector<double> all((size_t)n * W, 0.0);
     memcpy(all.data() + (size_t)n * L.topo.rank, &row, sizeof(row));
     comm_host_sum(g.cm.world, all.data(), all.size());
-    if (L.topo.rank == 0) print_memory_rows((const MemoryRow*)all.data(), W);
+    if (L.topo.rank == 0 && W > 1) print_memory_rows((const MemoryRow*)all.data(), W);
+    if (L.topo.rank == 0) log_memory(lg, (const MemoryRow*)all.data(), W, iteration);
 }
 
 // The CPU trainer's bytes per rank for the planner (llmc/plan.h): its fp32 buffers by formula
@@ -1019,6 +1021,10 @@ int main(int argc, char** argv) {
     lg.tokens_per_step = (double)tc.total_batch;
     lg.flops_per_token = model_flops_per_token(mc, T);
     lg.n_devices = world.size;  // throughput is reported per rank
+    lg.formats = tc.log_formats;
+    lg.seq_len = T;
+    lg.mem_limit_bytes = tc.gpu_mem_gib * (1 << 30);
+    if (rank0) logger_start(&lg);
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     std::vector<std::vector<int32_t>> val_in(tc.val_batches, std::vector<int32_t>((size_t)B * T)), val_tg = val_in;
@@ -1060,8 +1066,11 @@ int main(int argc, char** argv) {
         loss = train_step(&g, inputs, targets, B, T, step, tc, lr, &norm);
         state.step = step + 1;
         if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
-        if (!std::isfinite(loss)) die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
-        if (step == first_step && world.size > 1) print_memory(g, accum);
+        if (!std::isfinite(loss)) {
+            if (rank0) log_failed(&lg, mc);
+            die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+        }
+        if (step == first_step) print_memory(g, accum, &lg, step + 1);
         const bool last = step + 1 == tc.steps;
         if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
             val_loss = evaluate();
@@ -1079,7 +1088,7 @@ int main(int argc, char** argv) {
             printf("wrote %s\n", tc.save_safetensors.c_str());
         }
     }
-    if (rank0) log_summary(&lg, mc, n_params, loss, val_loss, 0.0);
+    if (rank0) log_summary(&lg, mc, n_params, loss, val_loss, logger_peak_bytes(&lg));
     comm_finalize();
     return 0;
 }

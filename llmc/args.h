@@ -10,6 +10,7 @@
 #include <string>
 #include "llmc/config.h"
 #include "llmc/flops.h"
+#include "llmc/logger.h"
 #include "llmc/lr_schedule.h"
 #include "llmc/params.h"
 
@@ -52,6 +53,7 @@ struct TrainConfig {
     double node_gbs = 50;            // --node-gbs: across nodes, per GPU (a 400 Gb/s NIC)
     double comm_latency_us = 10;     // --comm-latency-us: per collective or send
     int gpus_per_node = 8;           // --gpus-per-node
+    int log_formats = 0;             // --log-format: LOG_* bits of llmc/logger.h (harness log lines)
 };
 
 static inline void print_presets() {
@@ -103,6 +105,8 @@ static inline void print_usage(const char* prog) {
            "  --init-from FILE     initial weights from a safetensors file (Hugging Face names)\n"
            "  --export-init FILE   write the initial weights as safetensors and exit\n"
            "  --save-safetensors FILE   write the final weights as safetensors\n"
+           "  --log-format LIST    also print the lines benchmark harnesses parse: megatron, flagperf, paddle\n"
+           "                       (comma-separated), all or none (default none; docs/logs.md)\n"
            "parallel layout (run under mpirun -np N, N = dp * tp * pp):\n"
            "  --tp N --pp N        tensor- and pipeline-parallel degrees (default 1); dp = N / (tp*pp)\n"
            "  --dp N               data-parallel degree, checked against N / (tp*pp)\n"
@@ -235,6 +239,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--init-from") { tc->init_from = s; note_path_flag("--init-from", s); }
         else if (a == "--export-init") { tc->export_init = s; note_path_flag("--export-init", s); }
         else if (a == "--save-safetensors") { tc->save_safetensors = s; note_path_flag("--save-safetensors", s); }
+        else if (a == "--log-format") { if (!log_formats_parse(s, &tc->log_formats)) die("flag --log-format expects megatron, flagperf, paddle (comma-separated), all or none, got '%s'", v); }
         else if (a == "--tp") tc->tp = as_pos();
         else if (a == "--pp") tc->pp = as_pos();
         else if (a == "--dp") tc->dp = as_pos();

@@ -3,8 +3,13 @@
 //   <out>/metrics.jsonl: one JSON object per step / validation
 //   <out>/summary.json: the fields benchmark harnesses read (throughput, MFU, memory, losses)
 //   the memory table of a parallel run: per rank, measured bytes beside the analytic formula
+//   --log-format megatron,flagperf,paddle (docs/logs.md): besides the lines above, the lines the
+//   benchmark harnesses parse: Megatron-LM's iteration and memory lines, FlagPerf's [PerfLog] JSON
+//   lines, PaddlePaddle/benchmark's result JSON (also <out>/paddle_result.json)
 #pragma once
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,21 +17,73 @@
 #include "llmc/flops.h"
 #include "llmc/utils.h"
 
+// harness formats, a bit mask (--log-format)
+enum { LOG_MEGATRON = 1, LOG_FLAGPERF = 2, LOG_PADDLE = 4 };
+
+// "megatron,flagperf,paddle" (any subset, or "all", or "none") -> *mask; false on an unknown name
+static inline bool log_formats_parse(const std::string& s, int* mask) {
+    *mask = 0;
+    size_t i = 0;
+    while (i <= s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        const std::string w = s.substr(i, j - i);
+        if (w == "megatron") *mask |= LOG_MEGATRON;
+        else if (w == "flagperf") *mask |= LOG_FLAGPERF;
+        else if (w == "paddle") *mask |= LOG_PADDLE;
+        else if (w == "all") *mask |= LOG_MEGATRON | LOG_FLAGPERF | LOG_PADDLE;
+        else if (w != "none") return false;
+        i = j + 1;
+    }
+    return true;
+}
+
 struct Logger {
     FILE* jsonl = nullptr;
     std::string out_dir;
     std::vector<double> step_ms;   // for medians in the summary
+    std::vector<double> step_tok_s;  // tokens/s per device of every step (the Paddle result's mean)
     double tokens_per_step = 0;
     double flops_per_token = 0;    // model FLOPs (docs/design.md section 7)
     double peak_flops = 0;         // per device, 0 when unknown (CPU)
     int n_devices = 1;
+    // for the harness formats
+    int formats = 0;               // LOG_* bits
+    int seq_len = 0;               // T: global batch in sequences = tokens_per_step / seq_len
+    double mem_limit_bytes = 0;    // --gpu-mem, 0 when not given (FlagPerf's memory total)
+    std::vector<double> rank_bytes;  // measured bytes per rank (log_memory), for the summary
+    double t_start_ms = 0;         // wall clock at logger_open, for end-to-end time
 };
+
+static inline double wall_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// "%.9g", or null when not finite (JSON has no NaN)
+static inline std::string json_num(double x) {
+    if (!std::isfinite(x)) return "null";
+    char b[32];
+    snprintf(b, sizeof(b), "%.9g", x);
+    return b;
+}
+
+// FlagPerf's line: [PerfLog] {"event": E, "value": {...}, "metadata": {...}}
+static inline void perflog(const char* event, const std::string& value) {
+    printf("[PerfLog] {\"event\": \"%s\", \"value\": {%s}, \"metadata\": {\"file\": \"llmc/logger.h\", \"time_ms\": %.0f}}\n",
+           event, value.c_str(), wall_ms());
+}
 
 static inline void logger_open(Logger* lg, const std::string& out_dir, bool resume) {
     lg->out_dir = out_dir;
     if (out_dir.empty()) return;
     std::string p = out_dir + "/metrics.jsonl";
     lg->jsonl = fopen_check(p.c_str(), resume ? "ab" : "wb");
+}
+
+// Starts the clock of the end-to-end time; FlagPerf's INIT_END line.
+static inline void logger_start(Logger* lg) {
+    lg->t_start_ms = wall_ms();
+    if (lg->formats & LOG_FLAGPERF) perflog("INIT_END", "");
 }
 
 static inline void print_config_table(const ModelConfig& c, int64_t n_params, int B, int T, int grad_accum, int dp,
@@ -63,6 +120,24 @@ static inline void log_step(Logger* lg, int step, int steps, double loss, double
            gnorm, ms, tok_s, tflops);
     if (lg->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * tflops * 1e12 / lg->peak_flops);
     printf("\n");
+    lg->step_tok_s.push_back(tok_s);
+    const long long gbs = lg->seq_len > 0 ? (long long)llround(lg->tokens_per_step / lg->seq_len) : 0;
+    if (lg->formats & LOG_MEGATRON) {
+        // Megatron-LM's training_log (fp32: loss scale 1, no skipped or NaN iterations are kept)
+        printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |", step, steps,
+               gbs * step, ms);
+        printf(" learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
+               " number of skipped iterations: %3d | number of nan iterations: %3d |\n",
+               lr, gbs, loss, 1.0, gnorm, 0, std::isfinite(loss) ? 0 : 1);
+    }
+    if (lg->formats & LOG_FLAGPERF) {
+        char v[512];
+        snprintf(v, sizeof(v), "\"global_steps\": %d, \"loss\": %s, \"lr\": %s, \"grad_norm\": %s, \"step_time_ms\": %.4f, "
+                 "\"tokens_per_second_per_gpu\": %.4f, \"tflops_per_gpu\": %.6g, \"mfu\": %s", step, json_num(loss).c_str(),
+                 json_num(lr).c_str(), json_num(gnorm).c_str(), ms, tok_s, tflops,
+                 lg->peak_flops > 0 ? json_num(tflops * 1e12 / lg->peak_flops).c_str() : "null");
+        perflog("STEP_END", v);
+    }
     fflush(stdout);
     if (lg->jsonl) {
         fprintf(lg->jsonl, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.4f,\"tokens_per_s\":%.2f}\n",
@@ -80,11 +155,48 @@ static inline void log_val(Logger* lg, int step, double val_loss) {
     }
 }
 
+// Steps skipped as warm-up by the summary's median and the Paddle result's mean: the first fifth, at most 5.
+static inline size_t logger_warmup_steps(const Logger* lg) { return std::min<size_t>(lg->step_ms.size() / 5, 5); }
+
+// PaddlePaddle/benchmark's result JSON, printed as one line and written to <out>/paddle_result.json:
+// FINAL_RESULT = mean tokens/s per device over the steps after warm-up, JOB_FAIL_FLAG 1 when the run failed.
+static inline void log_paddle_result(Logger* lg, const ModelConfig& c, bool failed) {
+    const size_t skip = logger_warmup_steps(lg);
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = skip; i < lg->step_tok_s.size(); i++, n++) sum += lg->step_tok_s[i];
+    const double final_result = failed || n == 0 ? 0.0 : sum / n;
+    const std::string log_file = lg->out_dir.empty() ? "" : lg->out_dir + "/metrics.jsonl";
+    char b[1024];
+    snprintf(b, sizeof(b), "{\"log_file\": \"%s\", \"model_name\": \"%s\", \"mission_name\": \"pretrain\", \"direction_id\": 1, "
+             "\"run_mode\": \"%s\", \"index\": 1, \"gpu_num\": %d, \"FINAL_RESULT\": %.4f, \"JOB_FAIL_FLAG\": %d, \"UNIT\": \"tokens/s\"}",
+             log_file.c_str(), c.name.c_str(), lg->n_devices > 1 ? "mp" : "sp", lg->n_devices, final_result, failed ? 1 : 0);
+    printf("%s\n", b);
+    fflush(stdout);
+    if (lg->out_dir.empty()) return;
+    std::string p = lg->out_dir + "/paddle_result.json";
+    FILE* f = fopen_check(p.c_str(), "wb");
+    fprintf(f, "%s\n", b);
+    fclose_check(f, p.c_str());
+}
+
+// A run that stops on a non-finite loss: the Paddle result with JOB_FAIL_FLAG 1 (other formats: nothing more).
+static inline void log_failed(Logger* lg, const ModelConfig& c) {
+    if (lg->formats & LOG_PADDLE) log_paddle_result(lg, c, true);
+}
+
+// The largest measured bytes of any rank (log_memory), 0 before it ran.
+static inline double logger_peak_bytes(const Logger* lg) {
+    double m = 0;
+    for (double b : lg->rank_bytes) m = std::max(m, b);
+    return m;
+}
+
 // Writes summary.json: median step time, skipping the first steps (up to 5) as warm-up.
 // val_loss < 0 means no validation ran.
 static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_params, double final_loss, double val_loss,
                                double peak_mem_bytes) {
-    std::vector<double> v(lg->step_ms.begin() + std::min<size_t>(lg->step_ms.size() / 5, 5), lg->step_ms.end());
+    std::vector<double> v(lg->step_ms.begin() + logger_warmup_steps(lg), lg->step_ms.end());
     if (v.empty()) v = lg->step_ms;
     std::sort(v.begin(), v.end());
     double med = v.empty() ? 0.0 : v[v.size() / 2];
@@ -94,17 +206,31 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
     printf("summary: median %.1f ms/step, %.0f tokens/s per device, final loss %.4f", med, tok_s, final_loss);
     if (val_loss >= 0) printf(", val loss %.4f", val_loss);
     printf("\n");
+    if (lg->formats & LOG_FLAGPERF) {
+        char b[768];
+        snprintf(b, sizeof(b), "\"e2e_time\": %.3f, \"training_steps\": %zu, \"tokens_per_second_per_gpu\": %.4f, \"mfu\": %s, "
+                 "\"memory_used_per_gpu_gib\": %.6f, \"memory_total_per_gpu_gib\": %s, \"final_loss\": %s",
+                 (wall_ms() - lg->t_start_ms) / 1000.0, lg->step_ms.size(), tok_s,
+                 lg->peak_flops > 0 ? json_num(mfu).c_str() : "null", peak_mem_bytes / (1 << 30),
+                 lg->mem_limit_bytes > 0 ? json_num(lg->mem_limit_bytes / (1 << 30)).c_str() : "null",
+                 json_num(final_loss).c_str());
+        perflog("FINISHED", b);
+    }
+    if (lg->formats & LOG_PADDLE) log_paddle_result(lg, c, false);
     char val_json[32] = "null";
     if (val_loss >= 0) snprintf(val_json, sizeof(val_json), "%.9g", val_loss);
     if (lg->jsonl) { fclose(lg->jsonl); lg->jsonl = nullptr; }
     if (lg->out_dir.empty()) return;
+    std::string ranks = "[";
+    for (size_t i = 0; i < lg->rank_bytes.size(); i++) ranks += (i ? "," : "") + json_num(lg->rank_bytes[i]);
+    ranks += "]";
     std::string p = lg->out_dir + "/summary.json";
     FILE* f = fopen_check(p.c_str(), "wb");
     fprintf(f, "{\"model\":\"%s\",\"params\":%lld,\"devices\":%d,\"median_step_ms\":%.4f,\"tokens_per_s_per_device\":%.2f,"
                "\"mfu\":%.6f,\"nominal_mfu\":%.6f,\"model_flops_per_token\":%.6g,\"peak_memory_bytes_per_rank\":%.0f,"
-               "\"final_loss\":%.9g,\"val_loss\":%s,\"steps\":%zu}\n",
+               "\"memory_bytes_per_rank\":%s,\"final_loss\":%.9g,\"val_loss\":%s,\"steps\":%zu}\n",
             c.name.c_str(), (long long)n_params, lg->n_devices, med, tok_s, mfu, nominal_mfu, lg->flops_per_token,
-            peak_mem_bytes, final_loss, val_json, lg->step_ms.size());
+            peak_mem_bytes, ranks.c_str(), final_loss, val_json, lg->step_ms.size());
     fclose_check(f, p.c_str());
 }
 
@@ -126,6 +252,22 @@ static inline void print_memory_rows(const MemoryRow* rows, int n_ranks) {
         printf("  %4d  %2d %2d %2d | %6.3f (%6.3f) | %6.3f (%6.3f) | %6.3f (%6.3f) | %6.3f (%6.3f)\n", (int)m->rank,
                (int)m->pp_rank, (int)m->dp_rank, (int)m->tp_rank, mib(m->params), mib(m->f_params), mib(m->grads),
                mib(m->f_grads), mib(m->optim), mib(m->f_optim), mib(m->acts), mib(m->f_acts));
+    }
+    fflush(stdout);
+}
+
+// Records every rank's measured bytes (params + grads + optimizer + activations of rows[n_ranks]) for the
+// summary and, with --log-format megatron, prints Megatron-LM's memory line per rank. The CPU trainer
+// holds its buffers for the whole run: allocated = max allocated = reserved = max reserved.
+static inline void log_memory(Logger* lg, const MemoryRow* rows, int n_ranks, int iteration) {
+    lg->rank_bytes.assign(n_ranks, 0.0);
+    for (int r = 0; r < n_ranks; r++) {
+        const MemoryRow* m = rows + r;
+        const double b = m->params + m->grads + m->optim + m->acts, mb = b / (1 << 20);
+        lg->rank_bytes[r] = b;
+        if (lg->formats & LOG_MEGATRON)
+            printf("[Rank %d] (after %d iterations) memory (MB) | allocated: %.6f | max allocated: %.6f | reserved: %.6f | "
+                   "max reserved: %.6f\n", (int)m->rank, iteration, mb, mb, mb, mb);
     }
     fflush(stdout);
 }

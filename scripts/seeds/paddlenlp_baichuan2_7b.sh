@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Seed row baichuan2_7b (PaddleNLP pretraining on 8 x A100 80G, BENCHMARK_CASES.md section 3): the row's facts; scripts/seeds/seed_lib.sh does the rest (--plan default, --run, --tiny).
+SEED_NAME="baichuan2_7b"
+SEED_SOURCE="PaddleNLP pretraining on 8 x A100 80G, BENCHMARK_CASES.md section 3"
+SEED_PUB_TOKS="3542.5"
+SEED_PUB_MEM="not published"
+SEED_SKIP="no preset for this model in llmc/config.h (Baichuan2: vocabulary 125696, ALiBi positions at 13B, NormHead)"
+source "$(dirname "$0")/seed_lib.sh"
