@@ -1431,8 +1431,8 @@ static std::string not_yet_parallel(const TrainConfig& tc) {
     if (!what) return "";
     const int value = tc.tp != 1 ? tc.tp : tc.sp ? 1 : tc.pp != 1 ? tc.pp : tc.vpp;
     return layout_fmt("%s %d: train_gpt trains on one GPU or data parallel (--dp, --zero); tensor, sequence and "
-                      "pipeline parallelism come next (train_gpt_cpu runs them now, and train_gpt_cpu --plan plans them)", what,
-                      value);
+                      "pipeline parallelism come next (train_gpt_cpu runs them now, and train_gpt_cpu --plan plans "
+                      "them)", what, value);
 }
 
 // A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
@@ -1546,6 +1546,10 @@ int main(int argc, char** argv) {
         double neg_free = -(double)free_b;
         comm_host_max(world, &neg_free, 1);
         tc.gpu_mem_gib = -neg_free / 1073741824.0;
+        if (rank0)
+            printf("no layout flag on %d ranks: planning for the smallest free device memory of the ranks, %.2f GiB "
+                   "(--gpu-mem sets it; any of --dp --zero -b --recompute fixes the layout)\n", world.size,
+                   tc.gpu_mem_gib);
     }
     plan_or_pick(&tc, &opt, mc, world.size, world.rank);
 
