@@ -8,6 +8,7 @@
 #   micro-batches (6 for dp 3: two per rank), lr 1e-3 cosine, clipping at 1.0 active on every step (norms 2.8-4.4).
 #   1. fp32 build: one rank (no mpirun), then dp2, dp2 zero1, dp4 zero2, dp2 zero3, dp3 zero3 (mpirun -np 2, 2, 4, 2,
 #      3): every step's loss and gradient norm (metrics.jsonl) and the final weights (ckpt_00000004/model.safetensors).
+#      Then 2 ranks with no layout flag: the planner's choice (llmc/plan.h) runs, with the one-process losses.
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
