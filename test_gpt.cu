@@ -4,7 +4,7 @@
 //   test_gpt ref FILE...   per reference state:
 //     logits and loss of the first micro-batch; every gradient; the vocabulary padding rows' zero
 //     gradient; --recompute selective and full against none (same loss, same gradients, less memory), and
-//     under each the memory estimate equal to the bytes allocated;
+//     under each the memory estimate equal to the bytes allocated, and the plan's (--plan) to them plus the reserve;
 //     gradient accumulation against the sum of the micro-batches' gradients (test_accumulation); the
 //     optimizer alone, two AdamW steps per element against PyTorch's in float64 (test_optimizer); the
 //     reference's AdamW steps (losses, gradient norms, learning rates, the weight update per tensor);
@@ -65,6 +65,17 @@ static void check_estimate(const GPT& g, const std::string& tag) {
     const MemoryEstimate e = estimate_memory(g.cfg, g.B, g.T, g.recompute, g.bf16_moments, g.L);
     check(e.allocations() == g.allocated, tag + " --recompute " + recompute_name(g.recompute) +
           ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.allocated);
+    // --plan and the layout planner (llmc/plan.h through cuda_plan_bytes) see the same bytes: the plan of this
+    // layout peaks at the allocation plus the reserve, to the byte
+    TrainConfig tc;
+    tc.B = g.B; tc.T = g.T; tc.dp = g.L.topo.dp; tc.zero = g.L.zero;
+    tc.total_batch = (long)g.B * g.T * g.L.topo.dp;
+    const Plan p = plan_make(g.cfg, tc, g.L.topo.dp, (int)g.recompute, PLAN_WIRE_BYTES, plan_hardware(tc),
+                             cuda_plan_bytes_fn(g.bf16_moments), false);
+    check(p.err.empty() && p.peak == g.allocated + MEMORY_RESERVE_BYTES, tag + " --recompute " +
+          recompute_name(g.recompute) + ": the plan's bytes are the allocation plus the reserve",
+          "plan %.0f vs allocated %.0f + reserve %.0f bytes%s%s", p.peak, g.allocated, MEMORY_RESERVE_BYTES,
+          p.err.empty() ? "" : ": ", p.err.c_str());
 }
 
 static std::vector<float> download_floatX(const floatX* d, size_t n) {

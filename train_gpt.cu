@@ -95,6 +95,7 @@
 #include "llmc/logger.h"
 #include "llmc/lr_schedule.h"
 #include "llmc/params.h"
+#include "llmc/plan.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
 #include "llmc/weights_io.h"
@@ -162,6 +163,7 @@ static const char* recompute_name(Recompute r) {
 
 struct CudaOptions {
     Recompute recompute = RECOMPUTE_NONE;
+    bool recompute_given = false;  // --recompute given: the layout planner keeps it (explicit flags win)
     bool bf16_moments = false;
     std::string print_config;      // write the model config JSON (train_gpt.py --config) and exit
     double estimate_gib = -1;      // >= 0: print the memory estimate against this many GiB and exit
@@ -189,6 +191,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
         if (a == "--recompute") {
+            o->recompute_given = true;
             if (v == "none") o->recompute = RECOMPUTE_NONE;
             else if (v == "selective") o->recompute = RECOMPUTE_SELECTIVE;
             else if (v == "full") o->recompute = RECOMPUTE_FULL;
@@ -676,6 +679,34 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
         available / G, hint.c_str());
 }
+
+// The bytes of llmc/plan.h (--plan, the layout planner) for one rank of a dp / ZeRO layout L: estimate_memory's
+// rows by kind, so a plan's total is what gpt_build allocates plus the reserve, to the byte (test_gpt checks it).
+//   weights    params (ZeRO 3: the shard)           grads      bf16 gradients + the fp32 LM-head gradient
+//   optim      fp32 master weights + AdamW moments  acts       activations (per layer + shared)
+//   buckets    the data-parallel rows (fp32 gradients or buckets, gradient shard, ZeRO-3 gather buffers, norm)
+//   workspace  scratch + cuBLASLt workspace + the reserve (MEMORY_RESERVE_BYTES)
+// This trainer runs tp = pp = 1 only: L's tp and pp are not looked at (the planner is called dp_only).
+static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int recompute, bool bf16_moments) {
+    const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L);
+    PlanBytes b;
+    b.weights = e.params;
+    b.grads = e.grads + e.head_grad;
+    b.optim = e.master + e.moments;
+    b.acts = e.acts_layers + e.acts_shared;
+    b.buckets = e.dp_buffers;
+    b.workspace = e.scratch + e.workspace + e.reserve;
+    return b;
+}
+
+static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments) {
+    return [bf16_moments](const ModelConfig& c, const Layout& L, int B, int T, int, int r) {
+        return cuda_plan_bytes(c, L, B, T, r, bf16_moments);
+    };
+}
+
+// Bytes per element the planner counts on the wire: the gradients are reduced in fp32.
+static const double PLAN_WIRE_BYTES = 4.0;
 
 template <typename T>
 static void cuda_alloc(GPT* g, T** p, size_t bytes) {
@@ -1401,7 +1432,8 @@ static std::string not_yet_parallel(const TrainConfig& tc) {
     if (!what) return "";
     const int value = tc.tp != 1 ? tc.tp : tc.sp ? 1 : tc.pp != 1 ? tc.pp : tc.vpp;
     return layout_fmt("%s %d: train_gpt trains on one GPU or data parallel (--dp, --zero); tensor, sequence and "
-                      "pipeline parallelism come next (train_gpt_cpu runs them now)", what, value);
+                      "pipeline parallelism come next (train_gpt_cpu runs them now, and train_gpt_cpu --plan plans "
+                      "them)", what, value);
 }
 
 // A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
@@ -1409,6 +1441,28 @@ static void layout_error(const Comm& world, const std::string& msg) {
     if (world.rank == 0) fprintf(stderr, "error: %s\n", msg.c_str());
     comm_finalize();
     exit(1);
+}
+
+// The layout planner (llmc/plan.h) over what this trainer runs: dp and ZeRO 0-3 (tp = pp = 1), --recompute none,
+// selective or full, every -b dividing the per-rank batch; the bytes are cuda_plan_bytes'. --plan: prints the plan
+// (with no layout flag and --gpu-mem, of the planner's choice) and exits 0 on the host, touching no device, rank 0
+// printing. Otherwise, with no layout flag, no --recompute and a memory to fit (tc->gpu_mem_gib: --gpu-mem, or the
+// free device memory main measured), writes the fastest fitting layout into *tc and *opt and prints why. A layout
+// that cannot run, or none fitting, stops with the message naming the flag, exit 1.
+static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& mc, int n_ranks, int rank) {
+    if (rank == 0 && tc->plan)
+        printf("train_gpt plans the layouts it runs: data parallel with ZeRO 0-3, --recompute, -b (tensor and pipeline "
+               "parallelism: train_gpt_cpu --plan)\n");
+    int recompute = (int)opt->recompute;
+    bool done = false;
+    const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_WIRE_BYTES,
+                                       cuda_plan_bytes_fn(opt->bf16_moments), rank == 0, &done, true);
+    if (!err.empty()) {
+        if (rank == 0) fprintf(stderr, "error: %s\n", err.c_str());
+        exit(1);
+    }
+    if (done) exit(0);
+    opt->recompute = (Recompute)recompute;
 }
 
 int main(int argc, char** argv) {
@@ -1434,15 +1488,16 @@ int main(int argc, char** argv) {
                tc.export_init.c_str());
         return 0;
     }
-    // before any device work: every rank stops, rank 0 says why
+    // before any device work: every rank stops, rank 0 says why (--plan too: it plans what this trainer runs)
     const std::string not_yet = not_yet_parallel(tc);
     if (!not_yet.empty()) {
         if (launch_info().rank == 0) die("%s", not_yet.c_str());
         exit(1);
     }
-    const int B = tc.B, T = tc.T;
-    check_shapes(mc, B, T);
+    check_shapes(mc, tc.B, tc.T);
+    if (tc.plan) plan_or_pick(&tc, &opt, mc, launch_info().world, launch_info().rank);  // exits
     if (opt.estimate_gib > 0) {  // per rank of --dp ranks (default 1)
+        const int B = tc.B, T = tc.T;
         const int world = std::max(1, tc.dp);
         if (tc.total_batch == 0) tc.total_batch = (long)B * T * world;
         Layout L;
@@ -1456,25 +1511,26 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    // the tokenizer that decodes samples (--tokenizer; none: token ids), opened before the device and any
-    // allocation so that a missing rank file stops the run at once; not at all when no sample is drawn (-g 0, or
-    // several ranks, which do not sample)
+    // Every path, checked before the device is looked for, so that a bad one stops the run at once with the flag's
+    // message, GPU or not: the tokenizer that decodes samples (--tokenizer; none: token ids; not opened when no
+    // sample is drawn: -g 0, or several ranks, which do not sample), -o and --resume (checkpoint_resolve), --init-from,
+    // --save-safetensors, and the data (-i, -j; a .txt file without -j is split 90/10 into train and validation).
     Sampler sampler;
     sampler_open(&sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
+    const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
+    struct stat st;
+    if (!resume_dir.empty()) {  // its files are regular and not empty (checkpoint_load checks their hashes later)
+        close(open_input(resume_dir + "/DONE", nullptr, true, &st));
+        for (const char* f : kCkptFiles) close(open_input(resume_dir + "/" + f, nullptr, true, &st));
+    }
+    if (!tc.init_from.empty()) close(open_input(tc.init_from, "--init-from", true, &st));
+    if (!tc.save_safetensors.empty()) check_output_file(tc.save_safetensors, "--save-safetensors");
+    DataLoader train, val;
+    const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, tc.T, mc.vocab_size);
 
-    // the ranks (one: no NCCL communicator), this rank's GPU, the layout and the dp group
+    // the ranks (one: no NCCL communicator), this rank's GPU
     Comm world = comm_init(&argc, &argv);
     const bool rank0 = world.rank == 0;
-    if (tc.total_batch == 0) tc.total_batch = (long)B * T * world.size;
-    Layout layout;
-    const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
-    if (!layout_err.empty()) layout_error(world, layout_err);
-    const Comm dp_comm = comm_group(world, layout.topo.dp_group);
-    const int dp = layout.topo.dp;
-    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
-    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout);
-
-    // the device
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     cudaDeviceProp prop;
@@ -1484,6 +1540,31 @@ int main(int argc, char** argv) {
             prop.major, prop.minor);
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+
+    // no layout flag on several ranks (or with --gpu-mem): the planner picks the fastest layout that fits the
+    // smallest free memory of the ranks (--gpu-mem when given); every rank computes the same choice
+    if (!tc.layout_given && !opt.recompute_given && world.size > 1 && tc.gpu_mem_gib <= 0) {
+        double neg_free = -(double)free_b;
+        comm_host_max(world, &neg_free, 1);
+        tc.gpu_mem_gib = -neg_free / 1073741824.0;
+        if (rank0)
+            printf("no layout flag on %d ranks: planning for the smallest free device memory of the ranks, %.2f GiB "
+                   "(--gpu-mem sets it; any of --dp --zero -b --recompute fixes the layout)\n", world.size,
+                   tc.gpu_mem_gib);
+    }
+    plan_or_pick(&tc, &opt, mc, world.size, world.rank);
+
+    // the layout and the dp group
+    const int B = tc.B, T = tc.T;
+    if (tc.total_batch == 0) tc.total_batch = (long)B * T * world.size;
+    Layout layout;
+    const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
+    if (!layout_err.empty()) layout_error(world, layout_err);
+    const Comm dp_comm = comm_group(world, layout.topo.dp_group);
+    const int dp = layout.topo.dp;
+    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
+    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout);
+
     if (rank0) {
         printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
                total_b / 1073741824.0, free_b / 1073741824.0);
@@ -1491,16 +1572,11 @@ int main(int argc, char** argv) {
     }
     require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
 
-    // data: a .txt file without -j is split 90/10 into train and validation
-    DataLoader train, val;
-    const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
-
     GPT g;
     gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &dp_comm);
     const ParamTable& table = g.table;  // whole tensors, padded into buckets: files are written per tensor
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
-    const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     {
         // every rank makes the whole model (seeded init, --init-from, a checkpoint of any layout) and keeps its part
         std::vector<float> p(table.total), m, v;

@@ -8,6 +8,7 @@
 #   micro-batches (6 for dp 3: two per rank), lr 1e-3 cosine, clipping at 1.0 active on every step (norms 2.8-4.4).
 #   1. fp32 build: one rank (no mpirun), then dp2, dp2 zero1, dp4 zero2, dp2 zero3, dp3 zero3 (mpirun -np 2, 2, 4, 2,
 #      3): every step's loss and gradient norm (metrics.jsonl) and the final weights (ckpt_00000004/model.safetensors).
+#      Then 2 ranks with no layout flag: the planner's choice (llmc/plan.h) runs, with the one-process losses.
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
@@ -167,6 +168,25 @@ fp32 dp2_zero1 "dp2 zero1" 2 4 --dp 2 --zero 1
 fp32 dp4_zero2 "dp4 zero2" 4 4 --dp 4 --zero 2
 fp32 dp2_zero3 "dp2 zero3" 2 4 --dp 2 --zero 3
 fp32 dp3_zero3 "dp3 zero3, uneven shards, 2 micro-batches per rank" 3 6 --dp 3 --zero 3
+
+# no layout flag under mpirun: the planner (llmc/plan.h) picks a dp / ZeRO / recompute / -b layout for the smallest free
+# memory of the ranks, prints the choice and runs it; -d keeps the one-process run's samples, so its losses
+name=fp32.planned
+t0=$SECONDS
+EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${MODEL[@]}" -t 64 -d 256 -x $STEPS -v 0 -g 0 \
+    -i data/mobydick.txt -j "" -o "$d/$name" > "$d/$name.log" 2>&1
+rc=$?; took=$((SECONDS - t0))
+chosen=$(sed -n 's/^chosen: \(.*\) (the fastest.*/\1/p' "$d/$name.log")
+if [ $rc -ne 0 ]; then echo "[FAIL] fp32 no layout flag, 2 ranks: exit $rc: $(why $name)"; status=1
+else
+    fail=""
+    grep -q "planning for the smallest free device memory" "$d/$name.log" || fail+=" no line saying which memory it plans for;"
+    [ -n "$chosen" ] || fail+=" no 'chosen:' line;"
+    l=$(diff_of $name cpu.a4 1 loss 0)
+    within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
+    if [ -z "$fail" ]; then echo "[PASS] fp32 no layout flag, 2 ranks ($took s): the planner chose '$chosen' and ran it; losses vs one process $l (tolerance $LOSS_TOL)"
+    else echo "[FAIL] fp32 no layout flag, 2 ranks:$fail"; status=1; fi
+fi
 
 # resume NAME LABEL FROM CONTINUING: FROM's step-2 checkpoint continued at one rank (fp32) must continue as CONTINUING
 # did (steps 3-4, final weights and moments) and stay with the CPU run

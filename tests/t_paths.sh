@@ -6,8 +6,8 @@
 # must exit with status 1 within 10 s (a FIFO must not hang the open), dump no core, and print a
 # message naming the flag and the path (llmc/utils.h's open_input / read_file_bytes /
 # fopen_check / check_output_dir). About a minute.
-# train_gpt opens -i, -j, -o and --resume only after it has found a GPU: without one, only its
-# host-side paths (--init-from and --export-init, --print-config, --tokenizer) are checked.
+# train_gpt checks every path of a training run before it looks for a GPU, so its classes are checked
+# here with or without one.
 set -u
 d=build/t_paths
 rm -rf "$d" && mkdir -p "$d"
@@ -158,26 +158,34 @@ expect_fail "prepare --out missing parent" --out "$d/none/x" "does not exist" bu
 expect_fail "prepare --out through a file" --out "$d/a_file/x" "has a file in its path|is a file, not a directory" build/prepare --tokenizer bytes data/mobydick.txt --out "$d/a_file/x"
 [ "${as_user[0]:-}" = SKIP ] || expect_fail "prepare --out unwritable" --out "$d/ro/x" "Permission denied" ${as_user[@]+"${as_user[@]}"} build/prepare --tokenizer bytes data/mobydick.txt --out "$d/ro/x"
 
-# train_gpt: its host-side paths (no GPU needed)
+# train_gpt: its host-side modes and a training run's paths (no GPU needed)
 if [ -x ./train_gpt ]; then
-    echo "== train_gpt (host-side modes)"
+    echo "== train_gpt"
     gpu=(./train_gpt -c gpt3_tiny --vocab 256 --layers 1)
     check_inputs train_gpt --init-from .safetensors "${gpu[@]}" --export-init "$d/gpu_init.safetensors"
     # (a shape the attention kernels take: the shapes are checked before the tokenizer is opened)
     check_inputs train_gpt --tokenizer .tiktoken ./train_gpt -c llama3.2_1b -b 1 -t 2048 -x 1 -o "" -g 4
     check_outputs train_gpt --export-init file "${gpu[@]}"
     check_outputs train_gpt --print-config file "${gpu[@]}"
-    # -i, -j, -o and --resume are opened after the device is found
-    if timeout 20 ./train_gpt -c llama3.2_1b -b 1 -t 2048 -x 1 -o "" -g 0 2>&1 | grep -q "no usable CUDA device"; then
-        echo "[SKIP] train_gpt -i, -j, -o, --resume: train_gpt opens them only after it has found a GPU, and there is none"
-    else
-        run=(./train_gpt -c gpt3_tiny --vocab 256 --layers 1 --heads 2 -b 2 -t 64 -x 2 -v 0 -g 0 -o "" -i data/mobydick.txt)
-        check_inputs train_gpt -i .txt "${run[@]}"
-        check_inputs train_gpt -j .bin "${run[@]}"
-        expect_fail "train_gpt --resume a FIFO" --resume "$d/in/fifo" "is a FIFO" "${run[@]}" --resume "$d/in/fifo"
-        expect_fail "train_gpt --resume with DONE a FIFO" --resume "$d/ck_fifo_DONE" "is a FIFO" "${run[@]}" --resume "$d/ck_fifo_DONE"
-        check_outputs train_gpt -o dir "${run[@]}"
-    fi
+    # a training run: every path is checked before the device is looked for, so these run without a GPU too
+    run=(./train_gpt -c gpt3_tiny --vocab 256 --layers 1 --heads 2 --kv-heads 2 -b 2 -t 64 -x 2 -v 0 -g 0 -o "" -i data/mobydick.txt)
+    check_inputs train_gpt -i .txt "${run[@]}"
+    check_inputs train_gpt -i .bin "${run[@]}"
+    check_inputs train_gpt -j .txt "${run[@]}"
+    check_inputs train_gpt -j .bin "${run[@]}"
+    check_inputs train_gpt --init-from .safetensors "${run[@]}"
+    check_inputs train_gpt --tokenizer .tiktoken "${run[@]}" -g 4
+    expect_fail "train_gpt --resume a file" --resume "$ck/DONE" "is a file; a checkpoint directory was expected" "${run[@]}" --resume "$ck/DONE"
+    expect_fail "train_gpt --resume a FIFO" --resume "$d/in/fifo" "is a FIFO" "${run[@]}" --resume "$d/in/fifo"
+    expect_fail "train_gpt --resume a dangling link" --resume "$d/in/dangling" "dangling symbolic link" "${run[@]}" --resume "$d/in/dangling"
+    for f in DONE model; do
+        for c in fifo empty dir; do
+            case $c in fifo) pat="is a FIFO" ;; empty) pat="is empty" ;; dir) pat="is a directory" ;; esac
+            expect_fail "train_gpt --resume with $f a $c" --resume "$d/ck_${c}_$f" "$pat" "${run[@]}" -x 4 --resume "$d/ck_${c}_$f"
+        done
+    done
+    check_outputs train_gpt -o dir "${run[@]}"
+    check_outputs train_gpt --save-safetensors file "${run[@]}"
 else
     echo "[SKIP] train_gpt: not built (make train_gpt)"
 fi

@@ -4,7 +4,8 @@
 # model from, the memory estimate follows the hand-derived activation sizes and shrinks with
 # --recompute and is its parts plus a stated reserve, bad shapes, flags and a missing GPU stop with a clear
 # message, a run without samples needs no tokenizer and a missing one stops it before any allocation, and the
-# parallel init gives the same bytes for 1 and 2 threads. About a minute (gpt3_125m's init, three times).
+# parallel init gives the same bytes for 1 and 2 threads, and --plan works on the host (section 9). About a minute
+# (gpt3_125m's init, three times).
 set -u
 if [ ! -x ./train_gpt ]; then
     if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
@@ -139,4 +140,48 @@ if [ -x ./train_gpt_fp32 ]; then
 else
     fail "fp32 build" "./train_gpt_fp32 is not built: run make train_gpt_fp32"
 fi
+
+# 9. --plan (llmc/plan.h over train_gpt's own estimate) runs on the host: with CUDA_VISIBLE_DEVICES empty (no device
+#    even on a GPU machine) it exits 0; its bytes are --estimate-memory's total for the same layout; with --gpu-mem
+#    and no layout flag the planner picks a dp / ZeRO / recompute / -b layout whose peak fits; explicit flags win;
+#    when nothing fits it prints the nearest layouts and exits 1 naming --gpu-mem; --tp / --pp are refused by name.
+plan() { CUDA_VISIBLE_DEVICES= ./train_gpt --plan "$@" 2>&1; }
+plan_total() { sed -n 's/^plan bytes stage 0: .* total \([0-9]*\)$/\1/p'; }
+for lay in "" "--dp 4 --zero 1" "--dp 4 --zero 2 --recompute selective" "--dp 3 --zero 3 --recompute full"; do
+    dp=$(sed -n 's/.*--dp \([0-9]*\).*/\1/p' <<< "$lay"); dp=${dp:-1}
+    out=$(plan -c gpt3_125m -b 4 -t 1024 $lay); rc=$?
+    p=$(plan_total <<< "$out")
+    e=$(./train_gpt -c gpt3_125m -b 4 -t 1024 $lay --estimate-memory 80 2>&1 | sed -n 's/^memory estimate (bytes): .* total \([0-9]*\)$/\1/p')
+    if [ $rc -eq 0 ] && [ -n "$p" ] && [ "$p" = "$e" ] && ! grep -qi "cuda device" <<< "$out"; then
+        pass "--plan ${lay:-one rank} exits 0 without a device; its bytes are the estimate's ($p)"
+    else fail "--plan ${lay:-one rank}" "rc $rc, plan total '$p', --estimate-memory total '$e': $(tail -1 <<< "$out")"; fi
+done
+for m in "gpt3_6.7b -t 2048 -d 2097152" "gpt3_13b -t 2048 -d 2097152" "flagperf_llama3_8b -t 8192 -d 4194304"; do
+    out=$(plan --world 8 -c $m --gpu-mem 80); rc=$?
+    p=$(plan_total <<< "$out")
+    chosen=$(sed -n 's/^chosen: \(.*\) (the fastest.*/\1/p' <<< "$out")
+    if [ $rc -eq 0 ] && [ -n "$chosen" ] && grep -q "tp 1 pp 1 dp 8" <<< "$chosen" && [ -n "$p" ] &&
+       awk -v p="$p" 'BEGIN { exit !(p <= 80 * 2^30) }' && grep -q "^fits --gpu-mem 80" <<< "$out"; then
+        pass "--plan --world 8 -c ${m%% *} --gpu-mem 80 picks '$chosen', peak $(awk -v p="$p" 'BEGIN { printf "%.2f", p / 2^30 }') GiB"
+    else fail "--plan --world 8 -c ${m%% *} --gpu-mem 80" "rc $rc, chosen '$chosen', total '$p': $(tail -1 <<< "$out")"; fi
+    # the chosen layout given as flags plans the same bytes (explicit flags: no planner)
+    read -r _ _ _ _ _ _ _ zero _ b _ rec <<< "$chosen"
+    out2=$(plan --world 8 -c $m --gpu-mem 80 --dp 8 --zero $zero -b $b --recompute ${rec:-none}); rc=$?
+    if [ $rc -eq 0 ] && ! grep -q "layout planner" <<< "$out2" && [ "$(plan_total <<< "$out2")" = "$p" ]; then
+        pass "  the same layout given as flags: no planner, the same bytes"
+    else fail "  the same layout given as flags" "rc $rc: $(tail -1 <<< "$out2")"; fi
+done
+out=$(plan --world 1 -c gpt3_13b -t 2048 -d 2097152 --gpu-mem 80); rc=$?
+if [ $rc -eq 1 ] && grep -q "over the limit, smallest peak first" <<< "$out" && grep -q "recompute full" <<< "$out" &&
+   grep -q "error: .*--gpu-mem 80" <<< "$out"; then pass "--plan with nothing fitting: the nearest layouts, exit 1 naming --gpu-mem"
+else fail "--plan with nothing fitting" "rc $rc: $(tail -1 <<< "$out")"; fi
+out=$(plan --world 8 -c gpt3_6.7b -t 2048 -d 2097152 --gpu-mem 80 --recompute full); rc=$?
+if [ $rc -eq 0 ] && ! grep -q "layout planner" <<< "$out" && grep -q "recompute full" <<< "$out"; then
+    pass "--recompute given: the planner keeps it (no pick)"
+else fail "--recompute given: the planner keeps it" "rc $rc: $(head -3 <<< "$out")"; fi
+for f in "--tp 2" "--pp 2"; do
+    out=$(plan --world 8 -c gpt3_6.7b $f); rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "error: $f: .*train_gpt_cpu --plan" <<< "$out"; then pass "--plan $f is refused naming the flag"
+    else fail "--plan $f is refused" "rc $rc: $(tail -1 <<< "$out")"; fi
+done
 exit $status
