@@ -122,7 +122,7 @@ $(BUILD)/test_tokenizer: tests/tokenizer/test_tokenizer.cpp $(TOKENIZER_HEADERS)
 # tests/t_comm.sh: llmc/launch.h's id exchange (plain C++, no MPI), and llmc/comm_nccl.cuh's test program,
 # built with nvcc against NCCL (GPU) and with g++ against the emulated CUDA runtime and NCCL (tests/cuda_emu)
 # for mpirun on the CPU
-COMM_NCCL_DEPS := tests/test_comm.cu llmc/comm_nccl.cuh llmc/launch.h llmc/topology.h llmc/cuda_common.cuh llmc/utils.h
+COMM_NCCL_DEPS := tests/test_comm.cu llmc/comm_nccl.cuh llmc/comm_timeout.h llmc/launch.h llmc/topology.h llmc/cuda_common.cuh llmc/utils.h
 $(BUILD)/test_launch: tests/test_launch.cpp llmc/launch.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)

@@ -880,10 +880,10 @@ static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainC
     const std::string err = layout_make(world.size, world.rank, mc, tc, total_batch, &L);
     if (!err.empty()) layout_error(world, "%s", err.c_str());
     cm->world = world;
-    cm->tp = comm_group(world, L.topo.tp_group);
-    cm->dp = comm_group(world, L.topo.dp_group);
-    cm->pp = comm_group(world, L.topo.pp_group);
-    cm->emb = comm_group(world, layout_emb_members(L));
+    cm->tp = comm_group(world, L.topo.tp_group, "tp");
+    cm->dp = comm_group(world, L.topo.dp_group, "dp");
+    cm->pp = comm_group(world, L.topo.pp_group, "pp");
+    cm->emb = comm_group(world, layout_emb_members(L), "emb");
     return L;
 }
 
@@ -938,6 +938,7 @@ int main(int argc, char** argv) {
     ModelConfig mc;
     TrainConfig tc;
     parse_args(argc, argv, &mc, &tc);
+    comm_set_timeout(tc.comm_timeout);
     const bool rank0 = world.rank == 0;
     plan_or_pick(world, mc, &tc);
 
@@ -1052,7 +1053,13 @@ int main(int argc, char** argv) {
         if (rank0) log_val(&lg, 0, val_loss);
     }
     const int first_step = state.step;
+    // LLMC_TEST_STALL=R:S, for tests only (tests/t_hangs.sh): world rank R sleeps forever before step S's
+    // first collective (S counts from 1), so that the other ranks' --comm-timeout must end the run
+    int stall_rank = -1, stall_step = -1;
+    if (const char* s = getenv("LLMC_TEST_STALL"); s && sscanf(s, "%d:%d", &stall_rank, &stall_step) != 2)
+        die("LLMC_TEST_STALL: expected RANK:STEP, got '%s'", s);
     for (int step = state.step; step < tc.steps; step++) {
+        if (world.rank == stall_rank && step + 1 == stall_step) for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
         double t0 = now_ms();
         // dp rank r's micro-step a reads samples first + (a*dp + r)*B ..: the samples of the
         // one-process run with accum*dp micro-batches

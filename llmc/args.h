@@ -43,6 +43,10 @@ struct TrainConfig {
     bool sp = false;                 // sequence parallelism (needs tp > 1 to matter)
     int vpp = 1;                     // model chunks per pipeline stage (interleaved 1F1B)
     std::string layout = "";         // layers per chunk, e.g. "3,5"; empty: even
+    // --comm-timeout: seconds a collective or pipeline send may wait before every rank is ended with a
+    // message (llmc/comm_timeout.h); 0: none. 600 leaves room for the slow waits of a healthy run: the
+    // first step's NCCL / cuBLAS warm-up, and a checkpoint written by rank 0 while the others wait.
+    double comm_timeout = 600;
     bool layout_given = false;       // any of --tp --pp --dp --zero --sp --vpp --layout -b was given
     // the plan (llmc/plan.h, docs/plan.md)
     bool plan = false;               // --plan: print the plan and exit, allocating nothing
@@ -114,6 +118,9 @@ static inline void print_usage(const char* prog) {
            "  --sp 0|1             sequence parallelism in the norm and residual regions (default 0)\n"
            "  --vpp N              model chunks per pipeline stage, interleaved 1F1B (default 1)\n"
            "  --layout A,B,...     layers per chunk (pp*vpp counts; default: even)\n"
+           "  --comm-timeout S     a collective or pipeline send waiting longer than S seconds ends every rank\n"
+           "                       with a message naming the rank, the group and the operation (default 600:\n"
+           "                       room for a first step's warm-up and a checkpoint write; 0: no timeout)\n"
            "plan (llmc/plan.h, docs/plan.md; no model is allocated):\n"
            "  --plan               print the memory per pipeline stage, the largest micro-batch that fits and the\n"
            "                       predicted step time of the layout, then exit\n"
@@ -247,7 +254,11 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--sp") tc->sp = as_bool();
         else if (a == "--vpp") tc->vpp = as_pos();
         else if (a == "--layout") tc->layout = s;
-        else if (a == "--world") tc->world = as_pos();
+        else if (a == "--comm-timeout") {
+            tc->comm_timeout = as_f();
+            if (!(tc->comm_timeout >= 0) || !std::isfinite(tc->comm_timeout))
+                die("flag --comm-timeout expects seconds >= 0 (0: no timeout), got '%s'", v);
+        } else if (a == "--world") tc->world = as_pos();
         else if (a == "--gpu-mem") tc->gpu_mem_gib = as_gt0();
         else if (a == "--gemm-tflops") tc->gemm_tflops = as_gt0();
         else if (a == "--link-gbs") tc->link_gbs = as_gt0();

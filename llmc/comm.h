@@ -11,6 +11,11 @@
 // collectives; ZeRO pads its buckets so that counts are equal, llmc/zero.h). Types: float, double.
 // Host values (loss, norm, flags, memory rows) go through comm_host_sum / comm_host_max, which
 // take host pointers in both backends.
+// Hangs: every call is non-blocking MPI (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
+// MPI_Ibcast, MPI_Isend / MPI_Irecv, MPI_Ibarrier, ...) waited for by comm_mpi_wait, which polls MPI_Test;
+// past comm_set_timeout's seconds (--comm-timeout; llmc/comm_timeout.h) it prints the world rank, the
+// operation and the group's name and size, and MPI_Abort ends every rank. comm_group's MPI_Comm_split, at
+// start-up, stays blocking (MPI has no non-blocking split).
 #pragma once
 #include <algorithm>
 #include <climits>
@@ -18,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+#include "llmc/comm_timeout.h"
 #include "llmc/utils.h"
 #ifdef USE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only
@@ -35,6 +41,23 @@ static inline void mpi_check_(int err, const char* what, const char* file, int l
 template <typename T> static inline MPI_Datatype mpi_type();
 template <> inline MPI_Datatype mpi_type<float>() { return MPI_FLOAT; }
 template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
+static inline int& comm_world_rank() {  // this process's world rank, for the timeout message
+    static int rank = 0;
+    return rank;
+}
+// Waits for one non-blocking call `op` on the group `group` (size `size`); past the timeout, ends every rank.
+static inline void comm_mpi_wait(MPI_Request* req, const char* op, const char* group, int size) {
+    CommPoll poll;
+    while (true) {
+        int done = 0;
+        mpi_check(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        if (comm_poll_expired(&poll)) {
+            comm_timeout_message(comm_world_rank(), op, group, size);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+}
 #endif
 
 // The largest count of one MPI call; larger calls go in pieces (a test may lower it).
@@ -44,6 +67,7 @@ template <> inline MPI_Datatype mpi_type<double>() { return MPI_DOUBLE; }
 
 struct Comm {
     int size = 1, rank = 0;
+    const char* name = "world";  // in messages: world, dp, tp, pp, emb
 #ifdef USE_MPI
     MPI_Comm mpi = MPI_COMM_NULL;
 #endif
@@ -53,6 +77,8 @@ struct Comm {
 struct CommRequest {
 #ifdef USE_MPI
     std::vector<MPI_Request> reqs;
+    const char* group = "";  // for the timeout message: the group, its size, the peer and the tag
+    int size = 0, peer = 0, tag = 0;
 #endif
 };
 
@@ -66,6 +92,7 @@ static inline Comm comm_init(int* argc, char*** argv) {
     w.mpi = MPI_COMM_WORLD;
     mpi_check(MPI_Comm_size(w.mpi, &w.size));
     mpi_check(MPI_Comm_rank(w.mpi, &w.rank));
+    comm_world_rank() = w.rank;
 #endif
     return w;
 }
@@ -80,8 +107,10 @@ static inline void comm_finalize() {
 
 // Sub-group of `parent` holding the ranks in `members` (world ranks, in group-rank order); the
 // calling rank must be one of them. Collective over parent: every rank calls it with its own list.
-static inline Comm comm_group(const Comm& parent, const std::vector<int>& members) {
+// name: the group's name in messages (a string that outlives the Comm).
+static inline Comm comm_group(const Comm& parent, const std::vector<int>& members, const char* name = "sub") {
     Comm c;
+    c.name = name;
     c.size = (int)members.size();
     for (int i = 0; i < c.size; i++)
         if (members[i] == parent.rank) c.rank = i;
@@ -98,16 +127,22 @@ template <typename T>
 static inline void comm_all_reduce_sum(const Comm& c, T* buf, size_t n) {
     if (c.size == 1) return;
 #ifdef USE_MPI
-    for (size_t o = 0; o < n; o += COMM_MAX_COUNT)
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), MPI_SUM, c.mpi));
+    for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
+        MPI_Request r;
+        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), MPI_SUM, c.mpi, &r));
+        comm_mpi_wait(&r, "all-reduce (sum)", c.name, c.size);
+    }
 #endif
 }
 template <typename T>
 static inline void comm_all_reduce_max(const Comm& c, T* buf, size_t n) {
     if (c.size == 1) return;
 #ifdef USE_MPI
-    for (size_t o = 0; o < n; o += COMM_MAX_COUNT)
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), MPI_MAX, c.mpi));
+    for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
+        MPI_Request r;
+        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), MPI_MAX, c.mpi, &r));
+        comm_mpi_wait(&r, "all-reduce (max)", c.name, c.size);
+    }
 #endif
 }
 
@@ -117,14 +152,19 @@ static inline void comm_reduce_scatter(const Comm& c, const T* send, T* recv, si
     if (c.size == 1) { if (recv != send) memcpy(recv, send, sizeof(T) * n); return; }
 #ifdef USE_MPI
     if (n <= COMM_MAX_COUNT) {
-        mpi_check(MPI_Reduce_scatter_block(send, recv, (int)n, mpi_type<T>(), MPI_SUM, c.mpi));
+        MPI_Request r;
+        mpi_check(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type<T>(), MPI_SUM, c.mpi, &r));
+        comm_mpi_wait(&r, "reduce-scatter", c.name, c.size);
         return;
     }
     // in pieces: piece r of every rank reduced onto rank r
     for (int r = 0; r < c.size; r++)
-        for (size_t o = 0; o < n; o += COMM_MAX_COUNT)
-            mpi_check(MPI_Reduce(send + (size_t)r * n + o, r == c.rank ? recv + o : nullptr, (int)std::min(COMM_MAX_COUNT, n - o),
-                                 mpi_type<T>(), MPI_SUM, r, c.mpi));
+        for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
+            MPI_Request q;
+            mpi_check(MPI_Ireduce(send + (size_t)r * n + o, r == c.rank ? recv + o : nullptr, (int)std::min(COMM_MAX_COUNT, n - o),
+                                  mpi_type<T>(), MPI_SUM, r, c.mpi, &q));
+            comm_mpi_wait(&q, "reduce-scatter (in pieces)", c.name, c.size);
+        }
 #endif
 }
 
@@ -136,14 +176,19 @@ static inline void comm_all_gather(const Comm& c, const T* send, T* recv, size_t
 #ifdef USE_MPI
     const bool in_place = send == recv + (size_t)c.rank * n;
     if (n <= COMM_MAX_COUNT) {
-        mpi_check(MPI_Allgather(in_place ? MPI_IN_PLACE : (const void*)send, (int)n, mpi_type<T>(), recv, (int)n, mpi_type<T>(), c.mpi));
+        MPI_Request r;
+        mpi_check(MPI_Iallgather(in_place ? MPI_IN_PLACE : (const void*)send, (int)n, mpi_type<T>(), recv, (int)n, mpi_type<T>(), c.mpi, &r));
+        comm_mpi_wait(&r, "all-gather", c.name, c.size);
         return;
     }
     // in pieces: every rank's piece broadcast from it
     if (!in_place) memcpy(recv + (size_t)c.rank * n, send, sizeof(T) * n);
     for (int r = 0; r < c.size; r++)
-        for (size_t o = 0; o < n; o += COMM_MAX_COUNT)
-            mpi_check(MPI_Bcast(recv + (size_t)r * n + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), r, c.mpi));
+        for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
+            MPI_Request q;
+            mpi_check(MPI_Ibcast(recv + (size_t)r * n + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), r, c.mpi, &q));
+            comm_mpi_wait(&q, "all-gather (in pieces)", c.name, c.size);
+        }
 #endif
 }
 
@@ -151,18 +196,22 @@ template <typename T>
 static inline void comm_broadcast(const Comm& c, T* buf, size_t n, int root) {
     if (c.size == 1) return;
 #ifdef USE_MPI
-    for (size_t o = 0; o < n; o += COMM_MAX_COUNT)
-        mpi_check(MPI_Bcast(buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), root, c.mpi));
+    for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
+        MPI_Request r;
+        mpi_check(MPI_Ibcast(buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), root, c.mpi, &r));
+        comm_mpi_wait(&r, "broadcast", c.name, c.size);
+    }
 #endif
 }
 
 // Point to point within a group (peer is a group rank), matched by tag. The send does not
-// block: the buffer must stay untouched until comm_wait(req). The receive blocks until the data
-// is there. (The NCCL backend has no tags and matches in issue order.)
+// block: the buffer must stay untouched until comm_wait(req). The receive waits until the data
+// is there. Both waits have the timeout (the receive's and comm_wait's). (The NCCL backend has no tags and matches in issue order.)
 template <typename T>
 static inline void comm_send(const Comm& c, const T* buf, size_t n, int peer, int tag, CommRequest* req) {
     if (c.size == 1) die("comm_send: a group of one rank has no peer (rank %d)", peer);
 #ifdef USE_MPI
+    req->group = c.name; req->size = c.size; req->peer = peer; req->tag = tag;
     for (size_t o = 0; o < n || o == 0; o += COMM_MAX_COUNT) {
         req->reqs.push_back(MPI_REQUEST_NULL);
         mpi_check(MPI_Isend(buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), peer, tag, c.mpi, &req->reqs.back()));
@@ -173,13 +222,21 @@ template <typename T>
 static inline void comm_recv(const Comm& c, T* buf, size_t n, int peer, int tag) {
     if (c.size == 1) die("comm_recv: a group of one rank has no peer (rank %d)", peer);
 #ifdef USE_MPI
-    for (size_t o = 0; o < n || o == 0; o += COMM_MAX_COUNT)
-        mpi_check(MPI_Recv(buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), peer, tag, c.mpi, MPI_STATUS_IGNORE));
+    char op[64];
+    snprintf(op, sizeof(op), "receive from group rank %d (tag %d)", peer, tag);
+    for (size_t o = 0; o < n || o == 0; o += COMM_MAX_COUNT) {
+        MPI_Request r;
+        mpi_check(MPI_Irecv(buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), peer, tag, c.mpi, &r));
+        comm_mpi_wait(&r, op, c.name, c.size);
+    }
 #endif
 }
 static inline void comm_wait(CommRequest* req) {
 #ifdef USE_MPI
-    for (MPI_Request& r : req->reqs) mpi_check(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    if (req->reqs.empty()) return;
+    char op[64];
+    snprintf(op, sizeof(op), "send to group rank %d (tag %d)", req->peer, req->tag);
+    for (MPI_Request& r : req->reqs) comm_mpi_wait(&r, op, req->group, req->size);
     req->reqs.clear();
 #endif
 }
@@ -187,7 +244,9 @@ static inline void comm_wait(CommRequest* req) {
 static inline void comm_barrier(const Comm& c) {
     if (c.size == 1) return;
 #ifdef USE_MPI
-    mpi_check(MPI_Barrier(c.mpi));
+    MPI_Request r;
+    mpi_check(MPI_Ibarrier(c.mpi, &r));
+    comm_mpi_wait(&r, "barrier", c.name, c.size);
 #endif
 }
 

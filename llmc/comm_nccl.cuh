@@ -7,7 +7,10 @@
 // cudaStreamWaitEvent(c.stream, ...) before a collective reads what a kernel wrote; the reverse before a
 // kernel reads what the collective wrote). The host waits only in comm_wait, comm_barrier,
 // comm_host_sum / comm_host_max and comm_finalize; those waits poll the stream and NCCL's asynchronous
-// error (ncclCommGetAsyncError), so a failed peer ends the program with NCCL's message instead of a hang.
+// error (ncclCommGetAsyncError), so a failed peer ends the program with NCCL's message instead of a hang;
+// a wait longer than comm_set_timeout's seconds (--comm-timeout, llmc/comm_timeout.h: a peer stuck without
+// an error) prints the world rank, the operation and the group, aborts the communicator (ncclCommAbort, which
+// fails the peers' pending operations, so their waits end too) and exits 1.
 // The world comes from llmc/launch.h (mpirun, srun or RANK/WORLD_SIZE/LOCAL_RANK; the NCCL unique id made
 // by rank 0 reaches the others over TCP or a file, and the ranks' command lines must agree), one GPU per
 // local rank (local_rank % device count). Sub-groups are ncclCommSplit of their parent (color = the
@@ -23,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "llmc/comm_timeout.h"
 #include "llmc/utils.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/launch.h"
@@ -32,6 +36,7 @@
 
 struct Comm {
     int size = 1, rank = 0;
+    const char* name = "world";    // in messages: world, dp, tp, pp, emb
     ncclComm_t nccl = nullptr;     // null in a group of one rank
     cudaStream_t stream = nullptr; // every call of this group is enqueued here
     double* scratch = nullptr;     // device, COMM_SCRATCH doubles: comm_host_sum / max and comm_barrier
@@ -42,6 +47,8 @@ static const size_t COMM_SCRATCH = 256;
 struct CommRequest {
     ncclComm_t nccl = nullptr;
     cudaStream_t stream = nullptr;
+    const char* group = "";  // for the timeout message: the group, its size and the peer
+    int size = 0, peer = 0;
 };
 
 template <typename T> static inline ncclDataType_t nccl_type();
@@ -56,8 +63,10 @@ static inline std::vector<Comm>& comm_registry() {
 }
 
 // The host waits for everything enqueued on `stream` so far, and dies with NCCL's message if the
-// communicator failed meanwhile (a peer died or a network error) instead of waiting forever.
-static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream) {
+// communicator failed meanwhile (a peer died or a network error) instead of waiting forever; past the
+// timeout, it names `op` on the group `group` of `size` ranks, aborts the communicator and exits 1.
+static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream, const char* op, const char* group, int size) {
+    CommPoll poll;
     while (true) {
         cudaError_t e = cudaStreamQuery(stream);
         if (e == cudaSuccess) return;
@@ -73,7 +82,11 @@ static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream) {
                 exit(1);
             }
         }
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
+        if (comm_poll_expired(&poll)) {
+            comm_timeout_message(comm_registry().empty() ? 0 : comm_registry()[0].rank, op, group, size);
+            if (nccl) ncclCommAbort(nccl);
+            exit(1);
+        }
     }
 }
 
@@ -109,7 +122,7 @@ static inline Comm comm_init(int* argc, char*** argv) {
 static inline void comm_finalize() {
     std::vector<Comm>& all = comm_registry();
     for (size_t i = all.size(); i-- > 0;) {
-        comm_stream_wait(all[i].nccl, all[i].stream);
+        comm_stream_wait(all[i].nccl, all[i].stream, "the work left at the end", all[i].name, all[i].size);
         if (all[i].nccl) ncclCheck(ncclCommDestroy(all[i].nccl));
         cudaCheck(cudaFree(all[i].scratch));
         cudaCheck(cudaStreamDestroy(all[i].stream));
@@ -118,8 +131,9 @@ static inline void comm_finalize() {
 }
 
 // Sub-group of `parent` holding the world ranks `members`, in group-rank order; this rank must be one
-// of them. Collective over parent: every rank of it calls this with its own group's list.
-static inline Comm comm_group(const Comm& parent, const std::vector<int>& members) {
+// of them. Collective over parent: every rank of it calls this with its own group's list. name: the group's
+// name in messages (a string that outlives the Comm).
+static inline Comm comm_group(const Comm& parent, const std::vector<int>& members, const char* name = "sub") {
     if (comm_registry().empty()) die("comm_group: comm_init first");
     int me = comm_registry()[0].rank, rank = -1;
     for (size_t i = 0; i < members.size(); i++)
@@ -129,7 +143,10 @@ static inline Comm comm_group(const Comm& parent, const std::vector<int>& member
     ncclComm_t nccl = nullptr;
     if (parent.size > 1)  // collective over the parent even for a group of one (which gets no communicator)
         ncclCheck(ncclCommSplit(parent.nccl, members.size() > 1 ? members[0] : NCCL_SPLIT_NOCOLOR, rank, &nccl, nullptr));
-    return comm_make((int)members.size(), rank, nccl);
+    Comm c = comm_make((int)members.size(), rank, nccl);
+    c.name = name;
+    comm_registry().back().name = name;
+    return c;
 }
 
 // buf[n] = sum (or max) over the group, on every rank
@@ -183,6 +200,9 @@ static inline void comm_send(const Comm& c, const T* buf, size_t n, int peer, in
     ncclCheck(ncclSend(buf, n, nccl_type<T>(), peer, c.nccl, c.stream));
     req->nccl = c.nccl;
     req->stream = c.stream;
+    req->group = c.name;
+    req->size = c.size;
+    req->peer = peer;
 }
 template <typename T>
 static inline void comm_recv(const Comm& c, T* buf, size_t n, int peer, int tag) {
@@ -190,27 +210,30 @@ static inline void comm_recv(const Comm& c, T* buf, size_t n, int peer, int tag)
     ncclCheck(ncclRecv(buf, n, nccl_type<T>(), peer, c.nccl, c.stream));
 }
 static inline void comm_wait(CommRequest* req) {
-    if (req->stream) comm_stream_wait(req->nccl, req->stream);
+    if (!req->stream) return;
+    char op[64];
+    snprintf(op, sizeof(op), "send to group rank %d", req->peer);
+    comm_stream_wait(req->nccl, req->stream, op, req->group, req->size);
     req->stream = nullptr;
 }
 
 // Host values through the device scratch: copied in, reduced, copied out, waited for.
-static inline void comm_host_reduce(const Comm& c, double* v, size_t n, ncclRedOp_t op) {
+static inline void comm_host_reduce(const Comm& c, double* v, size_t n, ncclRedOp_t op, const char* what) {
     if (c.size == 1) return;
     for (size_t i = 0; i < n; i += COMM_SCRATCH) {
         size_t k = n - i < COMM_SCRATCH ? n - i : COMM_SCRATCH;
         cudaCheck(cudaMemcpyAsync(c.scratch, v + i, k * sizeof(double), cudaMemcpyHostToDevice, c.stream));
         ncclCheck(ncclAllReduce(c.scratch, c.scratch, k, ncclDouble, op, c.nccl, c.stream));
         cudaCheck(cudaMemcpyAsync(v + i, c.scratch, k * sizeof(double), cudaMemcpyDeviceToHost, c.stream));
-        comm_stream_wait(c.nccl, c.stream);
+        comm_stream_wait(c.nccl, c.stream, what, c.name, c.size);
     }
 }
-static inline void comm_host_sum(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclSum); }
-static inline void comm_host_max(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclMax); }
+static inline void comm_host_sum(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclSum, "all-reduce (sum) of host values"); }
+static inline void comm_host_max(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclMax, "all-reduce (max) of host values"); }
 
 // Every rank of the group has reached this point, and everything enqueued on c.stream before it is done.
 static inline void comm_barrier(const Comm& c) {
-    if (c.size == 1) { comm_stream_wait(nullptr, c.stream); return; }
+    if (c.size == 1) { comm_stream_wait(nullptr, c.stream, "barrier", c.name, c.size); return; }
     double one = 1;
-    comm_host_reduce(c, &one, 1, ncclSum);
+    comm_host_reduce(c, &one, 1, ncclSum, "barrier");
 }

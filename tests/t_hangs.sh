@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Hangs (llmc/comm.h, --comm-timeout): a rank that stops answering ends every rank of the CPU trainer. Under
+# mpirun, the test hook LLMC_TEST_STALL=R:S makes world rank R sleep forever before step S; with
+# --comm-timeout 3 its peers must give up in their next collective or pipeline receive, print which rank,
+# group and operation timed out, and MPI_Abort must end every rank (the stalled one included) with a
+# non-zero status well before the 60 s wrapper: within END_S of the start (start-up, step 1, the 3 s
+# timeout and the abort take about 6 s on 2 busy cores). Checks:
+#   1. dp2 (2 ranks), rank 1 stalls at step 2: rank 0 names the dp group's all-reduce (the first collective
+#      of a dp-only step is the gradient all-reduce).
+#   2. tp2 pp2 (4 ranks), rank 3 stalls at step 2: some other rank names its tp or pp group.
+#   3. the same tp2 pp2 run with no stall and --comm-timeout 3 finishes every step, exit 0 (no false timeout).
+#   4. --comm-timeout -1 or garbage stops with a message naming the flag, exit 1.
+set -u
+d=build/t_hangs.$$
+rm -rf "$d" && mkdir -p "$d"
+status=0
+export OMP_NUM_THREADS=1
+END_S=15
+MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+ARGS=(-c llama_tiny -b 2 -t 32 -x 5 -v 0 -g 0 -i data/mobydick.txt -j "" -o "" --comm-timeout 3)
+if ! command -v mpirun > /dev/null; then
+    echo "[SKIP] hangs under mpirun: mpirun not found (apt-get install -y openmpi-bin libopenmpi-dev)"
+    exit 0
+fi
+
+# stall NAME NP STALL PATTERN FLAGS...: the run with LLMC_TEST_STALL=STALL ends within END_S, non-zero, and
+# its output matches PATTERN (the timeout message), after step 1 and before step 2 finished
+stall() {
+    local name=$1 np=$2 s=$3 pattern=$4; shift 4
+    local t0 t1 rc
+    t0=$(date +%s.%N)
+    LLMC_TEST_STALL=$s timeout 60 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${ARGS[@]}" "$@" > "$d/$name.log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    local secs
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    local msg
+    msg=$(grep -m1 -E "did not complete within" "$d/$name.log")
+    if [ $rc -ne 0 ] && [ $rc -ne 124 ] && awk -v s="$secs" -v m=$END_S 'BEGIN { exit !(s < m) }' \
+        && grep -qE -- "$pattern" "$d/$name.log" && grep -q "^step *1/" "$d/$name.log" && ! grep -q "^step *2/" "$d/$name.log"; then
+        echo "[PASS] $name: LLMC_TEST_STALL=$s (rank:step); every rank ended in ${secs} s (exit $rc): $msg"
+    else
+        echo "[FAIL] $name: exit $rc after ${secs} s (want non-zero, not 124, < $END_S s, and /$pattern/): $(tail -c 600 "$d/$name.log" | tr '\n' ' ')"
+        status=1
+    fi
+}
+stall "dp2 stall" 2 1:2 "^error: rank 0: all-reduce \(sum\) on the dp group \(size 2\) did not complete within 3 s \(--comm-timeout\); a peer is stuck or died$"
+stall "tp2 pp2 stall" 4 3:2 "^error: rank [012]: .+ on the (tp|pp) group \(size 2\) did not complete within 3 s \(--comm-timeout\); a peer is stuck or died$" --tp 2 --pp 2
+
+# a healthy run under the same short timeout
+timeout 60 "${MPIRUN[@]}" -np 4 ./train_gpt_cpu "${ARGS[@]}" --tp 2 --pp 2 > "$d/healthy.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^step *5/5" "$d/healthy.log" && ! grep -q "did not complete" "$d/healthy.log"; then
+    echo "[PASS] tp2 pp2 with no stall and --comm-timeout 3: 5 steps, exit 0"
+else
+    echo "[FAIL] tp2 pp2 with no stall and --comm-timeout 3: exit $rc: $(tail -c 600 "$d/healthy.log" | tr '\n' ' ')"; status=1
+fi
+
+# bad values
+for v in -1 abc; do
+    ./train_gpt_cpu "${ARGS[@]}" --comm-timeout "$v" > "$d/bad.txt" 2>&1
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "--comm-timeout" "$d/bad.txt" && grep -q -- "'$v'" "$d/bad.txt"; then
+        echo "[PASS] --comm-timeout $v: exit 1, $(head -1 "$d/bad.txt")"
+    else
+        echo "[FAIL] --comm-timeout $v: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1
+    fi
+done
+[ $status -eq 0 ] && rm -rf "$d"
+exit $status
