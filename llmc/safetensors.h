@@ -140,7 +140,7 @@ static inline float st_f16_to_f32(uint16_t h) {
 static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* out) {
     const uint8_t* p = st->bytes.data() + st->data_start + t->begin;
     const int64_t n = t->numel();
-    if (t->dtype == "F32") memcpy(out, p, (size_t)n * 4);
+    if (t->dtype == "F32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }  // out may be null when n is 0
     else if (t->dtype == "BF16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_bf16_to_f32(h); }
     else if (t->dtype == "F16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_f16_to_f32(h); }
     else if (t->dtype == "F64") for (int64_t i = 0; i < n; i++) { double d; memcpy(&d, p + 8 * i, 8); out[i] = (float)d; }
@@ -151,7 +151,7 @@ static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* 
 static inline void st_read_i32(const SafeTensors* st, const StTensor* t, int32_t* out) {
     const uint8_t* p = st->bytes.data() + st->data_start + t->begin;
     const int64_t n = t->numel();
-    if (t->dtype == "I32") memcpy(out, p, (size_t)n * 4);
+    if (t->dtype == "I32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }
     else if (t->dtype == "I64") for (int64_t i = 0; i < n; i++) { int64_t v; memcpy(&v, p + 8 * i, 8); out[i] = (int32_t)v; }
     else die("%s: tensor '%s' has dtype %s, expected I32 or I64", st->path.c_str(), t->name.c_str(), t->dtype.c_str());
 }
