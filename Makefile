@@ -227,10 +227,11 @@ fuzz_formats_run: fuzz_formats
 # ---- sanitizers (AddressSanitizer + UndefinedBehaviorSanitizer), not part of `make test` ---------
 # The tests run ./train_gpt_cpu and build/<program> from the repository root, so the sanitized programs
 # are built in a copy of the tree, $(ASAN_TREE) (the tracked and new files, and the fetched tokenizer
-# files when present), by this Makefile with ASAN_CXXFLAGS; the normal build is untouched. Reports go to
-# $(ASAN_TREE)/sanitizer_logs/ (a test that expects exit 1 from a bad input would not see a report
-# otherwise): any report fails the target. Leak detection is off (detect_leaks=0): OpenMPI and the
-# OpenMP runtime keep allocations until exit, which LeakSanitizer reports.
+# files when present), by this Makefile with ASAN_CXXFLAGS; the normal build is untouched. A sanitizer
+# error aborts (exit 134, which no test takes for die()'s exit 1), AddressSanitizer's reports also go
+# to $(ASAN_TREE)/sanitizer_logs/, and any report there or "runtime error:" in the tests' logs fails
+# the target. Leak detection is off (detect_leaks=0): OpenMPI and the OpenMP runtime keep allocations
+# until exit, which LeakSanitizer reports.
 ASAN_TREE := $(BUILD)/asan
 ASAN_CXXFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 ASAN_TESTS ?= t_cpu_units t_resume t_bad_inputs t_paths t_datasets t_tokenizer t_default t_parallel
@@ -244,9 +245,11 @@ test-asan:
 	@cd $(ASAN_TREE) && CXXFLAGS="$(ASAN_CXXFLAGS)" $(MAKE) --no-print-directory BUILD=build $(ASAN_PROGRAMS)
 	@rm -rf $(ASAN_TREE)/sanitizer_logs && mkdir -p $(ASAN_TREE)/sanitizer_logs
 	@cd $(ASAN_TREE) && log=$$(pwd)/sanitizer_logs && \
-	    ASAN_OPTIONS=detect_leaks=0:log_path=$$log/asan UBSAN_OPTIONS=print_stacktrace=1:log_path=$$log/ubsan \
+	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:log_path=$$log/asan \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1 \
 	    bash scripts/run_tests.sh $(ASAN_TESTS); rc=$$?; \
-	    if [ -n "$$(ls $$log)" ]; then echo "error: sanitizer reports in $$log:"; head -n 40 $$log/*; exit 1; fi; exit $$rc
+	    found=$$(grep -rlIE "runtime error:|ERROR: AddressSanitizer" $$log build 2>/dev/null); \
+	    if [ -n "$$found" ]; then echo "error: sanitizer reports in:"; echo "$$found"; exit 1; fi; exit $$rc
 
 # ---- CUDA trainer and GPU tests ------------------------------------------------------------------
 # One rule for the four nvcc programs: $(1) (train_gpt or test_gpt) is built from $(1).cu as $(1) (bf16,
