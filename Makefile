@@ -21,7 +21,11 @@
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
 #                          build/fuzz_datasets_idx, _npz (npy and npz) and _shard
 #   make fuzz_tokenizer    libFuzzer target build/fuzz_tokenizer (clang), not part of `make test`
-#   make fuzz_datasets_run fuzz_tokenizer_run FUZZ_SECONDS=180   runs each fuzz target that long
+#   make fuzz_formats      libFuzzer targets of the file formats (clang), not part of `make test`:
+#                          build/fuzz_formats_safetensors, _ckpt (state.json and DONE) and _json
+#   make fuzz_datasets_run fuzz_tokenizer_run fuzz_formats_run FUZZ_SECONDS=180   runs each fuzz target that long
+#   make test-asan         the CPU programs built with AddressSanitizer + UBSan in a copy of the tree
+#                          (build/asan/), then the CPU tests (ASAN_TESTS) against them; not part of `make test`
 # GPU (programs built with nvcc for sm_80 and sm_90a):
 #   make devcuda           the kernel playground dev/cuda (its own Makefile lists the programs) into
 #                          build/devcuda/; make build/devcuda/norm builds one (tests/t_devcuda_build.sh)
@@ -197,6 +201,55 @@ fuzz_tokenizer_run: fuzz_tokenizer
 	@mkdir -p $(BUILD)/fuzz_corpus/tokenizer
 	$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/ \
 	    $(BUILD)/fuzz_corpus/tokenizer dev/fuzz/corpus/tokenizer
+
+# The format fuzzer is one source, the format picked by FUZZ_FORMAT (1 safetensors, 2 checkpoint state.json
+# and DONE, 3 JSON); seeds in dev/fuzz/corpus/formats/<name>.
+FORMATS_FUZZERS := safetensors:1 ckpt:2 json:3
+define FORMATS_FUZZ_RULE
+$(BUILD)/fuzz_formats_$(word 1,$(subst :, ,$(1))): dev/fuzz/fuzz_formats.cpp llmc/safetensors.h llmc/checkpoint.h llmc/json.h llmc/utils.h
+	$$(NEED_FUZZ_CXX)
+	@mkdir -p $(BUILD)
+	$(FUZZ_CXX) $(FUZZ_FLAGS) -DFUZZ_FORMAT=$(word 2,$(subst :, ,$(1))) $$< -o $$@
+endef
+$(foreach f,$(FORMATS_FUZZERS),$(eval $(call FORMATS_FUZZ_RULE,$(f))))
+
+.PHONY: fuzz_formats fuzz_formats_run
+fuzz_formats: $(foreach f,$(FORMATS_FUZZERS),$(BUILD)/fuzz_formats_$(word 1,$(subst :, ,$(f))))
+
+fuzz_formats_run: fuzz_formats
+	@for name in safetensors ckpt json; do \
+	    mkdir -p $(BUILD)/fuzz_corpus/formats/$$name; \
+	    echo "fuzz_formats_$$name: $(FUZZ_SECONDS) s"; \
+	    $(BUILD)/fuzz_formats_$$name -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -artifact_prefix=$(BUILD)/ \
+	        $(BUILD)/fuzz_corpus/formats/$$name dev/fuzz/corpus/formats/$$name || exit 1; \
+	done
+
+# ---- sanitizers (AddressSanitizer + UndefinedBehaviorSanitizer), not part of `make test` ---------
+# The tests run ./train_gpt_cpu and build/<program> from the repository root, so the sanitized programs
+# are built in a copy of the tree, $(ASAN_TREE) (the tracked and new files, and the fetched tokenizer
+# files when present), by this Makefile with ASAN_CXXFLAGS; the normal build is untouched. A sanitizer
+# error aborts (exit 134, which no test takes for die()'s exit 1), AddressSanitizer's reports also go
+# to $(ASAN_TREE)/sanitizer_logs/, and any report there or "runtime error:" in the tests' logs fails
+# the target. Leak detection is off (detect_leaks=0): OpenMPI and the OpenMP runtime keep allocations
+# until exit, which LeakSanitizer reports.
+ASAN_TREE := $(BUILD)/asan
+ASAN_CXXFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+ASAN_TESTS ?= t_cpu_units t_resume t_bad_inputs t_paths t_datasets t_tokenizer t_default t_parallel
+ASAN_PROGRAMS := train_gpt_cpu test_gpt_cpu build/prepare build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer
+
+.PHONY: test-asan
+test-asan:
+	@mkdir -p $(ASAN_TREE)
+	@{ git ls-files -co --exclude-standard; ls -d data/tokenizers/*.tiktoken tests/tokenizer/node_modules 2>/dev/null; } | \
+	    grep -v '^$(BUILD)/' | tar -cf - -T - | tar -xf - -C $(ASAN_TREE)
+	@cd $(ASAN_TREE) && CXXFLAGS="$(ASAN_CXXFLAGS)" $(MAKE) --no-print-directory BUILD=build $(ASAN_PROGRAMS)
+	@rm -rf $(ASAN_TREE)/sanitizer_logs && mkdir -p $(ASAN_TREE)/sanitizer_logs
+	@cd $(ASAN_TREE) && log=$$(pwd)/sanitizer_logs && \
+	    ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:log_path=$$log/asan \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1 \
+	    bash scripts/run_tests.sh $(ASAN_TESTS); rc=$$?; \
+	    found=$$(grep -rlIE "runtime error:|ERROR: AddressSanitizer" $$log build 2>/dev/null); \
+	    if [ -n "$$found" ]; then echo "error: sanitizer reports in:"; echo "$$found"; exit 1; fi; exit $$rc
 
 # ---- CUDA trainer and GPU tests ------------------------------------------------------------------
 # One rule for the four nvcc programs: $(1) (train_gpt or test_gpt) is built from $(1).cu as $(1) (bf16,

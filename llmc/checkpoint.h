@@ -43,6 +43,49 @@ static inline std::string ckpt_dir_name(int step) {
 
 static const char* const kCkptFiles[3] = {"model.safetensors", "optim.safetensors", "state.json"};
 
+// Parses a DONE marker: a JSON object with a hash string for each of kCkptFiles. Returns an error
+// message, empty on success (then hashes[i] is kCkptFiles[i]'s hash).
+static inline std::string ckpt_parse_done(const char* text, size_t len, std::string hashes[3]) {
+    Json j;
+    std::string err;
+    if (!json_parse(text, len, &j, &err)) return "not valid JSON: " + err;
+    if (j.kind != Json::OBJ) return "not a JSON object";
+    for (int i = 0; i < 3; i++) {
+        const Json* h = j.get(kCkptFiles[i]);
+        if (!h || h->kind != Json::STR) return std::string("no hash for ") + kCkptFiles[i];
+        hashes[i] = h->str;
+    }
+    return "";
+}
+
+// Parses state.json into *s: step an integer in [0, 2^31), train_sample one in [0, 2^53], rng a decimal
+// uint64 string, and a config present. Returns an error message, empty on success.
+static inline std::string ckpt_parse_state(const char* text, size_t len, TrainState* s) {
+    Json st;
+    std::string err;
+    if (!json_parse(text, len, &st, &err)) return "not valid JSON (" + err + ")";
+    if (st.kind != Json::OBJ) return "not a JSON object";
+    const Json* step = st.get("step");
+    const Json* ts = st.get("train_sample");
+    const Json* rng = st.get("rng");
+    const Json* cfg = st.get("config");
+    if (!step || !ts || !rng || !cfg || rng->kind != Json::STR) return "missing fields";
+    if (step->kind != Json::NUM || !(step->num >= 0 && step->num < 2147483648.0) || step->num != (double)(int)step->num)
+        return "step is not an integer in [0, 2^31)";
+    if (ts->kind != Json::NUM || !(ts->num >= 0 && ts->num <= 9007199254740992.0) || ts->num != (double)(uint64_t)ts->num)
+        return "train_sample is not an integer in [0, 2^53]";
+    const std::string& r = rng->str;
+    char* q = nullptr;
+    errno = 0;
+    const unsigned long long rv = strtoull(r.c_str(), &q, 10);
+    if (r.empty() || r.size() > 20 || r.find_first_not_of("0123456789") != std::string::npos || errno != 0 || q != r.c_str() + r.size())
+        return "rng is not a decimal uint64";
+    s->step = (int)step->num;
+    s->train_sample = (uint64_t)ts->num;
+    s->rng = rv;
+    return "";
+}
+
 static inline void write_text(const std::string& path, const std::string& text) {
     FILE* f = fopen_check(path.c_str(), "wb");
     fwrite_check(text.data(), 1, text.size(), f, path.c_str());
@@ -62,13 +105,10 @@ static inline bool ckpt_complete(const std::string& dir) {
     if (!f) return false;
     const bool read_all = fread(&text[0], 1, text.size(), f) == text.size();
     fclose(f);
-    Json j;
-    std::string err;
-    if (!read_all || !json_parse(text.data(), text.size(), &j, &err) || j.kind != Json::OBJ) return false;
-    for (const char* name : kCkptFiles) {
-        const Json* h = j.get(name);
-        if (!h || h->kind != Json::STR || !fs::is_regular_file(fs::path(dir) / name, ec)) return false;
-    }
+    std::string hashes[3];
+    if (!read_all || !ckpt_parse_done(text.data(), text.size(), hashes).empty()) return false;
+    for (const char* name : kCkptFiles)
+        if (!fs::is_regular_file(fs::path(dir) / name, ec)) return false;
     return true;
 }
 
@@ -164,30 +204,19 @@ static inline void checkpoint_load(const std::string& dir, const ModelConfig& c,
                                    float* m, float* v, TrainState* s) {
     // verify the hashes written in DONE
     std::vector<uint8_t> db = read_file_bytes(dir + "/DONE");
-    Json done;
-    std::string err;
-    if (!json_parse((const char*)db.data(), db.size(), &done, &err) || done.kind != Json::OBJ)
-        die("%s/DONE: corrupt checkpoint marker (%s)", dir.c_str(), err.c_str());
-    for (const char* f : kCkptFiles) {
-        const Json* h = done.get(f);
-        if (!h || h->kind != Json::STR) die("%s/DONE: no hash for %s", dir.c_str(), f);
+    std::string hashes[3];
+    std::string err = ckpt_parse_done((const char*)db.data(), db.size(), hashes);
+    if (!err.empty()) die("%s/DONE: corrupt checkpoint marker (%s)", dir.c_str(), err.c_str());
+    for (int i = 0; i < 3; i++) {
+        const char* f = kCkptFiles[i];
         std::string path = dir + "/" + f;
         if (!file_exists(path)) die("checkpoint %s: missing file %s", dir.c_str(), f);
-        if (std::to_string(fnv1a(read_file_bytes(path))) != h->str)
+        if (std::to_string(fnv1a(read_file_bytes(path))) != hashes[i])
             die("checkpoint %s: %s is corrupt (its hash differs from the one recorded in DONE)", dir.c_str(), f);
     }
     std::vector<uint8_t> sb = read_file_bytes(dir + "/state.json");
-    Json st;
-    if (!json_parse((const char*)sb.data(), sb.size(), &st, &err) || st.kind != Json::OBJ)
-        die("%s/state.json: not valid JSON (%s)", dir.c_str(), err.c_str());
-    const Json* step = st.get("step");
-    const Json* ts = st.get("train_sample");
-    const Json* rng = st.get("rng");
-    const Json* cfg = st.get("config");
-    if (!step || !ts || !rng || !cfg || rng->kind != Json::STR) die("%s/state.json: missing fields", dir.c_str());
-    s->step = (int)step->num;
-    s->train_sample = (uint64_t)ts->num;
-    s->rng = strtoull(rng->str.c_str(), nullptr, 10);
+    err = ckpt_parse_state((const char*)sb.data(), sb.size(), s);
+    if (!err.empty()) die("%s/state.json: %s", dir.c_str(), err.c_str());
 
     SafeTensors sm, so;
     st_open(&sm, dir + "/model.safetensors");

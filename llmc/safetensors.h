@@ -6,6 +6,7 @@
 // Reading converts F32 / F16 / BF16 to float and I32 / I64 to int32; every inconsistency
 // (truncated file, offsets out of range, size not matching shape) names the file.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -69,18 +70,26 @@ static inline std::string st_parse(SafeTensors* st) {
         StTensor t;
         t.name = kv.first;
         t.dtype = dt->str;
+        // the product of the dimensions (zeros counted as 1) stays within the data size, so numel() cannot overflow
+        uint64_t extent = 1;
         for (const Json& d : sh->arr) {
-            if (d.kind != Json::NUM || d.num < 0 || d.num > 1e12) return "tensor '" + kv.first + "' has a bad shape";
+            if (d.kind != Json::NUM || d.num < 0 || d.num > 1e12 || d.num != (double)(int64_t)d.num)
+                return "tensor '" + kv.first + "' has a bad shape";
             t.shape.push_back((int64_t)d.num);
+            extent *= std::max<uint64_t>((uint64_t)d.num, 1);
+            if (extent > std::max<uint64_t>(data_size, 1))
+                return "tensor '" + kv.first + "' byte size does not match its shape and dtype";
         }
         if (off->arr[0].kind != Json::NUM || off->arr[1].kind != Json::NUM || off->arr[0].num < 0 ||
             off->arr[1].num < off->arr[0].num)
+            return "tensor '" + kv.first + "' has bad data_offsets";
+        if (off->arr[1].num > (double)data_size) return "tensor '" + kv.first + "' runs past the end of the file (truncated?)";
+        if (off->arr[0].num != (double)(int64_t)off->arr[0].num || off->arr[1].num != (double)(int64_t)off->arr[1].num)
             return "tensor '" + kv.first + "' has bad data_offsets";
         t.begin = (size_t)off->arr[0].num;
         t.end = (size_t)off->arr[1].num;
         int es = st_dtype_size(t.dtype);
         if (es == 0) return "tensor '" + kv.first + "' has unsupported dtype " + t.dtype;
-        if (t.end > data_size) return "tensor '" + kv.first + "' runs past the end of the file (truncated?)";
         if ((uint64_t)t.numel() * (uint64_t)es != t.end - t.begin)
             return "tensor '" + kv.first + "' byte size does not match its shape and dtype";
         st->tensors.push_back(t);
@@ -131,7 +140,7 @@ static inline float st_f16_to_f32(uint16_t h) {
 static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* out) {
     const uint8_t* p = st->bytes.data() + st->data_start + t->begin;
     const int64_t n = t->numel();
-    if (t->dtype == "F32") memcpy(out, p, (size_t)n * 4);
+    if (t->dtype == "F32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }  // out may be null when n is 0
     else if (t->dtype == "BF16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_bf16_to_f32(h); }
     else if (t->dtype == "F16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_f16_to_f32(h); }
     else if (t->dtype == "F64") for (int64_t i = 0; i < n; i++) { double d; memcpy(&d, p + 8 * i, 8); out[i] = (float)d; }
@@ -142,7 +151,7 @@ static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* 
 static inline void st_read_i32(const SafeTensors* st, const StTensor* t, int32_t* out) {
     const uint8_t* p = st->bytes.data() + st->data_start + t->begin;
     const int64_t n = t->numel();
-    if (t->dtype == "I32") memcpy(out, p, (size_t)n * 4);
+    if (t->dtype == "I32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }
     else if (t->dtype == "I64") for (int64_t i = 0; i < n; i++) { int64_t v; memcpy(&v, p + 8 * i, 8); out[i] = (int32_t)v; }
     else die("%s: tensor '%s' has dtype %s, expected I32 or I64", st->path.c_str(), t->name.c_str(), t->dtype.c_str());
 }
