@@ -86,6 +86,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "llmc/args.h"
+#include "llmc/comm_timeout.h"
 #include "llmc/checkpoint.h"
 #include "llmc/config.h"
 #include "llmc/dataloader.h"
@@ -1471,6 +1472,8 @@ int main(int argc, char** argv) {
     ModelConfig mc;
     TrainConfig tc;
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
+    comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
+    if (tc.log_formats) die("flag --log-format: the harness log lines are written by train_gpt_cpu only so far");
 
     // host-only modes: no GPU needed
     if (!opt.print_config.empty()) {
@@ -1560,7 +1563,7 @@ int main(int argc, char** argv) {
     Layout layout;
     const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
     if (!layout_err.empty()) layout_error(world, layout_err);
-    const Comm dp_comm = comm_group(world, layout.topo.dp_group);
+    const Comm dp_comm = comm_group(world, layout.topo.dp_group, "dp");
     const int dp = layout.topo.dp;
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
     const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout);
