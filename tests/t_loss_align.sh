@@ -16,17 +16,7 @@ train() {  # train DIR STEPS
     ./train_gpt_cpu -c gpt3_tiny --vocab 301 -b 2 -t 32 -x "$2" -v 0 -g 0 -i data/mobydick.txt -j "" -o "$d/$1" > "$d/$1.log" 2>&1
 }
 # scale IN OUT FACTOR FIRST LAST: metrics.jsonl with the losses of steps FIRST..LAST multiplied by FACTOR
-scale() {
-    $PY - "$@" <<'PY'
-import json, sys
-src, dst, f, lo, hi = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-with open(dst, "w") as out:
-    for line in open(src):
-        j = json.loads(line)
-        if "loss" in j and lo <= j["step"] <= hi: j["loss"] *= f
-        out.write(json.dumps(j) + "\n")
-PY
-}
+scale() { $PY tests/metrics_edit.py "$1" "$2" --scale "$3" --steps "$4" "$5"; }
 train a 30 && train b 30 && train short 10 || fail "train_gpt_cpu runs: $(grep -m1 error "$d"/*.log)"
 A=$d/a/metrics.jsonl
 out=$($PY scripts/loss_align.py "$d/b/metrics.jsonl" "$A" 2>&1)

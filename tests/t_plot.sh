@@ -33,24 +33,11 @@ timeout 120 mpirun --oversubscribe --allow-run-as-root -np 2 ./train_gpt_cpu "${
 if $PY scripts/plot.py -o "$d/plots" "one process=$d/one" "pp 2=$d/pp2" > "$d/plot.log" 2>&1; then
     ok=1
     for f in loss throughput memory; do
-        if out=$($PY -c '
-import sys, matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-p = sys.argv[1]
-if open(p, "rb").read(8) != b"\x89PNG\r\n\x1a\n": sys.exit("not a PNG")
-a = plt.imread(p)
-if a.shape[0] < 100 or a.shape[1] < 100 or a[..., :3].std() == 0: sys.exit("blank or tiny image %s" % (a.shape,))
-print("%dx%d" % (a.shape[1], a.shape[0]))' "$d/plots/$f.png" 2>&1); then pass "$f.png: a PNG of $out pixels with content"
+        if out=$($PY tests/plot_checks.py png "$d/plots/$f.png" 2>&1); then pass "$f.png: a PNG of $out pixels with content"
         else fail "$f.png: $out"; ok=0; fi
     done
     # memory ROW: measured X MiB, plan Y MiB: three rows (one process, pp 2 rank 0 and 1), equal within 0.001
-    if $PY - "$d/plot.log" <<'PYEOF'
-import re, sys
-rows = [re.search(r"measured ([\d.]+) MiB, plan ([\d.]+) MiB", l) for l in open(sys.argv[1]) if l.startswith("memory ")]
-ok = len(rows) == 3 and all(r and abs(float(r.group(1)) - float(r.group(2))) <= 0.001 and float(r.group(1)) > 0 for r in rows)
-sys.exit(0 if ok else 1)
-PYEOF
+    if $PY tests/plot_checks.py memory "$d/plot.log"
     then pass "memory.png: every rank's measured MiB equals its stage's plan ($(grep -c '^memory ' "$d/plot.log") ranks: $(grep '^memory ' "$d/plot.log" | sed 's/.*: measured \([0-9.]*\) MiB.*/\1/' | tr '\n' ' '))"
     else fail "memory figures: $(grep '^memory ' "$d/plot.log" | tr '\n' ';')"; fi
 else

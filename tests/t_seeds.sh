@@ -63,12 +63,7 @@ done
 mkdir -p "$d/moved"
 if [ -s "$SEED_REF_DIR/gpt3/metrics.jsonl" ]; then
     mkdir -p "$d/moved/gpt3"
-    /usr/bin/python3 -c '
-import json, sys
-for l in open(sys.argv[1]):
-    j = json.loads(l)
-    if "loss" in j: j["loss"] += 1e-4
-    print(json.dumps(j))' "$SEED_REF_DIR/gpt3/metrics.jsonl" > "$d/moved/gpt3/metrics.jsonl"
+    /usr/bin/python3 tests/metrics_edit.py "$SEED_REF_DIR/gpt3/metrics.jsonl" "$d/moved/gpt3/metrics.jsonl" --add 1e-4
     SEED_REF_DIR=$d/moved bash scripts/seeds/flagperf_gpt3_6.7b_tp2pp1sh2sp4.sh --tiny > "$d/moved.log" 2>&1
     rc=$?
     if [ $rc = 1 ] && grep -q 'differs from the one-process run' "$d/moved.log"; then
