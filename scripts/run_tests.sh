@@ -10,6 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 passed=0; failed=0; skipped=0
+failures=()   # "script: [FAIL] line", repeated after the table so the last lines of the output name them
 log_dir=${TEST_LOG_DIR:-build/test_logs}
 mkdir -p "$log_dir"
 scripts=(tests/t_*.sh)
@@ -44,9 +45,14 @@ for t in "${scripts[@]}"; do
     if [ "$s" -ne 0 ]; then grep -E '^\[SKIP\]' "$log" | sed 's/^/    /'; fi
     if [ "$f" -ne 0 ]; then
         grep -E '^\[FAIL\]' "$log" | sed 's/^/    /'
+        while IFS= read -r line; do failures+=("$name: ${line:0:400}"); done < <(grep -E '^\[FAIL\]' "$log")
         echo "    --- last lines of $log ---"
         tail -n 15 "$log" | sed 's/^/    /'
     fi
 done
+if [ ${#failures[@]} -gt 0 ]; then
+    echo "failed checks (full logs under $log_dir/):"
+    printf '    %s\n' "${failures[@]}"
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
