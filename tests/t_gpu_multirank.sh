@@ -48,85 +48,7 @@ if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber swi
 d=build/t_gpu_multirank
 rm -rf "$d" && mkdir -p "$d"
 status=0
-export OMP_NUM_THREADS=1
-PY=/usr/bin/python3
-STEPS=4
-LOSS_TOL=1e-5
-NORM_TOL=3e-5
-WEIGHT_TOL=1e-3
-norm_tol_1() { awk -v n="$1" 'BEGIN { printf "%.3g", sqrt(n) * 2^-24 }'; }  # N tokens per step
-# bf16: L = 2
-TOL_LOGITS=$(awk 'BEGIN { printf "%.6g", (3 + 5 * 2) / 256 }')
-BF16_NORM_TOL=$(awk -v t="$TOL_LOGITS" 'BEGIN { printf "%.4g", 2 * t }')
-BF16_UPDATE_TOL=$(awk -v t="$TOL_LOGITS" 'BEGIN { printf "%.4g", 4 * 2 * t }')
-N_MICRO=4
-PAIR_LOSS_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.3g", n * 2^-24 }')
-PAIR_NORM_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.4g", 2 * n / 256 }')
-PAIR_UPDATE_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.4g", 4 * 2 * n / 256 }')
-
-[ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
-if ! command -v mpirun > /dev/null || ! command -v mpicxx > /dev/null; then
-    echo "[FAIL] mpirun / mpicxx not found: install OpenMPI with 'apt-get install -y openmpi-bin libopenmpi-dev' (or bash scripts/install_deps.sh)"
-    exit 1
-fi
-for b in fp32 bf16; do
-    target=build/train_gpt_emu; [ $b = fp32 ] && target=build/train_gpt_fp32_emu
-    if make -s "$target" > "$d/build_$b.log" 2>&1; then echo "[PASS] train_gpt.cu's main builds against the emulation ($b: $target)"
-    else echo "[FAIL] train_gpt.cu's main builds against the emulation ($b): $(grep -m 3 error "$d/build_$b.log")"; exit 1; fi
-done
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2)
-
-# run NAME PROGRAM NP ACCUM FLAGS...: STEPS steps of ACCUM micro-batches into $d/NAME (checkpoints at steps 2 and 4,
-# every step with CKPT_EVERY=1), log $d/NAME.log; sets rc and took (seconds). NP 1 runs the program alone, more under mpirun. A rank waiting on a
-# collective longer than 90 s ends the job (the emulation's deadlock timeout).
-run() {
-    local name=$1 prog=$2 np=$3 accum=$4; shift 4
-    local args=("${MODEL[@]}" -b 1 -t 64 -d $((accum * 64)) -x $STEPS -v 0 -g 0 -i data/mobydick.txt -j ""
-                -n "${CKPT_EVERY:-2}" --keep 9 -o "$d/$name")
-    local t0=$SECONDS
-    if [ "$np" = 1 ]; then timeout 600 "$prog" "${args[@]}" "$@" > "$d/$name.log" 2>&1
-    else EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np "$np" "$prog" "${args[@]}" "$@" > "$d/$name.log" 2>&1; fi
-    rc=$?
-    took=$((SECONDS - t0))
-}
-# why NAME: the first error line of a run's log (the trainer's or the emulation's message)
-why() { grep -m 1 -E 'error|EMU|deadlock|abort' "$d/$1.log" || tail -n 1 "$d/$1.log"; }
-# diff_of A B FIRST KEY REL [LAST]: worst difference of KEY over steps FIRST..LAST (tests/metrics_checks.py diff)
-diff_of() { $PY tests/metrics_checks.py diff "$d/$1/metrics.jsonl" "$d/$2/metrics.jsonl" "$3" "$4" "$5" "${6:-1000000000}"; }
-within() { $PY tests/metrics_checks.py within "$1" "$2"; }
-# weights MODE ARGS...: tests/weights_checks.py's "WORST at TENSOR"; sets wok (1 within the tolerance)
-weights() {
-    wout=$($PY tests/weights_checks.py "$@" 2>&1) && wok=1 || wok=0
-}
-ckpt() { echo "$d/$1/ckpt_$(printf %08d "$2")/$3.safetensors"; }
-# opt_bytes NAME: master weights + AdamW moments of the run's first "memory estimate (bytes)" line (rank 0's)
-opt_bytes() {
-    sed -n 's/^memory estimate (bytes):.* master \([0-9]*\) moments \([0-9]*\) .*/\1 \2/p' "$d/$1.log" | head -1 |
-        awk '{ print $1 + $2 }'
-}
-# guards NAME NP ACCUM ONE FLAGS...: that the job really ran as NP data ranks, appended to $fail: the config table's
-# "batch per step" row printed once with accum=ACCUM/NP dp=NP, metrics.jsonl written once (STEPS lines), and the
-# memory estimate's optimizer state (fp32 master weights and moments) per rank: ONE's (the one-rank run of the same
-# build) under ZeRO 0, ONE's / NP under ZeRO >= 1 (shards padded to equal 16-byte-aligned counts: within 1%).
-# Sets mem (the figure for the report).
-guards() {
-    local name=$1 np=$2 accum=$3 one=$4; shift 4
-    local z=0 rows lines mine ref
-    [[ " $* " =~ \ --zero\ ([0-3])\  ]] && z=${BASH_REMATCH[1]}
-    rows=$(grep -c "batch per step .* accum=$((accum / np)) dp=$np " "$d/$name.log")
-    [ "$rows" = 1 ] || fail+=" the config table's row 'batch per step | B=1 T=64 accum=$((accum / np)) dp=$np' printed $rows times, not once;"
-    lines=$(wc -l 2> /dev/null < "$d/$name/metrics.jsonl" || echo 0)
-    [ "$lines" = "$STEPS" ] || fail+=" metrics.jsonl has $lines lines, not $STEPS;"
-    mine=$(opt_bytes "$name"); ref=$(opt_bytes "$one")
-    mem="optimizer state per rank ${mine:-?} bytes of one rank's ${ref:-?} (ZeRO $z)"
-    if [ -z "$mine" ] || [ -z "$ref" ]; then fail+=" no 'memory estimate (bytes): ... master M moments M ...' line;"; return; fi
-    if ! awk -v m="$mine" -v r="$ref" -v n="$np" -v z="$z" \
-        'BEGIN { exit !(z == 0 ? m == r : m >= r / n && m <= 1.01 * r / n) }'; then
-        fail+=" optimizer state per rank $mine bytes, want $([ "$z" = 0 ] && echo "$ref (ZeRO 0)" || echo "$ref / $np (ZeRO $z)");"
-    fi
-}
+source tests/gpu_multirank_lib.sh
 
 # the one-process references: train_gpt_cpu with 4 (a checkpoint every step, for the logit bound) and 6 micro-batches
 # per step, and the initial weights
@@ -137,31 +59,6 @@ if [ $rc4 -ne 0 ] || [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process 
 ./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1 ||
     { echo "[FAIL] train_gpt_cpu --export-init: $(tail -1 "$d/init.log")"; exit 1; }
 
-# fp32 NAME LABEL NP ACCUM FLAGS...: one fp32 layout against the CPU run with ACCUM micro-batches
-fp32() {
-    local name=fp32.$1 label=$2 np=$3 accum=$4; shift 4
-    local base=cpu.a$accum ranks="$np ranks"
-    [ "$np" = 1 ] && ranks="one rank, no mpirun"
-    run "$name" build/train_gpt_fp32_emu "$np" "$accum" "$@"
-    if [ $rc -ne 0 ]; then
-        echo "[FAIL] fp32 $label ($ranks): exit $rc after $took s: $(why "$name")"; status=1; return
-    fi
-    local n1tol l n1 n
-    fail=""
-    guards "$name" "$np" "$accum" fp32.one_rank "$@"
-    n1tol=$(norm_tol_1 $((accum * 64)))
-    l=$(diff_of "$name" $base 1 loss 0)
-    n1=$(diff_of "$name" $base 1 grad_norm 1 1)
-    n=$(diff_of "$name" $base 2 grad_norm 1)
-    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt $base $STEPS model)" $WEIGHT_TOL
-    within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
-    within "$n1" "$n1tol" || fail+=" step-1 gradient norm $n1 > $n1tol;"
-    within "$n" $NORM_TOL || fail+=" steps 2-$STEPS gradient norms $n > $NORM_TOL;"
-    [ $wok = 1 ] || fail+=" final weights $wout > $WEIGHT_TOL;"
-    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL); $mem"
-    if [ -z "$fail" ]; then echo "[PASS] fp32 $label ($ranks, $took s) equals one process: $figures"
-    else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
-}
 fp32 one_rank "one rank" 1 4
 fp32 dp2 "dp2" 2 4 --dp 2
 fp32 dp2_zero1 "dp2 zero1" 2 4 --dp 2 --zero 1
@@ -266,21 +163,6 @@ else
         else echo "[FAIL] bf16 dp2 zero3 vs the bf16 one-rank run:$fail ($figures)"; status=1; fi
     fi
 fi
-# bad layouts (issue: stop on every rank with a message naming the flag, exit 1): mpirun's status 1, the flag with its
-# value in the output, no step trained, within 60 s
-bad() {
-    local label=$1 np=$2 pattern=$3; shift 3
-    local args=("${MODEL[@]}" -b 1 -t 64 -x 1 -v 0 -g 0 -i data/mobydick.txt -j "" -o "" "$@") out rc
-    if [ "$np" = 1 ]; then out=$(timeout 60 build/train_gpt_fp32_emu "${args[@]}" 2>&1)
-    else out=$(EMU_NCCL_TIMEOUT=30 timeout 60 "${MPIRUN[@]}" -np "$np" build/train_gpt_fp32_emu "${args[@]}" 2>&1); fi
-    rc=$?
-    if [ $rc -eq 1 ] && grep -qF -- "$pattern" <<< "$out" && ! grep -q "^step" <<< "$out"; then
-        echo "[PASS] bad layout: $label: exit 1 naming '$pattern': $(grep -m 1 -F -- "$pattern" <<< "$out" | cut -c1-150)"
-    else
-        echo "[FAIL] bad layout: $label: exit $rc, want 1 and a message naming '$pattern': $(head -c 300 <<< "$out" | tr '\n' ' ')"
-        status=1
-    fi
-}
 bad "world size 3 is not --dp 2" 3 "--dp 2" --dp 2
 bad "dp 2 does not divide 3 micro-batches" 2 "-d 192" --dp 2 -d 192
 
