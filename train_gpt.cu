@@ -412,6 +412,8 @@ struct GPT {
     int gather_holds[GATHER_SLOTS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none
     int stage_next = 0;                // ZeRO 2/3: the staging buffer the next bucket is cast into
     double allocated = 0;       // bytes asked of cudaMalloc
+    double allocated_weights = 0, allocated_grads = 0, allocated_optim = 0;  // of which: params; grads + head_grad;
+                                                                             // master + moments
     // Pinned host staging (cudaMallocHost): everything a micro-batch needs from the host, one slot per
     // micro-batch of the step, so that its uploads are asynchronous and no slot is rewritten while a copy
     // from it may still be queued. Slot layout (int32): inputs [N] | targets [N] | embedding plan [3N+1].
@@ -681,6 +683,22 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
         available / G, hint.c_str());
 }
 
+// This rank's row of the memory table (llmc/logger.h): the bytes gpt_build allocated by kind beside the estimate's
+// (activations: everything else, i.e. the buffer table, the cuBLASLt workspace and the data-parallel buffers).
+static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout& L) {
+    MemoryRow row;
+    row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
+    row.params = g->allocated_weights;
+    row.grads = g->allocated_grads;
+    row.optim = g->allocated_optim;
+    row.acts = g->allocated - row.params - row.grads - row.optim;
+    row.f_params = e.params;
+    row.f_grads = e.grads + e.head_grad;
+    row.f_optim = e.master + e.moments;
+    row.f_acts = e.allocations() - row.f_params - row.f_grads - row.f_optim;
+    return row;
+}
+
 // The bytes of llmc/plan.h (--plan, the layout planner) for one rank of a dp / ZeRO layout L: estimate_memory's
 // rows by kind, so a plan's total is what gpt_build allocates plus the reserve, to the byte (test_gpt checks it).
 //   weights    params (ZeRO 3: the shard)           grads      bf16 gradients + the fp32 LM-head gradient
@@ -783,12 +801,18 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
     const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
     const size_t n_params = zero >= 3 ? g->shard : P, n_opt = zero >= 1 ? g->shard : P;
+    double before = g->allocated;
     cuda_alloc(g, &g->params, n_params * sizeof(floatX));
+    g->allocated_weights = g->allocated - before;
+    before = g->allocated;
     cuda_alloc(g, &g->grads, P * sizeof(floatX));
+    cuda_alloc(g, &g->head_grad, (size_t)c.padded_vocab * c.n_embd * sizeof(float));
+    g->allocated_grads = g->allocated - before;
+    before = g->allocated;
     cuda_alloc(g, &g->master, n_opt * sizeof(float));
     cuda_alloc(g, (char**)&g->m, n_opt * msz);
     cuda_alloc(g, (char**)&g->v, n_opt * msz);
-    cuda_alloc(g, &g->head_grad, (size_t)c.padded_vocab * c.n_embd * sizeof(float));
+    g->allocated_optim = g->allocated - before;
     cudaCheck(cudaMemset(g->m, 0, n_opt * msz));
     cudaCheck(cudaMemset(g->v, 0, n_opt * msz));
     if (g->parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
@@ -1473,7 +1497,6 @@ int main(int argc, char** argv) {
     TrainConfig tc;
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
-    if (tc.log_formats) die("flag --log-format: the harness log lines are written by train_gpt_cpu only so far");
 
     // host-only modes: no GPU needed
     if (!opt.print_config.empty()) {
@@ -1625,6 +1648,10 @@ int main(int argc, char** argv) {
     lg.flops_per_token = model_flops_per_token(mc, T);
     lg.peak_flops = device_peak_flops(prop.name);
     lg.n_devices = world.size;  // throughput is reported per GPU
+    lg.formats = tc.log_formats;
+    lg.seq_len = T;
+    lg.mem_limit_bytes = tc.gpu_mem_gib > 0 ? tc.gpu_mem_gib * 1073741824.0 : (double)prop.totalGlobalMem;
+    if (rank0) logger_start(&lg);
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     std::vector<int32_t> val_in((size_t)B * T), val_tg((size_t)B * T);
@@ -1666,7 +1693,14 @@ int main(int argc, char** argv) {
         loss = train_step(&g, inputs, targets, step, tc, lr, &norm);
         state.step = step + 1;
         if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
-        if (!std::isfinite(loss)) die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+        if (!std::isfinite(loss)) {
+            if (rank0) log_failed(&lg, mc);
+            die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+        }
+        if (step == first_step) {  // every rank's bytes by kind: allocated, beside the estimate
+            const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, est, layout));
+            if (rank0) log_memory(&lg, rows.data(), world.size, step + 1);
+        }
         const double used = device_used_bytes();
         if (used > peak_used || step == first_step) {
             peak_used = std::max(peak_used, used);

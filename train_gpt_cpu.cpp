@@ -900,13 +900,10 @@ void print_memory(const GPT<real>& g, int n_mb, Logger* lg, int iteration) {
     row.optim = (double)(g.m.size() + g.v.size()) * sizeof(real);
     row.acts = (double)g.act_peak;
     row.f_params = f.params; row.f_grads = f.grads; row.f_optim = f.optim; row.f_acts = f.acts;
-    // every rank's row at its place, zeros elsewhere, summed: all rows on every rank
-    const int n = sizeof(MemoryRow) / sizeof(double), W = g.cm.world.size;
-    std::vector<double> all((size_t)n * W, 0.0);
-    memcpy(all.data() + (size_t)n * L.topo.rank, &row, sizeof(row));
-    comm_host_sum(g.cm.world, all.data(), all.size());
-    if (L.topo.rank == 0 && W > 1) print_memory_rows((const MemoryRow*)all.data(), W);
-    if (L.topo.rank == 0) log_memory(lg, (const MemoryRow*)all.data(), W, iteration);
+    const int W = g.cm.world.size;
+    const std::vector<MemoryRow> all = memory_rows_gather(g.cm.world, L.topo.rank, row);
+    if (L.topo.rank == 0 && W > 1) print_memory_rows(all.data(), W);
+    if (L.topo.rank == 0) log_memory(lg, all.data(), W, iteration);
 }
 
 // The CPU trainer's bytes per rank for the planner (llmc/plan.h): its fp32 buffers by formula

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 #include "llmc/config.h"
@@ -259,6 +260,18 @@ static inline void print_memory_rows(const MemoryRow* rows, int n_ranks) {
 // Records every rank's measured bytes (params + grads + optimizer + activations of rows[n_ranks]) for the
 // summary and, with --log-format megatron, prints Megatron-LM's memory line per rank. The CPU trainer
 // holds its buffers for the whole run: allocated = max allocated = reserved = max reserved.
+// Every rank's row, on every rank: rows[world.size], this rank's at index `rank`, zeros elsewhere, summed over the
+// world group (comm_host_sum of either trainer's llmc/comm backend).
+template <typename CommT>
+static inline std::vector<MemoryRow> memory_rows_gather(const CommT& world, int rank, const MemoryRow& row) {
+    const int n = sizeof(MemoryRow) / sizeof(double);
+    std::vector<MemoryRow> all((size_t)world.size);
+    memset((void*)all.data(), 0, all.size() * sizeof(MemoryRow));
+    all[rank] = row;
+    comm_host_sum(world, (double*)all.data(), (size_t)n * world.size);
+    return all;
+}
+
 static inline void log_memory(Logger* lg, const MemoryRow* rows, int n_ranks, int iteration) {
     lg->rank_bytes.assign(n_ranks, 0.0);
     for (int r = 0; r < n_ranks; r++) {

@@ -10,7 +10,9 @@
 #      run_mode mp; no [PerfLog] line since flagperf was not asked.
 #   3. without the flag: none of the harness lines; a diverging run (-l 1e30) prints JOB_FAIL_FLAG 1;
 #      a bad --log-format value stops with exit 1 naming the flag.
-# About 20 s on 2 busy cores.
+#   4. train_gpt.cu's main on emulated GPUs (build/train_gpt_fp32_emu, tests/cuda_emu): one rank with every format,
+#      and dp 2 under mpirun with megatron,paddle (a memory line per rank, gpu_num 2), as in 1 and 2.
+# About 40 s on 2 busy cores.
 set -u
 d=build/t_log_formats.$$
 rm -rf "$d" && mkdir -p "$d"
@@ -56,6 +58,30 @@ else fail "diverging run: exit $rc, ${out:-}"; fi
 rc=$?
 if [ $rc = 1 ] && grep -q -- '--log-format' "$d/bad.log"; then pass "--log-format megatron,tensorboard stops with exit 1 naming the flag"
 else fail "bad --log-format: exit $rc, $(head -2 "$d/bad.log")"; fi
+
+# 4. the CUDA trainer, emulated
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "[SKIP] train_gpt's formats: the CUDA emulation's fiber switch is x86-64 only"
+elif ! make -s build/train_gpt_fp32_emu > "$d/build_emu.log" 2>&1; then
+    fail "build/train_gpt_fp32_emu builds: $(grep -m 3 error "$d/build_emu.log")"
+else
+    timeout 300 build/train_gpt_fp32_emu "${base[@]}" -o "$d/cuda" --log-format all > "$d/cuda.log" 2>&1 || fail "train_gpt run: $(tail -2 "$d/cuda.log")"
+    for f in megatron flagperf paddle; do
+        case $f in
+            megatron) args=("$d/cuda.log" "$d/cuda" 1 $gbs) ;;
+            flagperf) args=("$d/cuda.log" "$d/cuda") ;;
+            paddle) args=("$d/cuda.log" "$d/cuda" 1) ;;
+        esac
+        if out=$($PY tests/log_formats_checks.py $f "${args[@]}"); then pass "train_gpt: $f format, one GPU: parsed values equal metrics.jsonl / summary.json ($out)"
+        else fail "train_gpt: $f format, one GPU: $out"; fi
+    done
+    EMU_NCCL_TIMEOUT=60 timeout 300 mpirun --oversubscribe --allow-run-as-root -np 2 build/train_gpt_fp32_emu "${base[@]}" --dp 2 \
+        -o "$d/cuda_dp2" --log-format megatron,paddle > "$d/cuda_dp2.log" 2>&1 || fail "train_gpt dp 2 run: $(tail -2 "$d/cuda_dp2.log")"
+    if out=$($PY tests/log_formats_checks.py megatron "$d/cuda_dp2.log" "$d/cuda_dp2" 2 $gbs) &&
+        out2=$($PY tests/log_formats_checks.py paddle "$d/cuda_dp2.log" "$d/cuda_dp2" 2) && ! grep -q '^\[PerfLog\]' "$d/cuda_dp2.log"; then
+        pass "train_gpt: megatron,paddle formats, dp 2 on 2 emulated GPUs: a memory line per rank, gpu_num 2, no [PerfLog] ($out; $out2)"
+    else fail "train_gpt: megatron,paddle formats, dp 2: ${out:-} ${out2:-}"; fi
+fi
 
 [ $status = 0 ] && rm -rf "$d"
 exit $status
