@@ -105,7 +105,8 @@ static void run_steps(GPT* g, const RefState& ref, int s0, int s1, std::vector<d
         ref_step_batches(ref, s, &in, &tg);
         double lr = lr_at(s, ref.S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
-        double loss = train_step(g, in, tg, s, tc, lr, &norm);
+        GuardVerdict verdict;
+        double loss = train_step(g, in, tg, s, tc, lr, TrainState(), 1.0, &norm, &verdict);
         losses->push_back(loss);
         norms->push_back(norm);
         if (lrs) lrs->push_back(lr);
@@ -146,6 +147,7 @@ static void test_optimizer(GPT* g, const RefState& ref, const ParamTable& table,
         cudaCheck(cudaMemcpy(g->grads, gx.data(), table.total * sizeof(floatX), cudaMemcpyHostToDevice));
         const double lr = lr_at(s, ref.S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         lr_sum += lr;
+        gpt_grad_norm(g, tc);
         gpt_update(g, s + 1, lr, tc);
     }
     gpt_get_weights(g, &fin, nullptr, nullptr);

@@ -91,6 +91,7 @@
 #include "llmc/config.h"
 #include "llmc/dataloader.h"
 #include "llmc/flops.h"
+#include "llmc/guard.h"
 #include "llmc/init.h"
 #include "llmc/layout.h"
 #include "llmc/logger.h"
@@ -99,6 +100,7 @@
 #include "llmc/plan.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
+#include "llmc/signals.h"
 #include "llmc/weights_io.h"
 #include "llmc/zero.h"
 #include "llmc/cuda_common.cuh"
@@ -1323,19 +1325,14 @@ static void gpt_fold_head_grad(GPT* g) {
     cudaCheck(cudaGetLastError());
 }
 
-// One GPU: the head gradient joins the others; global norm and clip coefficient on the device; AdamW for 1-based
-// step t. Data parallel: once dp.stream has reduced every bucket, the norm over the ranges this rank counts (fp64,
-// summed over dp), the clip coefficient, AdamW on the fp32 reduced gradients of what this rank updates, then the
-// weights: all-gathered (ZeRO 1/2) or left in the shard for the next gathers (ZeRO 3). Only enqueues: the pre-clip
-// norm stays in g->gnorm[GLOBAL_NORM_BLOCKS].
-static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
+// The step's pre-clip global gradient norm and clip coefficient into g->gnorm[GLOBAL_NORM_BLOCKS + 0, 1]. One GPU: the
+// head gradient first joins the others. Data parallel: once dp.stream has reduced every bucket, the norm over the
+// ranges this rank counts (fp64, summed over dp). Only enqueues.
+static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
-    AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
     if (!g->parallel) {
         gpt_fold_head_grad(g);
         global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
-        if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, out + 1, g->stream);
-        else adamw_update(g->adam_f32, h, t, out + 1, g->stream);
         return;
     }
     cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
@@ -1354,8 +1351,21 @@ static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
     clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, tc.grad_clip);
     cudaCheck(cudaGetLastError());
-    if (g->bf16_moments) adamw_update(g->adam_bf16_g32, h, t, out + 1, g->stream);
-    else adamw_update(g->adam_f32_g32, h, t, out + 1, g->stream);
+}
+
+// AdamW for 1-based update t with gpt_grad_norm's clip coefficient (one GPU: on every weight; data parallel: on the
+// fp32 reduced gradients of what this rank updates), then the weights: all-gathered (ZeRO 1/2) or left in the shard
+// for the next gathers (ZeRO 3). Only enqueues.
+static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
+    const float* clip = g->gnorm + GLOBAL_NORM_BLOCKS + 1;
+    AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
+    if (!g->parallel) {
+        if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, clip, g->stream);
+        else adamw_update(g->adam_f32, h, t, clip, g->stream);
+        return;
+    }
+    if (g->bf16_moments) adamw_update(g->adam_bf16_g32, h, t, clip, g->stream);
+    else adamw_update(g->adam_f32_g32, h, t, clip, g->stream);
     if (g->L.zero == 1 || g->L.zero == 2) {
         params_allgather(g);
     } else if (g->L.zero >= 3) {  // the next gathers read the updated shard
@@ -1366,11 +1376,13 @@ static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
 }
 
 // One optimizer step over the micro-batches inputs/targets [accum][B*T] (data parallel: this rank's share of the
-// accum * dp micro-batches). Returns the mean micro-batch loss (over every rank); *norm_out gets the pre-clip
-// global gradient norm.
+// accum * dp micro-batches). The step's loss (the mean micro-batch loss over every rank) and pre-clip gradient norm
+// come to the host before the update, so that the numerics guard (llmc/guard.h) can skip it: that read is the step's
+// one host synchronisation, and the update is enqueued after it. mb0_scale multiplies the first micro-batch's loss
+// scale (1; NaN from the guard's test hook). Returns the loss; *norm_out the norm, *verdict the guard's.
 static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs,
                          const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
-                         double* norm_out) {
+                         const TrainState& st, double mb0_scale, double* norm_out, GuardVerdict* verdict) {
     const int accum = (int)inputs.size();
     const double scale = 1.0 / ((double)accum * g->L.topo.dp);  // each micro-batch's share of the step's mean
     gpt_stage_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
@@ -1380,18 +1392,19 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     // embedding plan, into its own pinned slot) while the device still runs a - 1; its uploads are
     // asynchronous copies from pinned memory and its loss is summed on the device.
     for (int a = 0; a < accum; a++) {
+        const double s = scale * (a == 0 ? mb0_scale : 1.0);
         gpt_stage(g, a, inputs[a].data(), targets[a].data());
         gpt_forward_staged(g, a);
-        gpt_backward_staged(g, a, scale, scale, g->parallel && a == accum - 1);
+        gpt_backward_staged(g, a, s, s, g->parallel && a == accum - 1);
     }
-    gpt_update(g, step + 1, lr, tc);
-    // The one host synchronisation of the step: the pre-clip gradient norm and the loss, copied into pinned
-    // memory after the update (gpt_read_loss waits for the stream).
+    gpt_grad_norm(g, tc);
     cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
-    double loss = gpt_read_loss(g);
+    double loss = gpt_read_loss(g);  // waits for the stream
     if (g->parallel) comm_host_sum(g->dp, &loss, 1);
     *norm_out = g->h_readback->norm;
+    *verdict = guard_verdict(tc, st, loss, *norm_out);  // the same on every rank: the loss and norm are summed over dp
+    if (*verdict == GUARD_UPDATE) gpt_update(g, guard_adam_step(st, step), lr, tc);
     return loss;
 }
 
@@ -1497,6 +1510,7 @@ int main(int argc, char** argv) {
     TrainConfig tc;
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
+    stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/signals.h)
 
     // host-only modes: no GPU needed
     if (!opt.print_config.empty()) {
@@ -1689,13 +1703,16 @@ int main(int argc, char** argv) {
                          targets[a].data());
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
-        double norm = 0;
-        loss = train_step(&g, inputs, targets, step, tc, lr, &norm);
+        double norm = 0, mb0_scale = 1.0;
+        guard_test_corrupt(step + 1, mc.vocab_size, &targets, &mb0_scale);  // tests only (llmc/guard.h)
+        GuardVerdict verdict;
+        loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0_scale, &norm, &verdict);
         state.step = step + 1;
-        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
-        if (!std::isfinite(loss)) {
+        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0, verdict);
+        std::string why;
+        if (!guard_record(tc, &state, verdict, loss, step + 1, &why)) {
             if (rank0) log_failed(&lg, mc);
-            die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+            die("%s", why.c_str());
         }
         if (step == first_step) {  // every rank's bytes by kind: allocated, beside the estimate
             const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, est, layout));
@@ -1715,7 +1732,23 @@ int main(int argc, char** argv) {
             if (rank0) log_val(&lg, step + 1, val_loss);
         }
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
-        if (!tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last)) save_checkpoint();
+        const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
+        if (saved) save_checkpoint();
+        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/signals.h)
+        double sig = stop_signal_pending();
+        comm_host_max(world, &sig, 1);
+        if (sig && !last) {
+            if (!tc.out_dir.empty() && !saved) save_checkpoint();
+            if (rank0) {
+                if (tc.out_dir.empty()) printf("stopped by %s after step %d: no checkpoint written (no -o)\n", stop_signal_name((int)sig), step + 1);
+                else printf("stopped by %s after step %d: checkpoint %s/%s written; continue with --resume auto\n",
+                            stop_signal_name((int)sig), step + 1, tc.out_dir.c_str(), ckpt_dir_name(step + 1).c_str());
+                fflush(stdout);
+            }
+            gpt_free(&g);
+            comm_finalize();
+            return 0;
+        }
     }
     print_sample();
     if (!tc.save_safetensors.empty()) {

@@ -38,6 +38,7 @@
 #include "llmc/config.h"
 #include "llmc/dataloader.h"
 #include "llmc/flops.h"
+#include "llmc/guard.h"
 #include "llmc/init.h"
 #include "llmc/layout.h"
 #include "llmc/logger.h"
@@ -50,6 +51,7 @@
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
+#include "llmc/signals.h"
 #include "llmc/topology.h"
 #include "llmc/tp.h"
 #include "llmc/weights_io.h"
@@ -711,7 +713,7 @@ struct PendingSend {
 
 template <typename real>
 double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
-                    int n_mb, int B, int T, bool backward, int loss_div) {
+                    int n_mb, int B, int T, bool backward, int loss_div, double mb0_scale = 1.0) {
     const Layout& L = g->L;
     const Comm& pp = g->cm.pp;
     const int n_chunks = L.n_chunks(), last = n_chunks - 1, N = B * T;
@@ -737,14 +739,14 @@ double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& input
         a->has_targets = chunk == last;
         if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
         chunk_forward(g, a);
-        if (chunk == last) loss += a->loss / loss_div;
+        if (chunk == last) loss += a->loss * (mb == 0 ? mb0_scale : 1.0) / loss_div;
     };
     cb.send_act = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->x_out, peer, tag); };
     cb.recv_grad = [&](int mb, int chunk, int peer, int tag) {
         ChunkActs<real>* a = live.at({mb, chunk});
         comm_recv(pp, a->dx.data(), a->dx.size(), peer, tag);
     };
-    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), 1.0 / loss_div); };
+    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), (mb == 0 ? mb0_scale : 1.0) / loss_div); };
     cb.send_grad = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->dx, peer, tag); };
     pp_run(backward ? pp_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank) : pp_forward_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank),
            n_chunks, backward, cb);
@@ -828,18 +830,20 @@ static inline double clip_coef(double norm, double clip) {
 template <typename real>
 double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
                   const std::vector<std::vector<int32_t>>& targets, int B, int T, int step, const TrainConfig& tc,
-                  double lr, double* norm_out) {
+                  double lr, const TrainState& st, double mb0_scale, double* norm_out, GuardVerdict* verdict) {
     const Layout& L = g->L;
     grads_zero(g);
     const int accum = (int)inputs.size();
-    double loss = pipeline_run(g, inputs, targets, accum, B, T, true, accum * L.topo.dp);
+    double loss = pipeline_run(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0_scale);
     grads_reduce_all(g);
     // the loss: summed over dp from one rank of each last-stage tp group
     const bool counts_loss = L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0;
     if (!counts_loss) loss = 0;
     comm_host_sum(g->cm.world, &loss, 1);
     double norm = grad_norm(g);
-    adamw_update(g, step + 1, lr, tc, clip_coef(norm, tc.grad_clip));
+    // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/guard.h)
+    *verdict = guard_verdict(tc, st, loss, norm);
+    if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, clip_coef(norm, tc.grad_clip));
     *norm_out = norm;
     return loss;
 }
@@ -936,6 +940,7 @@ int main(int argc, char** argv) {
     TrainConfig tc;
     parse_args(argc, argv, &mc, &tc);
     comm_set_timeout(tc.comm_timeout);
+    stop_signals_install();  // SIGTERM / SIGINT: finish the step, checkpoint, exit 0
     const bool rank0 = world.rank == 0;
     plan_or_pick(world, mc, &tc);
 
@@ -1066,13 +1071,16 @@ int main(int argc, char** argv) {
         }
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
-        double norm = 0;
-        loss = train_step(&g, inputs, targets, B, T, step, tc, lr, &norm);
+        double norm = 0, mb0_scale = 1.0;
+        guard_test_corrupt(step + 1, mc.vocab_size, &targets, &mb0_scale);  // tests only (llmc/guard.h)
+        GuardVerdict verdict;
+        loss = train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0_scale, &norm, &verdict);
         state.step = step + 1;
-        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0);
-        if (!std::isfinite(loss)) {
+        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0, verdict);
+        std::string why;
+        if (!guard_record(tc, &state, verdict, loss, step + 1, &why)) {
             if (rank0) log_failed(&lg, mc);
-            die("loss became %f at step %d (lower -l or check the data)", loss, step + 1);
+            die("%s", why.c_str());
         }
         if (step == first_step) print_memory(g, accum, &lg, step + 1);
         const bool last = step + 1 == tc.steps;
@@ -1081,7 +1089,22 @@ int main(int argc, char** argv) {
             if (rank0) log_val(&lg, step + 1, val_loss);
         }
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
-        if (!tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last)) save_checkpoint();
+        const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
+        if (saved) save_checkpoint();
+        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/signals.h)
+        double sig = stop_signal_pending();
+        comm_host_max(world, &sig, 1);
+        if (sig && !last) {
+            if (!tc.out_dir.empty() && !saved) save_checkpoint();
+            if (rank0) {
+                if (tc.out_dir.empty()) printf("stopped by %s after step %d: no checkpoint written (no -o)\n", stop_signal_name((int)sig), step + 1);
+                else printf("stopped by %s after step %d: checkpoint %s/%s written; continue with --resume auto\n",
+                            stop_signal_name((int)sig), step + 1, tc.out_dir.c_str(), ckpt_dir_name(step + 1).c_str());
+                fflush(stdout);
+            }
+            comm_finalize();
+            return 0;
+        }
     }
     print_sample();
     if (!tc.save_safetensors.empty()) {

@@ -58,6 +58,10 @@ struct TrainConfig {
     double comm_latency_us = 10;     // --comm-latency-us: per collective or send
     int gpus_per_node = 8;           // --gpus-per-node
     int log_formats = 0;             // --log-format: LOG_* bits of llmc/logger.h (harness log lines)
+    // the numerics guard (llmc/guard.h)
+    int skip_limit = 5;              // --skip-limit: skipped updates in a row before the run ends
+    double spike_z = 0;              // --spike-z: skip a loss this many standard deviations above the window's mean; 0 off
+    int spike_window = 100;          // --spike-window: accepted losses the spike guard looks at
 };
 
 static inline void print_presets() {
@@ -99,6 +103,10 @@ static inline void print_usage(const char* prog) {
            "  --decay-frac F       wsd: fraction of steps spent decaying (default 0.2)\n"
            "  --beta1 F --beta2 F --eps F --wd F   AdamW (0.9, 0.95, 1e-8, 0.1; decay on matrices only)\n"
            "  --clip F             global gradient-norm clip (default 1.0; 0 disables)\n"
+           "  --skip-limit N       a non-finite loss or gradient norm skips the update; more than N skips in a row\n"
+           "                       end the run (default 5)\n"
+           "  --spike-z Z          also skip a loss Z standard deviations above the mean of the last\n"
+           "                       --spike-window N accepted losses (default 0: off; window 100)\n"
            "  -v N                 validation every N steps (default 50)  --val-batches N (default 10)\n"
            "  -s N                 print a sample every N steps (default 0: only at the end)  -g N tokens\n"
            "output and checkpoints:\n"
@@ -164,7 +172,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         };
         auto as_pos = [&]() -> int {
             long x = as_int();
-            if (x <= 0) die("flag %s expects a positive integer, got '%s'", a.c_str(), v);
+            if (x <= 0 || x > 2147483647L) die("flag %s expects a positive integer below 2^31, got '%s'", a.c_str(), v);
             return (int)x;
         };
         auto as_f = [&]() -> double {
@@ -236,6 +244,9 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--eps") tc->eps = as_f();
         else if (a == "--wd") tc->weight_decay = as_f();
         else if (a == "--clip") tc->grad_clip = as_f();
+        else if (a == "--skip-limit") { long x = as_int(); if (x < 0 || x > 1000000) die("flag --skip-limit expects 0 to 1000000, got '%s'", v); tc->skip_limit = (int)x; }
+        else if (a == "--spike-z") { tc->spike_z = as_f(); if (!(tc->spike_z >= 0) || !std::isfinite(tc->spike_z)) die("flag --spike-z expects a number >= 0 (0: off), got '%s'", v); }
+        else if (a == "--spike-window") tc->spike_window = as_pos();
         else if (a == "-v") { long x = as_int(); if (x < 0) die("flag -v must be >= 0"); tc->val_every = (int)x; }
         else if (a == "--val-batches") tc->val_batches = as_pos();
         else if (a == "-s") { long x = as_int(); if (x < 0) die("flag -s must be >= 0"); tc->sample_every = (int)x; }

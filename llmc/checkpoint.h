@@ -13,6 +13,7 @@
 // and are removed by the next write. Loading verifies the hashes.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -27,6 +28,10 @@ struct TrainState {
     int step = 0;                 // optimizer steps completed
     uint64_t train_sample = 0;    // next training sample index (data-loader position)
     uint64_t rng = 0;             // sampling RNG state
+    // the numerics guard (llmc/guard.h)
+    int skipped = 0;              // updates skipped so far (AdamW's step count is step - skipped)
+    int skips_in_a_row = 0;       // of which at the end, in a row
+    std::vector<double> loss_window;  // the last accepted losses (the spike guard's window)
 };
 
 static inline uint64_t fnv1a(const std::vector<uint8_t>& b) {
@@ -80,9 +85,24 @@ static inline std::string ckpt_parse_state(const char* text, size_t len, TrainSt
     const unsigned long long rv = strtoull(r.c_str(), &q, 10);
     if (r.empty() || r.size() > 20 || r.find_first_not_of("0123456789") != std::string::npos || errno != 0 || q != r.c_str() + r.size())
         return "rng is not a decimal uint64";
+    // the guard's fields (absent in checkpoints written before it: nothing skipped, an empty window)
+    const Json* sk = st.get("skipped");
+    const Json* row = st.get("skips_in_a_row");
+    const Json* win = st.get("loss_window");
+    auto count_ok = [&](const Json* j) { return !j || (j->kind == Json::NUM && j->num >= 0 && j->num <= step->num && j->num == (double)(int)j->num); };
+    if (!count_ok(sk) || !count_ok(row)) return "skipped / skips_in_a_row are not integers in [0, step]";
+    if (win && win->kind != Json::ARR) return "loss_window is not an array";
+    s->loss_window.clear();
+    if (win)
+        for (const Json& x : win->arr) {
+            if (x.kind != Json::NUM || !std::isfinite(x.num)) return "loss_window holds a value that is not a finite number";
+            s->loss_window.push_back(x.num);
+        }
     s->step = (int)step->num;
     s->train_sample = (uint64_t)ts->num;
     s->rng = rv;
+    s->skipped = sk ? (int)sk->num : 0;
+    s->skips_in_a_row = row ? (int)row->num : 0;
     return "";
 }
 
@@ -157,8 +177,16 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
     }
     st_write(&wm, tmp + "/model.safetensors");
     st_write(&wo, tmp + "/optim.safetensors");
+    std::string window;
+    for (double x : s.loss_window) {
+        char b[32];
+        snprintf(b, sizeof(b), "%.17g", x);  // exact: a resumed run's window is this one's
+        window += (window.empty() ? "" : ",") + std::string(b);
+    }
     std::string state = "{\"step\":" + std::to_string(s.step) + ",\"train_sample\":" + std::to_string(s.train_sample) +
-                        ",\"rng\":\"" + std::to_string(s.rng) + "\",\"config\":" + config_to_json(c) + "}\n";
+                        ",\"rng\":\"" + std::to_string(s.rng) + "\",\"skipped\":" + std::to_string(s.skipped) +
+                        ",\"skips_in_a_row\":" + std::to_string(s.skips_in_a_row) + ",\"loss_window\":[" + window +
+                        "],\"config\":" + config_to_json(c) + "}\n";
     write_text(tmp + "/state.json", state);
     std::string done = "{";
     for (int i = 0; i < 3; i++) {

@@ -113,23 +113,25 @@ static inline void print_config_table(const ModelConfig& c, int64_t n_params, in
     printf("+-----------------------+--------------------------------------------------+\n");
 }
 
-static inline void log_step(Logger* lg, int step, int steps, double loss, double lr, double gnorm, double ms) {
+// skip: the numerics guard's verdict (llmc/guard.h: 0 updated, 1 non-finite, 2 loss spike; a skipped step says so).
+static inline void log_step(Logger* lg, int step, int steps, double loss, double lr, double gnorm, double ms, int skip = 0) {
     double tok_s = lg->tokens_per_step / (ms / 1000.0) / lg->n_devices;
     double tflops = tok_s * lg->flops_per_token / 1e12;
     lg->step_ms.push_back(ms);
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.3f TFLOP/s", step, steps, loss, lr,
            gnorm, ms, tok_s, tflops);
     if (lg->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * tflops * 1e12 / lg->peak_flops);
+    if (skip) printf(" | update skipped (%s)", skip == 1 ? "non-finite" : "loss spike");
     printf("\n");
     lg->step_tok_s.push_back(tok_s);
     const long long gbs = lg->seq_len > 0 ? (long long)llround(lg->tokens_per_step / lg->seq_len) : 0;
     if (lg->formats & LOG_MEGATRON) {
-        // Megatron-LM's training_log (fp32: loss scale 1, no skipped or NaN iterations are kept)
+        // Megatron-LM's training_log (loss scale 1: nothing scales the loss; skipped and NaN iterations of this step)
         printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |", step, steps,
                gbs * step, ms);
         printf(" learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
                " number of skipped iterations: %3d | number of nan iterations: %3d |\n",
-               lr, gbs, loss, 1.0, gnorm, 0, std::isfinite(loss) ? 0 : 1);
+               lr, gbs, loss, 1.0, gnorm, skip ? 1 : 0, std::isfinite(loss) && std::isfinite(gnorm) ? 0 : 1);
     }
     if (lg->formats & LOG_FLAGPERF) {
         char v[512];
@@ -141,8 +143,10 @@ static inline void log_step(Logger* lg, int step, int steps, double loss, double
     }
     fflush(stdout);
     if (lg->jsonl) {
-        fprintf(lg->jsonl, "{\"step\":%d,\"loss\":%.9g,\"lr\":%.9g,\"grad_norm\":%.9g,\"ms\":%.4f,\"tokens_per_s\":%.2f}\n",
-                step, loss, lr, gnorm, ms, tok_s);
+        // (a non-finite loss or norm is written as null: NaN is not JSON)
+        fprintf(lg->jsonl, "{\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.4f,\"tokens_per_s\":%.2f%s}\n",
+                step, json_num(loss).c_str(), lr, json_num(gnorm).c_str(), ms, tok_s,
+                skip ? (skip == 1 ? ",\"skipped\":\"non-finite\"" : ",\"skipped\":\"loss spike\"") : "");
         fflush(lg->jsonl);
     }
 }

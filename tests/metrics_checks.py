@@ -14,6 +14,11 @@
 #   summary DIR STEPS BELOW                  exit 0 when every line of DIR/metrics.jsonl is JSON (printf's nan
 #                                            is not) and DIR/summary.json has steps == STEPS and
 #                                            val_loss < BELOW
+#   guard A.jsonl Z W SKIPS                  the numerics guard (llmc/guard.h) decided as its rule, replayed
+#                                            here on the logged losses and norms: non-finite (null) loss or
+#                                            norm, or with Z > 0 a loss above mean + Z sd of the last W
+#                                            accepted losses once W are there; and the skipped steps are
+#                                            exactly SKIPS ("3,4" or "none"). Prints the verdicts
 import json, math, re, sys
 
 
@@ -35,7 +40,8 @@ def diff(pa, pb, first, key, rel, last):
     a, b = read_metrics(pa, key), read_metrics(pb, key)
     steps = [s for s in b if first <= s <= last]
     if not steps or any(s not in a for s in steps): print("missing"); return 0
-    if not all(math.isfinite(a[s]) and math.isfinite(b[s]) for s in steps): print("non-finite"); return 0
+    if not all(a[s] is not None and b[s] is not None and math.isfinite(a[s]) and math.isfinite(b[s]) for s in steps):
+        print("non-finite"); return 0
     print("%.3g" % max(abs(a[s] - b[s]) / (abs(b[s]) if rel else 1) for s in steps))
     return 0
 
@@ -84,8 +90,33 @@ def summary(d, steps, below):
         return 1
 
 
+def guard(pa, z, w, skips):
+    z, w = float(z), int(w)
+    want = set() if skips == "none" else {int(x) for x in skips.split(",")}
+    try:
+        rows = [json.loads(line) for line in open(pa)]
+    except (OSError, ValueError) as e:
+        print(f"cannot read {pa}: {e}"); return 1
+    window, skipped, bad = [], set(), []
+    for r in (r for r in rows if "loss" in r):
+        loss, norm = r["loss"], r["grad_norm"]
+        if loss is None or norm is None: verdict = "non-finite"
+        elif z > 0 and len(window) == w:
+            mean = sum(window) / w
+            sd = math.sqrt(sum((x - mean) ** 2 for x in window) / w)
+            verdict = "loss spike" if loss > mean + z * sd else None
+        else: verdict = None
+        if verdict is None and z > 0: window = (window + [loss])[-w:]
+        if verdict: skipped.add(r["step"])
+        if r.get("skipped") != verdict: bad.append(f"step {r['step']}: logged {r.get('skipped')}, the rule says {verdict}")
+    if bad: print("; ".join(bad)); return 1
+    if skipped != want: print(f"skipped steps {sorted(skipped)}, expected {sorted(want)}"); return 1
+    print(f"{len(rows)} steps, skipped {sorted(skipped) or 'none'} as the rule says")
+    return 0
+
+
 commands = {"diff": diff, "within": within, "max": larger, "half_of": half_of,
-            "less_than_fraction": less_than_fraction, "falls": falls, "summary": summary}
+            "less_than_fraction": less_than_fraction, "falls": falls, "summary": summary, "guard": guard}
 if len(sys.argv) < 2 or sys.argv[1] not in commands:
     sys.exit(f"tests/metrics_checks.py: unknown command; one of {', '.join(commands)}")
 sys.exit(commands[sys.argv[1]](*sys.argv[2:]))

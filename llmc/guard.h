@@ -1,0 +1,103 @@
+// llmc/guard.h: the numerics guard of the training loop, shared by both trainers.
+// After a step's forward and backward, before the update, the step's loss and pre-clip gradient norm (both
+// already agreed by every rank: the loss summed over the ranks that count it, the norm over every gradient range)
+// decide whether the update happens:
+//   non-finite   a NaN or inf loss or norm (a corrupt batch, an overflow): the update is skipped
+//   spike        with --spike-z Z > 0: a loss more than Z standard deviations above the mean of the last
+//                --spike-window accepted losses (acting once the window is full) is skipped too
+// A skipped step leaves the weights, the AdamW moments and AdamW's step count as they were; the data and the
+// learning-rate schedule move on (Megatron-LM's "skipped iterations"). More than --skip-limit skips in a row end
+// the run with a message: a run that keeps diverging is not saved by skipping. The counts and the window are
+// part of the checkpoint (TrainState), so a resumed run decides as the uninterrupted one.
+// Defaults: --skip-limit 5 (a few bad batches pass, a diverged run stops within a handful of steps); the spike guard
+// is off (--spike-z 0) and, when on, looks at --spike-window 100 steps.
+// For the tests: LLMC_TEST_NAN_STEPS=S1,S2,.. makes the first micro-batch of those (1-based) steps corrupt (its loss
+// and gradients NaN, by a NaN loss scale); LLMC_TEST_SPIKE_STEPS=.. replaces the targets of every micro-batch of
+// those steps by other tokens (a batch of wrong labels: a loss spike).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+#include "llmc/args.h"
+#include "llmc/checkpoint.h"
+#include "llmc/utils.h"
+
+enum GuardVerdict { GUARD_UPDATE = 0, GUARD_NONFINITE = 1, GUARD_SPIKE = 2 };
+
+static inline const char* guard_name(int v) { return v == GUARD_NONFINITE ? "non-finite" : v == GUARD_SPIKE ? "loss spike" : "update"; }
+
+// The mean and standard deviation of the window (population).
+static inline void guard_window_stats(const std::vector<double>& w, double* mean, double* sd) {
+    double s = 0, q = 0;
+    for (double x : w) s += x;
+    *mean = w.empty() ? 0 : s / (double)w.size();
+    for (double x : w) q += (x - *mean) * (x - *mean);
+    *sd = w.empty() ? 0 : std::sqrt(q / (double)w.size());
+}
+
+// Whether step's update happens, from its agreed loss and pre-clip gradient norm.
+static inline GuardVerdict guard_verdict(const TrainConfig& tc, const TrainState& s, double loss, double norm) {
+    if (!std::isfinite(loss) || !std::isfinite(norm)) return GUARD_NONFINITE;
+    if (tc.spike_z > 0 && (int)s.loss_window.size() == tc.spike_window) {
+        double mean, sd;
+        guard_window_stats(s.loss_window, &mean, &sd);
+        if (loss > mean + tc.spike_z * sd) return GUARD_SPIKE;
+    }
+    return GUARD_UPDATE;
+}
+
+// Records step's verdict in the state: counts, the window of accepted losses. Returns false when the run must end
+// (more than --skip-limit skips in a row); *why then says why.
+static inline bool guard_record(const TrainConfig& tc, TrainState* s, GuardVerdict v, double loss, int step, std::string* why) {
+    if (v == GUARD_UPDATE) {
+        s->skips_in_a_row = 0;
+        if (tc.spike_z > 0) {
+            s->loss_window.push_back(loss);
+            if ((int)s->loss_window.size() > tc.spike_window) s->loss_window.erase(s->loss_window.begin());
+        }
+        return true;
+    }
+    s->skipped++;
+    s->skips_in_a_row++;
+    if (s->skips_in_a_row <= tc.skip_limit) return true;
+    char b[256];
+    snprintf(b, sizeof(b), "step %d: %d updates in a row skipped (the last: %s loss %g), more than --skip-limit %d: the "
+             "run diverged (lower -l, check the data, or resume an earlier checkpoint)", step, s->skips_in_a_row,
+             guard_name(v), loss, tc.skip_limit);
+    *why = b;
+    return false;
+}
+
+// AdamW's step count (1-based) for the update of step `step` (0-based): the updates made so far, plus one.
+static inline int guard_adam_step(const TrainState& s, int step) { return step + 1 - s.skipped; }
+
+// ---- test hooks ------------------------------------------------------------------------------------------------
+// Whether (1-based) step is listed in the environment variable `name` ("3,7,8").
+static inline bool guard_test_step(const char* name, int step) {
+    const char* e = getenv(name);
+    if (!e || !*e) return false;
+    std::string s = e;
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        char* end = nullptr;
+        long v = strtol(s.c_str() + i, &end, 10);
+        if (end != s.c_str() + j || v <= 0) die("%s: expected step numbers like 3,7, got '%s'", name, e);
+        if (v == step) return true;
+        i = j + 1;
+    }
+    return false;
+}
+
+// The test hooks' corruption of step's micro-batches (before the forward): the first micro-batch's loss scale NaN,
+// or every target replaced by another token (vocab V).
+static inline void guard_test_corrupt(int step, int V, std::vector<std::vector<int32_t>>* targets, double* first_scale) {
+    if (guard_test_step("LLMC_TEST_NAN_STEPS", step)) *first_scale = NAN;
+    if (guard_test_step("LLMC_TEST_SPIKE_STEPS", step))
+        for (std::vector<int32_t>& t : *targets)
+            for (int32_t& x : t)
+                if (x >= 0) x = (int32_t)(((int64_t)x * 7919 + 13) % V);
+}
