@@ -22,19 +22,25 @@ for ((r = 0; r < n; r++)); do
     RANK=$r LOCAL_RANK=$r "$@" &
     pids+=($!)
 done
+# Poll rather than `wait -n -p`: when several ranks end at once, bash may already have collected one that
+# `wait -n` is then asked about ("no such job"), losing which rank failed. `wait PID` on a rank that has ended
+# returns its status whenever it was collected.
 status=0
 running=("${pids[@]}")
 while [ ${#running[@]} -gt 0 ]; do
-    wait -n -p done_pid "${running[@]}"
-    rc=$?
     rest=()
-    for p in "${running[@]}"; do [ "$p" != "$done_pid" ] && rest+=("$p"); done
+    for p in "${running[@]}"; do
+        if kill -0 "$p" 2>/dev/null; then rest+=("$p"); continue; fi
+        wait "$p"
+        rc=$?
+        if [ $rc -ne 0 ] && [ $status -eq 0 ]; then
+            status=$rc
+            for ((r = 0; r < n; r++)); do [ "${pids[$r]}" = "$p" ] && failed=$r; done
+            echo "scripts/launch.sh: rank ${failed:-?} exited with status $rc; stopping the others" >&2
+            stop_all
+        fi
+    done
     running=("${rest[@]}")
-    if [ $rc -ne 0 ] && [ $status -eq 0 ]; then
-        status=$rc
-        for ((r = 0; r < n; r++)); do [ "${pids[$r]}" = "$done_pid" ] && failed=$r; done
-        echo "scripts/launch.sh: rank ${failed:-?} exited with status $rc; stopping the others" >&2
-        stop_all
-    fi
+    [ ${#running[@]} -gt 0 ] && sleep 0.1
 done
 exit $status
