@@ -145,13 +145,18 @@ static inline std::string launch_missing(const std::vector<char>& arrived) {
 }
 
 // ---- over a file ----------------------------------------------------------------------------------------
-static inline void launch_write_atomic(const std::string& path, const void* data, size_t n) {
+// Writes the file under a temporary name and renames it. Returns its modification time, taken before the rename
+// (the file may be read and removed by its reader as soon as it has its name).
+static inline struct timespec launch_write_atomic(const std::string& path, const void* data, size_t n) {
     std::string tmp = path + ".tmp" + std::to_string(getpid());
     FILE* f = fopen(tmp.c_str(), "wb");
     if (!f) die("launch: cannot write '%s': %s (LLMC_ID_FILE must name a path in a writable directory)", tmp.c_str(), strerror(errno));
     fwrite_check(data, 1, n, f, tmp.c_str());
     fclose_check(f, tmp.c_str());
+    struct stat st;
+    if (stat(tmp.c_str(), &st) != 0) die("launch: cannot stat '%s' just written: %s", tmp.c_str(), strerror(errno));
     if (rename(tmp.c_str(), path.c_str()) != 0) die("launch: cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(), strerror(errno));
+    return st.st_mtim;
 }
 // the file's contents when it is there, complete and no older than `since` (modification times)
 static inline bool launch_read_file(const std::string& path, void* data, size_t n, const struct timespec* since) {
@@ -207,10 +212,7 @@ static inline void launch_exchange_file(const LaunchInfo& li, const std::string&
     }
     LaunchHello h = {LAUNCH_MAGIC, (uint32_t)li.rank, (uint32_t)li.world, 0, digest};
     std::string rp = path + ".rank" + std::to_string(li.rank);
-    launch_write_atomic(rp, &h, sizeof(h));
-    struct stat st;
-    if (stat(rp.c_str(), &st) != 0) die("launch: cannot stat '%s' just written: %s", rp.c_str(), strerror(errno));
-    struct timespec since = st.st_mtim;
+    const struct timespec since = launch_write_atomic(rp, &h, sizeof(h));  // rank 0's answer is no older
     while (!launch_read_file(path, &ans, sizeof(ans), &since) || ans.magic != LAUNCH_MAGIC) {
         if (launch_now_s() - t0 > timeout + LAUNCH_GRACE_S)
             die("launch: rank %d waited %.0f s (LLMC_LAUNCH_TIMEOUT and %.0f s) for rank 0 to write the id to "
