@@ -233,7 +233,7 @@ fuzz_formats_run: fuzz_formats
 # the target. Leak detection is off (detect_leaks=0): OpenMPI and the OpenMP runtime keep allocations
 # until exit, which LeakSanitizer reports.
 ASAN_TREE := $(BUILD)/asan
-ASAN_CXXFLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+ASAN_CXXFLAGS := -O3 -march=native -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 ASAN_TESTS ?= t_cpu_units t_resume t_bad_inputs t_paths t_datasets t_tokenizer t_default t_parallel
 ASAN_PROGRAMS := train_gpt_cpu test_gpt_cpu build/prepare build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer
 

@@ -106,7 +106,7 @@ static void run_steps(GPT* g, const RefState& ref, int s0, int s1, std::vector<d
         double lr = lr_at(s, ref.S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
         GuardVerdict verdict;
-        double loss = train_step(g, in, tg, s, tc, lr, TrainState(), 1.0, &norm, &verdict);
+        double loss = train_step(g, in, tg, s, tc, lr, TrainState(), TestCorrupt(), &norm, &verdict);
         losses->push_back(loss);
         norms->push_back(norm);
         if (lrs) lrs->push_back(lr);

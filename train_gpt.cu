@@ -1378,11 +1378,11 @@ static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
 // One optimizer step over the micro-batches inputs/targets [accum][B*T] (data parallel: this rank's share of the
 // accum * dp micro-batches). The step's loss (the mean micro-batch loss over every rank) and pre-clip gradient norm
 // come to the host before the update, so that the numerics guard (llmc/guard.h) can skip it: that read is the step's
-// one host synchronisation, and the update is enqueued after it. mb0_scale multiplies the first micro-batch's loss
-// scale (1; NaN from the guard's test hook). Returns the loss; *norm_out the norm, *verdict the guard's.
+// one host synchronisation, and the update is enqueued after it. The first micro-batch's loss and loss
+// scale: mb0 (llmc/guard.h's test hooks; 1 and 1 otherwise). Returns the loss; *norm_out the norm, *verdict the guard's.
 static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs,
                          const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
-                         const TrainState& st, double mb0_scale, double* norm_out, GuardVerdict* verdict) {
+                         const TrainState& st, TestCorrupt mb0, double* norm_out, GuardVerdict* verdict) {
     const int accum = (int)inputs.size();
     const double scale = 1.0 / ((double)accum * g->L.topo.dp);  // each micro-batch's share of the step's mean
     gpt_stage_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
@@ -1392,10 +1392,10 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     // embedding plan, into its own pinned slot) while the device still runs a - 1; its uploads are
     // asynchronous copies from pinned memory and its loss is summed on the device.
     for (int a = 0; a < accum; a++) {
-        const double s = scale * (a == 0 ? mb0_scale : 1.0);
         gpt_stage(g, a, inputs[a].data(), targets[a].data());
         gpt_forward_staged(g, a);
-        gpt_backward_staged(g, a, s, s, g->parallel && a == accum - 1);
+        gpt_backward_staged(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
+                            g->parallel && a == accum - 1);
     }
     gpt_grad_norm(g, tc);
     cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
@@ -1703,10 +1703,10 @@ int main(int argc, char** argv) {
                          targets[a].data());
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
-        double norm = 0, mb0_scale = 1.0;
-        guard_test_corrupt(step + 1, mc.vocab_size, &targets, &mb0_scale);  // tests only (llmc/guard.h)
+        double norm = 0;
+        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/guard.h)
         GuardVerdict verdict;
-        loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0_scale, &norm, &verdict);
+        loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0, &norm, &verdict);
         state.step = step + 1;
         if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0, verdict);
         std::string why;

@@ -713,7 +713,7 @@ struct PendingSend {
 
 template <typename real>
 double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
-                    int n_mb, int B, int T, bool backward, int loss_div, double mb0_scale = 1.0) {
+                    int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {}) {
     const Layout& L = g->L;
     const Comm& pp = g->cm.pp;
     const int n_chunks = L.n_chunks(), last = n_chunks - 1, N = B * T;
@@ -739,14 +739,14 @@ double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& input
         a->has_targets = chunk == last;
         if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
         chunk_forward(g, a);
-        if (chunk == last) loss += a->loss * (mb == 0 ? mb0_scale : 1.0) / loss_div;
+        if (chunk == last) loss += a->loss * (mb == 0 ? mb0.loss : 1.0) / loss_div;
     };
     cb.send_act = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->x_out, peer, tag); };
     cb.recv_grad = [&](int mb, int chunk, int peer, int tag) {
         ChunkActs<real>* a = live.at({mb, chunk});
         comm_recv(pp, a->dx.data(), a->dx.size(), peer, tag);
     };
-    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), (mb == 0 ? mb0_scale : 1.0) / loss_div); };
+    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), (mb == 0 ? mb0.grad : 1.0) / loss_div); };
     cb.send_grad = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->dx, peer, tag); };
     pp_run(backward ? pp_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank) : pp_forward_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank),
            n_chunks, backward, cb);
@@ -830,11 +830,11 @@ static inline double clip_coef(double norm, double clip) {
 template <typename real>
 double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
                   const std::vector<std::vector<int32_t>>& targets, int B, int T, int step, const TrainConfig& tc,
-                  double lr, const TrainState& st, double mb0_scale, double* norm_out, GuardVerdict* verdict) {
+                  double lr, const TrainState& st, TestCorrupt mb0, double* norm_out, GuardVerdict* verdict) {
     const Layout& L = g->L;
     grads_zero(g);
     const int accum = (int)inputs.size();
-    double loss = pipeline_run(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0_scale);
+    double loss = pipeline_run(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
     grads_reduce_all(g);
     // the loss: summed over dp from one rank of each last-stage tp group
     const bool counts_loss = L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0;
@@ -1071,10 +1071,10 @@ int main(int argc, char** argv) {
         }
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
-        double norm = 0, mb0_scale = 1.0;
-        guard_test_corrupt(step + 1, mc.vocab_size, &targets, &mb0_scale);  // tests only (llmc/guard.h)
+        double norm = 0;
+        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/guard.h)
         GuardVerdict verdict;
-        loss = train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0_scale, &norm, &verdict);
+        loss = train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0, &norm, &verdict);
         state.step = step + 1;
         if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0, verdict);
         std::string why;

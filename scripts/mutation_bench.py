@@ -63,6 +63,7 @@ CHECKS = {
     "datasets": ("make -s train_gpt_cpu build/test_datasets build/prepare", "bash tests/t_datasets.sh"),
     "tokenizer": ("make -s build/test_tokenizer", "bash tests/t_tokenizer.sh"),
     "bad_inputs": ("make -s train_gpt_cpu", "bash tests/t_bad_inputs.sh"),
+    "guard": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_guard.sh"),
 }
 
 # The states the checks read: made once from the unchanged tree.
@@ -222,6 +223,14 @@ MUTANTS = [
      "\",\\\"train_sample\\\":\" + std::to_string(s.train_sample)",
      "\",\\\"train_sample\\\":\" + std::to_string(s.train_sample + 1)",
      "resume", "checkpoint stores the data position one sample ahead"),
+    # --- the numerics guard (llmc/guard.h) ---------------------------------------------------------------------
+    ("guard_adam_count", "trainer", "llmc/guard.h",
+     "{ return step + 1 - s.skipped; }", "{ return step + 1; }",
+     "guard", "AdamW's step count also counts skipped updates"),
+    ("guard_norm", "trainer", "llmc/guard.h",
+     "if (!std::isfinite(loss) || !std::isfinite(norm)) return GUARD_NONFINITE;",
+     "if (!std::isfinite(loss)) return GUARD_NONFINITE;",
+     "guard", "a non-finite gradient norm with a finite loss is not skipped"),
 ]
 
 
