@@ -152,7 +152,8 @@ static void test_reference(const char* path) {
         ref_step_batches(r, s, &in, &tg);
         double lr = lr_at(s, S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
-        double loss = train_step(&g, in, tg, B, T, s, tc, lr, &norm);
+        GuardVerdict verdict;
+        double loss = train_step(&g, in, tg, B, T, s, tc, lr, TrainState(), TestCorrupt(), &norm, &verdict);
         adamw_bound_step(g, tc, s + 1, lr, clip_coef(norm, tc.grad_clip), &delta, &bound);
         worst_loss = max_err(worst_loss, scalar_rel_err(loss, ref_losses[s]));
         worst_norm = max_err(worst_norm, scalar_rel_err(norm, ref_norms[s]));
