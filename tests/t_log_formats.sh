@@ -8,7 +8,8 @@
 #      the warm-up steps; also <out>/paddle_result.json).
 #   2. two ranks (pp 2 under mpirun), --log-format megatron,paddle: one memory line per rank, gpu_num 2,
 #      run_mode mp; no [PerfLog] line since flagperf was not asked.
-#   3. without the flag: none of the harness lines; a diverging run (-l 1e30) prints JOB_FAIL_FLAG 1;
+#   3. without the flag: none of the harness lines; a diverging run (-l 1e30, --skip-limit 0: it ends at its first
+#      non-finite step) prints JOB_FAIL_FLAG 1;
 #      a bad --log-format value stops with exit 1 naming the flag.
 #   4. train_gpt.cu's main on emulated GPUs (build/train_gpt_fp32_emu, tests/cuda_emu): one rank with every format,
 #      and dp 2 under mpirun with megatron,paddle (a memory line per rank, gpu_num 2), as in 1 and 2.
@@ -50,7 +51,7 @@ fi
 # 3. off by default; a failed run; a bad value
 timeout 120 ./train_gpt_cpu "${base[@]}" -x 2 -o "$d/plain" > "$d/plain.log" 2>&1 || fail "plain run: $(tail -2 "$d/plain.log")"
 if out=$($PY tests/log_formats_checks.py absent "$d/plain.log"); then pass "no --log-format: no harness lines ($out)"; else fail "no --log-format: $out"; fi
-timeout 120 ./train_gpt_cpu "${base[@]}" -l 1e30 --clip 0 -o "$d/nan" --log-format paddle > "$d/nan.log" 2>&1
+timeout 120 ./train_gpt_cpu "${base[@]}" -l 1e30 --clip 0 --skip-limit 0 -o "$d/nan" --log-format paddle > "$d/nan.log" 2>&1
 rc=$?
 if [ $rc = 1 ] && out=$($PY tests/log_formats_checks.py failed "$d/nan.log"); then pass "a diverging run exits 1 with the Paddle result's $out"
 else fail "diverging run: exit $rc, ${out:-}"; fi
