@@ -64,12 +64,10 @@ template <typename F8> struct Fp8Traits;
 template <> struct Fp8Traits<__nv_fp8_e4m3> {
     static constexpr float max = 448.0f;  // 0x7e: 1.75 * 2^8 (0x7f is NaN; no infinities)
     static constexpr Fp8Format format = FP8_E4M3;
-    static constexpr cudaDataType_t cuda_type = CUDA_R_8F_E4M3;
 };
 template <> struct Fp8Traits<__nv_fp8_e5m2> {
     static constexpr float max = 57344.0f;  // 0x7b: 1.75 * 2^15 (0x7c is inf, 0x7d-0x7f NaN)
     static constexpr Fp8Format format = FP8_E5M2;
-    static constexpr cudaDataType_t cuda_type = CUDA_R_8F_E5M2;
 };
 
 static inline float fp8_format_max(Fp8Format f) { return f == FP8_E4M3 ? 448.0f : 57344.0f; }

@@ -1,6 +1,6 @@
 // llmc/matmul_fp8.cuh: the fp8 linear layers through cuBLASLt (cublaslt_matmul_fp8), with the same context,
 // cached heuristic (one query per distinct key: the key also holds the operand types and the fast-accumulation
-// flag) and bias fallback as the bf16 GEMMs of llmc/matmul.cuh. Operands come from llmc/fp8.cuh's casts, each
+// flag and whether the amax of D is asked for) and bias fallback as the bf16 GEMMs of llmc/matmul.cuh. Operands come from llmc/fp8.cuh's casts, each
 // with the device pointer to its scale_inv (the dequantization factor); outputs are floatX (bf16; the fp8 path
 // exists only in the bf16 build, fp8_require_device() refuses the fp32 one) with fp32 accumulation:
 //   D = scale_inv_a * scale_inv_b * (op(A) @ op(B)) (+ bias) (+ D when accumulating)
@@ -67,7 +67,7 @@ static inline void cublaslt_matmul_fp8(MatmulContext* ctx, cudaStream_t stream, 
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
     const MatmulKey key{m, n, k, true, false, epilogue, d_type, d_type, pointer_alignment(a), pointer_alignment(b),
-                        pointer_alignment(d), a_type, b_type, fast_accum};
+                        pointer_alignment(d), a_type, b_type, fast_accum, amax_d != nullptr};
     const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
     if (algo.found) {
         const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
