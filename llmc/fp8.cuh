@@ -87,6 +87,7 @@ static inline void fp8_require_device() {
 #ifdef ENABLE_FP32
     die("--fp8 needs the bf16 build (this binary was built with PRECISION=FP32); run with --fp8 none");
 #endif
+    cuda_require_device();
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));
     cudaDeviceProp prop;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/fp8_checks.py DIR [--gpu]: checks what tests/test_fp8.cu wrote to DIR (llmc/fp8.cuh's casts, amax and
 scales, llmc/matmul_fp8.cuh's GEMMs) against a reference written here from the formats' definitions, not from
-CUDA's or the emulation's code (torch on this machine predates torch.float8_*, so numpy):
+CUDA's or the emulation's code, in numpy (where torch has torch.float8_e4m3fn / float8_e5m2, torch 2.1 or newer,
+the numpy reference is itself compared with torch's conversions first):
   - the fp8 grids from the bit fields (OCP 8-bit floating point, E4M3 "fn": bias 7, no infinities, S.1111.111 is
     NaN; E5M2: bias 15, IEEE-like infinities and NaNs); encoding = the nearest grid value, found by a search over
     the enumerated grid, ties to the even code, |x| above the largest finite value saturating to it (CUDA's
@@ -128,6 +129,29 @@ def same_codes(got, exp):
 def bits_equal(a, b):
     return np.array_equal(np.asarray(a, np.float32).view(np.uint32), np.asarray(b, np.float32).view(np.uint32))
 
+
+# ---------------------------------------------------------------- the reference against torch's float8 dtypes
+try:
+    import torch
+    TORCH_FP8 = {'e4m3': getattr(torch, 'float8_e4m3fn', None), 'e5m2': getattr(torch, 'float8_e5m2', None)}
+except ImportError:
+    TORCH_FP8 = {}
+if TORCH_FP8 and all(TORCH_FP8.values()):
+    sweep = load('enc_in.f32', np.float32)
+    for f, dt in TORCH_FP8.items():
+        dec = torch.arange(256, dtype=torch.uint8).view(dt).float().numpy().astype(np.float64)
+        ok_dec = np.array_equal(np.isnan(dec), np.isnan(TABLES[f])) and np.array_equal(
+            dec[~np.isnan(dec)], TABLES[f][~np.isnan(TABLES[f])])
+        # torch's conversion does not saturate (beyond the largest value it gives NaN / inf): compare where
+        # |x| <= the largest finite value, by value (torch and CUDA may differ on the sign of a zero)
+        x = sweep[np.isfinite(sweep) & (np.abs(sweep) <= FMAX[f])]
+        got = torch.from_numpy(x).to(dt).float().numpy()
+        ok_enc = np.array_equal(got.astype(np.float64), TABLES[f][encode(x, f)])
+        check(ok_dec and ok_enc, f'the numpy reference agrees with torch.{dt} ({torch.__version__}): 256 decodes, '
+                                 f'{len(x)} encodes', f'decode {"ok" if ok_dec else "differs"}, encode '
+                                 f'{"ok" if ok_enc else "differs"}')
+else:
+    print('[SKIP] the numpy reference against torch.float8_e4m3fn / float8_e5m2: this torch has none (before 2.1)')
 
 # ---------------------------------------------------------------- decode
 check(FMAX['e4m3'] == 448 and FMAX['e5m2'] == 57344 and GRIDS['e4m3'][0][1] == 2.0 ** -9 and
