@@ -16,6 +16,7 @@
 #                          the NCCL backend llmc/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
 #   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
 #                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh)
+#   make build/test_fp8    the fp8 casts, scales and GEMMs (llmc/fp8.cuh, llmc/matmul_fp8.cuh) with nvcc (tests/t_fp8.sh)
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
@@ -158,6 +159,14 @@ $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CU
 	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
 	$(CXX) $(EMU_TRAIN_FLAGS) -Itests/cuda_emu/include -I$@_src $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -x c++ $@_src/train_gpt.cu \
 	    -o $@ $(MPI_LIBS)
+
+# tests/t_fp8.sh: tests/test_fp8.cu with nvcc (llmc/fp8.cuh and llmc/matmul_fp8.cuh for sm_80 and sm_90a; it runs
+# where a GPU of compute capability 8.9+ is present); the script builds its emulated twin itself
+$(BUILD)/test_fp8: tests/test_fp8.cu tests/check.h llmc/fp8.cuh llmc/matmul_fp8.cuh llmc/matmul.cuh llmc/cuda_common.cuh \
+        llmc/packed.cuh llmc/precision.cuh llmc/utils.h
+	$(NEED_NVCC)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
 
 # ---- fuzzing (clang's libFuzzer), not part of `make test` ----------------------------------------
 # The data set fuzzer is one source, the parser picked by FUZZ_PARSER (1 idx, 2 npy/npz, 3 llm.c shard);
@@ -350,7 +359,7 @@ ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datas
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
                  $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
 ifneq ($(NVCC),)
-  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings \
+  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
 endif
 # the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)

@@ -32,17 +32,22 @@
 #include "llmc/precision.cuh"
 #include "llmc/utils.h"
 
-// What the heuristic's answer depends on (besides the workspace size, fixed per context).
+// What the heuristic's answer depends on (besides the workspace size, fixed per context). The operand types and
+// the fp8 flags (fast accumulation, the amax of D) tell the fp8 GEMMs of llmc/matmul_fp8.cuh from these (floatX
+// operands, both flags off).
 struct MatmulKey {
     int m, n, k;
     bool trans_a, trans_b;
     cublasLtEpilogue_t epilogue;
     cudaDataType_t d_type, bias_type;
     uint32_t align_a, align_b, align_d;
+    cudaDataType_t a_type, b_type;
+    bool fast_accum, amax_d;
     bool operator==(const MatmulKey& o) const {
         return m == o.m && n == o.n && k == o.k && trans_a == o.trans_a && trans_b == o.trans_b &&
                epilogue == o.epilogue && d_type == o.d_type && bias_type == o.bias_type && align_a == o.align_a &&
-               align_b == o.align_b && align_d == o.align_d;
+               align_b == o.align_b && align_d == o.align_d && a_type == o.a_type && b_type == o.b_type &&
+               fast_accum == o.fast_accum && amax_d == o.amax_d;
     }
 };
 
@@ -173,7 +178,7 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
     const MatmulKey key{m, n, k, trans_a, trans_b, epilogue, d_type, bias ? bias_type : d_type,
-                        pointer_alignment(a), pointer_alignment(b), pointer_alignment(d)};
+                        pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), CUDA_FLOATX, CUDA_FLOATX, false, false};
     const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
     if (algo.found) {
         const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

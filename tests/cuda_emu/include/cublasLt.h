@@ -6,8 +6,17 @@
 // call except for the epilogues named in EMU_LT_NO_ALGO (a comma-separated list of BIAS, BGRADB, BGRADA,
 // DEFAULT (then every GEMM has none, and the trainer stops) or numbers, read on each call), for which it answers as cuBLASLt does when it has none: no result and
 // CUBLAS_STATUS_NOT_SUPPORTED. g_emu_heuristic_calls counts its calls, g_emu_gemms the products.
+// fp8 (llmc/matmul_fp8.cuh): A and B of CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 (not both E5M2), read exactly
+// (tests/cuda_emu/include/cuda_fp8.h), with the A/B scale pointers applied as D = alpha * scale_a * scale_b *
+// (op(A) op(B)) + beta C, bf16 or fp32 D, and the amax of D (CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: set to the
+// largest |D| before D is rounded to its type). As cuBLASLt on Hopper, an fp8 GEMM must be "TN" (transa = T,
+// transb = N: both operands stored along K) with K and the leading dimensions multiples of 16; other fp8 calls
+// get CUBLAS_STATUS_NOT_SUPPORTED. CUBLASLT_MATMUL_DESC_FAST_ACCUM is accepted and recorded but changes nothing:
+// the emulation accumulates in fp32 in order, which the GPU's fast mode (fewer promotions of the tensor cores'
+// partial sums to fp32) does not; a test of fast-accumulation accuracy needs a GPU.
 #pragma once
 #include "cuda_emu.h"
+#include "cuda_fp8.h"
 #include "library_types.h"
 #include <omp.h>
 #include <string>
@@ -31,7 +40,11 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_TRANSB,
     CUBLASLT_MATMUL_DESC_EPILOGUE,
     CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+    CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+    CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+    CUBLASLT_MATMUL_DESC_AMAX_D_POINTER,
+    CUBLASLT_MATMUL_DESC_FAST_ACCUM
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -50,6 +63,10 @@ struct EmuLtDesc {
     void* bias = nullptr;
     cudaDataType_t bias_type = CUDA_R_32F;
     bool bias_type_set = false;
+    const float* a_scale = nullptr;  // fp8: device pointers to the operands' dequantization scales
+    const float* b_scale = nullptr;
+    float* amax_d = nullptr;         // fp8: set to max |D|
+    int8_t fast_accum = 0;
 };
 struct EmuLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
 struct EmuLtPref { size_t ws = 0; uint32_t align[4] = {256, 256, 256, 256}; };
@@ -89,6 +106,10 @@ static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t
         case CUBLASLT_MATMUL_DESC_EPILOGUE: if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->ep, buf, 4); break;
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias, buf, sizeof(void*)); break;
         case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->bias_type, buf, 4); d->bias_type_set = true; break;
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->a_scale, buf, sizeof(void*)); break;
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->b_scale, buf, sizeof(void*)); break;
+        case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->amax_d, buf, sizeof(void*)); break;
+        case CUBLASLT_MATMUL_DESC_FAST_ACCUM: if (size != sizeof(int8_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->fast_accum, buf, 1); break;
         default: return CUBLAS_STATUS_INVALID_VALUE;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -115,6 +136,8 @@ static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmul
     return CUBLAS_STATUS_SUCCESS;
 }
 
+static inline bool emu_lt_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+
 // shape and type checks shared by the heuristic and the matmul
 static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                           cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd, int* M, int* N, int* K) {
@@ -127,8 +150,21 @@ static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrix
                 (unsigned long long)m, (unsigned long long)n);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
-        (dd->type != CUDA_R_16BF && dd->type != CUDA_R_32F)) {
+    const bool fp8 = emu_lt_is_fp8(a->type) || emu_lt_is_fp8(b->type);
+    if (fp8) {
+        if (!emu_lt_is_fp8(a->type) || !emu_lt_is_fp8(b->type) || (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2) ||
+            (dd->type != CUDA_R_16BF && dd->type != CUDA_R_32F)) {
+            fprintf(stderr, "EMU cuBLASLt: unsupported fp8 types A %d B %d D %d\n", a->type, b->type, dd->type);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+        // Hopper's fp8 kernels: "TN" only, K and the leading dimensions multiples of 16
+        if (d->ta != CUBLAS_OP_T || d->tb != CUBLAS_OP_N || ak % 16 || a->ld % 16 || b->ld % 16)
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+    } else if (d->a_scale || d->b_scale || d->amax_d) {
+        fprintf(stderr, "EMU cuBLASLt: A/B scale or amax-D pointers on a GEMM without fp8 operands\n");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    } else if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
+               (dd->type != CUDA_R_16BF && dd->type != CUDA_R_32F)) {
         fprintf(stderr, "EMU cuBLASLt: unsupported types A %d B %d D %d\n", a->type, b->type, dd->type);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -174,7 +210,7 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
     cublasStatus_t s = emu_lt_check(d, a, b, c, dd, &M, &N, &K);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     for (int i = 0; i < 4; i++)
-        if (p->align[i] < 4 && !(i < 2 && a->type == CUDA_R_16BF && p->align[i] >= 2)) {
+        if (p->align[i] < 4 && !(i < 2 && a->type == CUDA_R_16BF && p->align[i] >= 2) && !(i < 2 && emu_lt_is_fp8(a->type))) {
             fprintf(stderr, "EMU cuBLASLt: alignment preference %u of operand %d is below the element size\n", p->align[i], i);
         }
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -188,6 +224,8 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
 }
 
 static inline float emu_ld(const void* p, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_8F_E4M3) return (float)((const __nv_fp8_e4m3*)p)[i];
+    if (t == CUDA_R_8F_E5M2) return (float)((const __nv_fp8_e5m2*)p)[i];
     return t == CUDA_R_16BF ? (float)((const __nv_bfloat16*)p)[i] : ((const float*)p)[i];
 }
 static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
@@ -205,8 +243,10 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     g_emu_gemms++;
-    const float al = *(const float*)alpha, be = *(const float*)beta;
-    // op(A) as rows of K, op(B) as columns of K, in fp32 (exact for bf16)
+    const float be = *(const float*)beta;
+    // alpha times the fp8 operands' scales (1 where no pointer is set)
+    const float al = *(const float*)alpha * (d->a_scale ? *d->a_scale : 1.0f) * (d->b_scale ? *d->b_scale : 1.0f);
+    // op(A) as rows of K, op(B) as columns of K, in fp32 (exact for bf16 and fp8)
     std::vector<float> a((size_t)M * K), b((size_t)N * K);
     const bool ta = d->ta == CUBLAS_OP_T, tb = d->tb == CUBLAS_OP_T;
 #pragma omp parallel for
@@ -223,6 +263,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
         fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
+    std::vector<float> col_amax(N, 0.0f);
 #pragma omp parallel for schedule(dynamic, 4)
     for (int j = 0; j < N; j++) {
         const float* bj = &b[(size_t)j * K];
@@ -234,9 +275,11 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
             float v = al * acc;
             if (be != 0.0f) v += be * emu_ld(D, dt, o);
             if (bias) v += emu_ld(d->bias, dt, i);
+            col_amax[j] = std::max(col_amax[j], std::fabs(v));
             emu_st(D, dt, o, v);
         }
     }
+    if (d->amax_d) *d->amax_d = *std::max_element(col_amax.begin(), col_amax.end());
     if (d->ep == CUBLASLT_EPILOGUE_BGRADB) {
         for (int j = 0; j < N; j++) {
             float acc = 0.0f;

@@ -28,6 +28,7 @@
 // but for their launches (tests/cuda_emu/rewrite.py); the inline PTX of llmc/mma.cuh is replaced by the
 // emulation's own llmc/mma.cuh, found first on the include path (that file says how).
 #pragma once
+#define CUDA_EMU 1  // what a test reads the emulation's own counters under
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -97,6 +98,11 @@ static inline float emu_log2f(float x) { return std::log2(x); }
 #define __expf emu_expf
 #define __logf emu_logf
 #define __log2f emu_log2f
+static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+// atomics: one block runs at a time on one OS thread and fibers switch only at barriers, so a plain
+// read-modify-write is atomic here
+static inline unsigned int atomicMax(unsigned int* p, unsigned int v) { const unsigned int o = *p; if (v > o) *p = v; return o; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
