@@ -318,7 +318,18 @@ stage_kernels() {
     local progs p
     progs=$(devcuda_programs)
     section "programs"
-    programs $(for p in $progs; do echo "build/devcuda/$p"; done) || failed+=("programs")
+    programs $(for p in $progs; do echo "build/devcuda/$p"; done) build/test_fp8 || failed+=("programs")
+    # the fp8 casts, scaling and cuBLASLt fp8 GEMMs (compute capability 8.9+), checked by tests/fp8_checks.py --gpu
+    section "fp8 (tests/test_fp8.cu)"
+    local f8=build/fp8_gpu
+    rm -rf "$f8" && mkdir -p "$f8"
+    if limited 120 build/test_fp8 "$f8" > "$f8/test_fp8.log" 2>&1; then
+        grep -E '^\[(PASS|FAIL)\]|^error' "$f8/test_fp8.log"
+        limited 120 "$PY" tests/fp8_checks.py "$f8" --gpu > "$f8/checks.log" 2>&1 || failed+=("fp8 checks")
+        cat "$f8/checks.log"
+    else
+        tail -n 5 "$f8/test_fp8.log"; failed+=("test_fp8")
+    fi
     section "dev/cuda/run_all.sh"
     local logs=build/devcuda/run_all
     rm -rf "$logs"

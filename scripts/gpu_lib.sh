@@ -20,6 +20,7 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
     for p in train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_cpu; do echo "bin/$p.gz|$p"; done
     for p in $(devcuda_programs); do echo "devcuda/$p.gz|build/devcuda/$p"; done
     for p in ceilings nccl_ranks; do echo "probe/$p.gz|build/$p"; done
+    echo "bin/test_fp8.gz|build/test_fp8"
     echo "data/tokenizers/llama3.tiktoken|data/tokenizers/llama3.tiktoken"
 }
 
@@ -27,7 +28,7 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
 # Their digest is the kit's freshness key: it needs no git, so it also works in a copy of the tree.
 kit_source_files() {
     ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile llmc/* dev/cuda/Makefile \
-        dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh 2>/dev/null \
+        dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh tests/test_fp8.cu 2>/dev/null \
         | LC_ALL=C sort
 }
 kit_sources_digest() {  # one sha256 over every source file's sha256 and path
