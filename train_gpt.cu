@@ -1,4 +1,4 @@
-// train_gpt.cu: the CUDA trainer, on one GPU or data parallel over several (--dp, --zero). The same model as
+// train_gpt.cu: the CUDA trainer, on one GPU or data and tensor parallel over several (--dp, --zero, --tp, --sp). The same model as
 // train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
 // SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
 // and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
@@ -34,10 +34,27 @@
 // input x[l] and recomputes the whole layer just before its backward.
 //
 // Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/layout.h checks the layout, llmc/zero.h plans
-// the buckets): world = dp ranks, one GPU each, started by mpirun, srun or scripts/launch.sh (comm_init,
-// llmc/launch.h); tensor, sequence and pipeline parallelism are not in this trainer yet. Every NCCL call goes
-// through llmc/comm_nccl.cuh, on the dp group's own stream (dp.stream), ordered against the compute stream by
-// events. One rank is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+// the buckets): world = dp x tp ranks (tp fastest), one GPU each, started by mpirun, srun or scripts/launch.sh
+// (comm_init, llmc/launch.h); pipeline parallelism is not in this trainer yet. Every NCCL call goes through
+// llmc/comm_nccl.cuh: the dp group's on its own stream (dp.stream), ordered against the compute stream by events; the
+// tp group's on the compute stream itself (g->tp.stream = g->stream), in line with the kernels around them. One rank
+// is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+// Tensor parallel (--tp, Megatron; llmc/tp.h slices every tensor, gpt_local_table gives a rank its table): rank r
+// holds H/tp heads and KV/tp kv heads of qkv, F/tp columns of fc1 (SwiGLU: gate and up alike) and the matching
+// columns of attn_out and fc2, Vp/tp rows of the embedding and head (Vp padded to 128 tp). qkv and fc1 are
+// column-parallel (whole input, this rank's outputs), attn_out and fc2 row-parallel: their partial outputs are summed
+// over tp (tp_sum), the replicated bias added by tp rank 0 only. The backward sums each column-parallel input gradient
+// over tp. Embedding: a token outside this rank's rows reads zeros (tp rank 0 adds the position embedding), summed
+// over tp; its backward adds only this rank's rows. Classifier (tp > 1): per chunk of rows this rank's Vp/tp logit
+// columns; the row max (max over tp), target logit and sum of exps (sums over tp) give the loss and dlogits in place
+// (llmc/classifier.cuh's vocab_parallel_*; no rank holds full logits), then d lnf = dlogits head summed over tp.
+// Sequence parallel (--sp 1): the norms and the residual stream hold Nl = N/tp rows, positions r*T/tp .. of every
+// sample; tp_gather all-gathers them (rows packed by rank, seq_pack_kernel) before each column-parallel block (ln1,
+// ln2, lnf, and the output gradient before each row-parallel backward) and tp_sum reduce-scatters after each
+// row-parallel one. The replicated tensors' gradients (norms, row-parallel biases, position embedding: from each
+// rank's rows, the biases and position embedding from tp rank 0) are summed over tp in fp32 with the bucket's
+// reduction. Without SP they are equal on every tp rank. The global norm counts replicated tensors on tp rank 0
+// (layout_norm_ranges) and sums over dp and tp. Checkpoints gather the tp slices (gather_tp) into whole tensors.
 //   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
 //   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
 //   ranks is the one-process mean.
@@ -76,7 +93,8 @@
 //
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
-// (padded) elements, shard = P / dp.
+// (padded) elements, shard = P / dp. Under tp the layer shapes are a rank's (H/tp heads ..., g->Hl, g->Fl, g->Vpl),
+// and Nl = N/tp rows of the norms and the residual stream under SP (else N).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
