@@ -1,9 +1,9 @@
-// train_gpt.cu: the CUDA trainer, on one GPU or data and tensor parallel over several (--dp, --zero, --tp, --sp). The same model as
-// train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
-// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
-// and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
-// PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
-// llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
+// train_gpt.cu: the CUDA trainer, on one GPU or data and tensor parallel over several (--dp, --zero, --tp, --sp).
+// The same model as train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or
+// RMSNorm, GELU or SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints,
+// safetensors, data and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW
+// moments. make PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core
+// attention of llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
 //   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/params.h)
