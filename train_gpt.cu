@@ -847,7 +847,8 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
                       const Layout* layout = nullptr, const Comm* dp = nullptr, const Comm* tp = nullptr) {
     check_shapes(c, B, T);
     gpt_plan(g, c, layout ? *layout : layout_single(c));
-    if (g->parallel && (!dp || !tp)) die("gpt_build: a parallel layout needs its dp and tp groups");
+    if (g->parallel && !dp) die("gpt_build: a data-parallel layout needs its dp group");
+    if (g->n_tp > 1 && !tp) die("gpt_build: a tensor-parallel layout needs its tp group");
     if (dp) g->dp = *dp;
     if (tp) g->tp = *tp;
     for (const ParamSpec& s : g->table.specs)
