@@ -1,9 +1,9 @@
-// train_gpt.cu: the CUDA trainer, on one GPU or data parallel over several (--dp, --zero). The same model as
-// train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
-// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
-// and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
-// PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
-// llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
+// train_gpt.cu: the CUDA trainer, on one GPU or data and tensor parallel over several (--dp, --zero, --tp, --sp).
+// The same model as train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or
+// RMSNorm, GELU or SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints,
+// safetensors, data and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW
+// moments. make PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core
+// attention of llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
 //   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/params.h)
@@ -34,10 +34,27 @@
 // input x[l] and recomputes the whole layer just before its backward.
 //
 // Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/layout.h checks the layout, llmc/zero.h plans
-// the buckets): world = dp ranks, one GPU each, started by mpirun, srun or scripts/launch.sh (comm_init,
-// llmc/launch.h); tensor, sequence and pipeline parallelism are not in this trainer yet. Every NCCL call goes
-// through llmc/comm_nccl.cuh, on the dp group's own stream (dp.stream), ordered against the compute stream by
-// events. One rank is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+// the buckets): world = dp x tp ranks (tp fastest), one GPU each, started by mpirun, srun or scripts/launch.sh
+// (comm_init, llmc/launch.h); pipeline parallelism is not in this trainer yet. Every NCCL call goes through
+// llmc/comm_nccl.cuh: the dp group's on its own stream (dp.stream), ordered against the compute stream by events; the
+// tp group's on the compute stream itself (g->tp.stream = g->stream), in line with the kernels around them. One rank
+// is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+// Tensor parallel (--tp, Megatron; llmc/tp.h slices every tensor, gpt_local_table gives a rank its table): rank r
+// holds H/tp heads and KV/tp kv heads of qkv, F/tp columns of fc1 (SwiGLU: gate and up alike) and the matching
+// columns of attn_out and fc2, Vp/tp rows of the embedding and head (Vp padded to 128 tp). qkv and fc1 are
+// column-parallel (whole input, this rank's outputs), attn_out and fc2 row-parallel: their partial outputs are summed
+// over tp (tp_sum), the replicated bias added by tp rank 0 only. The backward sums each column-parallel input gradient
+// over tp. Embedding: a token outside this rank's rows reads zeros (tp rank 0 adds the position embedding), summed
+// over tp; its backward adds only this rank's rows. Classifier (tp > 1): per chunk of rows this rank's Vp/tp logit
+// columns; the row max (max over tp), target logit and sum of exps (sums over tp) give the loss and dlogits in place
+// (llmc/classifier.cuh's vocab_parallel_*; no rank holds full logits), then d lnf = dlogits head summed over tp.
+// Sequence parallel (--sp 1): the norms and the residual stream hold Nl = N/tp rows, positions r*T/tp .. of every
+// sample; tp_gather all-gathers them (rows packed by rank, seq_pack_kernel) before each column-parallel block (ln1,
+// ln2, lnf, and the output gradient before each row-parallel backward) and tp_sum reduce-scatters after each
+// row-parallel one. The replicated tensors' gradients (norms, row-parallel biases, position embedding: from each
+// rank's rows, the biases and position embedding from tp rank 0) are summed over tp in fp32 with the bucket's
+// reduction. Without SP they are equal on every tp rank. The global norm counts replicated tensors on tp rank 0
+// (layout_norm_ranges) and sums over dp and tp. Checkpoints gather the tp slices (gather_tp) into whole tensors.
 //   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
 //   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
 //   ranks is the one-process mean.
@@ -76,7 +93,8 @@
 //
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
-// (padded) elements, shard = P / dp.
+// (padded) elements, shard = P / dp. Under tp the layer shapes are a rank's (H/tp heads ..., g->Hl, g->Fl, g->Vpl),
+// and Nl = N/tp rows of the norms and the residual stream under SP (else N).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -141,8 +159,9 @@ static Comm comm_init(int*, char***) {
     return c;
 }
 static void comm_finalize() {}
-static Comm comm_group(const Comm& parent, const std::vector<int>&) { return parent; }
+static Comm comm_group(const Comm& parent, const std::vector<int>&, const char* = "") { return parent; }
 template <typename T> static void comm_all_reduce_sum(const Comm&, T*, size_t) {}
+template <typename T> static void comm_all_reduce_max(const Comm&, T*, size_t) {}
 template <typename T> static void comm_reduce_scatter(const Comm& c, const T* send, T* recv, size_t n) {
     if (recv != send && n) cudaCheck(cudaMemcpyAsync(recv, send, n * sizeof(T), cudaMemcpyDeviceToDevice, c.stream));
 }
@@ -231,6 +250,14 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
     if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
 }
 
+// Tensor parallel: the MLP columns of one rank, ffn / tp, must be a multiple of 8 too (the kernels move 8 elements
+// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/tp.h).
+static void check_tp_shapes(const ModelConfig& c, int tp) {
+    if (tp > 1 && c.ffn % tp == 0 && (c.ffn / tp) % 8 != 0)
+        die("--ffn %d / --tp %d = %d: the CUDA kernels need a multiple of 8 per tensor-parallel rank", c.ffn, tp,
+            c.ffn / tp);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Small kernels of the trainer itself
 
@@ -256,6 +283,20 @@ __global__ void f32_from_floatX_kernel(float* dst, const floatX* src, size_t n) 
 __global__ void add_f32_kernel(float* dst, const float* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
+}
+
+// Sequence parallel packing of rows [B,T,C] (row b*T + t) by tp rank: rank r's positions r*Tl .. (r+1)*Tl - 1 of
+// every sample (Tl = T/tp) are contiguous in packed [tp,B,Tl,C], as the reduce-scatter and all-gather over tp need.
+// to_packed: packed = pack(rows); otherwise rows = unpack(packed). 8 channels per thread.
+__global__ void seq_pack_kernel(floatX* packed, floatX* rows, int B, int T, int tp, int C, bool to_packed) {
+    const size_t per_row = C / 8, i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * T * per_row) return;
+    const int n = (int)(i / per_row), c = 8 * (int)(i % per_row), Tl = T / tp;
+    const int b = n / T, t = n % T, r = t / Tl;
+    floatX* p = packed + (((size_t)r * B + b) * Tl + (t - r * Tl)) * C + c;
+    floatX* x = rows + (size_t)n * C + c;
+    if (to_packed) store8(p, load8(x));
+    else store8(x, load8(p));
 }
 
 // partial[block] = sum of g[i]^2 over the ranges [ranges[2r], ranges[2r+1]) in fp64, in a fixed order: thread j
@@ -330,17 +371,19 @@ static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const f
 // The model
 
 struct LayerActs {
-    floatX* x;        // [N,C]    input of the layer (the residual stream)
-    floatX* ln1;      // [N,C]
-    float* ln1_mean;  // [N]
-    float* ln1_rstd;  // [N]
+    floatX* x;        // [Nl,C]   input of the layer (the residual stream)
+    floatX* ln1;      // [Nl,C]
+    float* ln1_mean;  // [Nl]
+    float* ln1_rstd;  // [Nl]
+    floatX* ln1_full; // [N,C]    SP: ln1 gathered over tp (the qkv input); otherwise = ln1
     floatX* qkv;      // [N,qkvd] after RoPE
     floatX* atty;     // [N,qd]
     float* lse;       // [B,H,T]
-    floatX* x_mid;    // [N,C]    x + attention branch
-    floatX* ln2;      // [N,C]
-    float* ln2_mean;  // [N]
-    float* ln2_rstd;  // [N]
+    floatX* x_mid;    // [Nl,C]   x + attention branch
+    floatX* ln2;      // [Nl,C]
+    float* ln2_mean;  // [Nl]
+    float* ln2_rstd;  // [Nl]
+    floatX* ln2_full; // [N,C]    SP: ln2 gathered over tp (the fc1 input); otherwise = ln2
     floatX* fc1;      // [N,F1]
     floatX* act;      // [N,F]
 };
@@ -381,18 +424,27 @@ struct GPT {
     char* buffer_memory = nullptr;  // every row of buffer_table below but the counted ones
     std::vector<LayerActs> layers;
     // scratch (shapes in buffer_table)
-    floatX *y, *x_final, *lnf, *dres, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
-    float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin;
+    floatX *y, *x_final, *lnf, *lnf_full, *dres, *dres_full, *dln, *datty, *dqkv, *dfc1, *dact, *logits, *tp_part,
+        *seq_buf;
+    float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin, *cls_stats;
     double* loss_sum;           // [1] sum over the micro-batches of their weighted mean losses (fp64)
     int32_t *inputs, *targets;
     int cls_chunk = 0;
     EmbeddingPlan plan;
     AdamWTable<float> adam_f32;
     AdamWTable<__nv_bfloat16> adam_bf16;
+    // tensor and sequence parallel (the header comment; llmc/tp.h): this rank's heads, MLP columns and vocabulary rows
+    Comm tp;                    // the tp group; its collectives are enqueued on the compute stream (tp.stream = stream)
+    int n_tp = 1, tp_rank = 0;  // tp ranks, this rank's place among them
+    bool sp = false;            // sequence parallel: the norm and residual rows are this rank's Nl = N / tp
+    int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
+    ParamTable full;            // the whole model's table (init, checkpoints, exports); g->table holds slices of it
+    std::vector<int> global;    // local spec -> its spec in `full`
+    std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the full tensor
     // data parallel and ZeRO (the header comment; counts of the buffer-table rows are set by gpt_plan)
-    Layout L;                   // dp ranks and the ZeRO stage (tp = pp = 1)
+    Layout L;                   // dp x tp ranks, the ZeRO stage, sp (pp = 1)
     Comm dp;                    // the dp group: its size, rank and stream
-    bool parallel = false;      // dp > 1 or ZeRO: fp32 bucket reduction, sharded optimizer state
+    bool parallel = false;      // dp > 1, ZeRO or tp > 1: fp32 bucket reduction, sharded optimizer state
     std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
     std::vector<int> bucket_of;        // spec -> bucket
     size_t shard = 0;                  // P / dp
@@ -447,9 +499,10 @@ struct GPT {
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// Rows of the classifier's logits chunk: at most 256 MiB of logits, at least 64 rows.
-static int classifier_chunk(const ModelConfig& c, int B, int T) {
-    const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)c.padded_vocab);
+// Rows of the classifier's logits chunk (Vpl: this rank's vocabulary columns): at most 256 MiB of logits, at least
+// 64 rows.
+static int classifier_chunk(int Vpl, int B, int T) {
+    const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)Vpl);
     return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
 }
 
@@ -496,37 +549,50 @@ static size_t buffer_copies(const Buffer& b, Recompute r, int L) { return b.acti
 
 // The rows, pointing into g (and g->layers[0]) for micro-batches of B x T; the data-parallel rows' counts come from
 // gpt_plan (g->n_grad32 ...).
+// Under tensor parallelism the shapes are this rank's (qd, qkvd, F, F1 and H of its heads and MLP columns, Vp its
+// vocabulary rows); Nl = N / tp rows of the norms and the residual stream under SP, else N. SP adds the gathered
+// copies (*_full), the partial sums before a reduce-scatter (tp_part) and the packing buffer (seq_buf); tp > 1 the
+// classifier's row statistics (cls_stats).
 static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
-    const size_t N = (size_t)B * T, C = c.n_embd, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn,
-                 F1 = cfg_fc1_dim(c), BHT = (size_t)B * c.n_head * T;
+    const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, hd = c.head_dim,
+                 qd = (size_t)g->Hl * hd, qkvd = (size_t)(g->Hl + 2 * g->KVl) * hd, F = g->Fl,
+                 F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
+    const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
     LayerActs& la = g->layers[0];
     return {
         //          pointer        elements   none  selective   full
-        activation(&la.x,          N * C,     KEEP, KEEP,       KEEP),        // [N,C] layer input (residual stream)
-        activation(&la.ln1,        N * C,     KEEP, KEEP,       RECOMPUTED),  // [N,C]
-        activation(&la.ln1_mean,   2 * N,     KEEP, KEEP,       RECOMPUTED),  // [2,N] mean, then rstd
+        activation(&la.x,          Nl * C,    KEEP, KEEP,       KEEP),        // [Nl,C] layer input (residual stream)
+        activation(&la.ln1,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
+        activation(&la.ln1_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
+        activation(&la.ln1_full,   NCsp,      KEEP, KEEP,       RECOMPUTED),  // [N,C] SP: ln1 gathered
         activation(&la.qkv,        N * qkvd,  KEEP, KEEP,       RECOMPUTED),  // [N,qkvd] q, k rotated
         activation(&la.atty,       N * qd,    KEEP, RECOMPUTED, RECOMPUTED),  // [N,qd] attention output
         activation(&la.lse,        BHT,       KEEP, RECOMPUTED, RECOMPUTED),  // [B,H,T]
-        activation(&la.x_mid,      N * C,     KEEP, KEEP,       RECOMPUTED),  // [N,C] after attention
-        activation(&la.ln2,        N * C,     KEEP, KEEP,       RECOMPUTED),  // [N,C]
-        activation(&la.ln2_mean,   2 * N,     KEEP, KEEP,       RECOMPUTED),  // [2,N] mean, then rstd
+        activation(&la.x_mid,      Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C] after attention
+        activation(&la.ln2,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
+        activation(&la.ln2_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
+        activation(&la.ln2_full,   NCsp,      KEEP, KEEP,       RECOMPUTED),  // [N,C] SP: ln2 gathered
         activation(&la.fc1,        N * F1,    KEEP, KEEP,       RECOMPUTED),  // [N,F1] pre-activation
         activation(&la.act,        N * F,     KEEP, RECOMPUTED, RECOMPUTED),  // [N,F]
-        scratch(&g->y,             N * C),                     // [N,C] a matmul output about to join the residual
-        scratch(&g->x_final,       N * C),                     // [N,C] residual after the last layer
-        scratch(&g->lnf,           N * C),                     // [N,C]
-        scratch(&g->lnf_mean,      2 * N),                     // [2,N] mean, then rstd
-        scratch(&g->dres,          N * C),                     // [N,C] residual-stream gradient
-        scratch(&g->dln,           N * C),                     // [N,C] gradient of a norm output
+        scratch(&g->y,             Nl * C),                    // [Nl,C] a matmul output about to join the residual
+        scratch(&g->x_final,       Nl * C),                    // [Nl,C] residual after the last layer
+        scratch(&g->lnf,           Nl * C),                    // [Nl,C]
+        scratch(&g->lnf_mean,      2 * Nl),                    // [2,Nl] mean, then rstd
+        scratch(&g->lnf_full,      NCsp),                      // [N,C] SP: lnf gathered (the classifier's input)
+        scratch(&g->dres,          Nl * C),                    // [Nl,C] residual-stream gradient
+        scratch(&g->dres_full,     NCsp),                      // [N,C] SP: dres gathered (a row-parallel dout)
+        scratch(&g->dln,           Nl * C),                    // [Nl,C] gradient of a norm output
+        scratch(&g->tp_part,       NCsp),                      // [N,C] SP: partial sums before the reduce-scatter
+        scratch(&g->seq_buf,       NCsp),                      // [tp,B,T/tp,C] SP: rows packed by tp rank
         scratch(&g->datty,         N * qd),                    // [N,qd]
         scratch(&g->dqkv,          N * qkvd),                  // [N,qkvd]
         scratch(&g->dfc1,          N * F1),                    // [N,F1]
         scratch(&g->dact,          N * F),                     // [N,F]
         scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
-        scratch(&g->norm_partial,  norm_backward_scratch_floats((int)N, (int)C)),
-        scratch(&g->logits,        (size_t)classifier_chunk(c, B, T) * c.padded_vocab),  // [chunk,Vp]
+        scratch(&g->norm_partial,  norm_backward_scratch_floats((int)Nl, (int)C)),
+        scratch(&g->logits,        chunk * g->Vpl),            // [chunk,Vp]
+        scratch(&g->cls_stats,     g->n_tp > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of exps, target logit
         scratch(&g->losses,        N),                         // [N]
         scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
         scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
@@ -550,9 +616,21 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L) {
     g->cfg = c;
     g->L = L;
-    const int dp = L.topo.dp;
-    g->table = gpt_local_table(c, build_param_table(c), L, 0, 0).t;  // tp = pp = 1: every tensor, padded for dp
-    g->parallel = dp > 1 || L.zero > 0;
+    const int dp = L.topo.dp, tp = L.topo.tp;
+    g->n_tp = tp;
+    g->tp_rank = L.topo.tp_rank;
+    g->sp = L.sp;
+    g->Hl = c.n_head / tp;
+    g->KVl = c.n_kv_head / tp;
+    g->Fl = c.ffn / tp;
+    g->Vpl = c.padded_vocab / tp;
+    g->v0 = g->tp_rank * g->Vpl;
+    g->full = build_param_table(c);
+    LocalTable lt = gpt_local_table(c, g->full, L, 0, g->tp_rank);  // pp = 1: every tensor, its tp slices, padded
+    g->table = lt.t;
+    g->global = lt.global;
+    g->slice = lt.slice;
+    g->parallel = dp > 1 || L.zero > 0 || tp > 1;
     g->buckets = zero_buckets(g->table, dp);
     g->bucket_of.assign(g->table.specs.size(), -1);
     size_t max_layer = 0;
@@ -628,7 +706,7 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
     e.grads = P * sizeof(floatX);
     e.master = (L.zero >= 1 ? shard : P) * 4;
     e.moments = (L.zero >= 1 ? shard : P) * 2 * (bf16_moments ? 2 : 4);
-    e.head_grad = (double)c.padded_vocab * c.n_embd * 4;
+    e.head_grad = (double)shape.Vpl * c.n_embd * 4;
     e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = 0;
     e.grad32 = (double)align256(shape.n_grad32 * 4);
     e.grad_shard = (double)align256(shape.n_grad_shard * 4);
@@ -649,7 +727,8 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
 
 static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const Layout& L, double device_bytes) {
     const double G = 1024.0 * 1024.0 * 1024.0;
-    if (L.topo.dp > 1 || L.zero > 0) printf("memory estimate per rank: dp %d, ZeRO %d\n", L.topo.dp, L.zero);
+    if (L.topo.dp > 1 || L.zero > 0 || L.topo.tp > 1)
+        printf("memory estimate per rank: dp %d x tp %d%s, ZeRO %d\n", L.topo.dp, L.topo.tp, L.sp ? " (sp)" : "", L.zero);
     printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
            e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
     printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
@@ -782,14 +861,16 @@ static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     return adamw_table_upload(ts);
 }
 
-// Allocates everything for micro-batches of B x T. weight_decay goes into the AdamW table. layout and dp: this
-// rank's layout (llmc/layout.h) and its dp group; null: one GPU.
+// Allocates everything for micro-batches of B x T. weight_decay goes into the AdamW table. layout, dp and tp: this
+// rank's layout (llmc/layout.h), its dp and tp groups; null: one GPU.
 static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
-                      const Layout* layout = nullptr, const Comm* dp = nullptr) {
+                      const Layout* layout = nullptr, const Comm* dp = nullptr, const Comm* tp = nullptr) {
     check_shapes(c, B, T);
     gpt_plan(g, c, layout ? *layout : layout_single(c));
     if (g->parallel && !dp) die("gpt_build: a data-parallel layout needs its dp group");
+    if (g->n_tp > 1 && !tp) die("gpt_build: a tensor-parallel layout needs its tp group");
     if (dp) g->dp = *dp;
+    if (tp) g->tp = *tp;
     for (const ParamSpec& s : g->table.specs)
         if (s.offset % 8 != 0 || s.numel() % 8 != 0)
             die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 elements at a time)",
@@ -799,6 +880,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->recompute = r;
     g->bf16_moments = bf16_moments;
     cudaCheck(cudaStreamCreate(&g->stream));
+    g->tp.stream = g->stream;  // tp collectives in line with the kernels that write and read their buffers
     matmul_init(&g->mm, (int)max_bias_len(c));
     g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
     const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
@@ -808,7 +890,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->allocated_weights = g->allocated - before;
     before = g->allocated;
     cuda_alloc(g, &g->grads, P * sizeof(floatX));
-    cuda_alloc(g, &g->head_grad, (size_t)c.padded_vocab * c.n_embd * sizeof(float));
+    cuda_alloc(g, &g->head_grad, (size_t)g->Vpl * c.n_embd * sizeof(float));
     g->allocated_grads = g->allocated - before;
     before = g->allocated;
     cuda_alloc(g, &g->master, n_opt * sizeof(float));
@@ -836,15 +918,23 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
             b.set((char*)b.ptr + l * sizeof(LayerActs), at + (copies > 1 ? l * buffer_bytes(b) : 0));
         at += copies * buffer_bytes(b);
     }
-    // the second halves of the [2,N] rows
-    const size_t N = (size_t)B * T;
+    // the second halves of the [2,Nl] and [2,N] rows; without SP the gathered copies are the buffers themselves
+    const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N;
     for (LayerActs& la : g->layers) {
-        la.ln1_rstd = la.ln1_mean + N;
-        la.ln2_rstd = la.ln2_mean + N;
+        la.ln1_rstd = la.ln1_mean + Nl;
+        la.ln2_rstd = la.ln2_mean + Nl;
+        if (!g->sp) {
+            la.ln1_full = la.ln1;
+            la.ln2_full = la.ln2;
+        }
     }
-    g->lnf_rstd = g->lnf_mean + N;
+    g->lnf_rstd = g->lnf_mean + Nl;
+    if (!g->sp) {
+        g->lnf_full = g->lnf;
+        g->dres_full = g->dres;
+    }
     g->targets = g->inputs + N;
-    g->cls_chunk = classifier_chunk(c, B, T);
+    g->cls_chunk = classifier_chunk(g->Vpl, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     embedding_plan_alloc(&g->plan, B * T);
@@ -936,14 +1026,24 @@ static void params_from_master(GPT* g) {
     params_allgather(g);
 }
 
-// Uploads whole-model fp32 weights [P] (g->table's layout; and moments, or zeros when m is null); params =
-// floatX(master). Under ZeRO >= 1 each rank keeps its pieces (zero_take_shard), so a checkpoint of any layout
-// resumes at any dp and stage. Every rank of the dp group calls it (ZeRO 1/2 all-gather the params).
+// Uploads whole-model fp32 weights [g->full.total] (g->full's layout; and moments, or zeros when m is null); params
+// = floatX(master). Each rank keeps its tp slices (tp_extract into g->table's layout) and under ZeRO >= 1 its pieces
+// of them (zero_take_shard), so a checkpoint of any layout resumes at any tp, dp and stage. Every rank calls it
+// (ZeRO 1/2 all-gather the params).
 static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
     const int zero = g->L.zero;
     const size_t n = zero >= 1 ? g->shard : g->table.total;  // master and moments: this rank's elements
-    std::vector<float> pieces[3];
+    std::vector<float> local[3], pieces[3];
     const float* src[3] = {p, m, v};
+    for (int i = 0; i < 3; i++) {
+        if (!src[i]) continue;
+        local[i].assign(g->table.total, 0.0f);  // bucket padding stays zero
+        for (size_t k = 0; k < g->table.specs.size(); k++) {
+            const ParamSpec& f = g->full.specs[g->global[k]];
+            tp_extract(src[i] + f.offset, f.cols, g->slice[k], local[i].data() + g->table.specs[k].offset);
+        }
+        src[i] = local[i].data();
+    }
     for (int i = 0; i < 3 && zero >= 1; i++) {
         if (!src[i]) continue;
         pieces[i].resize(n);
@@ -991,19 +1091,51 @@ static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float
     for (size_t i = 0; i < P; i++) (*out)[i] = to_float(h[i]);
 }
 
-// Downloads the fp32 master weights and the moments (as fp32) for checkpoints and exports: whole-model buffers [P]
-// in g->table's layout on every rank (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it).
+// *out [g->full.total] = the whole model from every tp rank's local buffer `mine` [P] (g->table's layout): the tp
+// group all-gathers the local buffers piece by piece through grad32 (idle between steps; tp equal-sized local
+// tables), and each tp rank's slices go to their places (tp_insert). Every rank of the tp group calls it.
+static void gather_tp(GPT* g, const std::vector<float>& mine, std::vector<float>* out) {
+    const size_t P = g->table.total, tp = (size_t)g->n_tp;
+    std::vector<float> all(tp * P);
+    if (tp == 1) {
+        all = mine;
+    } else {
+        const size_t piece = g->n_grad32 / (tp + 1);  // send [piece] then receive [tp, piece] in grad32
+        for (size_t lo = 0; lo < P; lo += piece) {
+            const size_t n = std::min(piece, P - lo);
+            cudaCheck(cudaMemcpyAsync(g->grad32, mine.data() + lo, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
+            comm_all_gather(g->tp, g->grad32, g->grad32 + piece, n);
+            for (size_t r = 0; r < tp; r++)
+                cudaCheck(cudaMemcpyAsync(all.data() + r * P + lo, g->grad32 + piece + r * n, n * sizeof(float),
+                                          cudaMemcpyDeviceToHost, g->stream));
+            cudaCheck(cudaStreamSynchronize(g->stream));
+        }
+    }
+    out->assign(g->full.total, 0.0f);  // vocabulary padding rows stay zero
+    for (int r = 0; r < g->n_tp; r++) {
+        const LocalTable lt = gpt_local_table(g->cfg, g->full, g->L, 0, r);
+        for (size_t k = 0; k < lt.t.specs.size(); k++) {
+            const ParamSpec& f = g->full.specs[lt.global[k]];
+            tp_insert(all.data() + r * P + lt.t.specs[k].offset, lt.slice[k], f.cols, out->data() + f.offset);
+        }
+    }
+}
+
+// Downloads the fp32 master weights and the moments (as fp32) for checkpoints and exports: whole-model buffers
+// [g->full.total] in g->full's layout on every rank (ZeRO >= 1: gathered from the shards over dp, then the tp slices
+// over tp; every rank calls it).
 static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
     const bool sharded = g->L.zero >= 1;
     cudaCheck(cudaStreamSynchronize(g->stream));
-    download_whole(g, g->master, sharded, p);
+    std::vector<float> mine;
+    download_whole(g, g->master, sharded, &mine);
+    gather_tp(g, mine, p);
     if (!m) return;
-    if (!g->bf16_moments) {
-        download_whole(g, (const float*)g->m, sharded, m);
-        download_whole(g, (const float*)g->v, sharded, v);
-    } else {
-        download_whole(g, (const __nv_bfloat16*)g->m, sharded, m);
-        download_whole(g, (const __nv_bfloat16*)g->v, sharded, v);
+    for (int i = 0; i < 2; i++) {
+        const void* src = i == 0 ? g->m : g->v;
+        if (!g->bf16_moments) download_whole(g, (const float*)src, sharded, &mine);
+        else download_whole(g, (const __nv_bfloat16*)src, sharded, &mine);
+        gather_tp(g, mine, i == 0 ? m : v);
     }
 }
 
@@ -1067,6 +1199,47 @@ static void params_done(GPT* g, int b) {
 static int layer_bucket(const GPT* g, int l) { return g->bucket_of[g->table.blocks[l].ln1_w]; }
 
 // ----------------------------------------------------------------------------------------------
+// Tensor and sequence parallel communication of the residual stream, on the compute stream (g->tp.stream). Without
+// SP every tp rank holds all N rows; with SP rank r holds positions r*T/tp .. of every sample, Nl = N/tp rows.
+
+// The sum over tp of partial results part [N,C] (a row-parallel matmul's output, a column-parallel matmul's input
+// gradient) into out: without SP all of it, in place (out must be part); with SP this rank's rows [Nl,C]
+// (packed by rank into seq_buf, then reduce-scattered).
+static void tp_sum(GPT* g, floatX* part, floatX* out) {
+    if (g->n_tp == 1) return;
+    const size_t N = (size_t)g->B * g->T, C = g->cfg.n_embd;
+    if (!g->sp) {
+        if (out != part) die("tp_sum: without sequence parallelism the sum is in place");
+        comm_all_reduce_sum(g->tp, part, N * C);
+        return;
+    }
+    seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->seq_buf, part, g->B, g->T, g->n_tp,
+                                                                                 (int)C, true);
+    cudaCheck(cudaGetLastError());
+    comm_reduce_scatter(g->tp, g->seq_buf, out, N * C / g->n_tp);
+}
+
+// SP: every tp rank's rows of local [Nl,C] gathered into full [N,C] (the input of a column-parallel matmul, the
+// output gradient of a row-parallel one). Without SP local is already whole (and full is the same buffer).
+static void tp_gather(GPT* g, const floatX* local, floatX* full) {
+    if (!g->sp) return;
+    const size_t N = (size_t)g->B * g->T, C = g->cfg.n_embd;
+    comm_all_gather(g->tp, local, g->seq_buf, N * C / g->n_tp);
+    seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->seq_buf, full, g->B, g->T, g->n_tp,
+                                                                                 (int)C, false);
+    cudaCheck(cudaGetLastError());
+}
+
+// Where a sum over tp is computed before tp_sum: SP: the partial-sum buffer; otherwise out itself (in place).
+static floatX* tp_part(GPT* g, floatX* out) { return g->sp ? g->tp_part : out; }
+
+// A row-parallel layer's bias (replicated): added by tp rank 0 only, so the sum over tp holds it once; its gradient
+// is every rank's (from the whole dout, the same on every rank) without SP, and tp rank 0's with SP, where the
+// replicated tensors' gradients are summed over tp (grads_bucket_done).
+static floatX* row_bias(const GPT* g, floatX* b) { return g->tp_rank == 0 ? b : nullptr; }
+static floatX* row_bias_grad(const GPT* g, floatX* db) { return g->sp && g->tp_rank != 0 ? nullptr : db; }
+
+// ----------------------------------------------------------------------------------------------
 // Data parallel: bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it). It is
 // cast to fp32 (plus head_grad where the LM head lives), and dp.stream, once the compute stream has written it,
 // reduces it over dp: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's piece holds the
@@ -1088,10 +1261,16 @@ static void grads_bucket_done(GPT* g, int b) {
     cudaCheck(cudaGetLastError());
     const int h = g->head();
     if (h >= bk.first_spec && h < bk.end_spec) {
-        const size_t hn = (size_t)g->cfg.padded_vocab * g->cfg.n_embd;
+        const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
         float* head_dst = dst + (g->table.specs[h].offset - bk.range.lo);
         add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(head_dst, g->head_grad, hn);
         cudaCheck(cudaGetLastError());
+    }
+    // SP: each tp rank saw its part of the sequence, so the replicated tensors' gradients (norms, row-parallel biases,
+    // position embedding) are summed over tp, in fp32, before the dp reduction
+    for (int k = bk.first_spec; k < bk.end_spec && g->sp; k++) {
+        const ParamSpec& s = g->table.specs[k];
+        if (s.tp == TP_NONE) comm_all_reduce_sum(g->tp, dst + (s.offset - bk.range.lo), s.numel());
     }
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
@@ -1108,44 +1287,54 @@ static void grads_bucket_done(GPT* g, int b) {
 // ----------------------------------------------------------------------------------------------
 // Forward
 
-// The attention half of layer l after ln1: qkv, RoPE, attention, output projection into g->y.
+// The attention half of layer l after ln1: qkv (column-parallel: this rank's heads, on ln1 gathered under SP),
+// RoPE, attention.
 static void attention_block_forward(GPT* g, const ParamTable::Block& w, LayerActs& la) {
     const ModelConfig& c = g->cfg;
-    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = c.n_head, KV = c.n_kv_head;
-    matmul_forward(&g->mm, g->stream, la.qkv, la.ln1, g->P(w.qkv_w), g->P(w.qkv_b), N, C, cfg_qkv_dim(c));
+    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = g->Hl, KV = g->KVl;
+    tp_gather(g, la.ln1, la.ln1_full);
+    matmul_forward(&g->mm, g->stream, la.qkv, la.ln1_full, g->P(w.qkv_w), g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
     if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
     attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
 }
 
-// The MLP activation of layer l: act from fc1.
+// The MLP activation of layer l: act from fc1 (this rank's Fl columns).
 static void mlp_act_forward(GPT* g, LayerActs& la) {
     const size_t N = (size_t)g->B * g->T;
-    if (g->cfg.mlp == MLP_SWIGLU) swiglu_forward(la.act, la.fc1, (int)N, g->cfg.ffn, g->stream);
-    else gelu_forward(la.act, la.fc1, N * g->cfg.ffn, g->stream);
+    if (g->cfg.mlp == MLP_SWIGLU) swiglu_forward(la.act, la.fc1, (int)N, g->Fl, g->stream);
+    else gelu_forward(la.act, la.fc1, N * g->Fl, g->stream);
 }
 
 // Layer l up to its MLP output in g->y. x_prev_mid: x[l] = x_prev_mid + g->y (the previous layer's
 // x_mid and MLP output) is formed by ln1's residual add; null when la.x already holds x[l] (layer 0, a
 // recompute), and then ln1 = norm(la.x) without a residual add.
+// Tensor parallel: attn_out and fc2 are row-parallel, their partial outputs summed over tp into g->y (tp_sum; the
+// bias from tp rank 0); the norms and residual adds run on this rank's Nl rows.
 static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const ModelConfig& c = g->cfg;
     const ParamTable::Block& w = g->table.blocks[l];
     LayerActs& la = g->layers[l];
-    const int N = g->B * g->T, C = c.n_embd, F = c.ffn, F1 = cfg_fc1_dim(c);
+    const int N = g->B * g->T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, F = g->Fl,
+              F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM;
     if (x_prev_mid)
         fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w), g->P(w.ln1_b),
-                                    N, C, c.norm_eps, rms, g->stream);
+                                    Nl, C, c.norm_eps, rms, g->stream);
     else
         fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
-                                    g->P(w.ln1_b), N, C, c.norm_eps, rms, g->stream);  // no residual add
+                                    g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream);  // no residual add
     attention_block_forward(g, w, la);
-    matmul_forward(&g->mm, g->stream, g->y, la.atty, g->P(w.attn_out_w), g->P(w.attn_out_b), N, cfg_q_dim(c), C);
-    fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), N,
+    floatX* part = tp_part(g, g->y);
+    matmul_forward(&g->mm, g->stream, part, la.atty, g->P(w.attn_out_w), row_bias(g, g->P(w.attn_out_b)), N,
+                   g->Hl * c.head_dim, C);
+    tp_sum(g, part, g->y);
+    fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), Nl,
                                 C, c.norm_eps, rms, g->stream);
-    matmul_forward(&g->mm, g->stream, la.fc1, la.ln2, g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1);
+    tp_gather(g, la.ln2, la.ln2_full);
+    matmul_forward(&g->mm, g->stream, la.fc1, la.ln2_full, g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1);
     mlp_act_forward(g, la);
-    matmul_forward(&g->mm, g->stream, g->y, la.act, g->P(w.fc2_w), g->P(w.fc2_b), N, F, C);
+    matmul_forward(&g->mm, g->stream, part, la.act, g->P(w.fc2_w), row_bias(g, g->P(w.fc2_b)), N, F, C);
+    tp_sum(g, part, g->y);
 }
 
 // Forward of staged micro-batch `slot` (gpt_stage) through the final norm: g->lnf [N,C]. Its tokens and
@@ -1163,8 +1352,11 @@ static void gpt_forward_staged(GPT* g, int slot) {
     const int head_bucket = (int)g->buckets.size() - 1;
     params_use(g, 0);
     params_prefetch(g, layer_bucket(g, 0));
-    // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add
-    embedding_forward(g->layers[0].x, g->inputs, g->P(t.wte), g->P(t.wpe), N, T, C, g->stream);
+    // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add. Tensor parallel: this rank's vocabulary
+    // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
+    floatX* x0 = tp_part(g, g->layers[0].x);
+    embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl);
+    tp_sum(g, x0, g->layers[0].x);
     params_done(g, 0);
     for (int l = 0; l < L; l++) {
         const int b = layer_bucket(g, l);
@@ -1175,7 +1367,8 @@ static void gpt_forward_staged(GPT* g, int slot) {
     }
     params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
     fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[L - 1].x_mid, g->y, g->P(t.lnf_w),
-                                g->P(t.lnf_b), N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
+                                g->P(t.lnf_b), g->sp ? N / g->n_tp : N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
+    tp_gather(g, g->lnf, g->lnf_full);
 }
 
 // Forward of one micro-batch inputs[B*T] (host) through the final norm, outside a training step (evaluation,
@@ -1202,19 +1395,46 @@ static double gpt_read_loss(GPT* g) {
     return g->loss;
 }
 
-// logits[rows, Vp] (floatX, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
-// head as a linear layer (IC = C, OC = Vp), the same GEMM as step 1 of fused_classifier.
+// logits[rows, Vpl] (floatX, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
+// head (this rank's vocabulary rows) as a linear layer (IC = C, OC = Vpl), the same GEMM as step 1 of
+// fused_classifier.
 static void gpt_logits(GPT* g, int row0, int rows) {
     const ModelConfig& c = g->cfg;
-    matmul_forward(&g->mm, g->stream, g->logits, g->lnf + (size_t)row0 * c.n_embd, g->P(g->head()), nullptr, rows,
-                   c.n_embd, c.padded_vocab);
+    matmul_forward(&g->mm, g->stream, g->logits, g->lnf_full + (size_t)row0 * c.n_embd, g->P(g->head()), nullptr, rows,
+                   c.n_embd, g->Vpl);
+}
+
+// Tensor parallel: the vocabulary-parallel fused classifier (llmc/classifier.cuh) over the N rows of lnf_full, chunk
+// by chunk: this rank's logit columns, the row max (max over tp), target logit and sum of exps (sums over tp), the
+// losses and dlogits (scale: usually 1/valid targets); with dx, also dx [N,C] = dlogits head (this rank's partial
+// sum: the caller sums it over tp) and head_grad += dlogits^T lnf.
+static void classifier_tp(GPT* g, floatX* dx, float scale) {
+    const ModelConfig& c = g->cfg;
+    const int N = g->B * g->T, C = c.n_embd, V = c.vocab_size, chunk = g->cls_chunk;
+    float *mx = g->cls_stats, *sum = mx + chunk, *tgt = sum + chunk;
+    for (int r0 = 0; r0 < N; r0 += chunk) {
+        const int rows = std::min(chunk, N - r0);
+        gpt_logits(g, r0, rows);
+        vocab_parallel_max_target(g->logits, mx, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, g->stream);
+        comm_all_reduce_max(g->tp, mx, rows);
+        comm_all_reduce_sum(g->tp, tgt, rows);
+        vocab_parallel_sum_exp(g->logits, mx, sum, rows, g->v0, V, g->Vpl, g->stream);
+        comm_all_reduce_sum(g->tp, sum, rows);
+        vocab_parallel_loss_grad(g->logits, g->losses + r0, mx, sum, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, scale,
+                                 g->stream);
+        if (!dx) continue;
+        matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->logits, g->P(g->head()), rows, C, g->Vpl);
+        matmul_backward_weight(&g->mm, g->stream, g->head_grad, nullptr, g->logits, g->lnf_full + (size_t)r0 * C, rows, C,
+                               g->Vpl);
+    }
 }
 
 // Mean loss over the valid targets of the micro-batch after gpt_forward (no gradients); waits for the device.
 static double gpt_loss(GPT* g) {
     const ModelConfig& c = g->cfg;
     const int N = g->B * g->T;
-    for (int r0 = 0; r0 < N; r0 += g->cls_chunk) {
+    if (g->n_tp > 1) classifier_tp(g, nullptr, 0.0f);
+    for (int r0 = 0; r0 < N && g->n_tp == 1; r0 += g->cls_chunk) {
         const int rows = std::min(g->cls_chunk, N - r0);
         gpt_logits(g, r0, rows);
         fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size, c.padded_vocab,
@@ -1235,8 +1455,9 @@ static double gpt_loss(GPT* g) {
 static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
-    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer, hd = c.head_dim, H = c.n_head,
-              KV = c.n_kv_head, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn, F1 = cfg_fc1_dim(c);
+    const int B = g->B, T = g->T, N = B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, L = c.n_layer,
+              hd = c.head_dim, H = g->Hl, KV = g->KVl, qd = H * hd, qkvd = (H + 2 * KV) * hd, F = g->Fl,
+              F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     // the token rows of this micro-batch, grouped by token, for the embedding backward
     const MicroBatchStage& st = g->stage[slot];
@@ -1244,14 +1465,21 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
     embedding_plan_upload(&g->plan, g->h_stage + (size_t)slot * stage_ints(g) + 2 * (size_t)N, st.plan_unique,
                           st.plan_max, N, g->stream);
 
-    // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf
+    // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf (tensor parallel: the vocabulary-
+    // parallel classifier, and d lnf summed over tp: the head is column-parallel)
     const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
-    fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N, C,
-                     c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
+    if (g->n_tp == 1) {
+        fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N, C,
+                         c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
+    } else {
+        floatX* part = tp_part(g, g->dln);
+        classifier_tp(g, part, scale);
+        tp_sum(g, part, g->dln);
+    }
     gpt_loss_accumulate(g, loss_weight);
-    cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)N * C * sizeof(floatX), g->stream));
+    cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
     norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
-                  g->lnf_rstd, N, C, rms, g->stream);
+                  g->lnf_rstd, Nl, C, rms, g->stream);
     const int head_bucket = (int)g->buckets.size() - 1;
     params_done(g, head_bucket);
     if (c.tied) params_done(g, 0);
@@ -1270,29 +1498,39 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
             attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
             mlp_act_forward(g, la);
         }
-        // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid)))))
-        matmul_backward_input(&g->mm, g->stream, g->dact, g->dres, g->P(w.fc2_w), N, F, C);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc2_w), g->G(w.fc2_b), g->dres, la.act, N, F, C);
+        // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
+        // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
+        floatX* part = tp_part(g, g->dln);
+        tp_gather(g, g->dres, g->dres_full);
+        matmul_backward_input(&g->mm, g->stream, g->dact, g->dres_full, g->P(w.fc2_w), N, F, C);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc2_w), row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N,
+                               F, C);
         if (swiglu) swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream);
         else gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream);
-        matmul_backward_input(&g->mm, g->stream, g->dln, g->dfc1, g->P(w.fc1_w), N, C, F1);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1, la.ln2, N, C, F1);
+        matmul_backward_input(&g->mm, g->stream, part, g->dfc1, g->P(w.fc1_w), N, C, F1);
+        tp_sum(g, part, g->dln);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
         norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w), la.ln2_mean,
-                      la.ln2_rstd, N, C, rms, g->stream);
-        // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x)))))
-        matmul_backward_input(&g->mm, g->stream, g->datty, g->dres, g->P(w.attn_out_w), N, qd, C);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.attn_out_w), g->G(w.attn_out_b), g->dres, la.atty, N, qd, C);
+                      la.ln2_rstd, Nl, C, rms, g->stream);
+        // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
+        tp_gather(g, g->dres, g->dres_full);
+        matmul_backward_input(&g->mm, g->stream, g->datty, g->dres_full, g->P(w.attn_out_w), N, qd, C);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.attn_out_w), row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full,
+                               la.atty, N, qd, C);
         attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
-        matmul_backward_input(&g->mm, g->stream, g->dln, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1, N, C, qkvd);
+        matmul_backward_input(&g->mm, g->stream, part, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
+        tp_sum(g, part, g->dln);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
         norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
-                      la.ln1_rstd, N, C, rms, g->stream);
+                      la.ln1_rstd, Nl, C, rms, g->stream);
         params_done(g, b);
         if (reduce) grads_bucket_done(g, b);
     }
-    // dres = d(x[0]) = d(wte[token] + wpe[t])
-    embedding_backward(g->G(t.wte), g->G(t.wpe), g->dres, g->plan, N, T, C, g->stream);
+    // dres = d(x[0]) = d(wte[token] + wpe[t]): this rank's vocabulary rows, from every position (gathered under SP)
+    tp_gather(g, g->dres, g->dres_full);
+    embedding_backward(g->G(t.wte), row_bias_grad(g, g->G(t.wpe)), g->dres_full, g->plan, N, T, C, g->stream, g->v0,
+                       g->Vpl);
     if (reduce) grads_bucket_done(g, 0);
 }
 
@@ -1315,12 +1553,12 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
 
 static void gpt_zero_grad(GPT* g) {
     cudaCheck(cudaMemsetAsync(g->grads, 0, g->table.total * sizeof(floatX), g->stream));
-    cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->cfg.padded_vocab * g->cfg.n_embd * 4, g->stream));
+    cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->Vpl * g->cfg.n_embd * 4, g->stream));
 }
 
 // The fp32 LM-head gradient of the step joins the floatX gradients (once per step, after the last micro-batch).
 static void gpt_fold_head_grad(GPT* g) {
-    const size_t hn = (size_t)g->cfg.padded_vocab * g->cfg.n_embd;
+    const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
     add_f32_into_floatX_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(g->G(g->head()), g->head_grad, hn);
     cudaCheck(cudaGetLastError());
 }
@@ -1349,6 +1587,7 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     comm_all_reduce_sum(g->dp, sumsq, 1);
     cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
     cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    comm_all_reduce_sum(g->tp, sumsq, 1);  // tp slices are disjoint; replicated tensors count on tp rank 0 only
     clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, tc.grad_clip);
     cudaCheck(cudaGetLastError());
 }
@@ -1466,12 +1705,12 @@ static double device_used_bytes() {
 #ifndef TESTING
 // The layouts of train_gpt_cpu this trainer does not run yet: "" or the message naming the flag.
 static std::string not_yet_parallel(const TrainConfig& tc) {
-    const char* what = tc.tp != 1 ? "--tp" : tc.sp ? "--sp" : tc.pp != 1 ? "--pp" : tc.vpp != 1 ? "--vpp" : nullptr;
+    const char* what = tc.pp != 1 ? "--pp" : tc.vpp != 1 ? "--vpp" : nullptr;
     if (!what) return "";
-    const int value = tc.tp != 1 ? tc.tp : tc.sp ? 1 : tc.pp != 1 ? tc.pp : tc.vpp;
-    return layout_fmt("%s %d: train_gpt trains on one GPU or data parallel (--dp, --zero); tensor, sequence and "
-                      "pipeline parallelism come next (train_gpt_cpu runs them now, and train_gpt_cpu --plan plans "
-                      "them)", what, value);
+    const int value = tc.pp != 1 ? tc.pp : tc.vpp;
+    return layout_fmt("%s %d: train_gpt trains on one GPU, data parallel (--dp, --zero) and tensor parallel (--tp, "
+                      "--sp); pipeline parallelism comes next (train_gpt_cpu runs it now, and train_gpt_cpu --plan plans "
+                      "it)", what, value);
 }
 
 // A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
@@ -1489,8 +1728,8 @@ static void layout_error(const Comm& world, const std::string& msg) {
 // that cannot run, or none fitting, stops with the message naming the flag, exit 1.
 static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& mc, int n_ranks, int rank) {
     if (rank == 0 && tc->plan)
-        printf("train_gpt plans the layouts it runs: data parallel with ZeRO 0-3, --recompute, -b (tensor and pipeline "
-               "parallelism: train_gpt_cpu --plan)\n");
+        printf("train_gpt plans the layouts it runs: data and tensor parallel with ZeRO 0-3 and --sp, --recompute, -b; "
+               "with no layout flag it picks among data-parallel layouts (pipeline parallelism: train_gpt_cpu --plan)\n");
     int recompute = (int)opt->recompute;
     bool done = false;
     const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_WIRE_BYTES,
@@ -1509,6 +1748,7 @@ int main(int argc, char** argv) {
     ModelConfig mc;
     TrainConfig tc;
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
+    config_finalize(mc, tc.tp);  // the vocabulary padded to a multiple of 128 * tp
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
     stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/signals.h)
 
@@ -1535,10 +1775,11 @@ int main(int argc, char** argv) {
         exit(1);
     }
     check_shapes(mc, tc.B, tc.T);
+    check_tp_shapes(mc, tc.tp);
     if (tc.plan) plan_or_pick(&tc, &opt, mc, launch_info().world, launch_info().rank);  // exits
-    if (opt.estimate_gib > 0) {  // per rank of --dp ranks (default 1)
+    if (opt.estimate_gib > 0) {  // per rank of --dp x --tp ranks (default 1)
         const int B = tc.B, T = tc.T;
-        const int world = std::max(1, tc.dp);
+        const int world = std::max(1, tc.dp) * tc.tp;
         if (tc.total_batch == 0) tc.total_batch = (long)B * T * world;
         Layout L;
         const std::string err = layout_make(world, 0, mc, tc, tc.total_batch, &L);
@@ -1601,6 +1842,7 @@ int main(int argc, char** argv) {
     const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
     if (!layout_err.empty()) layout_error(world, layout_err);
     const Comm dp_comm = comm_group(world, layout.topo.dp_group, "dp");
+    const Comm tp_comm = comm_group(world, layout.topo.tp_group, "tp");
     const int dp = layout.topo.dp;
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
     const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout);
@@ -1613,8 +1855,8 @@ int main(int argc, char** argv) {
     require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
 
     GPT g;
-    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &dp_comm);
-    const ParamTable& table = g.table;  // whole tensors, padded into buckets: files are written per tensor
+    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &dp_comm, &tp_comm);
+    const ParamTable& table = g.full;  // the whole model's tensors: files are written per tensor
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
     {
@@ -1651,8 +1893,8 @@ int main(int argc, char** argv) {
         printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
                PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
         if (world.size > 1 || layout.zero > 0)
-            printf("ranks: %d = dp %d, ZeRO %d; gradients reduced in fp32 over dp in %d buckets\n", world.size, dp,
-                   layout.zero, (int)g.buckets.size());
+            printf("ranks: %d = dp %d x tp %d%s, ZeRO %d; gradients reduced in fp32 over dp in %d buckets\n", world.size,
+                   dp, layout.topo.tp, layout.sp ? " (sp)" : "", layout.zero, (int)g.buckets.size());
         printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
                model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
     }

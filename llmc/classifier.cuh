@@ -12,6 +12,14 @@
 // Launchers:
 //   fused_classifier_rows(...)              step 2 on `rows` rows of logits
 //   fused_classifier(...)                   steps 1-4 over all N rows, chunk rows at a time
+// Tensor parallel (vocabulary-parallel cross-entropy, Megatron): a rank holds the head rows [v0, v0 + Vpl) and
+// computes only those logit columns [rows, Vpl] per chunk; the trainer combines the rows' statistics over the tp
+// ranks between these steps, so no rank ever holds full logits:
+//   vocab_parallel_max_target   mx[row] = max over its valid columns (v0 + col < V), tgt[row] = the target's logit
+//                               when this rank holds it, else 0        (then: max of mx, sum of tgt over tp)
+//   vocab_parallel_sum_exp      sum[row] = sum over its valid columns of exp(logit - mx[row])  (then: sum over tp)
+//   vocab_parallel_loss_grad    lse = mx + log(sum), losses[row] = lse - tgt (0 when target < 0), and dlogits =
+//                               (softmax - onehot) * scale over its columns, in place
 // Shapes: N tokens, C channels, V vocabulary, Vp = V padded to a multiple of 8 (the trainer pads
 // to 128); targets [N] int32 with -1 = ignore; losses [N] fp32 (0 on ignored rows); lse [N] fp32.
 #pragma once
@@ -125,4 +133,110 @@ static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, f
         // (m = C, n = Vp, k = rows; B = dlogits stored column-major [Vp, rows], transposed); D fp32, beta 1.
         matmul_backward_weight(mm, stream, dw, nullptr, logits_chunk, xc, rows, C, Vp);
     }
+}
+
+// ---- vocabulary-parallel cross-entropy (tensor parallel) ---------------------------------------------
+
+static const int VP_THREADS = 256;
+
+// Block-wide max (is_max) or sum of v over VP_THREADS threads; every thread gets the result.
+__device__ __forceinline__ float vp_block_reduce(float v, bool is_max) {
+    __shared__ float red[VP_THREADS / 32];
+    __shared__ float out;
+    for (int off = 16; off > 0; off /= 2) {
+        const float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = is_max ? fmaxf(v, o) : v + o;
+    }
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float r = red[0];
+        for (int w = 1; w < VP_THREADS / 32; w++) r = is_max ? fmaxf(r, red[w]) : r + red[w];
+        out = r;
+    }
+    __syncthreads();
+    return out;
+}
+
+// One block per row of logits [rows, Vpl] (this rank's columns, global column v0 + col).
+__global__ void __launch_bounds__(VP_THREADS)
+vocab_parallel_max_target_kernel(const floatX* logits, float* mx, float* tgt, const int32_t* targets, int v0, int V,
+                                 int Vpl) {
+    const int row = blockIdx.x, nv = min(Vpl, V - v0);
+    const floatX* x = logits + (size_t)row * Vpl;
+    float m = -INFINITY;
+    for (int c = threadIdx.x * 8; c < nv; c += VP_THREADS * 8) {
+        const Pack8 raw = load8(x + c);
+        for (int i = 0; i < 8; i++)
+            if (c + i < nv) m = fmaxf(m, to_float(raw.v[i]));
+    }
+    m = vp_block_reduce(m, true);
+    if (threadIdx.x == 0) {
+        const int t = targets[row] - v0;
+        mx[row] = m;
+        tgt[row] = targets[row] >= 0 && t >= 0 && t < nv ? to_float(x[t]) : 0.0f;
+    }
+}
+
+__global__ void __launch_bounds__(VP_THREADS)
+vocab_parallel_sum_exp_kernel(const floatX* logits, const float* mx, float* sum, int v0, int V, int Vpl) {
+    const int row = blockIdx.x, nv = min(Vpl, V - v0);
+    const floatX* x = logits + (size_t)row * Vpl;
+    const float m = mx[row];
+    float s = 0.0f;
+    for (int c = threadIdx.x * 8; c < nv; c += VP_THREADS * 8) {
+        const Pack8 raw = load8(x + c);
+        for (int i = 0; i < 8; i++)
+            if (c + i < nv) s += __expf(to_float(raw.v[i]) - m);
+    }
+    s = vp_block_reduce(s, false);
+    if (threadIdx.x == 0) sum[row] = s;
+}
+
+__global__ void __launch_bounds__(VP_THREADS)
+vocab_parallel_loss_grad_kernel(floatX* logits, float* losses, const float* mx, const float* sum, const float* tgt,
+                                const int32_t* targets, int v0, int V, int Vpl, float scale) {
+    const int row = blockIdx.x, target = targets[row];
+    floatX* x = logits + (size_t)row * Vpl;
+    const float l = mx[row] + __logf(sum[row]);
+    if (threadIdx.x == 0) losses[row] = target >= 0 ? l - tgt[row] : 0.0f;
+    for (int c = threadIdx.x * 8; c < Vpl; c += VP_THREADS * 8) {
+        Pack8 raw = load8(x + c);
+        for (int i = 0; i < 8; i++) {
+            const int col = v0 + c + i;
+            float d = 0.0f;
+            if (target >= 0 && col < V) d = (__expf(to_float(raw.v[i]) - l) - (col == target ? 1.0f : 0.0f)) * scale;
+            raw.v[i] = to_floatX(d);
+        }
+        store8(x + c, raw);
+    }
+}
+
+// A rank's columns may all be padding (v0 >= V: it adds no logits, its max is -inf, the other ranks' is not).
+static void vocab_parallel_check(int V, int Vpl, int v0) {
+    if (Vpl % 8 != 0 || v0 < 0)
+        die("vocabulary-parallel classifier: need Vpl a multiple of 8 and v0 >= 0 (V=%d, Vpl=%d, v0=%d)", V, Vpl, v0);
+}
+
+static void vocab_parallel_max_target(const floatX* logits, float* mx, float* tgt, const int32_t* targets, int rows,
+                                      int v0, int V, int Vpl, cudaStream_t stream) {
+    vocab_parallel_check(V, Vpl, v0);
+    vocab_parallel_max_target_kernel<<<rows, VP_THREADS, 0, stream>>>(logits, mx, tgt, targets, v0, V, Vpl);
+    cudaCheck(cudaGetLastError());
+}
+
+static void vocab_parallel_sum_exp(const floatX* logits, const float* mx, float* sum, int rows, int v0, int V, int Vpl,
+                                   cudaStream_t stream) {
+    vocab_parallel_check(V, Vpl, v0);
+    vocab_parallel_sum_exp_kernel<<<rows, VP_THREADS, 0, stream>>>(logits, mx, sum, v0, V, Vpl);
+    cudaCheck(cudaGetLastError());
+}
+
+static void vocab_parallel_loss_grad(floatX* logits, float* losses, const float* mx, const float* sum, const float* tgt,
+                                     const int32_t* targets, int rows, int v0, int V, int Vpl, float scale,
+                                     cudaStream_t stream) {
+    vocab_parallel_check(V, Vpl, v0);
+    vocab_parallel_loss_grad_kernel<<<rows, VP_THREADS, 0, stream>>>(logits, losses, mx, sum, tgt, targets, v0, V, Vpl,
+                                                                     scale);
+    cudaCheck(cudaGetLastError());
 }

@@ -9,12 +9,16 @@
 //   embedding_plan_build(plan, tok_host, N, V)   all three at once, with a synchronous copy (tools, tests)
 //   embedding_backward(dwte, dwpe, dout, plan, N, T, C, stream)
 //       dwte[v] += sum of dout rows whose token is v; dwpe[t] += sum over the batch of dout[b*T + t] (if dwpe)
+// Tensor parallel (vocabulary-parallel embedding): both take the vocabulary rows [v0, v0 + vl) that wte / dwte hold
+// (default: all of them); a token outside them reads zeros in the forward (the sum over the tp ranks fills it in)
+// and adds nothing in the backward.
 // Deterministic backward without float atomics, in the manner of llm.c's encoder backward: the host (which has
 // the tokens before the step) groups row indices by token, ascending, in a counting sort; on the device, one
 // thread per (distinct token, 8 channels) sums that token's rows in that order in fp32 and adds the sum to
 // dwte once. The same launch has T further blocks for dwpe, summing the batch in order. Needs C % 8 == 0.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 #include <cuda_bf16.h>
@@ -26,11 +30,17 @@ static const int EMBEDDING_THREADS = 128;
 
 __global__ void embedding_forward_kernel(floatX* __restrict__ out, const int32_t* __restrict__ tok,
                                          const floatX* __restrict__ wte, const floatX* __restrict__ wpe,
-                                         int N, int T, int C) {
+                                         int N, int T, int C, int v0, int vl) {
     const size_t per_row = C / 8, v = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (v >= (size_t)N * per_row) return;
-    const int n = (int)(v / per_row), c = 8 * (int)(v % per_row);
-    Pack8 e = load8(wte + (size_t)tok[n] * C + c);
+    const int n = (int)(v / per_row), c = 8 * (int)(v % per_row), row = tok[n] - v0;
+    Pack8 e;
+    if (row >= 0 && row < vl) {
+        e = load8(wte + (size_t)row * C + c);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++) e.v[j] = to_floatX(0.0f);
+    }
     if (wpe) {
         Pack8 p = load8(wpe + (size_t)(n % T) * C + c);
 #pragma unroll
@@ -45,10 +55,10 @@ static void embedding_check_shape(const char* what, int N, int T, int C) {
 }
 
 static void embedding_forward(floatX* out, const int32_t* tok, const floatX* wte, const floatX* wpe,
-                              int N, int T, int C, cudaStream_t stream) {
+                              int N, int T, int C, cudaStream_t stream, int v0 = 0, int vl = INT_MAX) {
     embedding_check_shape("embedding_forward", N, T, C);
     const size_t work = (size_t)N * (C / 8);
-    embedding_forward_kernel<<<(unsigned)ceil_div(work, 256), 256, 0, stream>>>(out, tok, wte, wpe, N, T, C);
+    embedding_forward_kernel<<<(unsigned)ceil_div(work, 256), 256, 0, stream>>>(out, tok, wte, wpe, N, T, C, v0, vl);
     cudaCheck(cudaGetLastError());
 }
 
@@ -135,14 +145,15 @@ static void embedding_plan_free(EmbeddingPlan* plan) {
     *plan = EmbeddingPlan{};
 }
 
-// grid (unique + T, ceil(C/8 / threads)): block x < unique sums the rows of token[x] into dwte; block
-// x = unique + t (only when dwpe) sums dout[b*T + t] over b into dwpe[t]
+// grid (unique + T, ceil(C/8 / threads)): block x < unique sums the rows of token[x] into dwte (row token[x] - v0;
+// nothing when that is outside [0, vl)); block x = unique + t (only when dwpe) sums dout[b*T + t] over b into dwpe[t]
 __global__ void embedding_backward_kernel(floatX* __restrict__ dwte, floatX* __restrict__ dwpe,
                                           const floatX* __restrict__ dout, const int* __restrict__ token,
                                           const int* __restrict__ offset, const int* __restrict__ rows, int unique,
-                                          int N, int T, int C) {
+                                          int N, int T, int C, int v0, int vl) {
     const int c = 8 * (blockIdx.y * blockDim.x + threadIdx.x);
     if (c >= C) return;
+    if ((int)blockIdx.x < unique && (token[blockIdx.x] < v0 || token[blockIdx.x] - v0 >= vl)) return;
     float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     floatX* dst;
     if ((int)blockIdx.x < unique) {
@@ -152,7 +163,7 @@ __global__ void embedding_backward_kernel(floatX* __restrict__ dwte, floatX* __r
 #pragma unroll
             for (int j = 0; j < 8; j++) s[j] += to_float(d.v[j]);
         }
-        dst = dwte + (size_t)token[u] * C + c;
+        dst = dwte + (size_t)(token[u] - v0) * C + c;
     } else {
         const int t = blockIdx.x - unique;
         for (int n = t; n < N; n += T) {
@@ -169,11 +180,12 @@ __global__ void embedding_backward_kernel(floatX* __restrict__ dwte, floatX* __r
 }
 
 static void embedding_backward(floatX* dwte, floatX* dwpe, const floatX* dout,
-                               const EmbeddingPlan& plan, int N, int T, int C, cudaStream_t stream) {
+                               const EmbeddingPlan& plan, int N, int T, int C, cudaStream_t stream, int v0 = 0,
+                               int vl = INT_MAX) {
     embedding_check_shape("embedding_backward", N, T, C);
     if (plan.n != N) die("embedding_backward: the plan was built for %d rows, not %d", plan.n, N);
     dim3 grid(plan.unique + (dwpe ? T : 0), (unsigned)ceil_div(C / 8, EMBEDDING_THREADS));
     embedding_backward_kernel<<<grid, EMBEDDING_THREADS, 0, stream>>>(dwte, dwpe, dout, plan.d_token, plan.d_offset,
-                                                                      plan.d_rows, plan.unique, N, T, C);
+                                                                      plan.d_rows, plan.unique, N, T, C, v0, vl);
     cudaCheck(cudaGetLastError());
 }

@@ -85,32 +85,6 @@ else
     else echo "[FAIL] fp32 no layout flag, 2 ranks:$fail"; status=1; fi
 fi
 
-# resume NAME LABEL FROM CONTINUING: FROM's step-2 checkpoint continued at one rank (fp32) must continue as CONTINUING
-# did (steps 3-4, final weights and moments) and stay with the CPU run
-resume() {
-    local name=$1 label=$2 from=$3 cont=$4
-    if [ ! -f "$d/$from/ckpt_00000002/DONE" ]; then
-        echo "[FAIL] $label: no complete step-2 checkpoint in $d/$from: $(why "$from")"; status=1; return
-    fi
-    mkdir -p "$d/$name" && cp -r "$d/$from/ckpt_00000002" "$d/$name/"
-    run "$name" build/train_gpt_fp32_emu 1 4 --resume auto
-    if [ $rc -ne 0 ]; then echo "[FAIL] $label: exit $rc: $(why "$name")"; status=1; return; fi
-    local l lc n fail="" wm wo
-    grep -q "resumed from .*ckpt_00000002 at step 2" "$d/$name.log" || fail+=" no 'resumed from ...ckpt_00000002 at step 2' line;"
-    lc=$(diff_of "$name" "$cont" 3 loss 0)
-    l=$(diff_of "$name" cpu.a4 3 loss 0)
-    n=$(diff_of "$name" "$cont" 3 grad_norm 1)
-    within "$lc" $LOSS_TOL || fail+=" losses vs continuing $lc > $LOSS_TOL;"
-    within "$l" $LOSS_TOL || fail+=" losses vs one process $l > $LOSS_TOL;"
-    within "$n" $NORM_TOL || fail+=" gradient norms vs continuing $n > $NORM_TOL;"
-    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt "$cont" $STEPS model)" $WEIGHT_TOL
-    wm=$wout; [ $wok = 1 ] || fail+=" final weights $wm > $WEIGHT_TOL;"
-    weights compare "$(ckpt "$name" $STEPS optim)" "$(ckpt "$cont" $STEPS optim)" $WEIGHT_TOL
-    wo=$wout; [ $wok = 1 ] || fail+=" final AdamW moments $wo > $WEIGHT_TOL;"
-    local figures="steps 3-$STEPS losses vs continuing $lc, vs one process $l (tolerance $LOSS_TOL), gradient norms $n ($NORM_TOL), final weights $wm, moments $wo ($WEIGHT_TOL)"
-    if [ -z "$fail" ]; then echo "[PASS] $label ($took s): $figures"
-    else echo "[FAIL] $label:$fail ($figures)"; status=1; fi
-}
 resume fp32.resume_zero3 "fp32: dp2 zero3's step-2 checkpoint resumed at one rank" fp32.dp2_zero3 fp32.dp2_zero3
 # the CPU trainer's checkpoint of the same layout, continued by the CUDA trainer
 run cpu.dp2_zero3 ./train_gpt_cpu 2 4 --dp 2 --zero 3
@@ -118,22 +92,7 @@ resume fp32.resume_cpu_zero3 "fp32: train_gpt_cpu's dp2 zero3 step-2 checkpoint 
     cpu.dp2_zero3 cpu.dp2_zero3
 
 # bf16: against the CPU run (test_gpt.cu's chain) and the layout against the bf16 one-rank run
-bound=$($PY tests/weights_checks.py logit_bound "$d/init.safetensors" "$(ckpt cpu.a4 1 model)" "$(ckpt cpu.a4 2 model)" \
-        "$(ckpt cpu.a4 3 model)" 2>&1)
-BF16_LOSS_TOL=$(awk -v t="$TOL_LOGITS" -v m="$bound" 'BEGIN { printf "%.4g", 2 * 2 * t * m }')
-echo "bf16 tolerances: logits $TOL_LOGITS of max |logit| <= $bound: losses $BF16_LOSS_TOL, gradient norms $BF16_NORM_TOL (relative), 4-step update per tensor $BF16_UPDATE_TOL"
-# bf16_vs_cpu NAME LABEL RANKS: sets fail and figures
-bf16_vs_cpu() {
-    local l n
-    l=$(diff_of "$1" cpu.a4 1 loss 0)
-    n=$(diff_of "$1" cpu.a4 1 grad_norm 1)
-    weights update "$d/init.safetensors" "$(ckpt "$1" $STEPS model)" "$(ckpt cpu.a4 $STEPS model)" "$BF16_UPDATE_TOL"
-    fail=""
-    within "$l" "$BF16_LOSS_TOL" || fail+=" losses $l > $BF16_LOSS_TOL;"
-    within "$n" "$BF16_NORM_TOL" || fail+=" gradient norms $n > $BF16_NORM_TOL;"
-    [ $wok = 1 ] || fail+=" update $wout > $BF16_UPDATE_TOL;"
-    figures="losses $l ($BF16_LOSS_TOL), gradient norms $n ($BF16_NORM_TOL), 4-step update per tensor $wout ($BF16_UPDATE_TOL)"
-}
+bf16_tolerances
 run bf16.one_rank build/train_gpt_emu 1 4
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank: exit $rc: $(why bf16.one_rank)"; status=1
 else

@@ -65,7 +65,7 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
-expect_fail "parallel flags are refused" "one GPU" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 --tp 2
+expect_fail "pipeline flags are refused" "pipeline parallelism comes next" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 --pp 2
 if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
     expect_fail "no GPU: a clear message" "no usable CUDA device" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 64 -x 1 -o ""
 fi
@@ -144,7 +144,8 @@ fi
 # 9. --plan (llmc/plan.h over train_gpt's own estimate) runs on the host: with CUDA_VISIBLE_DEVICES empty (no device
 #    even on a GPU machine) it exits 0; its bytes are --estimate-memory's total for the same layout; with --gpu-mem
 #    and no layout flag the planner picks a dp / ZeRO / recompute / -b layout whose peak fits; explicit flags win;
-#    when nothing fits it prints the nearest layouts and exits 1 naming --gpu-mem; --tp / --pp are refused by name.
+#    when nothing fits it prints the nearest layouts and exits 1 naming --gpu-mem; --pp is refused by name; tensor and
+#    sequence parallel layouts (FlagPerf's PP1DP4TP2 with sp, GPT-3 6.7B tp2 zero1) plan, with --estimate-memory's bytes.
 plan() { CUDA_VISIBLE_DEVICES= ./train_gpt --plan "$@" 2>&1; }
 plan_total() { sed -n 's/^plan bytes stage 0: .* total \([0-9]*\)$/\1/p'; }
 for lay in "" "--dp 4 --zero 1" "--dp 4 --zero 2 --recompute selective" "--dp 3 --zero 3 --recompute full"; do
@@ -179,9 +180,15 @@ out=$(plan --world 8 -c gpt3_6.7b -t 2048 -d 2097152 --gpu-mem 80 --recompute fu
 if [ $rc -eq 0 ] && ! grep -q "layout planner" <<< "$out" && grep -q "recompute full" <<< "$out"; then
     pass "--recompute given: the planner keeps it (no pick)"
 else fail "--recompute given: the planner keeps it" "rc $rc: $(head -3 <<< "$out")"; fi
-for f in "--tp 2" "--pp 2"; do
-    out=$(plan --world 8 -c gpt3_6.7b $f); rc=$?
-    if [ $rc -eq 1 ] && grep -q -- "error: $f: .*train_gpt_cpu --plan" <<< "$out"; then pass "--plan $f is refused naming the flag"
-    else fail "--plan $f is refused" "rc $rc: $(tail -1 <<< "$out")"; fi
+out=$(plan --world 8 -c gpt3_6.7b --pp 2); rc=$?
+if [ $rc -eq 1 ] && grep -q -- "error: --pp 2: .*train_gpt_cpu --plan" <<< "$out"; then pass "--plan --pp 2 is refused naming the flag"
+else fail "--plan --pp 2 is refused" "rc $rc: $(tail -1 <<< "$out")"; fi
+for lay in "-c flagperf_llama3_8b -b 1 -t 8192 --tp 2 --dp 4 --sp 1" "-c gpt3_6.7b -b 4 -t 2048 --tp 2 --dp 4 --zero 1"; do
+    out=$(plan --world 8 $lay); rc=$?
+    p=$(plan_total <<< "$out")
+    e=$(./train_gpt $lay --estimate-memory 80 2>&1 | sed -n 's/^memory estimate (bytes): .* total \([0-9]*\)$/\1/p')
+    if [ $rc -eq 0 ] && [ -n "$p" ] && [ "$p" = "$e" ] && grep -q "dp 4 x tp 2" <<< "$out"; then
+        pass "--plan --world 8 $lay: per rank $(awk -v p="$p" 'BEGIN { printf "%.2f", p / 2^30 }') GiB, the estimate's bytes"
+    else fail "--plan --world 8 $lay" "rc $rc, plan total '$p', --estimate-memory total '$e': $(tail -1 <<< "$out")"; fi
 done
 exit $status

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Tensor and sequence parallel of the CUDA trainer on emulated GPUs (docs/design.md section 4: every layout computes what
+# one process computes). train_gpt.cu's own main, built with g++ against tests/cuda_emu (tests/gpu_multirank_lib.sh:
+# every kernel runs as written, NCCL is emulated over MPI, each process one emulated GPU), runs under mpirun with --tp,
+# --sp, --dp and --zero and is compared with train_gpt_cpu's one-process run of the same model and data (4 steps of
+# -b 1 -t 64, 4 micro-batches per step):
+#   1. gpt3_tiny with 2 layers and 2 heads of 64 (the lib's MODEL; vocabulary 301, padded to 384 at one rank and 512 at
+#      tp 2), fp32 build: one rank, then tp2, tp2 sp, tp2 dp2 zero1 sp, tp2 dp2 zero3, and FlagPerf's PP1DP4TP2 with sp
+#      (--tp 2 --dp 4 --sp 1, 8 ranks): every step's loss and gradient norm and the final weights.
+#   2. resume across layouts: tp2's step-2 checkpoint continued at one rank, and the one-rank run's step-2 checkpoint
+#      continued at tp2 sp, each against the run that continued it (steps 3-4, final weights and moments).
+#   3. bf16 build: tp2 sp against the fp32 CPU run (test_gpt.cu's chain, tests/t_gpu_multirank.sh's header).
+#   4. a LLaMA model with GQA (llama_tiny with 1 layer, 8 heads of 16 and 4 kv heads, SwiGLU, RMSNorm, RoPE, no biases,
+#      untied head): one rank, tp2 (4 heads, 2 kv heads per rank) and tp4 (Megatron's MP 1x4: 2 heads, 1 kv head per
+#      rank), fp32 build (its attention takes head dim 16; the bf16 kernels take 64, 80 or 128).
+#   5. a bad layout stops with exit 1 naming the flag: --tp 3 with 2 heads.
+# Tolerances and the guards (the job ran as its layout: the config table's row, one metrics.jsonl, optimizer state per
+# rank below one rank's) are tests/gpu_multirank_lib.sh's, derived in tests/t_gpu_multirank.sh's header; tensor
+# parallelism sums each matmul's partial products over the tp ranks and the vocabulary-parallel cross-entropy combines
+# the row max and sums over them, one more fp32 summation order within the same bounds.
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 3 minutes on 2 busy cores.
+set -u
+if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
+d=build/t_gpu_tp
+rm -rf "$d" && mkdir -p "$d"
+status=0
+source tests/gpu_multirank_lib.sh
+
+# 1. the one-process reference (a checkpoint every step, for the bf16 logit bound) and the initial weights
+CKPT_EVERY=1 run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run: $(why cpu.a4)"; exit 1; fi
+./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1 ||
+    { echo "[FAIL] train_gpt_cpu --export-init: $(tail -1 "$d/init.log")"; exit 1; }
+
+fp32 one_rank "one rank" 1 4
+fp32 tp2 "tp2" 2 4 --tp 2
+fp32 tp2_sp "tp2 sp" 2 4 --tp 2 --sp 1
+fp32 tp2_dp2_zero1_sp "tp2 dp2 zero1 sp" 4 4 --tp 2 --dp 2 --zero 1 --sp 1
+fp32 tp2_dp2_zero3 "tp2 dp2 zero3" 4 4 --tp 2 --dp 2 --zero 3
+fp32 tp2_dp4_sp "PP1DP4TP2 with sp (--tp 2 --dp 4 --sp 1)" 8 4 --tp 2 --dp 4 --sp 1
+
+# 2. checkpoints are layout-independent: tp -> one rank, one rank -> tp
+resume fp32.resume_tp2_at_1 "fp32: tp2's step-2 checkpoint resumed at one rank" fp32.tp2 fp32.tp2
+resume fp32.resume_1_at_tp2 "fp32: the one-rank step-2 checkpoint resumed at tp2 sp" fp32.one_rank fp32.one_rank 2 --tp 2 --sp 1
+
+# 3. bf16 tp2 sp against the fp32 CPU run
+bf16_tolerances
+run bf16.tp2_sp build/train_gpt_emu 2 4 --tp 2 --sp 1
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 tp2 sp (2 ranks): exit $rc after $took s: $(why bf16.tp2_sp)"; status=1
+else
+    bf16_vs_cpu bf16.tp2_sp
+    if [ -z "$fail" ]; then echo "[PASS] bf16 tp2 sp (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 tp2 sp vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
+
+# 5. a bad layout (the lib's MODEL: 2 heads)
+bad "--tp 3 does not divide 2 heads" 3 "--tp 3" --tp 3
+
+# 4. LLaMA with GQA: its own one-process reference and one-rank run, in a folder of its own
+d=build/t_gpu_tp/llama
+mkdir -p "$d"
+MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4)
+run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run (llama): $(why cpu.a4)"; status=1
+else
+    fp32 one_rank "llama GQA one rank" 1 4
+    fp32 tp2 "llama GQA tp2 (4 heads, 2 kv heads per rank)" 2 4 --tp 2
+    fp32 tp4 "llama GQA tp4, MP 1x4 (2 heads, 1 kv head per rank)" 4 4 --tp 4
+fi
+
+[ $status -eq 0 ] && rm -rf build/t_gpu_tp
+exit $status
