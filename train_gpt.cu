@@ -1,4 +1,5 @@
-// train_gpt.cu: the CUDA trainer, on one GPU or data parallel over several (--dp, --zero). The same model as
+// train_gpt.cu: the CUDA trainer, on one GPU, data parallel (--dp, --zero) and pipeline parallel (--pp, --vpp,
+// --layout) over several. The same model as
 // train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
 // SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
 // and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
@@ -35,9 +36,9 @@
 //
 // Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/layout.h checks the layout, llmc/zero.h plans
 // the buckets): world = dp ranks, one GPU each, started by mpirun, srun or scripts/launch.sh (comm_init,
-// llmc/launch.h); tensor, sequence and pipeline parallelism are not in this trainer yet. Every NCCL call goes
-// through llmc/comm_nccl.cuh, on the dp group's own stream (dp.stream), ordered against the compute stream by
-// events. One rank is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+// llmc/launch.h); pipeline parallelism below; tensor and sequence parallelism are not in this trainer yet. Every
+// NCCL call goes through llmc/comm_nccl.cuh, on the dp group's own stream (dp.stream), ordered against the compute
+// stream by events. One rank is the one-GPU trainer described above, unchanged, with no NCCL communicator.
 //   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
 //   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
 //   ranks is the one-process mean.
@@ -73,6 +74,28 @@
 //   usual layout-independent files; any dp and ZeRO stage resumes them (each rank takes its pieces).
 //   The memory estimate is per rank: the buffer table gains the rows of the fp32 gradient buffer, the gradient
 //   shard and the gather buffers, and master, moments (ZeRO >= 1) and params (ZeRO 3) shrink to the shard.
+//
+// Pipeline parallel (--pp stages, --vpp chunks per stage, --layout layers per chunk; world = pp x dp ranks, as
+// train_gpt_cpu.cpp): the layers are cut into pp*vpp chunks, chunk c on stage c % pp (llmc/pp_schedule.h); a rank's
+// parameter table holds its stage's tensors (gpt_local_table: the first stage the embeddings, the last the final norm
+// and head, and with a tied head its own copy of wte), padded into buckets for its dp group as above.
+//   Schedule: 1F1B or interleaved 1F1B over the step's micro-batches, run by pp_run (llmc/pp_exec.h). Every
+//   (micro-batch, chunk) in flight holds an activation slot: the LayerActs of its chunk's layers (acts[slot *
+//   slot_layers + i]; g->layers[l] is bound to them before the layer code runs) and two [N,C] rows of pp_io, the
+//   chunk's output and the gradient of it. The slots are the most pairs the stage's schedule keeps at once
+//   (pp_slots_needed, walking the schedule as mem_plan_acts_walk does), so the memory estimate counts what is held.
+//   A chunk's forward starts from the embeddings or from its input received into its first layer's x, and ends in the
+//   final norm (the last chunk; its backward follows at once, so the head's scratch is one copy) or in its output
+//   x_mid + y; its backward starts from the loss or from the received gradient and leaves its input's gradient in the
+//   slot to send back.
+//   Transfers: the sends and receives between two compute steps (pp_steps, 1 to 4 of them) are one NCCL group
+//   (ncclGroupStart / ncclGroupEnd) on the pp group's stream, after an event of the compute stream, which then waits
+//   for the group. NCCL's sends may block until received and carry no tags; posted as groups, the schedule cannot
+//   deadlock (tests/test_parallel.cpp simulates every stage's groups under these rules).
+//   Step end: every bucket is reduced over dp (head, layers in reverse, embeddings); the tied embedding's fp32
+//   gradient is first summed between the first and last stage (the emb group, on its stream). The gradient norm and
+//   the loss (the last stage's) are summed over every rank. Checkpoints: each stage's dp-rank-0 member sends its
+//   gathered tensors to world rank 0, which writes the whole model, so any layout resumes any other.
 //
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
@@ -518,7 +541,9 @@ static Buffer counted(size_t count, size_t elem_bytes) {
 // Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r: n_acts =
 // the layers times the activation slots (gpt_plan: n_slots * slot_layers) for a kept activation.
 static size_t buffer_bytes(const Buffer& b) { return align256(b.count * b.elem_bytes); }
-static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) { return b.activation && b.kept[r] ? (size_t)n_acts : 1; }
+static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) {
+    return b.activation && b.kept[r] ? (size_t)n_acts : 1;
+}
 
 // The rows, pointing into g (and g->acts[0]) for micro-batches of B x T; the data-parallel and pipeline rows' counts
 // come from gpt_plan (g->n_grad32 ..., g->n_pp_io).
@@ -706,8 +731,8 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
 static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const Layout& L, double device_bytes) {
     const double G = 1024.0 * 1024.0 * 1024.0;
     if (L.topo.pp > 1)
-        printf("memory estimate per rank of pipeline stage %d of %d (layers of its %d chunks, vpp %d): dp %d, ZeRO %d\n",
-               L.topo.pp_rank, L.topo.pp, L.vpp, L.vpp, L.topo.dp, L.zero);
+        printf("memory estimate per rank of pipeline stage %d of %d (vpp %d): dp %d, ZeRO %d\n", L.topo.pp_rank,
+               L.topo.pp, L.vpp, L.topo.dp, L.zero);
     else if (L.topo.dp > 1 || L.zero > 0) printf("memory estimate per rank: dp %d, ZeRO %d\n", L.topo.dp, L.zero);
     printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
            e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
@@ -828,7 +853,8 @@ static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
 
 // The communicators of a parallel layout, made by main from the Layout's member lists (llmc/topology.h).
 struct GptComms {
-    Comm world, dp, pp, emb;  // every rank; the dp group; the pipeline's stages; first and last stage (layout_emb_members)
+    Comm world, dp, pp, emb;  // every rank; the dp group; the pipeline's stages; its first and last stage (the tied
+                              // embedding: layout_emb_members)
 };
 
 // Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
@@ -1414,8 +1440,8 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
                          c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
         gpt_loss_accumulate(g, loss_weight);
         cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)N * C * sizeof(floatX), g->stream));
-        norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
-                      g->lnf_rstd, N, C, rms, g->stream);
+        norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
+                      g->lnf_mean, g->lnf_rstd, N, C, rms, g->stream);
         const int head_bucket = (int)g->buckets.size() - 1;
         params_done(g, head_bucket);
         if (c.tied) params_done(g, 0);

@@ -118,22 +118,7 @@ resume fp32.resume_cpu_zero3 "fp32: train_gpt_cpu's dp2 zero3 step-2 checkpoint 
     cpu.dp2_zero3 cpu.dp2_zero3
 
 # bf16: against the CPU run (test_gpt.cu's chain) and the layout against the bf16 one-rank run
-bound=$($PY tests/weights_checks.py logit_bound "$d/init.safetensors" "$(ckpt cpu.a4 1 model)" "$(ckpt cpu.a4 2 model)" \
-        "$(ckpt cpu.a4 3 model)" 2>&1)
-BF16_LOSS_TOL=$(awk -v t="$TOL_LOGITS" -v m="$bound" 'BEGIN { printf "%.4g", 2 * 2 * t * m }')
-echo "bf16 tolerances: logits $TOL_LOGITS of max |logit| <= $bound: losses $BF16_LOSS_TOL, gradient norms $BF16_NORM_TOL (relative), 4-step update per tensor $BF16_UPDATE_TOL"
-# bf16_vs_cpu NAME LABEL RANKS: sets fail and figures
-bf16_vs_cpu() {
-    local l n
-    l=$(diff_of "$1" cpu.a4 1 loss 0)
-    n=$(diff_of "$1" cpu.a4 1 grad_norm 1)
-    weights update "$d/init.safetensors" "$(ckpt "$1" $STEPS model)" "$(ckpt cpu.a4 $STEPS model)" "$BF16_UPDATE_TOL"
-    fail=""
-    within "$l" "$BF16_LOSS_TOL" || fail+=" losses $l > $BF16_LOSS_TOL;"
-    within "$n" "$BF16_NORM_TOL" || fail+=" gradient norms $n > $BF16_NORM_TOL;"
-    [ $wok = 1 ] || fail+=" update $wout > $BF16_UPDATE_TOL;"
-    figures="losses $l ($BF16_LOSS_TOL), gradient norms $n ($BF16_NORM_TOL), 4-step update per tensor $wout ($BF16_UPDATE_TOL)"
-}
+bf16_tolerances
 run bf16.one_rank build/train_gpt_emu 1 4
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank: exit $rc: $(why bf16.one_rank)"; status=1
 else
