@@ -167,7 +167,7 @@ static Comm comm_init(int*, char***) {
     return c;
 }
 static void comm_finalize() {}
-static Comm comm_group(const Comm& parent, const std::vector<int>&) { return parent; }
+static Comm comm_group(const Comm& parent, const std::vector<int>&, const char* = "sub") { return parent; }
 template <typename T> static void comm_all_reduce_sum(const Comm&, T*, size_t) {}
 template <typename T> static void comm_reduce_scatter(const Comm& c, const T* send, T* recv, size_t n) {
     if (recv != send && n) cudaCheck(cudaMemcpyAsync(recv, send, n * sizeof(T), cudaMemcpyDeviceToDevice, c.stream));
