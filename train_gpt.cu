@@ -456,7 +456,6 @@ struct GPT {
     Comm pp, emb;               // the stages of this rank's pipeline; its first and last stage (tied embedding)
     std::vector<int> global;    // local spec -> its index in the whole model's table (build_param_table)
     std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/tp.h)
-    int n_mb = 1;               // micro-batches per step (the schedule's length)
     int n_slots = 1;            // activation slots: the most (micro-batch, chunk) pairs in flight (1 without pp)
     int slot_layers = 0;        // layers per slot: the stage's largest chunk (without pp: every layer)
     floatX* pp_io = nullptr;    // per slot: the chunk's output [N,C] (sent on), then the gradient of its output [N,C]
@@ -546,7 +545,7 @@ static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) {
 }
 
 // The rows, pointing into g (and g->acts[0]) for micro-batches of B x T; the data-parallel and pipeline rows' counts
-// come from gpt_plan (g->n_grad32 ..., g->n_pp_io).
+// come from gpt_plan (g->n_grad32 ..., g->n_slots).
 static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
     const size_t N = (size_t)B * T, C = c.n_embd, qd = cfg_q_dim(c), qkvd = cfg_qkv_dim(c), F = c.ffn,
                  F1 = cfg_fc1_dim(c), BHT = (size_t)B * c.n_head * T;
@@ -600,8 +599,8 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 // estimate plans a GPT it never builds). L: a layout from layout_make, or layout_single for one GPU.
 
 // The most (micro-batch, chunk) pairs whose activations pp_run (llmc/pp_exec.h) keeps at once on this rank's stage,
-// training n_mb micro-batches or running them forward only: its acquires and releases counted over the schedule
-// (mem_plan_acts_walk in llmc/mem_plan.h counts their bytes the same way).
+// training n_mb micro-batches or running any number forward only (validation; that peak is reached from 2 on): its
+// acquires and releases counted over the schedules (mem_plan_acts_walk in llmc/mem_plan.h counts their bytes so).
 static int pp_slots_needed(const Layout& L, int n_mb) {
     int live = 0, peak = 0;
     PpCallbacks cb;
@@ -611,7 +610,7 @@ static int pp_slots_needed(const Layout& L, int n_mb) {
     cb.exchange = [](const PpMsg*, int) {};
     const int pp = L.topo.pp, s = L.topo.pp_rank;
     pp_run(pp_schedule(pp, L.vpp, n_mb, s), L.n_chunks(), true, cb);
-    pp_run(pp_forward_schedule(pp, L.vpp, n_mb, s), L.n_chunks(), false, cb);
+    pp_run(pp_forward_schedule(pp, L.vpp, std::max(n_mb, 2), s), L.n_chunks(), false, cb);
     return peak;
 }
 
@@ -624,7 +623,6 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb) {
     g->global = lt.global;
     g->slice = lt.slice;
     g->parallel = dp > 1 || L.zero > 0 || pp > 1;
-    g->n_mb = n_mb;
     g->n_slots = 1;
     g->slot_layers = c.n_layer;
     if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/pp_schedule.h)

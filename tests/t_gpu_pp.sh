@@ -16,9 +16,13 @@
 #      continued at pp2, each against the run it continues (steps 3-4, final weights and AdamW moments) and the CPU run.
 #   4. bf16 build: pp2 against the fp32 CPU run (tests/t_gpu_multirank.sh's bf16 tolerances).
 #   5. a bad layout: --pp 3 with 2 layers stops with exit 1 naming --pp.
+#   6. validation through the pipeline (forward only): pp2's validation losses (3 batches, at steps 0 and 2) against
+#      the CPU run's, within LOSS_TOL.
+#   7. llama_tiny with 2 layers (untied LM head on the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with
+#      --recompute full.
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
 # rank's (rank 0 holds the first stage only: guards in the lib).
-# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 3 minutes on 2 busy cores.
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
 top=build/t_gpu_pp
@@ -79,6 +83,22 @@ else
 fi
 bad "--pp 3 with 2 layers" 3 "--pp 3" --pp 3
 
+# validation through the pipeline: the text split 90/10 (no -j), 3 batches at steps 0 and 2
+val=(-b 1 -t 64 -d 256 -x 2 -g 0 -i data/mobydick.txt -v 2 --val-batches 3 -o "")
+./train_gpt_cpu "${MODEL[@]}" "${val[@]}" > "$d/cpu.val.log" 2>&1
+EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${MODEL[@]}" "${val[@]}" --pp 2 \
+    > "$d/fp32.pp2_val.log" 2>&1
+rc=$?
+vc=$(sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$d/cpu.val.log")
+vp=$(sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$d/fp32.pp2_val.log")
+vd=$(paste <(echo "$vc") <(echo "$vp") | awk 'NF == 4 && $1 == $3 { n++; x = $2 - $4; if (x < 0) x = -x; if (x > m) m = x }
+                                              END { if (n == 2) printf "%.3g", m; else print "missing" }')
+if [ $rc -eq 0 ] && [ "$vd" != missing ] && within "$vd" $LOSS_TOL; then
+    echo "[PASS] fp32 pp2 validation (forward-only schedule, 2 ranks): val losses at steps 0 and 2 within $vd of the CPU run's (tolerance $LOSS_TOL)"
+else
+    echo "[FAIL] fp32 pp2 validation: exit $rc, largest val loss difference $vd (tolerance $LOSS_TOL): $(why fp32.pp2_val)"; status=1
+fi
+
 # 4 layers: interleaved 1F1B, four stages, an uneven --layout (their own CPU reference; one rank's memory estimate)
 d=$top/layers4
 mkdir -p "$d"
@@ -90,6 +110,16 @@ build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > 
 fp32 pp2_vpp2 "4 layers: pp2 vpp2 (interleaved 1F1B)" 2 4 --pp 2 --vpp 2
 fp32 pp4_zero1 "4 layers: pp4 zero1 (TP2PP4's pipeline)" 4 4 --pp 4 --zero 1
 fp32 pp2_layout "4 layers: pp2 --layout 3,1" 2 4 --pp 2 --layout 3,1
+
+# LLaMA: an untied head on the last stage (its own CPU reference; one rank's memory estimate)
+d=$top/llama
+mkdir -p "$d"
+MODEL=(-c llama_tiny --layers 2)
+run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run, llama_tiny: $(why cpu.a4)"; exit 1; fi
+build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
+    { echo "[FAIL] --estimate-memory, llama_tiny: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+fp32 llama_pp2_dp2_zero2 "llama_tiny: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 --zero 2 --recompute full
 
 [ $status -eq 0 ] && rm -rf "$top"
 exit $status
