@@ -144,10 +144,10 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard t
 	$(CXX) -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -pthread \
 	    -DUSE_NCCL -Itests/cuda_emu/include -I$@_src $(MPI_CFLAGS) -x c++ $@_src/tests/test_comm.cu -o $@ $(MPI_LIBS)
 
-# tests/t_gpu_multirank.sh and tests/t_gpu_pp.sh: train_gpt.cu's own main built with g++ against the emulated CUDA runtime, cuBLASLt and
-# NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library serve only the
-# emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build and the fp32
-# one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
+# tests/t_gpu_multirank.sh and tests/t_gpu_pp.sh: train_gpt.cu's own main built with g++ against the emulated CUDA
+# runtime, cuBLASLt and NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library
+# serve only the emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build
+# and the fp32 one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
 EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
                    -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL
 $(BUILD)/train_gpt_fp32_emu: EMU_TRAIN_FLAGS += -DENABLE_FP32

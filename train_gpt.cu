@@ -762,6 +762,7 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     if (L.zero < 3)
         hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the "
                 "weights) divide the sharded state by --dp;";
+    if (L.topo.pp == 1) hint += " pipeline stages (--pp) divide the layers;";
     if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
     die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
         available / G, hint.c_str());
