@@ -15,7 +15,7 @@
 #   make build/test_launch build/test_comm build/test_comm_emu   rank discovery and id exchange (llmc/launch.h);
 #                          the NCCL backend llmc/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
 #   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
-#                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh)
+#                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh)
 #   make build/test_fp8    the fp8 casts, scales and GEMMs (llmc/fp8.cuh, llmc/matmul_fp8.cuh) with nvcc (tests/t_fp8.sh)
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
@@ -145,10 +145,10 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard t
 	$(CXX) -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -pthread \
 	    -DUSE_NCCL -Itests/cuda_emu/include -I$@_src $(MPI_CFLAGS) -x c++ $@_src/tests/test_comm.cu -o $@ $(MPI_LIBS)
 
-# tests/t_gpu_multirank.sh: train_gpt.cu's own main built with g++ against the emulated CUDA runtime, cuBLASLt and
-# NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library serve only the
-# emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build and the fp32
-# one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
+# tests/t_gpu_multirank.sh and tests/t_gpu_pp.sh: train_gpt.cu's own main built with g++ against the emulated CUDA
+# runtime, cuBLASLt and NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library
+# serve only the emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build
+# and the fp32 one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
 EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
                    -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL
 $(BUILD)/train_gpt_fp32_emu: EMU_TRAIN_FLAGS += -DENABLE_FP32

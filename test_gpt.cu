@@ -57,7 +57,7 @@
 #include "tests/check.h"
 #include "tests/ref_state.h"
 
-static Comm g_one_rank;  // a dp group of one rank, for the ZeRO stages on one GPU (main makes it)
+static GptComms g_one_rank;  // every group of one rank, for the ZeRO stages on one GPU (main makes them)
 
 // The memory estimate train_gpt prints before it allocates (estimate_memory) is what gpt_build then allocates,
 // byte for byte, under the model's recompute mode: both read the buffer table.
@@ -462,7 +462,7 @@ int main(int argc, char** argv) {
         int one_argc = 1;
         char* one_argv[] = {argv[0], nullptr};
         char** one_argv_p = one_argv;
-        g_one_rank = comm_init(&one_argc, &one_argv_p);
+        g_one_rank.world = g_one_rank.dp = g_one_rank.pp = g_one_rank.emb = comm_init(&one_argc, &one_argv_p);
         for (int i = 2; i < argc; i++) test_reference(argv[i]);
         comm_finalize();
     } else {

@@ -1,9 +1,10 @@
-// train_gpt.cu: the CUDA trainer, on one GPU or data and tensor parallel over several (--dp, --zero, --tp, --sp).
-// The same model as train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or
-// RMSNorm, GELU or SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints,
-// safetensors, data and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW
-// moments. make PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core
-// attention of llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
+// train_gpt.cu: the CUDA trainer, on one GPU or over several: data parallel (--dp, --zero), tensor and sequence
+// parallel (--tp, --sp) and pipeline parallel (--pp, --vpp, --layout), in any combination. The same model as
+// train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
+// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
+// and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
+// PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
+// llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
 //   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/params.h)
@@ -34,8 +35,8 @@
 // input x[l] and recomputes the whole layer just before its backward.
 //
 // Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/layout.h checks the layout, llmc/zero.h plans
-// the buckets): world = dp x tp ranks (tp fastest), one GPU each, started by mpirun, srun or scripts/launch.sh
-// (comm_init, llmc/launch.h); pipeline parallelism is not in this trainer yet. Every NCCL call goes through
+// the buckets): world = pp x dp x tp ranks (tp fastest, llmc/topology.h), one GPU each, started by mpirun, srun or
+// scripts/launch.sh (comm_init, llmc/launch.h); pipeline parallelism below. Every NCCL call goes through
 // llmc/comm_nccl.cuh: the dp group's on its own stream (dp.stream), ordered against the compute stream by events; the
 // tp group's on the compute stream itself (g->tp.stream = g->stream), in line with the kernels around them. One rank
 // is the one-GPU trainer described above, unchanged, with no NCCL communicator.
@@ -54,7 +55,7 @@
 // row-parallel one. The replicated tensors' gradients (norms, row-parallel biases, position embedding: from each
 // rank's rows, the biases and position embedding from tp rank 0) are summed over tp in fp32 with the bucket's
 // reduction. Without SP they are equal on every tp rank. The global norm counts replicated tensors on tp rank 0
-// (layout_norm_ranges) and sums over dp and tp. Checkpoints gather the tp slices (gather_tp) into whole tensors.
+// (layout_norm_ranges) and sums over dp and tp. Checkpoints gather the tp slices (gpt_get_full) into whole tensors.
 //   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
 //   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
 //   ranks is the one-process mean.
@@ -91,6 +92,29 @@
 //   The memory estimate is per rank: the buffer table gains the rows of the fp32 gradient buffer, the gradient
 //   shard and the gather buffers, and master, moments (ZeRO >= 1) and params (ZeRO 3) shrink to the shard.
 //
+// Pipeline parallel (--pp stages, --vpp chunks per stage, --layout layers per chunk; world = pp x dp x tp ranks, as
+// train_gpt_cpu.cpp): the layers are cut into pp*vpp chunks, chunk c on stage c % pp (llmc/pp_schedule.h); a rank's
+// parameter table holds its stage's tensors (gpt_local_table: the first stage the embeddings, the last the final norm
+// and head, and with a tied head its own copy of wte), sliced for its tp rank and padded into buckets for its dp group
+// as above. Under SP the activations sent between stages are this rank's Nl rows.
+//   Schedule: 1F1B or interleaved 1F1B over the step's micro-batches, run by pp_run (llmc/pp_exec.h). Every
+//   (micro-batch, chunk) in flight holds an activation slot: the LayerActs of its chunk's layers (acts[slot *
+//   slot_layers + i]; g->layers[l] is bound to them before the layer code runs) and two [N,C] rows of pp_io, the
+//   chunk's output and the gradient of it. The slots are the most pairs the stage's schedule keeps at once
+//   (pp_slots_needed, walking the schedule as mem_plan_acts_walk does), so the memory estimate counts what is held.
+//   A chunk's forward starts from the embeddings or from its input received into its first layer's x, and ends in the
+//   final norm (the last chunk; its backward follows at once, so the head's scratch is one copy) or in its output
+//   x_mid + y; its backward starts from the loss or from the received gradient and leaves its input's gradient in the
+//   slot to send back.
+//   Transfers: the sends and receives between two compute steps (pp_steps, 1 to 4 of them) are one NCCL group
+//   (ncclGroupStart / ncclGroupEnd) on the pp group's stream, after an event of the compute stream, which then waits
+//   for the group. NCCL's sends may block until received and carry no tags; posted as groups, the schedule cannot
+//   deadlock (tests/test_parallel.cpp simulates every stage's groups under these rules).
+//   Step end: every bucket is reduced over dp (head, layers in reverse, embeddings); the tied embedding's fp32
+//   gradient is first summed between the first and last stage (the emb group, on its stream). The gradient norm and
+//   the loss (the last stage's) are summed over every rank. Checkpoints: each stage's dp-rank-0 member sends its
+//   gathered tensors to world rank 0, which writes the whole model, so any layout resumes any other.
+//
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
 // (padded) elements, shard = P / dp. Under tp the layer shapes are a rank's (H/tp heads ..., g->Hl, g->Fl, g->Vpl),
@@ -99,7 +123,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -116,6 +143,8 @@
 #include "llmc/lr_schedule.h"
 #include "llmc/params.h"
 #include "llmc/plan.h"
+#include "llmc/pp_exec.h"
+#include "llmc/pp_schedule.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
 #include "llmc/signals.h"
@@ -171,6 +200,17 @@ template <typename T> static void comm_all_gather(const Comm& c, const T* send, 
 static void comm_host_sum(const Comm&, double*, size_t) {}
 static void comm_host_max(const Comm&, double*, size_t) {}
 static void comm_barrier(const Comm& c) { cudaCheck(cudaStreamSynchronize(c.stream)); }
+// point to point needs a peer: never called with one rank (a pipeline needs --pp ranks)
+struct CommRequest {};
+template <typename T> static void comm_send(const Comm&, const T*, size_t, int peer, int, CommRequest*) {
+    die("comm_send to rank %d: this train_gpt was built without NCCL", peer);
+}
+template <typename T> static void comm_recv(const Comm&, T*, size_t, int peer, int) {
+    die("comm_recv from rank %d: this train_gpt was built without NCCL", peer);
+}
+static void comm_wait(CommRequest*) {}
+static void comm_group_start() {}
+static void comm_group_end() {}
 #endif
 
 
@@ -422,7 +462,8 @@ struct GPT {
     void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
     float* head_grad = nullptr; // [Vp,C]
     char* buffer_memory = nullptr;  // every row of buffer_table below but the counted ones
-    std::vector<LayerActs> layers;
+    std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
+    std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
     // scratch (shapes in buffer_table)
     floatX *y, *x_final, *lnf, *lnf_full, *dres, *dres_full, *dln, *datty, *dqkv, *dfc1, *dact, *logits, *tp_part,
         *seq_buf;
@@ -438,11 +479,8 @@ struct GPT {
     int n_tp = 1, tp_rank = 0;  // tp ranks, this rank's place among them
     bool sp = false;            // sequence parallel: the norm and residual rows are this rank's Nl = N / tp
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
-    ParamTable full;            // the whole model's table (init, checkpoints, exports); g->table holds slices of it
-    std::vector<int> global;    // local spec -> its spec in `full`
-    std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the full tensor
     // data parallel and ZeRO (the header comment; counts of the buffer-table rows are set by gpt_plan)
-    Layout L;                   // dp x tp ranks, the ZeRO stage, sp (pp = 1)
+    Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp
     Comm dp;                    // the dp group: its size, rank and stream
     bool parallel = false;      // dp > 1, ZeRO or tp > 1: fp32 bucket reduction, sharded optimizer state
     std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
@@ -465,6 +503,17 @@ struct GPT {
     cudaEvent_t ev_gathered[GATHER_SLOTS] = {}, ev_slot_done[GATHER_SLOTS] = {};  // ZeRO 3: buffer filled / read
     int gather_holds[GATHER_SLOTS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none
     int stage_next = 0;                // ZeRO 2/3: the staging buffer the next bucket is cast into
+    // pipeline parallel (--pp, --vpp, --layout; the header comment): this rank runs its stage's chunks
+    Comm world;                 // every rank (the loss and the gradient norm are summed over it)
+    Comm pp, emb;               // the stages of this rank's pipeline; its first and last stage (tied embedding)
+    std::vector<int> global;    // local spec -> its index in the whole model's table (build_param_table)
+    std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/tp.h)
+    int n_slots = 1;            // activation slots: the most (micro-batch, chunk) pairs in flight (1 without pp)
+    int slot_layers = 0;        // layers per slot: the stage's largest chunk (without pp: every layer)
+    floatX* pp_io = nullptr;    // per slot: the chunk's output [Nl,C] (sent on), then the gradient of its output [Nl,C]
+                                // (received; the backward leaves its input's gradient there, sent back)
+    int head_mb = -1;           // the micro-batch whose final norm (x_final, lnf, lnf_mean) the head scratch holds
+    cudaEvent_t ev_pp = nullptr, ev_emb = nullptr;  // recorded on pp.stream / emb.stream after their transfers
     double allocated = 0;       // bytes asked of cudaMalloc
     double allocated_weights = 0, allocated_grads = 0, allocated_optim = 0;  // of which: params; grads + head_grad;
                                                                              // master + moments
@@ -511,8 +560,8 @@ static int classifier_chunk(int Vpl, int B, int T) {
 static const bool KEEP = true, RECOMPUTED = false;
 
 struct Buffer {
-    void* ptr;                          // the pointer that receives the address: a GPT member, or layer 0's
-                                        // LayerActs member (layer l's is l LayerActs further on); null: a buffer
+    void* ptr;                          // the pointer that receives the address: a GPT member, or acts[0]'s
+                                        // LayerActs member (acts[i]'s is i LayerActs further on); null: a buffer
                                         // its header allocates, only counted here
     void (*set)(void* ptr, char* at);   // *(T**)ptr = (T*)at, T the pointer's element type
     size_t count, elem_bytes;           // one copy: count elements of sizeof(T) bytes
@@ -543,12 +592,15 @@ static Buffer counted(size_t count, size_t elem_bytes) {
     return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}, false};
 }
 
-// Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r.
+// Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r: n_acts =
+// the layers times the activation slots (gpt_plan: n_slots * slot_layers) for a kept activation.
 static size_t buffer_bytes(const Buffer& b) { return align256(b.count * b.elem_bytes); }
-static size_t buffer_copies(const Buffer& b, Recompute r, int L) { return b.activation && b.kept[r] ? (size_t)L : 1; }
+static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) {
+    return b.activation && b.kept[r] ? (size_t)n_acts : 1;
+}
 
-// The rows, pointing into g (and g->layers[0]) for micro-batches of B x T; the data-parallel rows' counts come from
-// gpt_plan (g->n_grad32 ...).
+// The rows, pointing into g (and g->acts[0]) for micro-batches of B x T; the data-parallel and pipeline rows' counts
+// come from gpt_plan (g->n_grad32 ..., g->n_slots).
 // Under tensor parallelism the shapes are this rank's (qd, qkvd, F, F1 and H of its heads and MLP columns, Vp its
 // vocabulary rows); Nl = N / tp rows of the norms and the residual stream under SP, else N. SP adds the gathered
 // copies (*_full), the partial sums before a reduce-scatter (tp_part) and the packing buffer (seq_buf); tp > 1 the
@@ -559,7 +611,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
                  F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
     const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
-    LayerActs& la = g->layers[0];
+    LayerActs& la = g->acts[0];
     return {
         //          pointer        elements   none  selective   full
         activation(&la.x,          Nl * C,    KEEP, KEEP,       KEEP),        // [Nl,C] layer input (residual stream)
@@ -597,6 +649,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
         scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
         scratch(&g->gnorm,         GLOBAL_NORM_BLOCKS + 2),    // partials, then norm and clip coefficient
+        scratch(&g->pp_io,         g->L.topo.pp > 1 ? g->n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
         counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
@@ -609,14 +662,30 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 }
 
 // ----------------------------------------------------------------------------------------------
-// The data-parallel plan: this rank's table padded into buckets, its shard, the sizes of the dp rows of the buffer
-// table. No allocation (the memory estimate plans a GPT it never builds). L: a layout from layout_make, or
-// layout_single for one GPU.
+// The parallel plan: this rank's table (its pipeline stage's tensors) padded into buckets, its shard, the sizes of the
+// dp rows of the buffer table, the activation slots of its stage over n_mb micro-batches. No allocation (the memory
+// estimate plans a GPT it never builds). L: a layout from layout_make, or layout_single for one GPU.
 
-static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L) {
+// The most (micro-batch, chunk) pairs whose activations pp_run (llmc/pp_exec.h) keeps at once on this rank's stage,
+// training n_mb micro-batches or running any number forward only (validation; that peak is reached from 2 on): its
+// acquires and releases counted over the schedules (mem_plan_acts_walk in llmc/mem_plan.h counts their bytes so).
+static int pp_slots_needed(const Layout& L, int n_mb) {
+    int live = 0, peak = 0;
+    PpCallbacks cb;
+    cb.acquire = [&](int, int) { peak = std::max(peak, ++live); };
+    cb.release = [&](int, int) { live--; };
+    cb.forward = cb.backward = [](int, int) {};
+    cb.exchange = [](const PpMsg*, int) {};
+    const int pp = L.topo.pp, s = L.topo.pp_rank;
+    pp_run(pp_schedule(pp, L.vpp, n_mb, s), L.n_chunks(), true, cb);
+    pp_run(pp_forward_schedule(pp, L.vpp, std::max(n_mb, 2), s), L.n_chunks(), false, cb);
+    return peak;
+}
+
+static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb) {
     g->cfg = c;
     g->L = L;
-    const int dp = L.topo.dp, tp = L.topo.tp;
+    const int dp = L.topo.dp, tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
     g->n_tp = tp;
     g->tp_rank = L.topo.tp_rank;
     g->sp = L.sp;
@@ -625,12 +694,20 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L) {
     g->Fl = c.ffn / tp;
     g->Vpl = c.padded_vocab / tp;
     g->v0 = g->tp_rank * g->Vpl;
-    g->full = build_param_table(c);
-    LocalTable lt = gpt_local_table(c, g->full, L, 0, g->tp_rank);  // pp = 1: every tensor, its tp slices, padded
+    // this stage's tensors, their tp slices, padded into buckets for dp
+    const LocalTable lt = gpt_local_table(c, build_param_table(c), L, stage, g->tp_rank);
     g->table = lt.t;
     g->global = lt.global;
     g->slice = lt.slice;
-    g->parallel = dp > 1 || L.zero > 0 || tp > 1;
+    g->parallel = dp > 1 || L.zero > 0 || tp > 1 || pp > 1;
+    g->n_slots = 1;
+    g->slot_layers = c.n_layer;
+    if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/pp_schedule.h)
+        g->slot_layers = 0;
+        for (int ch = stage; ch < L.n_chunks(); ch += pp)
+            g->slot_layers = std::max(g->slot_layers, L.chunk_first[ch + 1] - L.chunk_first[ch]);
+        g->n_slots = pp_slots_needed(L, n_mb);
+    }
     g->buckets = zero_buckets(g->table, dp);
     g->bucket_of.assign(g->table.specs.size(), -1);
     size_t max_layer = 0;
@@ -695,12 +772,13 @@ static size_t max_bias_len(const ModelConfig& c) {
     return (size_t)std::max({c.n_embd, cfg_qkv_dim(c), cfg_fc1_dim(c)});
 }
 
-// The bytes one rank allocates under layout L (layout_single: one GPU).
+// The bytes one rank allocates under layout L (layout_single: one GPU) training n_mb micro-batches per step (a
+// pipeline stage keeps the activations of the most (micro-batch, chunk) pairs its schedule has in flight).
 static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments,
-                                      const Layout& L) {
+                                      const Layout& L, int n_mb = 1) {
     MemoryEstimate e;
     GPT shape;  // the plan's and the table's sizes only: its addresses point into this GPT and are not used
-    gpt_plan(&shape, c, L);
+    gpt_plan(&shape, c, L, n_mb);
     const double P = (double)shape.table.total, shard = (double)shape.shard;
     e.params = (L.zero >= 3 ? shard : P) * sizeof(floatX);
     e.grads = P * sizeof(floatX);
@@ -711,9 +789,9 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
     e.grad32 = (double)align256(shape.n_grad32 * 4);
     e.grad_shard = (double)align256(shape.n_grad_shard * 4);
     e.gather = (double)align256(shape.n_gather * sizeof(floatX));
-    shape.layers.resize(1);
+    shape.acts.resize(1);
     for (const Buffer& b : buffer_table(&shape, c, B, T)) {
-        const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, c.n_layer));
+        const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, shape.n_slots * shape.slot_layers));
         if (b.dp) e.dp_buffers += bytes;
         else if (!b.activation) e.scratch += bytes;
         else if (b.kept[r]) e.acts_layers += bytes;
@@ -727,7 +805,10 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
 
 static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const Layout& L, double device_bytes) {
     const double G = 1024.0 * 1024.0 * 1024.0;
-    if (L.topo.dp > 1 || L.zero > 0 || L.topo.tp > 1)
+    if (L.topo.pp > 1)
+        printf("memory estimate per rank of pipeline stage %d of %d (vpp %d): dp %d x tp %d%s, ZeRO %d\n", L.topo.pp_rank,
+               L.topo.pp, L.vpp, L.topo.dp, L.topo.tp, L.sp ? " (sp)" : "", L.zero);
+    else if (L.topo.dp > 1 || L.zero > 0 || L.topo.tp > 1)
         printf("memory estimate per rank: dp %d x tp %d%s, ZeRO %d\n", L.topo.dp, L.topo.tp, L.sp ? " (sp)" : "", L.zero);
     printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
            e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
@@ -759,6 +840,7 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     if (L.zero < 3)
         hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the "
                 "weights) divide the sharded state by --dp;";
+    if (L.topo.pp == 1) hint += " pipeline stages (--pp) divide the layers;";
     if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
     die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
         available / G, hint.c_str());
@@ -786,9 +868,10 @@ static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout&
 //   optim      fp32 master weights + AdamW moments  acts       activations (per layer + shared)
 //   buckets    the data-parallel rows (fp32 gradients or buckets, gradient shard, ZeRO-3 gather buffers, norm)
 //   workspace  scratch + cuBLASLt workspace + the reserve (MEMORY_RESERVE_BYTES)
-// This trainer runs tp = pp = 1 only: L's tp and pp are not looked at (the planner is called dp_only).
-static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int recompute, bool bf16_moments) {
-    const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L);
+// Pipeline stages (L's pp_rank) hold their layers and the activations their schedule over n_mb micro-batches keeps.
+static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute,
+                                 bool bf16_moments) {
+    const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L, n_mb);
     PlanBytes b;
     b.weights = e.params;
     b.grads = e.grads + e.head_grad;
@@ -800,8 +883,8 @@ static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, i
 }
 
 static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments) {
-    return [bf16_moments](const ModelConfig& c, const Layout& L, int B, int T, int, int r) {
-        return cuda_plan_bytes(c, L, B, T, r, bf16_moments);
+    return [bf16_moments](const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int r) {
+        return cuda_plan_bytes(c, L, B, T, n_mb, r, bf16_moments);
     };
 }
 
@@ -861,16 +944,27 @@ static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     return adamw_table_upload(ts);
 }
 
-// Allocates everything for micro-batches of B x T. weight_decay goes into the AdamW table. layout, dp and tp: this
-// rank's layout (llmc/layout.h), its dp and tp groups; null: one GPU.
+// The communicators of a parallel layout, made by main from the Layout's member lists (llmc/topology.h).
+struct GptComms {
+    Comm world, dp, tp, pp, emb;  // every rank; the dp group; the tp group; the pipeline's stages; its first and last
+                                  // stage (the tied embedding: layout_emb_members)
+};
+
+// Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
+// weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/layout.h) and its
+// communicators; null: one GPU.
 static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
-                      const Layout* layout = nullptr, const Comm* dp = nullptr, const Comm* tp = nullptr) {
+                      const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1) {
     check_shapes(c, B, T);
-    gpt_plan(g, c, layout ? *layout : layout_single(c));
-    if (g->parallel && !dp) die("gpt_build: a data-parallel layout needs its dp group");
-    if (g->n_tp > 1 && !tp) die("gpt_build: a tensor-parallel layout needs its tp group");
-    if (dp) g->dp = *dp;
-    if (tp) g->tp = *tp;
+    gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb);
+    if (g->parallel && !comms) die("gpt_build: a parallel layout needs its communicators");
+    if (comms) {
+        g->world = comms->world;
+        g->dp = comms->dp;
+        g->tp = comms->tp;
+        g->pp = comms->pp;
+        g->emb = comms->emb;
+    }
     for (const ParamSpec& s : g->table.specs)
         if (s.offset % 8 != 0 || s.numel() % 8 != 0)
             die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 elements at a time)",
@@ -902,25 +996,27 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     if (g->parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
 
     // activations and scratch: one block for the rows of the buffer table, carved in its order; an activation
-    // that every layer keeps gets L consecutive copies, one that is recomputed one copy shared by the layers
-    g->layers.resize(c.n_layer);
+    // that every layer keeps gets n_acts consecutive copies (every layer of every slot: acts[slot * slot_layers + i]),
+    // one that is recomputed one copy shared by the layers
+    const int n_acts = g->n_slots * g->slot_layers;
+    g->acts.resize(n_acts);
     const std::vector<Buffer> buffers = buffer_table(g, c, B, T);
     size_t block = 0;
     for (const Buffer& b : buffers)
-        if (b.ptr) block += buffer_bytes(b) * buffer_copies(b, r, c.n_layer);
+        if (b.ptr) block += buffer_bytes(b) * buffer_copies(b, r, n_acts);
         else g->allocated += (double)buffer_bytes(b);  // allocated below by its header
     cuda_alloc(g, &g->buffer_memory, block);
     char* at = g->buffer_memory;
     for (const Buffer& b : buffers) {
         if (!b.ptr) continue;
-        const size_t copies = buffer_copies(b, r, c.n_layer);
-        for (int l = 0; l < (b.activation ? c.n_layer : 1); l++)  // layer l's member: l LayerActs after layer 0's
-            b.set((char*)b.ptr + l * sizeof(LayerActs), at + (copies > 1 ? l * buffer_bytes(b) : 0));
+        const size_t copies = buffer_copies(b, r, n_acts);
+        for (int i = 0; i < (b.activation ? n_acts : 1); i++)  // acts[i]'s member: i LayerActs after acts[0]'s
+            b.set((char*)b.ptr + i * sizeof(LayerActs), at + (copies > 1 ? i * buffer_bytes(b) : 0));
         at += copies * buffer_bytes(b);
     }
     // the second halves of the [2,Nl] and [2,N] rows; without SP the gathered copies are the buffers themselves
     const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N;
-    for (LayerActs& la : g->layers) {
+    for (LayerActs& la : g->acts) {
         la.ln1_rstd = la.ln1_mean + Nl;
         la.ln2_rstd = la.ln2_mean + Nl;
         if (!g->sp) {
@@ -928,6 +1024,8 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
             la.ln2_full = la.ln2;
         }
     }
+    g->layers = g->acts;  // one stage: layer l's activations are acts[l] (a pipeline binds a slot's per chunk)
+    g->layers.resize(c.n_layer);
     g->lnf_rstd = g->lnf_mean + Nl;
     if (!g->sp) {
         g->lnf_full = g->lnf;
@@ -943,7 +1041,8 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         else g->adam_f32_g32 = adamw_table_build_dp<float>(g, weight_decay);
         cudaCheck(cudaMemcpy(g->norm_ranges, g->norm_ranges_host.data(), g->norm_ranges_host.size() * sizeof(size_t),
                              cudaMemcpyHostToDevice));
-        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->ev_stage_free[0], &g->ev_stage_free[1]})
+        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->ev_stage_free[0], &g->ev_stage_free[1], &g->ev_pp,
+                               &g->ev_emb})
             cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
         for (int i = 0; i < GATHER_SLOTS; i++) {
             cudaCheck(cudaEventCreateWithFlags(&g->ev_gathered[i], cudaEventDisableTiming));
@@ -1026,24 +1125,15 @@ static void params_from_master(GPT* g) {
     params_allgather(g);
 }
 
-// Uploads whole-model fp32 weights [g->full.total] (g->full's layout; and moments, or zeros when m is null); params
-// = floatX(master). Each rank keeps its tp slices (tp_extract into g->table's layout) and under ZeRO >= 1 its pieces
-// of them (zero_take_shard), so a checkpoint of any layout resumes at any tp, dp and stage. Every rank calls it
-// (ZeRO 1/2 all-gather the params).
+// Uploads this rank's fp32 weights [P] (g->table's layout, part_of_full: its stage's tensors, its tp slices; and
+// moments, or zeros when m is null); params = floatX(master). Under ZeRO >= 1 each rank keeps its pieces
+// (zero_take_shard), so a checkpoint of any layout resumes at any tp, pp, dp and stage. Every rank calls it (ZeRO
+// 1/2 all-gather the params).
 static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
     const int zero = g->L.zero;
     const size_t n = zero >= 1 ? g->shard : g->table.total;  // master and moments: this rank's elements
-    std::vector<float> local[3], pieces[3];
+    std::vector<float> pieces[3];
     const float* src[3] = {p, m, v};
-    for (int i = 0; i < 3; i++) {
-        if (!src[i]) continue;
-        local[i].assign(g->table.total, 0.0f);  // bucket padding stays zero
-        for (size_t k = 0; k < g->table.specs.size(); k++) {
-            const ParamSpec& f = g->full.specs[g->global[k]];
-            tp_extract(src[i] + f.offset, f.cols, g->slice[k], local[i].data() + g->table.specs[k].offset);
-        }
-        src[i] = local[i].data();
-    }
     for (int i = 0; i < 3 && zero >= 1; i++) {
         if (!src[i]) continue;
         pieces[i].resize(n);
@@ -1091,51 +1181,78 @@ static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float
     for (size_t i = 0; i < P; i++) (*out)[i] = to_float(h[i]);
 }
 
-// *out [g->full.total] = the whole model from every tp rank's local buffer `mine` [P] (g->table's layout): the tp
-// group all-gathers the local buffers piece by piece through grad32 (idle between steps; tp equal-sized local
-// tables), and each tp rank's slices go to their places (tp_insert). Every rank of the tp group calls it.
-static void gather_tp(GPT* g, const std::vector<float>& mine, std::vector<float>* out) {
-    const size_t P = g->table.total, tp = (size_t)g->n_tp;
-    std::vector<float> all(tp * P);
-    if (tp == 1) {
-        all = mine;
-    } else {
-        const size_t piece = g->n_grad32 / (tp + 1);  // send [piece] then receive [tp, piece] in grad32
-        for (size_t lo = 0; lo < P; lo += piece) {
-            const size_t n = std::min(piece, P - lo);
-            cudaCheck(cudaMemcpyAsync(g->grad32, mine.data() + lo, n * sizeof(float), cudaMemcpyHostToDevice, g->stream));
-            comm_all_gather(g->tp, g->grad32, g->grad32 + piece, n);
-            for (size_t r = 0; r < tp; r++)
-                cudaCheck(cudaMemcpyAsync(all.data() + r * P + lo, g->grad32 + piece + r * n, n * sizeof(float),
-                                          cudaMemcpyDeviceToHost, g->stream));
-            cudaCheck(cudaStreamSynchronize(g->stream));
-        }
-    }
-    out->assign(g->full.total, 0.0f);  // vocabulary padding rows stay zero
-    for (int r = 0; r < g->n_tp; r++) {
-        const LocalTable lt = gpt_local_table(g->cfg, g->full, g->L, 0, r);
-        for (size_t k = 0; k < lt.t.specs.size(); k++) {
-            const ParamSpec& f = g->full.specs[lt.global[k]];
-            tp_insert(all.data() + r * P + lt.t.specs[k].offset, lt.slice[k], f.cols, out->data() + f.offset);
-        }
-    }
-}
-
-// Downloads the fp32 master weights and the moments (as fp32) for checkpoints and exports: whole-model buffers
-// [g->full.total] in g->full's layout on every rank (ZeRO >= 1: gathered from the shards over dp, then the tp slices
-// over tp; every rank calls it).
+// Downloads the fp32 master weights and the moments (as fp32) of this rank's part: buffers [P] in g->table's layout
+// (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it). gpt_get_full assembles the whole model.
 static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
     const bool sharded = g->L.zero >= 1;
     cudaCheck(cudaStreamSynchronize(g->stream));
-    std::vector<float> mine;
-    download_whole(g, g->master, sharded, &mine);
-    gather_tp(g, mine, p);
+    download_whole(g, g->master, sharded, p);
     if (!m) return;
-    for (int i = 0; i < 2; i++) {
-        const void* src = i == 0 ? g->m : g->v;
-        if (!g->bf16_moments) download_whole(g, (const float*)src, sharded, &mine);
-        else download_whole(g, (const __nv_bfloat16*)src, sharded, &mine);
-        gather_tp(g, mine, i == 0 ? m : v);
+    if (!g->bf16_moments) {
+        download_whole(g, (const float*)g->m, sharded, m);
+        download_whole(g, (const float*)g->v, sharded, v);
+    } else {
+        download_whole(g, (const __nv_bfloat16*)g->m, sharded, m);
+        download_whole(g, (const __nv_bfloat16*)g->v, sharded, v);
+    }
+}
+
+// Whole-model buffers [full.total] (build_param_table's layout, in which files are read and written) and this rank's
+// part of them [P] in g->table's layout: its stage's tensors (its tp slices), bucket padding zero.
+static std::vector<float> part_of_full(const GPT* g, const ParamTable& full, const float* src) {
+    std::vector<float> out(g->table.total, 0.0f);
+    for (size_t k = 0; k < g->table.specs.size(); k++) {
+        const ParamSpec& f = full.specs[g->global[k]];
+        tp_extract(src + f.offset, f.cols, g->slice[k], out.data() + g->table.specs[k].offset);
+    }
+    return out;
+}
+
+// The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole model's weights
+// (and with m, the moments) [full.total], the others nothing. Each rank gathers its ZeRO shards over dp
+// (gpt_get_weights); then the dp-rank-0 member of every other (stage, tp rank) sends its part to world rank 0 through
+// grad32 (idle between steps), in pieces that fit every rank's grad32.
+static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, std::vector<float>* m,
+                         std::vector<float>* v) {
+    const Topology& me = g->L.topo;
+    const int n_bufs = m ? 3 : 1;
+    std::vector<float> mine[3];
+    gpt_get_weights(g, &mine[0], m ? &mine[1] : nullptr, m ? &mine[2] : nullptr);
+    std::vector<float>* dst[3] = {p, m, v};
+    if (me.rank == 0)
+        for (int i = 0; i < n_bufs; i++) dst[i]->assign(full.total, 0.0f);
+    double piece = 0;  // the smallest grad32 of the ranks (minus the largest negative)
+    if (me.world > 1) {
+        piece = -(double)g->n_grad32;
+        comm_host_max(g->world, &piece, 1);
+        piece = -piece;
+    }
+    for (int r = 0; r < me.world; r++) {
+        const Topology o = topo_make(me.dp, me.tp, me.pp, r);
+        if (o.dp_rank != 0 || (me.rank != 0 && me.rank != r)) continue;
+        const LocalTable lt = gpt_local_table(g->cfg, full, g->L, o.pp_rank, o.tp_rank);
+        for (int i = 0; i < n_bufs; i++) {
+            std::vector<float> buf = r == 0 ? mine[i] : std::vector<float>(lt.t.total);
+            for (size_t at = 0; r != 0 && at < lt.t.total; at += (size_t)piece) {
+                const size_t n = std::min((size_t)piece, lt.t.total - at);
+                if (me.rank == r) {
+                    CommRequest req;
+                    cudaCheck(cudaMemcpy(g->grad32, mine[i].data() + at, n * sizeof(float), cudaMemcpyHostToDevice));
+                    comm_send(g->world, (const float*)g->grad32, n, 0, i, &req);
+                    comm_wait(&req);
+                } else {
+                    comm_recv(g->world, g->grad32, n, r, i);
+                    cudaCheck(cudaMemcpyAsync(buf.data() + at, g->grad32, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                              g->world.stream));
+                    cudaCheck(cudaStreamSynchronize(g->world.stream));
+                }
+            }
+            if (me.rank != 0) continue;
+            for (size_t k = 0; k < lt.t.specs.size(); k++) {
+                const ParamSpec& f = full.specs[lt.global[k]];
+                tp_insert(buf.data() + lt.t.specs[k].offset, lt.slice[k], f.cols, dst[i]->data() + f.offset);
+            }
+        }
     }
 }
 
@@ -1146,7 +1263,7 @@ static void gpt_free(GPT* g) {
     if (g->parallel) {
         if (g->bf16_moments) adamw_table_free(&g->adam_bf16_g32);
         else adamw_table_free(&g->adam_f32_g32);
-        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->ev_stage_free[0], g->ev_stage_free[1]})
+        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->ev_stage_free[0], g->ev_stage_free[1], g->ev_pp, g->ev_emb})
             cudaCheck(cudaEventDestroy(e));
         for (int i = 0; i < GATHER_SLOTS; i++) {
             cudaCheck(cudaEventDestroy(g->ev_gathered[i]));
@@ -1273,7 +1390,16 @@ static void grads_bucket_done(GPT* g, int b) {
         if (s.tp == TP_NONE) comm_all_reduce_sum(g->tp, dst + (s.offset - bk.range.lo), s.numel());
     }
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    const int e = g->table.wte;
+    if (g->cfg.tied && g->L.topo.pp > 1 && e >= bk.first_spec && e < bk.end_spec) {
+        // the tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head), on emb.stream
+        cudaCheck(cudaStreamWaitEvent(g->emb.stream, g->ev_compute, 0));
+        comm_all_reduce_sum(g->emb, dst + (g->table.specs[e].offset - bk.range.lo), g->table.specs[e].numel());
+        cudaCheck(cudaEventRecord(g->ev_emb, g->emb.stream));
+        cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_emb, 0));
+    } else {
+        cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    }
     if (zero == 0) {
         comm_all_reduce_sum(g->dp, dst, n);
     } else if (zero == 1) {
@@ -1337,12 +1463,34 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     tp_sum(g, part, g->y);
 }
 
-// Forward of staged micro-batch `slot` (gpt_stage) through the final norm: g->lnf [N,C]. Its tokens and
-// targets go up in one asynchronous copy from the pinned slot (they are adjacent there and on the device).
-static void gpt_forward_staged(GPT* g, int slot) {
+// dst[i] = floatX(a[i] + b[i]): a pipeline chunk's output, its last layer's x_mid plus its MLP output (the residual
+// add that the next layer's norm would do, rounded as fused_residual_norm_forward rounds it)
+__global__ void residual_add_kernel(floatX* dst, const floatX* a, const floatX* b, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
+}
+
+// The layers [*l0, *l1) of pipeline chunk `chunk` (-1: the whole model, one stage), whether it begins with the
+// embeddings (*first) and ends with the final norm and head (*last).
+static void chunk_span(const GPT* g, int chunk, int* l0, int* l1, bool* first, bool* last) {
+    const int n_chunks = g->L.n_chunks();
+    *l0 = chunk < 0 ? 0 : g->L.chunk_first[chunk];
+    *l1 = chunk < 0 ? g->cfg.n_layer : g->L.chunk_first[chunk + 1];
+    *first = chunk <= 0;
+    *last = chunk < 0 || chunk == n_chunks - 1;
+}
+
+// Forward of staged micro-batch `slot` (gpt_stage) through pipeline chunk `chunk` (-1: the whole model): from the
+// embeddings (the first chunk) or from g->layers[l0].x (received from the previous stage), to the final norm g->lnf
+// [N,C] (the last chunk) or to the chunk's output out [N,C] (sent on). Its tokens and targets go up in one
+// asynchronous copy from the pinned slot (they are adjacent there and on the device).
+static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
-    const int B = g->B, T = g->T, N = B * T, C = c.n_embd, L = c.n_layer;
+    const int B = g->B, T = g->T, N = B * T, C = c.n_embd;
+    int l0, l1;
+    bool first, last;
+    chunk_span(g, chunk, &l0, &l1, &first, &last);
     const MicroBatchStage& st = g->stage[slot];
     const int32_t* h = g->h_stage + (size_t)slot * stage_ints(g);
     cudaCheck(cudaMemcpyAsync(g->inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
@@ -1350,24 +1498,34 @@ static void gpt_forward_staged(GPT* g, int slot) {
     g->n_valid = st.n_valid;
     // ZeRO 3: each bucket's weights gathered one bucket ahead (params_use waits for them, params_done frees the buffer)
     const int head_bucket = (int)g->buckets.size() - 1;
-    params_use(g, 0);
-    params_prefetch(g, layer_bucket(g, 0));
-    // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add. Tensor parallel: this rank's vocabulary
-    // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
-    floatX* x0 = tp_part(g, g->layers[0].x);
-    embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl);
-    tp_sum(g, x0, g->layers[0].x);
-    params_done(g, 0);
-    for (int l = 0; l < L; l++) {
+    if (first) {
+        params_use(g, 0);
+        params_prefetch(g, layer_bucket(g, l0));
+        // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add. Tensor parallel: this rank's vocabulary
+        // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
+        floatX* x0 = tp_part(g, g->layers[0].x);
+        embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl);
+        tp_sum(g, x0, g->layers[0].x);
+        params_done(g, 0);
+    }
+    for (int l = l0; l < l1; l++) {
         const int b = layer_bucket(g, l);
         params_use(g, b);
-        params_prefetch(g, l + 1 < L ? layer_bucket(g, l + 1) : head_bucket);
-        layer_forward(g, l, l == 0 ? nullptr : g->layers[l - 1].x_mid);
+        params_prefetch(g, l + 1 < l1 ? layer_bucket(g, l + 1) : last ? head_bucket : -1);
+        layer_forward(g, l, l == l0 ? nullptr : g->layers[l - 1].x_mid);
         params_done(g, b);
     }
+    if (!last) {  // x[l1] = x_mid + y, sent to the next chunk's stage
+        const size_t n = (size_t)(g->sp ? N / g->n_tp : N) * C;
+        residual_add_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(out, g->layers[l1 - 1].x_mid, g->y, n);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
+    if (c.tied && !first) params_use(g, 0);  // the last stage's copy of the tied embedding, for the LM head
     params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
-    fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[L - 1].x_mid, g->y, g->P(t.lnf_w),
-                                g->P(t.lnf_b), g->sp ? N / g->n_tp : N, C, c.norm_eps, c.norm == NORM_RMSNORM, g->stream);
+    fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
+                                g->P(t.lnf_w), g->P(t.lnf_b), g->sp ? N / g->n_tp : N, C, c.norm_eps,
+                                c.norm == NORM_RMSNORM, g->stream);
     tp_gather(g, g->lnf, g->lnf_full);
 }
 
@@ -1448,50 +1606,61 @@ static double gpt_loss(GPT* g) {
 // ----------------------------------------------------------------------------------------------
 // Backward
 
-// Backward of (loss * loss_scale) of staged micro-batch `slot` after its forward (with targets), accumulated
-// into the gradients (the LM head's into head_grad, fp32); loss_weight * its mean loss joins g->loss_sum.
-// Only enqueues work: the embedding plan, built on the host by gpt_stage, goes up asynchronously. reduce (data
-// parallel, the step's last micro-batch): each bucket is reduced over dp as soon as its gradient is complete.
-static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce) {
+// Backward of (loss * loss_scale) of staged micro-batch `slot` through pipeline chunk `chunk` (-1: the whole model)
+// after its forward, accumulated into the gradients (the LM head's into head_grad, fp32). The last chunk starts from
+// the loss (its micro-batch staged with targets; loss_weight * its mean loss joins g->loss_sum), the others from the
+// gradient of their output in dx [N,C] (received); the first chunk ends in the embeddings, the others leave the
+// gradient of their input in dx (sent back). Only enqueues work: the embedding plan, built on the host by gpt_stage,
+// goes up asynchronously. reduce (data parallel, the step's last micro-batch, one stage): each bucket is reduced
+// over dp as soon as its gradient is complete.
+static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce, int chunk = -1,
+                                floatX* dx = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
-    const int B = g->B, T = g->T, N = B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, L = c.n_layer,
-              hd = c.head_dim, H = g->Hl, KV = g->KVl, qd = H * hd, qkvd = (H + 2 * KV) * hd, F = g->Fl,
-              F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
+    const int B = g->B, T = g->T, N = B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, hd = c.head_dim, H = g->Hl,
+              KV = g->KVl, qd = H * hd, qkvd = (H + 2 * KV) * hd, F = g->Fl, F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    int l0, l1;
+    bool first, last;
+    chunk_span(g, chunk, &l0, &l1, &first, &last);
     // the token rows of this micro-batch, grouped by token, for the embedding backward
     const MicroBatchStage& st = g->stage[slot];
-    if (!st.has_targets) die("gpt_backward: the micro-batch was staged without targets");
-    embedding_plan_upload(&g->plan, g->h_stage + (size_t)slot * stage_ints(g) + 2 * (size_t)N, st.plan_unique,
-                          st.plan_max, N, g->stream);
-
-    // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf (tensor parallel: the vocabulary-
-    // parallel classifier, and d lnf summed over tp: the head is column-parallel)
-    const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
-    if (g->n_tp == 1) {
-        fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N, C,
-                         c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
+    if (last && !st.has_targets) die("gpt_backward: the micro-batch was staged without targets");
+    if (first)
+        embedding_plan_upload(&g->plan, g->h_stage + (size_t)slot * stage_ints(g) + 2 * (size_t)N, st.plan_unique,
+                              st.plan_max, N, g->stream);
+    if (!last) {
+        cudaCheck(cudaMemcpyAsync(g->dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
+        params_prefetch(g, layer_bucket(g, l1 - 1));
     } else {
-        floatX* part = tp_part(g, g->dln);
-        classifier_tp(g, part, scale);
-        tp_sum(g, part, g->dln);
+        // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf (tensor parallel: the vocabulary-
+        // parallel classifier, and d lnf summed over tp: the head is column-parallel)
+        const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
+        if (g->n_tp == 1) {
+            fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N,
+                             C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
+        } else {
+            floatX* part = tp_part(g, g->dln);
+            classifier_tp(g, part, scale);
+            tp_sum(g, part, g->dln);
+        }
+        gpt_loss_accumulate(g, loss_weight);
+        cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
+        norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
+                      g->lnf_mean, g->lnf_rstd, Nl, C, rms, g->stream);
+        const int head_bucket = (int)g->buckets.size() - 1;
+        params_done(g, head_bucket);
+        if (c.tied) params_done(g, 0);
+        if (reduce) grads_bucket_done(g, head_bucket);
+        params_prefetch(g, layer_bucket(g, l1 - 1));
     }
-    gpt_loss_accumulate(g, loss_weight);
-    cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
-    norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w), g->lnf_mean,
-                  g->lnf_rstd, Nl, C, rms, g->stream);
-    const int head_bucket = (int)g->buckets.size() - 1;
-    params_done(g, head_bucket);
-    if (c.tied) params_done(g, 0);
-    if (reduce) grads_bucket_done(g, head_bucket);
-    params_prefetch(g, layer_bucket(g, L - 1));
 
-    for (int l = L - 1; l >= 0; l--) {
+    for (int l = l1 - 1; l >= l0; l--) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs& la = g->layers[l];
         const int b = layer_bucket(g, l);
         params_use(g, b);
-        params_prefetch(g, l > 0 ? layer_bucket(g, l - 1) : -1);
+        params_prefetch(g, l > l0 ? layer_bucket(g, l - 1) : -1);
         if (g->recompute == RECOMPUTE_FULL) {
             layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
@@ -1526,6 +1695,10 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
                       la.ln1_rstd, Nl, C, rms, g->stream);
         params_done(g, b);
         if (reduce) grads_bucket_done(g, b);
+    }
+    if (!first) {  // d(x[l0]), sent back to the previous chunk's stage
+        cudaCheck(cudaMemcpyAsync(dx, g->dres, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
+        return;
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t]): this rank's vocabulary rows, from every position (gathered under SP)
     tp_gather(g, g->dres, g->dres_full);
@@ -1583,11 +1756,11 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->norm64, GLOBAL_NORM_BLOCKS);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
-    comm_all_reduce_sum(g->dp, sumsq, 1);
-    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaStreamWaitEvent(g->world.stream, g->ev_compute, 0));
+    // over every rank: dp shards, tp slices (disjoint; replicated tensors count on tp rank 0 only) and stages
+    comm_all_reduce_sum(g->world, sumsq, 1);
+    cudaCheck(cudaEventRecord(g->ev_comm, g->world.stream));
     cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
-    comm_all_reduce_sum(g->tp, sumsq, 1);  // tp slices are disjoint; replicated tensors count on tp rank 0 only
     clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, tc.grad_clip);
     cudaCheck(cudaGetLastError());
 }
@@ -1614,11 +1787,99 @@ static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     }
 }
 
+// ----------------------------------------------------------------------------------------------
+// Pipeline parallel: this stage's list of steps (llmc/pp_schedule.h) run by pp_run (llmc/pp_exec.h). Each (micro-batch,
+// chunk) in flight holds an activation slot s: acts[s * slot_layers ...] for the chunk's layers (its input received
+// into the first one's x) and pp_io's two rows [N,C], the chunk's output and its output's gradient.
+
+static size_t pp_io_rows(const GPT* g) { return (size_t)g->B * g->T / (g->sp ? g->n_tp : 1); }  // Nl
+static floatX* pp_out(const GPT* g, int s) { return g->pp_io + (size_t)s * 2 * pp_io_rows(g) * g->cfg.n_embd; }
+static floatX* pp_dout(const GPT* g, int s) { return pp_out(g, s) + pp_io_rows(g) * g->cfg.n_embd; }
+
+// The layer code reads slot s's activations for the layers of `chunk`.
+static void pp_bind(GPT* g, int s, int chunk) {
+    int l0, l1;
+    bool first, last;
+    chunk_span(g, chunk, &l0, &l1, &first, &last);
+    for (int l = l0; l < l1; l++) g->layers[l] = g->acts[(size_t)s * g->slot_layers + (l - l0)];
+}
+
+// One run of sends and receives between two compute steps (pp_steps), live: (micro-batch, chunk) -> slot. They are
+// posted as one NCCL group on pp.stream after the compute stream's work so far, and the compute stream waits for the
+// group. A group's sends cannot block its receives, which is what keeps the schedule free of deadlock under NCCL's
+// blocking, untagged sends (llmc/pp_schedule.h; tests/test_parallel.cpp simulates it).
+static void pp_exchange(GPT* g, const PpMsg* msgs, int n, const std::map<std::pair<int, int>, int>& live) {
+    const size_t NC = pp_io_rows(g) * g->cfg.n_embd;  // [Nl,C]: this rank's rows under SP
+    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+    cudaCheck(cudaStreamWaitEvent(g->pp.stream, g->ev_compute, 0));
+    comm_group_start();
+    for (int i = 0; i < n; i++) {
+        const PpMsg& m = msgs[i];
+        const int s = live.at({m.mb, m.chunk});
+        CommRequest req;  // finished with the group: the compute stream waits for pp.stream below
+        if (m.kind == PP_RECV_ACT) comm_recv(g->pp, g->acts[(size_t)s * g->slot_layers].x, NC, m.peer, m.tag);
+        else if (m.kind == PP_SEND_ACT) comm_send(g->pp, (const floatX*)pp_out(g, s), NC, m.peer, m.tag, &req);
+        else if (m.kind == PP_RECV_GRAD) comm_recv(g->pp, pp_dout(g, s), NC, m.peer, m.tag);
+        else comm_send(g->pp, (const floatX*)pp_dout(g, s), NC, m.peer, m.tag, &req);
+    }
+    comm_group_end();
+    cudaCheck(cudaEventRecord(g->ev_pp, g->pp.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_pp, 0));
+}
+
+// This stage's schedule over the n_mb micro-batches staged in slots 0 .. n_mb-1: training (backward, each
+// micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/guard.h's test hooks), the gradients
+// accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head() (validation:
+// its loss). Only enqueues work, but for the groups' waits.
+static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std::function<void()>& head,
+                        TestCorrupt mb0 = {}) {
+    const Layout& L = g->L;
+    const int last = L.n_chunks() - 1;
+    std::map<std::pair<int, int>, int> live;  // (micro-batch, chunk) -> activation slot
+    std::vector<int> free_slots;
+    for (int s = g->n_slots - 1; s >= 0; s--) free_slots.push_back(s);
+    PpCallbacks cb;
+    cb.acquire = [&](int mb, int chunk) {
+        if (free_slots.empty())
+            die("pipeline stage %d: more than the %d (micro-batch, chunk) activation slots planned in flight",
+                L.topo.pp_rank, g->n_slots);
+        live[{mb, chunk}] = free_slots.back();
+        free_slots.pop_back();
+    };
+    cb.release = [&](int mb, int chunk) {
+        free_slots.push_back(live.at({mb, chunk}));
+        live.erase({mb, chunk});
+    };
+    cb.forward = [&](int mb, int chunk) {
+        const int s = live.at({mb, chunk});
+        pp_bind(g, s, chunk);
+        gpt_forward_staged(g, mb, chunk, pp_out(g, s));
+        if (chunk != last) return;
+        g->head_mb = mb;
+        if (head) head();
+    };
+    cb.backward = [&](int mb, int chunk) {
+        const int s = live.at({mb, chunk});
+        // the schedule runs a micro-batch's last backward right after its last forward (the head's scratch is one)
+        if (chunk == last && g->head_mb != mb)
+            die("pipeline stage %d: backward of micro-batch %d, but the head's scratch holds micro-batch %d",
+                L.topo.pp_rank, mb, g->head_mb);
+        pp_bind(g, s, chunk);
+        gpt_backward_staged(g, mb, scale * (mb == 0 ? mb0.grad : 1.0), scale * (mb == 0 ? mb0.loss : 1.0), false, chunk,
+                            pp_dout(g, s));
+    };
+    cb.exchange = [&](const PpMsg* msgs, int n) { pp_exchange(g, msgs, n, live); };
+    const int pp = L.topo.pp, stage = L.topo.pp_rank;
+    pp_run(backward ? pp_schedule(pp, L.vpp, n_mb, stage) : pp_forward_schedule(pp, L.vpp, n_mb, stage), L.n_chunks(),
+           backward, cb);
+}
+
 // One optimizer step over the micro-batches inputs/targets [accum][B*T] (data parallel: this rank's share of the
-// accum * dp micro-batches). The step's loss (the mean micro-batch loss over every rank) and pre-clip gradient norm
-// come to the host before the update, so that the numerics guard (llmc/guard.h) can skip it: that read is the step's
-// one host synchronisation, and the update is enqueued after it. The first micro-batch's loss and loss
-// scale: mb0 (llmc/guard.h's test hooks; 1 and 1 otherwise). Returns the loss; *norm_out the norm, *verdict the guard's.
+// accum * dp micro-batches; a pipeline stage runs its schedule over all of them, then reduces every bucket). The
+// step's loss (the mean micro-batch loss over every rank) and pre-clip gradient norm come to the host before the
+// update, so that the numerics guard (llmc/guard.h) can skip it: that read is the step's one host synchronisation,
+// and the update is enqueued after it. The first micro-batch's loss and loss scale: mb0 (llmc/guard.h's test hooks;
+// 1 and 1 otherwise). Returns the loss; *norm_out the norm, *verdict the guard's.
 static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs,
                          const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
                          const TrainState& st, TestCorrupt mb0, double* norm_out, GuardVerdict* verdict) {
@@ -1630,17 +1891,26 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     // The micro-batch loop only enqueues work: micro-batch a is staged on the host (tokens, targets, the
     // embedding plan, into its own pinned slot) while the device still runs a - 1; its uploads are
     // asynchronous copies from pinned memory and its loss is summed on the device.
-    for (int a = 0; a < accum; a++) {
-        gpt_stage(g, a, inputs[a].data(), targets[a].data());
-        gpt_forward_staged(g, a);
-        gpt_backward_staged(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
-                            g->parallel && a == accum - 1);
+    if (g->L.topo.pp > 1) {
+        for (int a = 0; a < accum; a++) gpt_stage(g, a, inputs[a].data(), targets[a].data());
+        pp_pipeline(g, accum, true, scale, nullptr, mb0);
+        for (int b = (int)g->buckets.size() - 1; b >= 0; b--) grads_bucket_done(g, b);  // head, layers, embeddings
+    } else {
+        for (int a = 0; a < accum; a++) {
+            gpt_stage(g, a, inputs[a].data(), targets[a].data());
+            gpt_forward_staged(g, a);
+            gpt_backward_staged(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
+                                g->parallel && a == accum - 1);
+        }
     }
     gpt_grad_norm(g, tc);
     cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
     double loss = gpt_read_loss(g);  // waits for the stream
-    if (g->parallel) comm_host_sum(g->dp, &loss, 1);
+    if (g->parallel) {  // the last stage's losses, one tp rank each, summed over dp
+        if (g->L.topo.pp_rank != g->L.topo.pp - 1 || g->L.topo.tp_rank != 0) loss = 0;
+        comm_host_sum(g->world, &loss, 1);
+    }
     *norm_out = g->h_readback->norm;
     *verdict = guard_verdict(tc, st, loss, *norm_out);  // the same on every rank: the loss and norm are summed over dp
     if (*verdict == GUARD_UPDATE) gpt_update(g, guard_adam_step(st, step), lr, tc);
@@ -1703,16 +1973,6 @@ static double device_used_bytes() {
 }
 
 #ifndef TESTING
-// The layouts of train_gpt_cpu this trainer does not run yet: "" or the message naming the flag.
-static std::string not_yet_parallel(const TrainConfig& tc) {
-    const char* what = tc.pp != 1 ? "--pp" : tc.vpp != 1 ? "--vpp" : nullptr;
-    if (!what) return "";
-    const int value = tc.pp != 1 ? tc.pp : tc.vpp;
-    return layout_fmt("%s %d: train_gpt trains on one GPU, data parallel (--dp, --zero) and tensor parallel (--tp, "
-                      "--sp); pipeline parallelism comes next (train_gpt_cpu runs it now, and train_gpt_cpu --plan plans "
-                      "it)", what, value);
-}
-
 // A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
 static void layout_error(const Comm& world, const std::string& msg) {
     if (world.rank == 0) fprintf(stderr, "error: %s\n", msg.c_str());
@@ -1728,8 +1988,8 @@ static void layout_error(const Comm& world, const std::string& msg) {
 // that cannot run, or none fitting, stops with the message naming the flag, exit 1.
 static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& mc, int n_ranks, int rank) {
     if (rank == 0 && tc->plan)
-        printf("train_gpt plans the layouts it runs: data and tensor parallel with ZeRO 0-3 and --sp, --recompute, -b; "
-               "with no layout flag it picks among data-parallel layouts (pipeline parallelism: train_gpt_cpu --plan)\n");
+        printf("train_gpt plans the layouts it runs: data, tensor and pipeline parallel with ZeRO 0-3, --sp, --vpp, "
+               "--recompute, -b; with no layout flag it picks among data-parallel layouts\n");
     int recompute = (int)opt->recompute;
     bool done = false;
     const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_WIRE_BYTES,
@@ -1768,23 +2028,18 @@ int main(int argc, char** argv) {
                tc.export_init.c_str());
         return 0;
     }
-    // before any device work: every rank stops, rank 0 says why (--plan too: it plans what this trainer runs)
-    const std::string not_yet = not_yet_parallel(tc);
-    if (!not_yet.empty()) {
-        if (launch_info().rank == 0) die("%s", not_yet.c_str());
-        exit(1);
-    }
     check_shapes(mc, tc.B, tc.T);
     check_tp_shapes(mc, tc.tp);
     if (tc.plan) plan_or_pick(&tc, &opt, mc, launch_info().world, launch_info().rank);  // exits
-    if (opt.estimate_gib > 0) {  // per rank of --dp x --tp ranks (default 1)
+    if (opt.estimate_gib > 0) {  // per rank of --dp x --tp x --pp ranks (default 1): the first stage's
         const int B = tc.B, T = tc.T;
-        const int world = std::max(1, tc.dp) * tc.tp;
-        if (tc.total_batch == 0) tc.total_batch = (long)B * T * world;
+        const int dp = std::max(1, tc.dp), world = dp * tc.tp * tc.pp;
+        if (tc.total_batch == 0) tc.total_batch = (long)B * T * dp;
         Layout L;
         const std::string err = layout_make(world, 0, mc, tc, tc.total_batch, &L);
         if (!err.empty()) die("%s", err.c_str());
-        const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L);
+        const int n_mb = (int)(tc.total_batch / ((long)B * T * dp));
+        const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L, n_mb);
         const double avail = opt.estimate_gib * 1024.0 * 1024.0 * 1024.0;
         print_memory_estimate(est, opt.recompute, L, avail);
         require_memory(est, opt.recompute, opt.bf16_moments, L, avail);
@@ -1837,15 +2092,19 @@ int main(int argc, char** argv) {
 
     // the layout and the dp group
     const int B = tc.B, T = tc.T;
-    if (tc.total_batch == 0) tc.total_batch = (long)B * T * world.size;
+    if (tc.total_batch == 0) tc.total_batch = (long)B * T * (world.size / std::max(1, tc.tp * tc.pp));  // B*T per dp rank
     Layout layout;
     const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
     if (!layout_err.empty()) layout_error(world, layout_err);
-    const Comm dp_comm = comm_group(world, layout.topo.dp_group, "dp");
-    const Comm tp_comm = comm_group(world, layout.topo.tp_group, "tp");
+    GptComms comms;
+    comms.world = world;
+    comms.dp = comm_group(world, layout.topo.dp_group, "dp");
+    comms.tp = comm_group(world, layout.topo.tp_group, "tp");
+    comms.pp = comm_group(world, layout.topo.pp_group, "pp");
+    comms.emb = comm_group(world, layout_emb_members(layout), "emb");
     const int dp = layout.topo.dp;
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
-    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout);
+    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout, accum);
 
     if (rank0) {
         printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
@@ -1855,8 +2114,8 @@ int main(int argc, char** argv) {
     require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
 
     GPT g;
-    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &dp_comm, &tp_comm);
-    const ParamTable& table = g.full;  // the whole model's tensors: files are written per tensor
+    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &comms, accum);
+    const ParamTable table = build_param_table(mc);  // the whole model: files are read and written per tensor
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
     {
@@ -1871,12 +2130,17 @@ int main(int argc, char** argv) {
             checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), &state);
             if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
         }
-        gpt_set_weights(&g, p.data(), m.empty() ? nullptr : m.data(), v.empty() ? nullptr : v.data());
+        if (m.empty()) {
+            gpt_set_weights(&g, part_of_full(&g, table, p.data()).data(), nullptr, nullptr);
+        } else {
+            gpt_set_weights(&g, part_of_full(&g, table, p.data()).data(), part_of_full(&g, table, m.data()).data(),
+                            part_of_full(&g, table, v.data()).data());
+        }
     }
-    // every rank gathers the shards; rank 0 writes the whole tensors
+    // every rank gathers the shards, the stages' parts reach rank 0, which writes the whole tensors
     auto save_checkpoint = [&]() {
         std::vector<float> p, m, v;
-        gpt_get_weights(&g, &p, &m, &v);
+        gpt_get_full(&g, table, &p, &m, &v);
         if (rank0) checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last);
         comm_barrier(world);
     };
@@ -1893,8 +2157,9 @@ int main(int argc, char** argv) {
         printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
                PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
         if (world.size > 1 || layout.zero > 0)
-            printf("ranks: %d = dp %d x tp %d%s, ZeRO %d; gradients reduced in fp32 over dp in %d buckets\n", world.size,
-                   dp, layout.topo.tp, layout.sp ? " (sp)" : "", layout.zero, (int)g.buckets.size());
+            printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
+                   "stage; gradients reduced in fp32 over dp in %d buckets\n", world.size, layout.topo.pp, dp,
+                   layout.topo.tp, layout.sp ? " (sp)" : "", layout.vpp, layout.zero, g.n_slots, (int)g.buckets.size());
         printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
                model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
     }
@@ -1911,9 +2176,22 @@ int main(int argc, char** argv) {
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     std::vector<int32_t> val_in((size_t)B * T), val_tg((size_t)B * T);
-    // validation: every rank runs every batch (ZeRO 3 gathers the weights together); rank 0's mean counts
+    // validation: every rank runs every batch (ZeRO 3 gathers the weights together); rank 0's mean counts. A pipeline
+    // runs the batches through its stages as micro-batches; the last stage's mean reaches every rank.
     auto evaluate = [&]() -> double {
         double s = 0;
+        if (layout.topo.pp > 1) {
+            cudaCheck(cudaStreamSynchronize(g.stream));  // no queued copy reads the staging slots rewritten here
+            gpt_stage_reserve(&g, tc.val_batches);
+            for (int i = 0; i < tc.val_batches; i++) {
+                loader_batch(&val, (uint64_t)i * B, B, val_in.data(), val_tg.data());
+                gpt_stage(&g, i, val_in.data(), val_tg.data());
+            }
+            pp_pipeline(&g, tc.val_batches, false, 0.0, [&]() { s += gpt_loss(&g); });
+            if (layout.topo.pp_rank != layout.topo.pp - 1 || layout.topo.dp_rank != 0 || layout.topo.tp_rank != 0) s = 0;
+            comm_host_sum(world, &s, 1);
+            return s / tc.val_batches;
+        }
         for (int i = 0; i < tc.val_batches; i++) {
             loader_batch(&val, (uint64_t)i * B, B, val_in.data(), val_tg.data());
             gpt_forward(&g, val_in.data(), val_tg.data());
@@ -1995,7 +2273,7 @@ int main(int argc, char** argv) {
     print_sample();
     if (!tc.save_safetensors.empty()) {
         std::vector<float> p;
-        gpt_get_weights(&g, &p, nullptr, nullptr);
+        gpt_get_full(&g, table, &p, nullptr, nullptr);
         if (rank0) {
             hf_export(tc.save_safetensors, mc, table, p.data());
             printf("wrote %s\n", tc.save_safetensors.c_str());

@@ -209,6 +209,10 @@ static inline void comm_recv(const Comm& c, T* buf, size_t n, int peer, int tag)
     if (c.size == 1) die("comm_recv: a group of one rank has no peer (rank %d)", peer);
     ncclCheck(ncclRecv(buf, n, nccl_type<T>(), peer, c.nccl, c.stream));
 }
+// Sends and receives posted between comm_group_start and comm_group_end (ncclGroupStart / ncclGroupEnd) form one
+// group: NCCL starts them together, so a send in it cannot block a receive posted beside it (pipeline exchanges).
+static inline void comm_group_start() { ncclCheck(ncclGroupStart()); }
+static inline void comm_group_end() { ncclCheck(ncclGroupEnd()); }
 static inline void comm_wait(CommRequest* req) {
     if (!req->stream) return;
     char op[64];

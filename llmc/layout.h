@@ -61,7 +61,7 @@ static inline std::string layout_make(int world, int rank, const ModelConfig& mc
     if (tc.sp && tc.T % tp != 0) return layout_fmt("--sp 1 splits the sequence: -t %d is not divisible by --tp %d", tc.T, tp);
     if (tc.vpp > 1 && pp == 1) return layout_fmt("--vpp %d needs pipeline stages (--pp > 1)", tc.vpp);
     err = pp_layer_layout(mc.n_layer, pp, tc.vpp, tc.layout, &L->chunk_first);
-    if (!err.empty()) return err;
+    if (!err.empty()) return tc.layout.empty() ? layout_fmt("--pp %d x --vpp %d: %s", pp, tc.vpp, err.c_str()) : err;
     const long micro_tokens = (long)tc.B * tc.T * dp;
     if (total_batch % micro_tokens != 0)
         return layout_fmt("flag -d %ld is not a multiple of B*T*dp = %d*%d*%d = %ld", total_batch, tc.B, tc.T, dp, micro_tokens);

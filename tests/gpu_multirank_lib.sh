@@ -4,6 +4,7 @@
 # It checks the tools, builds train_gpt.cu's main against the emulation (fp32 and bf16) and defines:
 #   run, why, diff_of, within, weights, ckpt, opt_bytes, guards: one job and the comparisons of its outputs
 #   fp32 NAME LABEL NP ACCUM FLAGS...: one fp32 layout against train_gpt_cpu's one-process run (cpu.aACCUM, run first)
+#   bf16_tolerances, bf16_vs_cpu NAME: a bf16 run against train_gpt_cpu's one-process run cpu.a4
 #   bad LABEL NP PATTERN FLAGS...: a layout that must stop with exit 1 and a message naming PATTERN
 #   resume NAME LABEL FROM CONTINUING [NP FLAGS...]: FROM's step-2 checkpoint continued (one rank by default)
 #   bf16_tolerances, bf16_vs_cpu NAME: the bf16 build against the fp32 CPU run
@@ -69,10 +70,12 @@ opt_bytes() {
 # FLAGS; the config table's "batch per step" row printed once with accum=ACCUM/dp dp=dp, metrics.jsonl written once
 # (STEPS lines), and rank 0's optimizer state (fp32 master weights and moments, the memory estimate) against ONE's (the
 # one-rank run of the same build): equal under ZeRO 0 with tp = pp = 1; ONE's / dp under ZeRO >= 1 (shards padded to
-# equal 16-byte-aligned counts: within 1%); with tp or pp, below ONE's x (1/(tp pp) + 0.15) (at these tiny shapes the
+# equal 16-byte-aligned counts: within 1%); with tp alone, below ONE's x (1/tp + 0.15) (at these tiny shapes the
 # replicated tensors, norms, biases and the position embedding, and the vocabulary padded to a multiple of 128 tp add
-# up to 15% of one rank's state; a rank holding the whole model is far above) and at least ONE's / NP. Sets mem (the
-# figure for the report).
+# up to 15% of one rank's state; a rank holding the whole model is far above) and at least ONE's / NP; with pp, below
+# 99% of ONE's / (dp under ZeRO >= 1) (with tp too: ONE's x (1/(tp, and dp under ZeRO >= 1) + 0.15)) and at least
+# half of ONE's / NP: rank 0 holds the first stage
+# only, whose share is uneven (the embeddings, and the head on the last stage). Sets mem (the figure for the report).
 guards() {
     local name=$1 np=$2 accum=$3 one=$4; shift 4
     local z=0 tp=1 pp=1 dp rows lines mine ref
@@ -87,7 +90,9 @@ guards() {
     mine=$(opt_bytes "$name"); ref=$(opt_bytes "$one")
     mem="optimizer state per rank ${mine:-?} bytes of one rank's ${ref:-?} (tp $tp pp $pp dp $dp ZeRO $z)"
     if [ -z "$mine" ] || [ -z "$ref" ]; then fail+=" no 'memory estimate (bytes): ... master M moments M ...' line;"; return; fi
-    if ! awk -v m="$mine" -v r="$ref" -v n="$np" -v dp="$dp" -v mp=$((tp * pp)) -v z="$z" 'BEGIN {
+    if ! awk -v m="$mine" -v r="$ref" -v n="$np" -v dp="$dp" -v mp=$((tp * pp)) -v z="$z" -v pp="$pp" -v tp="$tp" 'BEGIN {
+            d = tp * (z > 0 ? dp : 1)
+            if (pp > 1) exit !(m >= r / (2 * n) && m <= (tp > 1 ? r * (1 / d + 0.15) : 0.99 * r / d))
             if (mp > 1) exit !(m >= r / n && m <= r * (1 / mp + 0.15))
             exit !(z == 0 ? m == r : m >= r / dp && m <= 1.01 * r / dp) }'; then
         fail+=" optimizer state per rank $mine bytes against one rank's $ref (tp $tp pp $pp dp $dp ZeRO $z);"
@@ -119,6 +124,28 @@ fp32() {
     local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL); $mem"
     if [ -z "$fail" ]; then echo "[PASS] fp32 $label ($ranks, $took s) equals one process: $figures"
     else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
+}
+
+# bf16_tolerances: the bf16 tolerances against the CPU run (t_gpu_multirank.sh's header derives them), from the largest
+# logit over the CPU run's steps (its init $d/init.safetensors and cpu.a4's checkpoints 1-3); sets BF16_LOSS_TOL
+bf16_tolerances() {
+    local bound
+    bound=$($PY tests/weights_checks.py logit_bound "$d/init.safetensors" "$(ckpt cpu.a4 1 model)" "$(ckpt cpu.a4 2 model)" \
+            "$(ckpt cpu.a4 3 model)" 2>&1)
+    BF16_LOSS_TOL=$(awk -v t="$TOL_LOGITS" -v m="$bound" 'BEGIN { printf "%.4g", 2 * 2 * t * m }')
+    echo "bf16 tolerances: logits $TOL_LOGITS of max |logit| <= $bound: losses $BF16_LOSS_TOL, gradient norms $BF16_NORM_TOL (relative), 4-step update per tensor $BF16_UPDATE_TOL"
+}
+# bf16_vs_cpu NAME: a bf16 run against the CPU run cpu.a4; sets fail and figures
+bf16_vs_cpu() {
+    local l n
+    l=$(diff_of "$1" cpu.a4 1 loss 0)
+    n=$(diff_of "$1" cpu.a4 1 grad_norm 1)
+    weights update "$d/init.safetensors" "$(ckpt "$1" $STEPS model)" "$(ckpt cpu.a4 $STEPS model)" "$BF16_UPDATE_TOL"
+    fail=""
+    within "$l" "$BF16_LOSS_TOL" || fail+=" losses $l > $BF16_LOSS_TOL;"
+    within "$n" "$BF16_NORM_TOL" || fail+=" gradient norms $n > $BF16_NORM_TOL;"
+    [ $wok = 1 ] || fail+=" update $wout > $BF16_UPDATE_TOL;"
+    figures="losses $l ($BF16_LOSS_TOL), gradient norms $n ($BF16_NORM_TOL), 4-step update per tensor $wout ($BF16_UPDATE_TOL)"
 }
 
 # bad layouts (issue: stop on every rank with a message naming the flag, exit 1): mpirun's status 1, the flag with its

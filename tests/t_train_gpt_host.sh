@@ -144,8 +144,9 @@ fi
 # 9. --plan (llmc/plan.h over train_gpt's own estimate) runs on the host: with CUDA_VISIBLE_DEVICES empty (no device
 #    even on a GPU machine) it exits 0; its bytes are --estimate-memory's total for the same layout; with --gpu-mem
 #    and no layout flag the planner picks a dp / ZeRO / recompute / -b layout whose peak fits; explicit flags win;
-#    when nothing fits it prints the nearest layouts and exits 1 naming --gpu-mem; --pp is refused by name; tensor and
-#    sequence parallel layouts (FlagPerf's PP1DP4TP2 with sp, GPT-3 6.7B tp2 zero1) plan, with --estimate-memory's bytes.
+#    when nothing fits it prints the nearest layouts and exits 1 naming --gpu-mem; tensor and sequence parallel layouts
+#    (FlagPerf's PP1DP4TP2 with sp, GPT-3 6.7B tp2 zero1) plan with --estimate-memory's bytes; --pp is planned per stage
+#    (GPT-3 6.7B's TP2PP4 with ZeRO 1 on 8 ranks: four stage rows, stage 0's bytes --estimate-memory's for that layout).
 plan() { CUDA_VISIBLE_DEVICES= ./train_gpt --plan "$@" 2>&1; }
 plan_total() { sed -n 's/^plan bytes stage 0: .* total \([0-9]*\)$/\1/p'; }
 for lay in "" "--dp 4 --zero 1" "--dp 4 --zero 2 --recompute selective" "--dp 3 --zero 3 --recompute full"; do
@@ -180,9 +181,14 @@ out=$(plan --world 8 -c gpt3_6.7b -t 2048 -d 2097152 --gpu-mem 80 --recompute fu
 if [ $rc -eq 0 ] && ! grep -q "layout planner" <<< "$out" && grep -q "recompute full" <<< "$out"; then
     pass "--recompute given: the planner keeps it (no pick)"
 else fail "--recompute given: the planner keeps it" "rc $rc: $(head -3 <<< "$out")"; fi
-out=$(plan --world 8 -c gpt3_6.7b --pp 2); rc=$?
-if [ $rc -eq 1 ] && grep -q -- "error: --pp 2: .*train_gpt_cpu --plan" <<< "$out"; then pass "--plan --pp 2 is refused naming the flag"
-else fail "--plan --pp 2 is refused" "rc $rc: $(tail -1 <<< "$out")"; fi
+out=$(plan --world 8 -c gpt3_6.7b --tp 2 --pp 4 --zero 1); rc=$?
+rows=$(grep -cE '^ +[0-3] +1 \|' <<< "$out")
+p=$(plan_total <<< "$out")
+e=$(./train_gpt -c gpt3_6.7b --tp 2 --pp 4 --dp 1 --zero 1 --estimate-memory 80 2>&1 |
+    sed -n 's/^memory estimate (bytes): .* total \([0-9]*\)$/\1/p')
+if [ $rc -eq 0 ] && [ "$rows" = 4 ] && [ -n "$p" ] && [ "$p" = "$e" ]; then
+    pass "--plan --world 8 -c gpt3_6.7b --tp 2 --pp 4 --zero 1: 4 stage rows; stage 0's bytes are the estimate's ($p)"
+else fail "--plan --world 8 -c gpt3_6.7b --tp 2 --pp 4 --zero 1" "rc $rc, $rows stage rows, plan total '$p', --estimate-memory total '$e': $(tail -3 <<< "$out")"; fi
 for lay in "-c flagperf_llama3_8b -b 1 -t 8192 --tp 2 --dp 4 --sp 1" "-c gpt3_6.7b -b 4 -t 2048 --tp 2 --dp 4 --zero 1"; do
     out=$(plan --world 8 $lay); rc=$?
     p=$(plan_total <<< "$out")

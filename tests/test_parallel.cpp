@@ -201,12 +201,32 @@ static std::vector<std::vector<std::vector<PpOp>>> stage_steps(int pp, int vpp, 
     return all;
 }
 
+// Every stage's steps as pp_run (llmc/pp_exec.h) hands them to a trainer with an exchange callback, which
+// train_gpt.cu posts as one NCCL group per call, its messages in the order given: a forward or backward
+// is a step of its own, each exchange call one group.
+static std::vector<std::vector<std::vector<PpOp>>> exchange_steps(int pp, int vpp, int n_mb, bool training) {
+    std::vector<std::vector<std::vector<PpOp>>> all(pp);
+    for (int s = 0; s < pp; s++) {
+        PpCallbacks cb;
+        cb.acquire = cb.release = [](int, int) {};
+        cb.forward = [&](int mb, int chunk) { all[s].push_back({{PP_FWD, mb, chunk, -1}}); };
+        cb.backward = [&](int mb, int chunk) { all[s].push_back({{PP_BWD, mb, chunk, -1}}); };
+        cb.exchange = [&](const PpMsg* m, int n) {
+            std::vector<PpOp> group;
+            for (int i = 0; i < n; i++) group.push_back({m[i].kind, m[i].mb, m[i].chunk, m[i].peer});
+            all[s].push_back(group);
+        };
+        pp_run(training ? pp_schedule(pp, vpp, n_mb, s) : pp_forward_schedule(pp, vpp, n_mb, s), pp * vpp, training, cb);
+    }
+    return all;
+}
+
 // Every configuration under NCCL's rules: pp 2-8, vpp 1-4, 1 to 3*pp micro-batches (interleaved
 // training only at multiples of pp, as the trainers require), training and forward only.
 static void test_schedule_nccl() {
     int n_cfg = 0, n_train = 0, old_deadlocks = 0, old_train_deadlocks = 0, new_bad = 0, eager_bad = 0, groups_bad = 0;
-    int old_unexpected = 0;
-    std::string new_err, eager_err, old_err;
+    int old_unexpected = 0, exchange_bad = 0;
+    std::string new_err, eager_err, old_err, exchange_err;
     for (int pp = 2; pp <= 8; pp++) for (int vpp = 1; vpp <= 4; vpp++) for (int n_mb = 1; n_mb <= 3 * pp; n_mb++)
         for (bool training : {true, false}) {
             if (training && vpp > 1 && n_mb % pp != 0) continue;
@@ -226,6 +246,8 @@ static void test_schedule_nccl() {
                 }
             std::string e = nccl_simulate(grouped, false);
             if (!e.empty()) { new_bad++; if (new_err.empty()) new_err = name + ": " + e; }
+            e = nccl_simulate(exchange_steps(pp, vpp, n_mb, training), false);
+            if (!e.empty()) { exchange_bad++; if (exchange_err.empty()) exchange_err = name + ": " + e; }
             const std::vector<std::vector<std::vector<PpOp>>> single = stage_steps(pp, vpp, n_mb, training, false);
             e = nccl_simulate(single, false);
             if (!e.empty()) {
@@ -248,6 +270,9 @@ static void test_schedule_nccl() {
               " training, pp 2-8, vpp 1-4, 1 to 3*pp micro-batches) run to the end with grouped send/receive steps (pp_steps), "
               "every message matched in order without tags, 0 deadlocks",
           "%d bad, %d steps not a compute op alone or one communication op of each kind: %s", new_bad, groups_bad, new_err.c_str());
+    check(exchange_bad == 0, "pp schedule under NCCL rules as the CUDA trainer posts it (pp_run's exchange calls, each one "
+          "NCCL group in the order given): " + std::to_string(n_cfg) + " configurations, 0 deadlocks, every message matched "
+          "in order", "%d bad: %s", exchange_bad, exchange_err.c_str());
     check(eager_bad == 0, "pp schedule, MPI rules: the same " + std::to_string(n_cfg) +
           " configurations one op at a time with non-blocking sends run to the end, matched in order",
           "%d bad: %s", eager_bad, eager_err.c_str());

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Pipeline parallel of the CUDA trainer on emulated GPUs (docs/design.md section 4: every layout computes what one
+# process computes). train_gpt.cu's own main, built against tests/cuda_emu as in tests/t_gpu_multirank.sh (whose header
+# derives the tolerances; the machinery is tests/gpu_multirank_lib.sh), runs pipeline layouts under mpirun: each stage
+# keeps its layers, micro-batches pass the stages by grouped NCCL send / receive (emulated with NCCL's blocking,
+# untagged sends), and each run is compared with train_gpt_cpu's one-process run of the same model and data.
+#   1. gpt3_tiny with 2 layers (tied embeddings: the wte gradient is summed between the first and last stage), fp32:
+#      one rank, pp2 (1F1B), pp2 dp2 zero1, pp2 dp2 zero3, and the FlagPerf PP2DP4TP1 layout (pp2 dp4, 8 ranks, one
+#      micro-batch per rank: at 8 micro-batches the one-rank emulated run itself is 1.6e-3 from the CPU run at
+#      h.1.ln2.b, AdamW amplifying rounding on small weights past WEIGHT_TOL): every step's loss and gradient norm and
+#      the final weights.
+#   2. 4 layers of half the width (--embd 64, one head of 64): pp2 vpp2 (interleaved 1F1B), pp4 zero1 (the pipeline
+#      half of GPT-3's TP2PP4 with stage 1) and pp2 with --layout 3,1 (uneven stages); the one-rank optimizer state
+#      the guards compare with comes from --estimate-memory (host only).
+#   3. resume across layouts: pp2's step-2 checkpoint continued at one rank, and the one-rank step-2 checkpoint
+#      continued at pp2, each against the run it continues (steps 3-4, final weights and AdamW moments) and the CPU run.
+#   4. bf16 build: pp2 against the fp32 CPU run (tests/t_gpu_multirank.sh's bf16 tolerances).
+#   5. a bad layout: --pp 3 with 2 layers stops with exit 1 naming --pp.
+#   6. validation through the pipeline (forward only): pp2's validation losses (3 batches, at steps 0 and 2) against
+#      the CPU run's, within LOSS_TOL.
+#   7. llama_tiny with 2 layers (untied LM head on the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with
+#      --recompute full.
+# Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
+# rank's (rank 0 holds the first stage only: guards in the lib).
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores.
+set -u
+if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
+top=build/t_gpu_pp
+d=$top
+rm -rf "$d" && mkdir -p "$d"
+status=0
+source tests/gpu_multirank_lib.sh
+
+# the one-process reference: 4 micro-batches per step (a checkpoint every step, for the bf16 logit bound)
+CKPT_EVERY=1 run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run: $(why cpu.a4)"; exit 1; fi
+./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1 ||
+    { echo "[FAIL] train_gpt_cpu --export-init: $(tail -1 "$d/init.log")"; exit 1; }
+
+fp32 one_rank "one rank" 1 4
+fp32 pp2 "pp2 (1F1B)" 2 4 --pp 2
+fp32 pp2_dp2_zero1 "pp2 dp2 zero1" 4 4 --pp 2 --dp 2 --zero 1
+fp32 pp2_dp2_zero3 "pp2 dp2 zero3" 4 4 --pp 2 --dp 2 --zero 3
+fp32 pp2_dp4 "PP2DP4TP1 (pp2 dp4)" 8 4 --pp 2 --dp 4
+
+# resume_as NAME LABEL FROM CONTINUING NP FLAGS...: FROM's step-2 checkpoint continued at NP ranks with FLAGS must continue
+# as CONTINUING did (steps 3-4, final weights and moments) and stay with the CPU run
+resume_as() {
+    local name=$1 label=$2 from=$3 cont=$4 np=$5; shift 5
+    if [ ! -f "$d/$from/ckpt_00000002/DONE" ]; then
+        echo "[FAIL] $label: no complete step-2 checkpoint in $d/$from: $(why "$from")"; status=1; return
+    fi
+    mkdir -p "$d/$name" && cp -r "$d/$from/ckpt_00000002" "$d/$name/"
+    run "$name" build/train_gpt_fp32_emu "$np" 4 --resume auto "$@"
+    if [ $rc -ne 0 ]; then echo "[FAIL] $label: exit $rc: $(why "$name")"; status=1; return; fi
+    local l lc n fail="" wm wo
+    grep -q "resumed from .*ckpt_00000002 at step 2" "$d/$name.log" || fail+=" no 'resumed from ...ckpt_00000002 at step 2' line;"
+    lc=$(diff_of "$name" "$cont" 3 loss 0)
+    l=$(diff_of "$name" cpu.a4 3 loss 0)
+    n=$(diff_of "$name" "$cont" 3 grad_norm 1)
+    within "$lc" $LOSS_TOL || fail+=" losses vs continuing $lc > $LOSS_TOL;"
+    within "$l" $LOSS_TOL || fail+=" losses vs one process $l > $LOSS_TOL;"
+    within "$n" $NORM_TOL || fail+=" gradient norms vs continuing $n > $NORM_TOL;"
+    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt "$cont" $STEPS model)" $WEIGHT_TOL
+    wm=$wout; [ $wok = 1 ] || fail+=" final weights $wm > $WEIGHT_TOL;"
+    weights compare "$(ckpt "$name" $STEPS optim)" "$(ckpt "$cont" $STEPS optim)" $WEIGHT_TOL
+    wo=$wout; [ $wok = 1 ] || fail+=" final AdamW moments $wo > $WEIGHT_TOL;"
+    local figures="steps 3-$STEPS losses vs continuing $lc, vs one process $l (tolerance $LOSS_TOL), gradient norms $n ($NORM_TOL), final weights $wm, moments $wo ($WEIGHT_TOL)"
+    if [ -z "$fail" ]; then echo "[PASS] $label ($took s): $figures"
+    else echo "[FAIL] $label:$fail ($figures)"; status=1; fi
+}
+resume_as fp32.resume_pp2_at_1 "fp32: pp2's step-2 checkpoint resumed at one rank" fp32.pp2 fp32.pp2 1
+resume_as fp32.resume_1_at_pp2 "fp32: the one-rank step-2 checkpoint resumed at pp2" fp32.one_rank fp32.one_rank 2 --pp 2
+
+# bf16: pp2 against the fp32 CPU run
+bf16_tolerances
+run bf16.pp2 build/train_gpt_emu 2 4 --pp 2
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 pp2 (2 ranks): exit $rc after $took s: $(why bf16.pp2)"; status=1
+else
+    bf16_vs_cpu bf16.pp2
+    if [ -z "$fail" ]; then echo "[PASS] bf16 pp2 (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 pp2 vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
+bad "--pp 3 with 2 layers" 3 "--pp 3" --pp 3
+
+# validation through the pipeline: the text split 90/10 (no -j), 3 batches at steps 0 and 2
+val=(-b 1 -t 64 -d 256 -x 2 -g 0 -i data/mobydick.txt -v 2 --val-batches 3 -o "")
+./train_gpt_cpu "${MODEL[@]}" "${val[@]}" > "$d/cpu.val.log" 2>&1
+EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${MODEL[@]}" "${val[@]}" --pp 2 \
+    > "$d/fp32.pp2_val.log" 2>&1
+rc=$?
+vc=$(sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$d/cpu.val.log")
+vp=$(sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$d/fp32.pp2_val.log")
+vd=$(paste <(echo "$vc") <(echo "$vp") | awk 'NF == 4 && $1 == $3 { n++; x = $2 - $4; if (x < 0) x = -x; if (x > m) m = x }
+                                              END { if (n == 2) printf "%.3g", m; else print "missing" }')
+if [ $rc -eq 0 ] && [ "$vd" != missing ] && within "$vd" $LOSS_TOL; then
+    echo "[PASS] fp32 pp2 validation (forward-only schedule, 2 ranks): val losses at steps 0 and 2 within $vd of the CPU run's (tolerance $LOSS_TOL)"
+else
+    echo "[FAIL] fp32 pp2 validation: exit $rc, largest val loss difference $vd (tolerance $LOSS_TOL): $(why fp32.pp2_val)"; status=1
+fi
+
+# 4 layers: interleaved 1F1B, four stages, an uneven --layout (their own CPU reference; one rank's memory estimate)
+d=$top/layers4
+mkdir -p "$d"
+MODEL=(-c gpt3_tiny --vocab 301 --layers 4 --embd 64 --heads 1 --kv-heads 1)
+run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run, 4 layers: $(why cpu.a4)"; exit 1; fi
+build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
+    { echo "[FAIL] --estimate-memory, 4 layers: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+fp32 pp2_vpp2 "4 layers: pp2 vpp2 (interleaved 1F1B)" 2 4 --pp 2 --vpp 2
+fp32 pp4_zero1 "4 layers: pp4 zero1 (TP2PP4's pipeline)" 4 4 --pp 4 --zero 1
+fp32 pp2_layout "4 layers: pp2 --layout 3,1" 2 4 --pp 2 --layout 3,1
+
+# LLaMA: an untied head on the last stage (its own CPU reference; one rank's memory estimate)
+d=$top/llama
+mkdir -p "$d"
+MODEL=(-c llama_tiny --layers 2)
+run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run, llama_tiny: $(why cpu.a4)"; exit 1; fi
+build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
+    { echo "[FAIL] --estimate-memory, llama_tiny: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+fp32 llama_pp2_dp2_zero2 "llama_tiny: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 --zero 2 --recompute full
+
+[ $status -eq 0 ] && rm -rf "$top"
+exit $status
