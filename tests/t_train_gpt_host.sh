@@ -65,7 +65,6 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
-expect_fail "pipeline flags are refused" "pipeline parallelism comes next" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 --pp 2
 if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
     expect_fail "no GPU: a clear message" "no usable CUDA device" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 64 -x 1 -o ""
 fi
@@ -182,7 +181,7 @@ if [ $rc -eq 0 ] && ! grep -q "layout planner" <<< "$out" && grep -q "recompute 
     pass "--recompute given: the planner keeps it (no pick)"
 else fail "--recompute given: the planner keeps it" "rc $rc: $(head -3 <<< "$out")"; fi
 out=$(plan --world 8 -c gpt3_6.7b --tp 2 --pp 4 --zero 1); rc=$?
-rows=$(grep -cE '^ +[0-3] +1 \|' <<< "$out")
+rows=$(grep -cE '^ +[0-3] +2 \|' <<< "$out")  # a row per stage, 2 ranks (tp) each
 p=$(plan_total <<< "$out")
 e=$(./train_gpt -c gpt3_6.7b --tp 2 --pp 4 --dp 1 --zero 1 --estimate-memory 80 2>&1 |
     sed -n 's/^memory estimate (bytes): .* total \([0-9]*\)$/\1/p')
