@@ -2255,16 +2255,7 @@ int main(int argc, char** argv) {
         const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
         if (saved) save_checkpoint();
         // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/signals.h)
-        double sig = stop_signal_pending();
-        comm_host_max(world, &sig, 1);
-        if (sig && !last) {
-            if (!tc.out_dir.empty() && !saved) save_checkpoint();
-            if (rank0) {
-                if (tc.out_dir.empty()) printf("stopped by %s after step %d: no checkpoint written (no -o)\n", stop_signal_name((int)sig), step + 1);
-                else printf("stopped by %s after step %d: checkpoint %s/%s written; continue with --resume auto\n",
-                            stop_signal_name((int)sig), step + 1, tc.out_dir.c_str(), ckpt_dir_name(step + 1).c_str());
-                fflush(stdout);
-            }
+        if (!last && stop_after_step(world, step + 1, tc.out_dir, saved, save_checkpoint)) {
             gpt_free(&g);
             comm_finalize();
             return 0;

@@ -6,8 +6,11 @@
 // newest complete one stays what --resume auto takes.
 #pragma once
 #include <csignal>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <unistd.h>
+#include "llmc/checkpoint.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
 
@@ -35,3 +38,22 @@ static inline void stop_signals_install() {
 static inline double stop_signal_pending() { return (double)g_stop_signal; }
 
 static inline const char* stop_signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "a signal"; }
+
+// After (1-based) step `step`, not the run's last: whether a stop signal reached any rank (its maximum over the
+// world group, so every rank answers the same). If so, save() writes the checkpoint (with -o, unless this step
+// already did: saved) and rank 0 says so; the caller then exits 0.
+template <typename CommT, typename SaveFn>
+static inline bool stop_after_step(const CommT& world, int step, const std::string& out_dir, bool saved, SaveFn save) {
+    double sig = stop_signal_pending();
+    comm_host_max(world, &sig, 1);
+    if (!sig) return false;
+    if (!out_dir.empty() && !saved) save();
+    if (world.rank == 0) {
+        const char* name = stop_signal_name((int)sig);
+        if (out_dir.empty()) printf("stopped by %s after step %d: no checkpoint written (no -o)\n", name, step);
+        else printf("stopped by %s after step %d: checkpoint %s/%s written; continue with --resume auto\n", name, step,
+                    out_dir.c_str(), ckpt_dir_name(step).c_str());
+        fflush(stdout);
+    }
+    return true;
+}

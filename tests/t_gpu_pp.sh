@@ -43,34 +43,8 @@ fp32 pp2_dp2_zero1 "pp2 dp2 zero1" 4 4 --pp 2 --dp 2 --zero 1
 fp32 pp2_dp2_zero3 "pp2 dp2 zero3" 4 4 --pp 2 --dp 2 --zero 3
 fp32 pp2_dp4 "PP2DP4TP1 (pp2 dp4)" 8 4 --pp 2 --dp 4
 
-# resume_as NAME LABEL FROM CONTINUING NP FLAGS...: FROM's step-2 checkpoint continued at NP ranks with FLAGS must continue
-# as CONTINUING did (steps 3-4, final weights and moments) and stay with the CPU run
-resume_as() {
-    local name=$1 label=$2 from=$3 cont=$4 np=$5; shift 5
-    if [ ! -f "$d/$from/ckpt_00000002/DONE" ]; then
-        echo "[FAIL] $label: no complete step-2 checkpoint in $d/$from: $(why "$from")"; status=1; return
-    fi
-    mkdir -p "$d/$name" && cp -r "$d/$from/ckpt_00000002" "$d/$name/"
-    run "$name" build/train_gpt_fp32_emu "$np" 4 --resume auto "$@"
-    if [ $rc -ne 0 ]; then echo "[FAIL] $label: exit $rc: $(why "$name")"; status=1; return; fi
-    local l lc n fail="" wm wo
-    grep -q "resumed from .*ckpt_00000002 at step 2" "$d/$name.log" || fail+=" no 'resumed from ...ckpt_00000002 at step 2' line;"
-    lc=$(diff_of "$name" "$cont" 3 loss 0)
-    l=$(diff_of "$name" cpu.a4 3 loss 0)
-    n=$(diff_of "$name" "$cont" 3 grad_norm 1)
-    within "$lc" $LOSS_TOL || fail+=" losses vs continuing $lc > $LOSS_TOL;"
-    within "$l" $LOSS_TOL || fail+=" losses vs one process $l > $LOSS_TOL;"
-    within "$n" $NORM_TOL || fail+=" gradient norms vs continuing $n > $NORM_TOL;"
-    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt "$cont" $STEPS model)" $WEIGHT_TOL
-    wm=$wout; [ $wok = 1 ] || fail+=" final weights $wm > $WEIGHT_TOL;"
-    weights compare "$(ckpt "$name" $STEPS optim)" "$(ckpt "$cont" $STEPS optim)" $WEIGHT_TOL
-    wo=$wout; [ $wok = 1 ] || fail+=" final AdamW moments $wo > $WEIGHT_TOL;"
-    local figures="steps 3-$STEPS losses vs continuing $lc, vs one process $l (tolerance $LOSS_TOL), gradient norms $n ($NORM_TOL), final weights $wm, moments $wo ($WEIGHT_TOL)"
-    if [ -z "$fail" ]; then echo "[PASS] $label ($took s): $figures"
-    else echo "[FAIL] $label:$fail ($figures)"; status=1; fi
-}
-resume_as fp32.resume_pp2_at_1 "fp32: pp2's step-2 checkpoint resumed at one rank" fp32.pp2 fp32.pp2 1
-resume_as fp32.resume_1_at_pp2 "fp32: the one-rank step-2 checkpoint resumed at pp2" fp32.one_rank fp32.one_rank 2 --pp 2
+resume fp32.resume_pp2_at_1 "fp32: pp2's step-2 checkpoint resumed at one rank" fp32.pp2 fp32.pp2 1
+resume fp32.resume_1_at_pp2 "fp32: the one-rank step-2 checkpoint resumed at pp2" fp32.one_rank fp32.one_rank 2 --pp 2
 
 # bf16: pp2 against the fp32 CPU run
 bf16_tolerances
