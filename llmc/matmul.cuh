@@ -151,6 +151,25 @@ static inline const MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey&
     return ctx->algos.back();
 }
 
+// d = a b (+ d when accumulate) with the cached algorithm of key (matmul_algo), when cuBLASLt has one; the descriptor
+// and the layouts are destroyed either way. Returns whether it ran (else the caller falls back). Used by the bf16 and
+// fp8 GEMMs (llmc/matmul_fp8.cuh).
+static inline bool cublaslt_run(MatmulContext* ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
+                                cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_,
+                                const void* a, const void* b, void* d, bool accumulate, cudaStream_t stream) {
+    const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
+    if (algo.found) {
+        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+        cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &algo.algo,
+                                   ctx->workspace, ctx->workspace_size, stream));
+    }
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return algo.found;
+}
+
 // The one cuBLASLt call: D[m,n] (column-major) = op(A)[m,k] @ op(B)[k,n] (+ D if accumulate),
 // with an epilogue, fp32 accumulation. A and B are floatX, D is d_type (floatX or fp32; C = D).
 // All three are dense: the leading dimension is the stored matrix's column-major row count.
@@ -179,17 +198,7 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
 
     const MatmulKey key{m, n, k, trans_a, trans_b, epilogue, d_type, bias ? bias_type : d_type,
                         pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), CUDA_FLOATX, CUDA_FLOATX, false, false};
-    const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
-    if (algo.found) {
-        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-        cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &algo.algo,
-                                   ctx->workspace, ctx->workspace_size, stream));
-    }
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    if (algo.found) return;
+    if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
         die("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d output type %d (llmc/matmul.cuh; shapes "
             "must be multiples of 8 for tensor cores)", m, n, k, (int)trans_a, (int)trans_b, (int)d_type);

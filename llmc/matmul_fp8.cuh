@@ -68,17 +68,7 @@ static inline void cublaslt_matmul_fp8(MatmulContext* ctx, cudaStream_t stream, 
 
     const MatmulKey key{m, n, k, true, false, epilogue, d_type, d_type, pointer_alignment(a), pointer_alignment(b),
                         pointer_alignment(d), a_type, b_type, fast_accum, amax_d != nullptr};
-    const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
-    if (algo.found) {
-        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-        cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &algo.algo,
-                                   ctx->workspace, ctx->workspace_size, stream));
-    }
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    if (algo.found) return;
+    if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
         die("cuBLASLt has no fp8 algorithm for m=%d n=%d k=%d, A type %d, B type %d, output type %d (llmc/matmul_fp8.cuh; "
             "fp8 GEMMs need compute capability 8.9+, K a multiple of 16 and not both operands E5M2)", m, n, k,

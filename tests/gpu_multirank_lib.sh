@@ -126,28 +126,6 @@ fp32() {
     else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
 }
 
-# bf16_tolerances: the bf16 tolerances against the CPU run (t_gpu_multirank.sh's header derives them), from the largest
-# logit over the CPU run's steps (its init $d/init.safetensors and cpu.a4's checkpoints 1-3); sets BF16_LOSS_TOL
-bf16_tolerances() {
-    local bound
-    bound=$($PY tests/weights_checks.py logit_bound "$d/init.safetensors" "$(ckpt cpu.a4 1 model)" "$(ckpt cpu.a4 2 model)" \
-            "$(ckpt cpu.a4 3 model)" 2>&1)
-    BF16_LOSS_TOL=$(awk -v t="$TOL_LOGITS" -v m="$bound" 'BEGIN { printf "%.4g", 2 * 2 * t * m }')
-    echo "bf16 tolerances: logits $TOL_LOGITS of max |logit| <= $bound: losses $BF16_LOSS_TOL, gradient norms $BF16_NORM_TOL (relative), 4-step update per tensor $BF16_UPDATE_TOL"
-}
-# bf16_vs_cpu NAME: a bf16 run against the CPU run cpu.a4; sets fail and figures
-bf16_vs_cpu() {
-    local l n
-    l=$(diff_of "$1" cpu.a4 1 loss 0)
-    n=$(diff_of "$1" cpu.a4 1 grad_norm 1)
-    weights update "$d/init.safetensors" "$(ckpt "$1" $STEPS model)" "$(ckpt cpu.a4 $STEPS model)" "$BF16_UPDATE_TOL"
-    fail=""
-    within "$l" "$BF16_LOSS_TOL" || fail+=" losses $l > $BF16_LOSS_TOL;"
-    within "$n" "$BF16_NORM_TOL" || fail+=" gradient norms $n > $BF16_NORM_TOL;"
-    [ $wok = 1 ] || fail+=" update $wout > $BF16_UPDATE_TOL;"
-    figures="losses $l ($BF16_LOSS_TOL), gradient norms $n ($BF16_NORM_TOL), 4-step update per tensor $wout ($BF16_UPDATE_TOL)"
-}
-
 # bad layouts (issue: stop on every rank with a message naming the flag, exit 1): mpirun's status 1, the flag with its
 # value in the output, no step trained, within 60 s
 bad() {
