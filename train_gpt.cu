@@ -291,11 +291,17 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
 }
 
 // Tensor parallel: the MLP columns of one rank, ffn / tp, must be a multiple of 8 too (the kernels move 8 elements
-// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/tp.h).
-static void check_tp_shapes(const ModelConfig& c, int tp) {
+// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/tp.h). "" when it runs.
+static std::string tp_shape_error(const ModelConfig& c, int tp) {
     if (tp > 1 && c.ffn % tp == 0 && (c.ffn / tp) % 8 != 0)
-        die("--ffn %d / --tp %d = %d: the CUDA kernels need a multiple of 8 per tensor-parallel rank", c.ffn, tp,
-            c.ffn / tp);
+        return layout_fmt("--ffn %d / --tp %d = %d: the CUDA kernels need a multiple of 8 per tensor-parallel rank", c.ffn,
+                          tp, c.ffn / tp);
+    return "";
+}
+
+static void check_tp_shapes(const ModelConfig& c, int tp) {
+    const std::string err = tp_shape_error(c, tp);
+    if (!err.empty()) die("%s", err.c_str());
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -879,6 +885,7 @@ static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, i
     b.acts = e.acts_layers + e.acts_shared;
     b.buckets = e.dp_buffers;
     b.workspace = e.scratch + e.workspace + e.reserve;
+    b.err = tp_shape_error(c, L.topo.tp);  // the planner skips a layout the kernels cannot run
     return b;
 }
 
@@ -1989,11 +1996,11 @@ static void layout_error(const Comm& world, const std::string& msg) {
 static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& mc, int n_ranks, int rank) {
     if (rank == 0 && tc->plan)
         printf("train_gpt plans the layouts it runs: data, tensor and pipeline parallel with ZeRO 0-3, --sp, --vpp, "
-               "--recompute, -b; with no layout flag it picks among data-parallel layouts\n");
+               "--recompute, -b; with no layout flag it picks among them (vpp 1)\n");
     int recompute = (int)opt->recompute;
     bool done = false;
     const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_WIRE_BYTES,
-                                       cuda_plan_bytes_fn(opt->bf16_moments), rank == 0, &done, true);
+                                       cuda_plan_bytes_fn(opt->bf16_moments), rank == 0, &done);
     if (!err.empty()) {
         if (rank == 0) fprintf(stderr, "error: %s\n", err.c_str());
         exit(1);
@@ -2089,6 +2096,8 @@ int main(int argc, char** argv) {
                    tc.gpu_mem_gib);
     }
     plan_or_pick(&tc, &opt, mc, world.size, world.rank);
+    config_finalize(mc, tc.tp);  // the planner may have picked tensor parallelism: the vocabulary padded for it
+    check_tp_shapes(mc, tc.tp);
 
     // the layout and the dp group
     const int B = tc.B, T = tc.T;

@@ -70,6 +70,7 @@ struct PlanBytes {
     double acts = 0;       // activations at their peak (recompute, flash attention, 1F1B in flight)
     double buckets = 0;    // communication buffers the trainer keeps apart from the above
     double workspace = 0;  // scratch, GEMM workspace, reserve
+    std::string err;       // non-empty: the trainer cannot run this layout (its kernels' limits), why
     double total() const { return weights + grads + optim + acts + buckets + workspace; }
 };
 
@@ -152,6 +153,7 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
         PlanRow row;
         row.stage = s; row.ranks = dp * tp;
         row.bytes = bytes(c, L, B, T, p.n_mb, recompute);
+        if (!row.bytes.err.empty()) { p.err = row.bytes.err; return p; }
         p.peak = std::max(p.peak, row.bytes.total());
         p.rows.push_back(row);
     }
@@ -226,18 +228,18 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
 // Every layout of `world` ranks for the model (tc: B, T, total_batch, 0: B*T*world; its layout flags are replaced):
 // tp dividing the heads, kv heads, ffn and world, at most 8 and within a node; pp dividing the layers;
 // dp = world / (tp*pp); ZeRO 0-3 (0 only when dp is 1); SP on or off when tp > 1; each recompute mode
-// in `recomputes`; every -b dividing the per-rank batch. vpp stays 1. dp_only: tp = pp = 1 (a trainer
-// that runs data parallel and ZeRO only). The valid ones, the fitting first, fastest first (ties: larger
-// -b, then fewer bytes).
+// in `recomputes`; every -b dividing the per-rank batch. vpp stays 1. The valid ones (layout_make's
+// checks and the trainer's, PlanBytes::err), the fitting first, fastest first (ties: larger -b, then
+// fewer bytes).
 static inline std::vector<Plan> plan_candidates(const ModelConfig& mc, const TrainConfig& tc_in, int world,
                                                 const std::vector<int>& recomputes, double wire, const PlanHardware& hw,
-                                                const PlanBytesFn& bytes, bool dp_only = false) {
+                                                const PlanBytesFn& bytes) {
     std::vector<Plan> out;
     TrainConfig tc = tc_in;
     if (tc.total_batch <= 0) tc.total_batch = (long)tc.B * tc.T * world;  // plain dp's default
-    for (int tp = 1; tp <= (dp_only ? 1 : std::min({8, world, hw.gpus_per_node})); tp++) {
+    for (int tp = 1; tp <= std::min({8, world, hw.gpus_per_node}); tp++) {
         if (world % tp != 0) continue;
-        for (int pp = 1; pp <= (dp_only ? 1 : mc.n_layer); pp++) {
+        for (int pp = 1; pp <= mc.n_layer; pp++) {
             if (mc.n_layer % pp != 0 || world % (tp * pp) != 0) continue;
             const int dp = world / (tp * pp);
             if (tc.total_batch % ((long)tc.T * dp) != 0) continue;
@@ -362,12 +364,11 @@ static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHa
 // may_pick (the trainer's own layout flags, such as --recompute, not given either), the fastest
 // fitting candidate over `recomputes` is written into *tc and *recompute, and the choice is printed.
 // --plan: the plan of *tc for --world ranks (default: mpi_world when > 1, else dp*tp*pp) is printed
-// and *done is set (the trainer exits 0). Printing only when print (rank 0). dp_only: the candidates
-// keep tp = pp = 1 (plan_candidates). Returns "" or what is wrong, naming the flag (the trainer stops
-// with it, exit 1).
+// and *done is set (the trainer exits 0). Printing only when print (rank 0). Returns "" or what is
+// wrong, naming the flag (the trainer stops with it, exit 1).
 static inline std::string plan_apply(const ModelConfig& mc, TrainConfig* tc, int* recompute, int mpi_world, bool may_pick,
                                      const std::vector<int>& recomputes, double wire, const PlanBytesFn& bytes, bool print,
-                                     bool* done, bool dp_only = false) {
+                                     bool* done) {
     *done = false;
     const bool pick = !tc->layout_given && may_pick && tc->gpu_mem_gib > 0;
     if (!tc->plan && !pick) return "";
@@ -378,7 +379,7 @@ static inline std::string plan_apply(const ModelConfig& mc, TrainConfig* tc, int
     if (tc->total_batch == 0) tc->total_batch = (long)tc->B * tc->T * (pick ? W : std::max(1, W / (tc->tp * tc->pp)));
     const PlanHardware hw = plan_hardware(*tc);
     if (pick) {
-        const std::vector<Plan> cands = plan_candidates(mc, *tc, W, recomputes, wire, hw, bytes, dp_only);
+        const std::vector<Plan> cands = plan_candidates(mc, *tc, W, recomputes, wire, hw, bytes);
         if (plan_print_choice(cands, hw, print) < 0)
             return layout_fmt("no layout of %d ranks (--world or mpirun -np) fits --gpu-mem %g GiB per rank with -d %ld -t %d "
                               "(raise --gpu-mem, lower -d or -t, or use more ranks)", W, tc->gpu_mem_gib, tc->total_batch, tc->T);

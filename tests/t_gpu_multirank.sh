@@ -8,7 +8,8 @@
 #   micro-batches (6 for dp 3: two per rank), lr 1e-3 cosine, clipping at 1.0 active on every step (norms 2.8-4.4).
 #   1. fp32 build: one rank (no mpirun), then dp2, dp2 zero1, dp4 zero2, dp2 zero3, dp3 zero3 (mpirun -np 2, 2, 4, 2,
 #      3): every step's loss and gradient norm (metrics.jsonl) and the final weights (ckpt_00000004/model.safetensors).
-#      Then 2 ranks with no layout flag: the planner's choice (llmc/plan.h) runs, with the one-process losses.
+#      Then 2 ranks with no layout flag: the planner's choice (llmc/plan.h) runs, with the one-process losses; and
+#      again with a --gpu-mem that only tp 2 / pp 2 layouts fit: the planner picks one and runs it.
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
@@ -83,6 +84,36 @@ else
     within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
     if [ -z "$fail" ]; then echo "[PASS] fp32 no layout flag, 2 ranks ($took s): the planner chose '$chosen' and ran it; losses vs one process $l (tolerance $LOSS_TOL)"
     else echo "[FAIL] fp32 no layout flag, 2 ranks:$fail"; status=1; fi
+fi
+
+# the planner picks model parallelism when data parallelism does not fit: --gpu-mem half-way between the smallest peak
+# of a tp 2 or pp 2 layout and the smallest of a dp 2 layout (ZeRO 0-3 at dp 2, sp 0/1 at tp 2; -b 1, 2, 4 dividing the
+# batch; each recompute), all from the trainer's own --plan; then 2 ranks with no layout flag run the tp 2 or pp 2
+# layout the planner chose, with the one-process losses
+planfp32() { build/train_gpt_fp32_emu --plan --world 2 "${MODEL[@]}" -t 64 -d 256 "$@" 2>&1 |
+             sed -n 's/^plan bytes stage [0-9]*: .* total \([0-9]*\)$/\1/p' | sort -n | tail -1; }
+smallest() { sort -n | head -1; }
+peak_dp=$(for z in 0 1 2 3; do for b in 1 2; do for r in none selective full; do
+    planfp32 --dp 2 --zero $z -b $b --recompute $r; done; done; done | smallest)
+peak_mp=$(for lay in "--pp 2" "--tp 2" "--tp 2 --sp 1"; do for b in 1 2 4; do for r in none selective full; do
+    planfp32 $lay -b $b --recompute $r; done; done; done | smallest)
+name=fp32.planned_mp
+if [ -z "$peak_mp" ] || [ -z "$peak_dp" ] || [ "$peak_mp" -ge "$peak_dp" ]; then
+    echo "[FAIL] the planner picks tp 2 or pp 2: their smallest peak '$peak_mp' is not below dp 2's '$peak_dp'"; status=1
+else
+    mem=$(awk -v a="$peak_mp" -v b="$peak_dp" 'BEGIN { printf "%.9f", (a + b) / 2 / 2^30 }')
+    t0=$SECONDS
+    EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${MODEL[@]}" -t 64 -d 256 -x $STEPS -v 0 \
+        -g 0 -i data/mobydick.txt -j "" --gpu-mem "$mem" -o "$d/$name" > "$d/$name.log" 2>&1
+    rc=$?; took=$((SECONDS - t0))
+    chosen=$(sed -n 's/^chosen: \(.*\) (the fastest.*/\1/p' "$d/$name.log")
+    if [ $rc -ne 0 ]; then echo "[FAIL] fp32 --gpu-mem $mem, no layout flag, 2 ranks: exit $rc: $(why $name)"; status=1
+    else
+        l=$(diff_of $name cpu.a4 1 loss 0)
+        if grep -qE "^tp [12] pp [12] dp 1 " <<< "$chosen" && within "$l" $LOSS_TOL; then
+            echo "[PASS] fp32 --gpu-mem $mem GiB (between the smallest tp 2 / pp 2 peak, $peak_mp bytes, and dp 2's, $peak_dp), 2 ranks ($took s): the planner chose '$chosen' and ran it; losses vs one process $l (tolerance $LOSS_TOL)"
+        else echo "[FAIL] fp32 --gpu-mem $mem, no layout flag, 2 ranks: chose '$chosen' (expected tp 2 or pp 2), losses $l"; status=1; fi
+    fi
 fi
 
 resume fp32.resume_zero3 "fp32: dp2 zero3's step-2 checkpoint resumed at one rank" fp32.dp2_zero3 fp32.dp2_zero3
