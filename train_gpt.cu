@@ -929,24 +929,19 @@ static AdamWTable<Moment> adamw_table_build(GPT* g, float wd) {
 template <typename Moment>
 static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     std::vector<AdamWTensor<Moment, float>> ts;
-    const int zero = g->L.zero, dp = g->L.topo.dp;
-    for (const Bucket& b : g->buckets) {
-        const Range mine = zero >= 1 ? zero_piece(b, dp, g->L.topo.dp_rank) : b.range;
-        const size_t shift = mine.lo - zero_shard_offset(b, dp);  // flat position - shard position
-        for (int k = b.first_spec; k < b.end_spec; k++) {
-            const ParamSpec& s = g->table.specs[k];
-            const Range r = range_intersect({s.offset, s.offset + s.numel()}, mine);
-            if (r.size() == 0) continue;
-            AdamWTensor<Moment, float> t{};
-            t.param = g->params + r.lo - (zero >= 3 ? shift : 0);
-            t.grad = zero >= 2 ? g->grad_shard + r.lo - shift : g->grad32 + r.lo;
-            t.master = g->master + r.lo - (zero >= 1 ? shift : 0);
-            t.m = (Moment*)g->m + r.lo - (zero >= 1 ? shift : 0);
-            t.v = (Moment*)g->v + r.lo - (zero >= 1 ? shift : 0);
-            t.n = r.size();
-            t.weight_decay = s.is_matrix ? wd : 0.0f;
-            ts.push_back(t);
-        }
+    const int zero = g->L.zero;
+    for (const ZeroPart& p : zero_parts(g->table, g->buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
+        // this part in each buffer: flat, or the shard at the buffer's ZeRO stage
+        const size_t lo = p.flat.lo;
+        AdamWTensor<Moment, float> t{};
+        t.param = g->params + lo - (zero >= 3 ? p.shift : 0);
+        t.grad = zero >= 2 ? g->grad_shard + lo - p.shift : g->grad32 + lo;
+        t.master = g->master + lo - p.shift;
+        t.m = (Moment*)g->m + lo - p.shift;
+        t.v = (Moment*)g->v + lo - p.shift;
+        t.n = p.flat.size();
+        t.weight_decay = g->table.specs[p.spec].is_matrix ? wd : 0.0f;
+        ts.push_back(t);
     }
     return adamw_table_upload(ts);
 }

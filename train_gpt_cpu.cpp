@@ -790,32 +790,30 @@ void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const Train
     const double bc1 = 1.0 - std::pow(tc.beta1, t), bc2 = 1.0 - std::pow(tc.beta2, t);
     const real b1 = (real)tc.beta1, b2 = (real)tc.beta2, eps = (real)tc.eps, lr_r = (real)lr, step = (real)(lr / bc1),
                sbc2 = (real)std::sqrt(bc2), gs = (real)grad_scale;
-    for (const Bucket& bk : g->buckets) {
-        const Range mine = zero >= 1 ? zero_piece(bk, dp, g->L.topo.dp_rank) : bk.range;
-        const size_t shift = mine.lo - zero_shard_offset(bk, dp);  // flat position - shard position
-        for (int k = bk.first_spec; k < bk.end_spec; k++) {
-            const ParamSpec& s = g->table.specs[k];
-            const Range r = range_intersect({s.offset, s.offset + s.numel()}, mine);
-            const real wd = s.is_matrix ? (real)tc.weight_decay : (real)0;
-            // this range in each buffer: flat, or the shard at the buffer's ZeRO stage
-            real* pb = g->params.data() + r.lo - (zero >= 3 ? shift : 0);
-            const real* gb = g->grads.data() + r.lo - (zero >= 2 ? shift : 0);
-            real* mb = g->m.data() + r.lo - (zero >= 1 ? shift : 0);
-            real* vb = g->v.data() + r.lo - (zero >= 1 ? shift : 0);
-            const int64_t n = (int64_t)r.size();
+    for (const ZeroPart& p : zero_parts(g->table, g->buckets, dp, g->L.topo.dp_rank, zero == 0)) {
+        const real wd = g->table.specs[p.spec].is_matrix ? (real)tc.weight_decay : (real)0;
+        // this part in each buffer: flat, or the shard at the buffer's ZeRO stage
+        const size_t lo = p.flat.lo;
+        real* pb = g->params.data() + lo - (zero >= 3 ? p.shift : 0);
+        const real* gb = g->grads.data() + lo - (zero >= 2 ? p.shift : 0);
+        real* mb = g->m.data() + lo - p.shift;
+        real* vb = g->v.data() + lo - p.shift;
+        const int64_t n = (int64_t)p.flat.size();
 #pragma omp parallel for schedule(static)
-            for (int64_t i = 0; i < n; i++) {
-                real gi = gb[i] * gs;
-                pb[i] *= (real)1 - lr_r * wd;
-                mb[i] = b1 * mb[i] + ((real)1 - b1) * gi;
-                vb[i] = b2 * vb[i] + ((real)1 - b2) * gi * gi;
-                pb[i] -= step * mb[i] / (std::sqrt(vb[i]) / sbc2 + eps);
-            }
+        for (int64_t i = 0; i < n; i++) {
+            real gi = gb[i] * gs;
+            pb[i] *= (real)1 - lr_r * wd;
+            mb[i] = b1 * mb[i] + ((real)1 - b1) * gi;
+            vb[i] = b2 * vb[i] + ((real)1 - b2) * gi * gi;
+            pb[i] -= step * mb[i] / (std::sqrt(vb[i]) / sbc2 + eps);
         }
-        // ZeRO 1/2: every dp rank gets the others' updated pieces of the bucket
-        if (zero == 1 || zero == 2)
-            comm_all_gather(g->cm.dp, g->params.data() + mine.lo, g->params.data() + bk.range.lo, bk.range.size() / dp);
     }
+    // ZeRO 1/2: every dp rank gets the others' updated pieces of each bucket
+    if (zero == 1 || zero == 2)
+        for (const Bucket& bk : g->buckets) {
+            const Range mine = zero_piece(bk, dp, g->L.topo.dp_rank);
+            comm_all_gather(g->cm.dp, g->params.data() + mine.lo, g->params.data() + bk.range.lo, bk.range.size() / dp);
+        }
 }
 
 // Clipping coefficient as torch.nn.utils.clip_grad_norm_: clip / (norm + 1e-6), at most 1.

@@ -113,21 +113,13 @@ static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable&
 // shard-buffer positions when in_shard (ZeRO-2/3 gradients). Adjacent ranges are merged.
 static inline std::vector<Range> layout_norm_ranges(const ParamTable& t, const std::vector<Bucket>& bs, const Layout& L, bool in_shard) {
     std::vector<Range> out;
-    const int dp = L.topo.dp;
-    for (const Bucket& b : bs) {
-        const Range piece = zero_piece(b, dp, L.topo.dp_rank);
-        const size_t shift = in_shard ? piece.lo - zero_shard_offset(b, dp) : 0;
-        for (int k = b.first_spec; k < b.end_spec; k++) {
-            const ParamSpec& s = t.specs[k];
-            if (s.tp == TP_NONE && L.topo.tp_rank != 0) continue;
-            if (k == t.wte && L.topo.pp_rank != 0) continue;
-            Range r = range_intersect({s.offset, s.offset + s.numel()}, piece);
-            if (r.size() == 0) continue;
-            r.lo -= shift;
-            r.hi -= shift;
-            if (!out.empty() && out.back().hi == r.lo) out.back().hi = r.hi;
-            else out.push_back(r);
-        }
+    for (const ZeroPart& p : zero_parts(t, bs, L.topo.dp, L.topo.dp_rank, false)) {
+        if (t.specs[p.spec].tp == TP_NONE && L.topo.tp_rank != 0) continue;
+        if (p.spec == t.wte && L.topo.pp_rank != 0) continue;
+        const size_t shift = in_shard ? p.shift : 0;
+        const Range r = {p.flat.lo - shift, p.flat.hi - shift};
+        if (!out.empty() && out.back().hi == r.lo) out.back().hi = r.hi;
+        else out.push_back(r);
     }
     return out;
 }

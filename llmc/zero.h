@@ -86,6 +86,34 @@ static inline Range zero_piece(const Bucket& b, int dp, int r) {
 static inline size_t zero_shard_offset(const Bucket& b, int dp) { return b.range.lo / dp; }
 static inline size_t zero_shard_size(const ParamTable& t, int dp) { return t.total / dp; }
 
+// A tensor's part inside one dp rank's piece of a bucket: what that rank's optimizer updates (and its norm sums).
+// flat: the range in flat-buffer positions; shift: flat position - shard position, so flat.lo - shift is where it
+// sits in a shard buffer (the bucket's piece starts at zero_shard_offset there).
+struct ZeroPart {
+    Range flat;
+    size_t shift = 0;
+    int spec = 0;  // the tensor, an index into t.specs
+};
+
+// The parts of every tensor within dp rank r's piece of each bucket, in bucket and table order; whole_bucket: the
+// whole bucket instead of the piece (ZeRO 0: every rank updates everything), shift 0. Bucket padding is in no part.
+static inline std::vector<ZeroPart> zero_parts(const ParamTable& t, const std::vector<Bucket>& bs, int dp, int r,
+                                               bool whole_bucket) {
+    std::vector<ZeroPart> out;
+    for (const Bucket& b : bs) {
+        const Range mine = whole_bucket ? b.range : zero_piece(b, dp, r);
+        const size_t shift = whole_bucket ? 0 : mine.lo - zero_shard_offset(b, dp);
+        for (int k = b.first_spec; k < b.end_spec; k++) {
+            const Range f = range_intersect({t.specs[k].offset, t.specs[k].offset + t.specs[k].numel()}, mine);
+            if (f.size() == 0) continue;
+            ZeroPart p;
+            p.flat = f; p.shift = shift; p.spec = k;
+            out.push_back(p);
+        }
+    }
+    return out;
+}
+
 // shard[total/dp] = dp rank r's pieces of flat[total], in bucket order.
 template <typename T>
 static inline void zero_take_shard(const std::vector<Bucket>& bs, int dp, int r, const T* flat, T* shard) {

@@ -64,6 +64,8 @@ CHECKS = {
     "tokenizer": ("make -s build/test_tokenizer", "bash tests/t_tokenizer.sh"),
     "bad_inputs": ("make -s train_gpt_cpu", "bash tests/t_bad_inputs.sh"),
     "guard": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_guard.sh"),
+    # the CUDA trainer's host-only modes: --plan, the layout planner, --estimate-memory
+    "train_gpt_host": ("make -s train_gpt train_gpt_fp32", "bash tests/t_train_gpt_host.sh"),
 }
 
 # The states the checks read: made once from the unchanged tree.
@@ -179,13 +181,14 @@ MUTANTS = [
      "return {b.range.lo + (size_t)r * n, b.range.lo + (size_t)(r + 1) * n - 1};",
      "parallel", "ZeRO piece loses its last element"),
     ("zero2_gather", "layout", "train_gpt_cpu.cpp",
-     "if (zero == 1 || zero == 2)\n            comm_all_gather(", "if (zero == 1)\n            comm_all_gather(",
+     "if (zero == 1 || zero == 2)\n        for (const Bucket& bk : g->buckets) {",
+     "if (zero == 1)\n        for (const Bucket& bk : g->buckets) {",
      "parallel", "ZeRO-2 does not all-gather the updated shards"),
     ("norm_tp_count", "layout", "llmc/layout.h",
-     "            if (s.tp == TP_NONE && L.topo.tp_rank != 0) continue;\n", "",
+     "        if (t.specs[p.spec].tp == TP_NONE && L.topo.tp_rank != 0) continue;\n", "",
      "parallel", "global norm counts replicated tensors on every tp rank"),
     ("norm_tied_count", "layout", "llmc/layout.h",
-     "            if (k == t.wte && L.topo.pp_rank != 0) continue;\n", "",
+     "        if (p.spec == t.wte && L.topo.pp_rank != 0) continue;\n", "",
      "parallel", "global norm counts the tied embedding on the first and the last stage"),
     ("tied_sum", "layout", "train_gpt_cpu.cpp",
      "if (k == g->table.wte && g->cfg.tied && L.topo.pp > 1)", "if (k == g->table.wte && g->cfg.tied && L.topo.pp > 2)",
@@ -231,6 +234,14 @@ MUTANTS = [
      "if (!std::isfinite(loss) || !std::isfinite(norm)) return GUARD_NONFINITE;",
      "if (!std::isfinite(loss)) return GUARD_NONFINITE;",
      "guard", "a non-finite gradient norm with a finite loss is not skipped"),
+    # --- the layout planner and the ZeRO pieces -----------------------------------------------------------------
+    ("plan_kernel_limits", "planner", "llmc/plan.h",
+     "if (!row.bytes.err.empty()) { p.err = row.bytes.err; return p; }", "",
+     "train_gpt_host", "the planner offers layouts the trainer's kernels cannot run"),
+    ("zero_parts_whole", "parallel", "llmc/zero.h",
+     "const size_t shift = whole_bucket ? 0 : mine.lo - zero_shard_offset(b, dp);",
+     "const size_t shift = mine.lo - zero_shard_offset(b, dp);",
+     "parallel", "ZeRO 0's optimizer parts get a shard shift (moments read at the wrong place)"),
 ]
 
 
