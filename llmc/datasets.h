@@ -9,11 +9,14 @@
 // that does not fill a window is left out. With shuffle, sample i reads window order[i]: a
 // Fisher-Yates permutation driven by splitmix64 (llmc/rng.h) seeded with `seed` (deterministic
 // on every machine; not bit-identical to Megatron's numpy shuffle).
-// Token files are memory-mapped; index files are parsed, validated and unmapped at open. The
+// Token files are memory-mapped; index files are parsed, validated and unmapped at open. A token
+// file that shrinks while mapped (another program rewriting it) makes a read past its new end
+// raise SIGBUS: a handler names the file and exits 1 instead of the crash. The
 // parsers take buffers and return an error string (empty when fine), so the fuzzer can call
 // them; dataset_open dies with the file name. Byte layouts: docs/data_formats.md.
 #pragma once
 #include <fcntl.h>
+#include <signal.h>
 #include <glob.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -201,6 +204,54 @@ struct MappedFile {
     size_t size;
 };
 
+// The mapped files, for the SIGBUS handler: a fixed table (the handler may only read memory and write(2)).
+struct MappedSlot {
+    const uint8_t* lo;
+    size_t size;
+    char path[512];
+};
+static MappedSlot g_mapped[1024];
+
+static void mapped_sigbus_handler(int, siginfo_t* info, void*) {
+    const uint8_t* a = (const uint8_t*)info->si_addr;
+    const char* path = "a memory-mapped token file";
+    for (const MappedSlot& m : g_mapped)
+        if (m.lo && a >= m.lo && a < m.lo + m.size) path = m.path;
+    const char* parts[] = {"error: ", path, ": shrank while being read (a read past its new end, SIGBUS); is another "
+                           "program writing it? Stopping; the newest complete checkpoint is kept\n"};
+    for (const char* t : parts) {
+        ssize_t n = write(2, t, strlen(t));
+        (void)n;
+    }
+    _exit(1);
+}
+
+// Records a mapping in g_mapped (installing the handler once); a full table only loses the file's name.
+static void mapped_register(const uint8_t* lo, size_t size, const std::string& path) {
+    static bool installed = false;
+    if (!installed) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_sigaction = mapped_sigbus_handler;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, nullptr);
+        installed = true;
+    }
+    for (MappedSlot& m : g_mapped)
+        if (!m.lo) {
+            snprintf(m.path, sizeof(m.path), "%s", path.c_str());
+            m.size = size;
+            m.lo = lo;
+            return;
+        }
+}
+
+static void mapped_unregister(const uint8_t* lo) {
+    for (MappedSlot& m : g_mapped)
+        if (m.lo == lo) m.lo = nullptr;
+}
+
 static MappedFile map_file(const std::string& path) {
     struct stat st;
     int fd = open_input(path, nullptr, false, &st);  // a regular file, or a message naming the flag
@@ -209,6 +260,7 @@ static MappedFile map_file(const std::string& path) {
         void* p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED) die("cannot mmap '%s' (%zu bytes): %s", path.c_str(), m.size, strerror(errno));
         m.data = (uint8_t*)p;
+        mapped_register(m.data, m.size, path_label(path));
     }
     close(fd);
     return m;
@@ -223,7 +275,10 @@ static void check_unchanged(const MappedFile& m) {
 }
 
 static void unmap_file(MappedFile* m) {
-    if (m->data) munmap(m->data, m->size);
+    if (m->data) {
+        mapped_unregister(m->data);
+        munmap(m->data, m->size);
+    }
     m->data = nullptr;
     m->size = 0;
 }

@@ -165,6 +165,23 @@ static void loader_checks(const std::string& dir) {
     }
 }
 
+// Opens the data set, then truncates its (only) token file to `keep` bytes, as another program rewriting it would,
+// and reads every sample: the reads past the new end must stop the process with exit 1 and a message naming the file
+// (llmc/datasets.h's SIGBUS handler). Returning at all is the failure.
+static int shrink(const char* path, int seq, long keep) {
+    TokenDataset d;
+    dataset_open(&d, path, seq, 0, false);
+    if (truncate(path, keep) != 0) { perror("truncate"); return 3; }
+    std::vector<int32_t> s(seq + 1);
+    int64_t sum = 0;
+    for (size_t i = 0; i < dataset_num_samples(&d); i++) {
+        dataset_sample(&d, i, s.data());
+        sum += s[0];
+    }
+    printf("read every sample of the shrunk file (sum %lld): no SIGBUS\n", (long long)sum);
+    return 4;
+}
+
 static void dump(const char* path, int seq, uint64_t seed, bool shuffle, const char* out) {
     TokenDataset d;
     dataset_open(&d, path, seq, seed, shuffle);
@@ -189,6 +206,7 @@ int main(int argc, char** argv) {
         dump(argv[2], atoi(argv[3]), strtoull(argv[4], nullptr, 10), atoi(argv[5]) != 0, argv[6]);
         return 0;
     }
-    fprintf(stderr, "usage: %s selftest DIR | dump PATH SEQ SEED SHUFFLE(0|1) OUT\n", argv[0]);
+    if (argc == 5 && strcmp(argv[1], "shrink") == 0) return shrink(argv[2], atoi(argv[3]), atol(argv[4]));
+    fprintf(stderr, "usage: %s selftest DIR | dump PATH SEQ SEED SHUFFLE(0|1) OUT | shrink PATH SEQ KEEP_BYTES\n", argv[0]);
     return 2;
 }
