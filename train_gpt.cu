@@ -12,7 +12,7 @@
 //   master     [P] fp32     AdamW's master weights; params = floatX(master) after each update
 //   m, v       [P] fp32     AdamW moments (bf16 with --bf16-moments)
 //   head_grad  [Vp,C] fp32  the LM head gradient, accumulated over the step by the fused classifier,
-//                           added into grads once per step
+//                           added into grads once per step (the last pipeline stage only, as the logits)
 //   buffers                 one block carved by the buffer table (buffer_table): the activations, per layer
 //                           what the backward needs (less with --recompute) plus one shared copy of what it
 //                           recomputes; the scratch: one layer's backward buffers, the classifier's logits
@@ -466,7 +466,7 @@ struct GPT {
     float* master = nullptr;    // [P]; ZeRO >= 1: [shard]
     void* m = nullptr;          // [P] fp32 or bf16; ZeRO >= 1: [shard]
     void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
-    float* head_grad = nullptr; // [Vp,C]
+    float* head_grad = nullptr; // [Vp,C] (on the stage that runs the classifier)
     char* buffer_memory = nullptr;  // every row of buffer_table below but the counted ones
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
@@ -489,6 +489,7 @@ struct GPT {
     Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp
     Comm dp;                    // the dp group: its size, rank and stream
     bool parallel = false;      // dp > 1, ZeRO or tp > 1: fp32 bucket reduction, sharded optimizer state
+    bool has_head = true;       // this pipeline stage runs the classifier (the last; every rank without pp)
     std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
     std::vector<int> bucket_of;        // spec -> bucket
     size_t shard = 0;                  // P / dp
@@ -649,8 +650,9 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->dact,          N * F),                     // [N,F]
         scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
         scratch(&g->norm_partial,  norm_backward_scratch_floats((int)Nl, (int)C)),
-        scratch(&g->logits,        chunk * g->Vpl),            // [chunk,Vp]
-        scratch(&g->cls_stats,     g->n_tp > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of exps, target logit
+        scratch(&g->logits,        g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
+        scratch(&g->cls_stats,     g->has_head && g->n_tp > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
+                                                               // exps, target logit
         scratch(&g->losses,        N),                         // [N]
         scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
         scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
@@ -706,6 +708,7 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb) {
     g->global = lt.global;
     g->slice = lt.slice;
     g->parallel = dp > 1 || L.zero > 0 || tp > 1 || pp > 1;
+    g->has_head = stage == pp - 1;
     g->n_slots = 1;
     g->slot_layers = c.n_layer;
     if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/pp_schedule.h)
@@ -790,7 +793,7 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
     e.grads = P * sizeof(floatX);
     e.master = (L.zero >= 1 ? shard : P) * 4;
     e.moments = (L.zero >= 1 ? shard : P) * 2 * (bf16_moments ? 2 : 4);
-    e.head_grad = (double)shape.Vpl * c.n_embd * 4;
+    e.head_grad = shape.has_head ? (double)shape.Vpl * c.n_embd * 4 : 0;
     e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = 0;
     e.grad32 = (double)align256(shape.n_grad32 * 4);
     e.grad_shard = (double)align256(shape.n_grad_shard * 4);
@@ -986,7 +989,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->allocated_weights = g->allocated - before;
     before = g->allocated;
     cuda_alloc(g, &g->grads, P * sizeof(floatX));
-    cuda_alloc(g, &g->head_grad, (size_t)g->Vpl * c.n_embd * sizeof(float));
+    cuda_alloc(g, &g->head_grad, g->has_head ? (size_t)g->Vpl * c.n_embd * sizeof(float) : 0);
     g->allocated_grads = g->allocated - before;
     before = g->allocated;
     cuda_alloc(g, &g->master, n_opt * sizeof(float));
@@ -1379,7 +1382,7 @@ static void grads_bucket_done(GPT* g, int b) {
     f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(dst, g->grads + bk.range.lo, n);
     cudaCheck(cudaGetLastError());
     const int h = g->head();
-    if (h >= bk.first_spec && h < bk.end_spec) {
+    if (g->has_head && h >= bk.first_spec && h < bk.end_spec) {
         const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
         float* head_dst = dst + (g->table.specs[h].offset - bk.range.lo);
         add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(head_dst, g->head_grad, hn);
@@ -1728,7 +1731,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
 
 static void gpt_zero_grad(GPT* g) {
     cudaCheck(cudaMemsetAsync(g->grads, 0, g->table.total * sizeof(floatX), g->stream));
-    cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->Vpl * g->cfg.n_embd * 4, g->stream));
+    if (g->has_head) cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->Vpl * g->cfg.n_embd * 4, g->stream));
 }
 
 // The fp32 LM-head gradient of the step joins the floatX gradients (once per step, after the last micro-batch).
@@ -2240,6 +2243,7 @@ int main(int argc, char** argv) {
         }
         if (step == first_step) {  // every rank's bytes by kind: allocated, beside the estimate
             const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, est, layout));
+            if (rank0 && world.size > 1) print_memory_rows(rows.data(), world.size);  // allocated (estimate)
             if (rank0) log_memory(&lg, rows.data(), world.size, step + 1);
         }
         const double used = device_used_bytes();

@@ -75,7 +75,8 @@ opt_bytes() {
 # up to 15% of one rank's state; a rank holding the whole model is far above) and at least ONE's / NP; with pp, below
 # 99% of ONE's / (dp under ZeRO >= 1) (with tp too: ONE's x (1/(tp, and dp under ZeRO >= 1) + 0.15)) and at least
 # half of ONE's / NP: rank 0 holds the first stage
-# only, whose share is uneven (the embeddings, and the head on the last stage). Sets mem (the figure for the report).
+# only, whose share is uneven (the embeddings, and the head on the last stage). And on NP > 1 every rank's bytes by
+# kind allocated equal its estimate's (the trainer's "memory per rank" table). Sets mem (the figure for the report).
 guards() {
     local name=$1 np=$2 accum=$3 one=$4; shift 4
     local z=0 tp=1 pp=1 dp rows lines mine ref
@@ -87,6 +88,14 @@ guards() {
     [ "$rows" = 1 ] || fail+=" the config table's row 'batch per step | B=1 T=64 accum=$((accum / dp)) dp=$dp' printed $rows times, not once;"
     lines=$(wc -l 2> /dev/null < "$d/$name/metrics.jsonl" || echo 0)
     [ "$lines" = "$STEPS" ] || fail+=" metrics.jsonl has $lines lines, not $STEPS;"
+    # every rank's allocations by kind equal its estimate (the "memory per rank" table: measured (formula), MiB)
+    if [ "$np" -gt 1 ]; then
+        rows=$(grep -A$((np + 1)) "^memory per rank, MiB: measured (formula)" "$d/$name.log" | grep -cE '^ +[0-9]+ ')
+        lines=$(grep -A$((np + 1)) "^memory per rank, MiB: measured (formula)" "$d/$name.log" | grep -E '^ +[0-9]+ ' |
+                tr -d '()|' | awk '$5 != $6 || $7 != $8 || $9 != $10 || $11 != $12' | head -2)
+        [ "$rows" = "$np" ] || fail+=" the memory table has $rows rows, not $np;"
+        [ -z "$lines" ] || fail+=" allocations differ from the estimate: $lines;"
+    fi
     mine=$(opt_bytes "$name"); ref=$(opt_bytes "$one")
     mem="optimizer state per rank ${mine:-?} bytes of one rank's ${ref:-?} (tp $tp pp $pp dp $dp ZeRO $z)"
     if [ -z "$mine" ] || [ -z "$ref" ]; then fail+=" no 'memory estimate (bytes): ... master M moments M ...' line;"; return; fi
