@@ -70,7 +70,7 @@ static void check_estimate(const GPT& g, const std::string& tag) {
     TrainConfig tc;
     tc.B = g.B; tc.T = g.T; tc.dp = g.L.topo.dp; tc.zero = g.L.zero;
     tc.total_batch = (long)g.B * g.T * g.L.topo.dp;
-    const Plan p = plan_make(g.cfg, tc, g.L.topo.dp, (int)g.recompute, PLAN_WIRE_BYTES, plan_hardware(tc),
+    const Plan p = plan_make(g.cfg, tc, g.L.topo.dp, (int)g.recompute, PLAN_COMM, plan_hardware(tc),
                              cuda_plan_bytes_fn(g.bf16_moments), false);
     check(p.err.empty() && p.peak == g.allocated + MEMORY_RESERVE_BYTES, tag + " --recompute " +
           recompute_name(g.recompute) + ": the plan's bytes are the allocation plus the reserve",

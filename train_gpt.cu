@@ -421,7 +421,8 @@ struct LayerActs {
     floatX* ln1;      // [Nl,C]
     float* ln1_mean;  // [Nl]
     float* ln1_rstd;  // [Nl]
-    floatX* ln1_full; // [N,C]    SP: ln1 gathered over tp (the qkv input); otherwise = ln1
+    floatX* ln1_full; // [N,C]    SP: ln1 gathered over tp (the qkv input; one copy for all layers, gathered
+                      //          again for the backward); otherwise = ln1
     floatX* qkv;      // [N,qkvd] after RoPE
     floatX* atty;     // [N,qd]
     float* lse;       // [B,H,T]
@@ -429,7 +430,7 @@ struct LayerActs {
     floatX* ln2;      // [Nl,C]
     float* ln2_mean;  // [Nl]
     float* ln2_rstd;  // [Nl]
-    floatX* ln2_full; // [N,C]    SP: ln2 gathered over tp (the fc1 input); otherwise = ln2
+    floatX* ln2_full; // [N,C]    SP: ln2 gathered over tp (the fc1 input; as ln1_full); otherwise = ln2
     floatX* fc1;      // [N,F1]
     floatX* act;      // [N,F]
 };
@@ -624,14 +625,16 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         activation(&la.x,          Nl * C,    KEEP, KEEP,       KEEP),        // [Nl,C] layer input (residual stream)
         activation(&la.ln1,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
         activation(&la.ln1_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
-        activation(&la.ln1_full,   NCsp,      KEEP, KEEP,       RECOMPUTED),  // [N,C] SP: ln1 gathered
+        activation(&la.ln1_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln1 gathered (again
+                                                                                 // in the backward)
         activation(&la.qkv,        N * qkvd,  KEEP, KEEP,       RECOMPUTED),  // [N,qkvd] q, k rotated
         activation(&la.atty,       N * qd,    KEEP, RECOMPUTED, RECOMPUTED),  // [N,qd] attention output
         activation(&la.lse,        BHT,       KEEP, RECOMPUTED, RECOMPUTED),  // [B,H,T]
         activation(&la.x_mid,      Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C] after attention
         activation(&la.ln2,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
         activation(&la.ln2_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
-        activation(&la.ln2_full,   NCsp,      KEEP, KEEP,       RECOMPUTED),  // [N,C] SP: ln2 gathered
+        activation(&la.ln2_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln2 gathered (again
+                                                                                 // in the backward)
         activation(&la.fc1,        N * F1,    KEEP, KEEP,       RECOMPUTED),  // [N,F1] pre-activation
         activation(&la.act,        N * F,     KEEP, RECOMPUTED, RECOMPUTED),  // [N,F]
         scratch(&g->y,             Nl * C),                    // [Nl,C] a matmul output about to join the residual
@@ -898,9 +901,9 @@ static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments) {
     };
 }
 
-// Bytes per element the planner counts on the wire: the gradients are reduced in fp32.
-static const double PLAN_WIRE_BYTES = 4.0;
-
+// What the planner counts on the wire: gradients reduced in fp32, weights gathered and activations sent in floatX; under
+// SP the norm outputs gathered again in the backward (one gathered copy for all layers, not one per layer).
+static const PlanComm PLAN_COMM = {4.0, (double)sizeof(floatX), (double)sizeof(floatX), true};
 template <typename T>
 static void cuda_alloc(GPT* g, T** p, size_t bytes) {
     cudaCheck(cudaMalloc((void**)p, std::max<size_t>(bytes, 1)));
@@ -1683,6 +1686,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         else gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream);
         matmul_backward_input(&g->mm, g->stream, part, g->dfc1, g->P(w.fc1_w), N, C, F1);
         tp_sum(g, part, g->dln);
+        if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
         matmul_backward_weight(&g->mm, g->stream, g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
         norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w), la.ln2_mean,
                       la.ln2_rstd, Nl, C, rms, g->stream);
@@ -1695,6 +1699,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
         matmul_backward_input(&g->mm, g->stream, part, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
         tp_sum(g, part, g->dln);
+        if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);
         matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
         norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
                       la.ln1_rstd, Nl, C, rms, g->stream);
@@ -1997,7 +2002,7 @@ static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& m
                "--recompute, -b; with no layout flag it picks among them (vpp 1)\n");
     int recompute = (int)opt->recompute;
     bool done = false;
-    const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_WIRE_BYTES,
+    const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_COMM,
                                        cuda_plan_bytes_fn(opt->bf16_moments), rank == 0, &done);
     if (!err.empty()) {
         if (rank == 0) fprintf(stderr, "error: %s\n", err.c_str());

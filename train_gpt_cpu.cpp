@@ -924,7 +924,7 @@ static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, in
 static void plan_or_pick(const Comm& world, const ModelConfig& mc, TrainConfig* tc) {
     int recompute = 0;  // the CPU trainer keeps every activation
     bool done = false;
-    const std::string err = plan_apply(mc, tc, &recompute, world.size, true, {0}, sizeof(float), cpu_plan_bytes, world.rank == 0, &done);
+    const std::string err = plan_apply(mc, tc, &recompute, world.size, true, {0}, PlanComm(), cpu_plan_bytes, world.rank == 0, &done);
     if (!err.empty()) layout_error(world, "%s", err.c_str());
     if (done) {
         comm_finalize();

@@ -14,31 +14,36 @@
 // micro-batch: the largest -b dividing the per-rank batch (-d / (t*dp) sequences) with every row fitting.
 //
 // Step time, one optimizer step of m micro-batches of N = b*t tokens, in seconds; communication is not
-// overlapped with compute (an upper bound); w = bytes per element on the wire (the trainer's):
+// overlapped with compute (an upper bound); bytes per element on the wire are the trainer's (PlanComm): w_a
+// for activations and their gradients (tp, pp), w_g for gradients (dp reductions, the tied embedding), w_w
+// for weights (ZeRO's all-gathers):
 //   compute = F * d / world / gemm       F = model FLOPs per token (llmc/flops.h), d = tokens per step;
 //                                        full recompute adds a forward (2 x matmul weights + 4 L qd T per
 //                                        token), selective the attention forward (4 L qd T per token)
-//   tp      = k * (L/pp) * m * 2 (tp-1)/tp * N C w / bw_tp
-//             k = 4 all-reduces of [N,C] per layer, 2 forward and 2 backward (Shoeybi et al. 2019, sec. 3;
-//             Narayanan et al. 2021, sec. 3.2), 6 under full recompute (the forward's run again); under SP
-//             each is an all-gather plus a reduce-scatter of the same volume (Korthikanti et al. 2022,
-//             sec. 4.2.2); + 2 for the vocabulary-parallel embedding and head (1 per end stage when pp > 1)
-//   pp      = 2 * m * vpp * Nl C w / bw_pp    an activation forward and a gradient backward per micro-batch
+//   tp      = k * m * 2 (tp-1)/tp * N C w_a / bw_tp
+//             k = 4 all-reduces of [N,C] per layer (L/pp layers), 2 forward and 2 backward (Shoeybi et al.
+//             2019, sec. 3; Narayanan et al. 2021, sec. 3.2), 6 under full recompute (the forward's run
+//             again); under SP each is an all-gather plus a reduce-scatter of the same volume (Korthikanti
+//             et al. 2022, sec. 4.2.2), and a trainer that gathers the norm outputs again in the backward
+//             instead of keeping them whole (PlanComm::sp_regather, without full recompute) adds 2 all-gathers
+//             = 1 all-reduce per layer; + 2 for the vocabulary-parallel embedding and head (1 per end stage
+//             when pp > 1)
+//   pp      = 2 * m * vpp * Nl C w_a / bw_pp    an activation forward and a gradient backward per micro-batch
 //             and chunk, point to point; Nl = N/tp under SP (Narayanan et al. 2021, sec. 4.1, scatter/gather)
 //   bubble  = (compute + tp + pp) * (pp-1) / (vpp m)    1F1B idles (p-1)/m of the ideal time, i.e.
 //             (p-1)/(m+p-1) of the pipeline's time; interleaving divides it by v (Narayanan et al. 2021, sec. 2.2)
 //   dp      = V / bw_dp, V bytes sent per rank with ring collectives: an all-reduce of S bytes sends
 //             2 (d-1)/d S, a reduce-scatter or an all-gather (d-1)/d S (Rajbhandari et al. 2020, sec. 7);
-//             S = the rank's padded parameter bytes, S' = (d-1)/d S, the llmc/zero.h collectives:
-//               ZeRO 0: all-reduce of the gradients                                  2 S'
-//               ZeRO 1: all-reduce, then all-gather of the updated weights           3 S'   (the paper's 2 S'
-//                       reduce-scatters instead of all-reducing)
+//             P = the rank's padded parameter count, P' = (d-1)/d P, the llmc/zero.h collectives:
+//               ZeRO 0: all-reduce of the gradients                                  2 P' w_g
+//               ZeRO 1: all-reduce, then all-gather of the updated weights           2 P' w_g + P' w_w
+//                       (the paper's ZeRO 1 sends 2 P': it reduce-scatters instead of all-reducing)
 //               ZeRO 2: reduce-scatter of the layer buckets every micro-batch, of the embedding and head
-//                       buckets once, all-gather of the weights       m S'_layers + S'_ends + S'   (m = 1: 2 S')
+//                       buckets once, all-gather of the weights  (m P'_layers + P'_ends) w_g + P' w_w
 //               ZeRO 3: the same reduce-scatters, and all-gathers before every forward and backward of
-//                       every micro-batch                             m S'_layers + S'_ends + 2 m S' (m = 1:
-//                       3 S', the paper's 1.5x of data parallelism)
-//             + the tied embedding's gradient, all-reduced between the first and last stage: Vp/tp C w
+//                       every micro-batch                        (m P'_layers + P'_ends) w_g + 2 m P' w_w
+//                       (m = 1, w_w = w_g: 3 P' w_g, the paper's 1.5x of data parallelism)
+//             + the tied embedding's gradient, all-reduced between the first and last stage: Vp/tp C w_g
 //   step    = compute + tp + pp + bubble + dp
 // Each of tp, pp and dp also pays a latency per message (the alpha of the alpha-beta model, Hockney
 // 1994): tp k m collectives (2 k m under SP), pp 2 m vpp sends, dp one collective per bucket and per
@@ -78,6 +83,15 @@ struct PlanBytes {
 // micro-batches of B x T, n_mb of them per step, recompute 0 none, 1 selective, 2 full. c is the
 // model with the vocabulary padded for L's tp (config_finalize(c, tp)).
 typedef std::function<PlanBytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute)> PlanBytesFn;
+
+// What the trainer sends, for the step time: bytes per element on the wire, and whether under SP it gathers the norm
+// outputs again in the backward (one copy for all layers) rather than keeping every layer's gathered copy.
+struct PlanComm {
+    double grad_bytes = 4;     // gradients: the dp reductions, the tied embedding between the end stages
+    double weight_bytes = 4;   // weights: ZeRO's all-gathers
+    double act_bytes = 4;      // activations and their gradients: tp collectives, pp sends
+    bool sp_regather = false;
+};
 
 // The machine the plan is for (flags --gpu-mem --gemm-tflops --link-gbs --node-gbs --gpus-per-node).
 struct PlanHardware {
@@ -130,9 +144,8 @@ static inline bool plan_spans_nodes(const std::vector<int>& members, int gpn) {
 }
 
 // The rows and the step time of one layout. tc holds the layout flags, B, T and total_batch (0: B*T*dp);
-// mc is the model (config_finalize'd; padded again here for tc.tp); wire = bytes per element
-// communicated. find_max_b: also search the largest -b that fits.
-static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, int world, int recompute, double wire,
+// mc is the model (config_finalize'd; padded again here for tc.tp); wire: what the trainer sends. find_max_b: also search the largest -b that fits.
+static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, int world, int recompute, const PlanComm& wire,
                              const PlanHardware& hw, const PlanBytesFn& bytes, bool find_max_b = true) {
     Plan p;
     p.tc = tc; p.world = world; p.recompute = recompute;
@@ -182,8 +195,9 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
     const double N = (double)B * T, C = c.n_embd, m = p.n_mb;
     // tensor parallelism
     if (tp > 1) {
-        const double k = (recompute == 2 ? 6.0 : 4.0) * (L / pp) + (pp == 1 ? 2.0 : 1.0);
-        p.tp_bytes = k * m * 2.0 * (tp - 1) / tp * N * C * wire;
+        const double per_layer = recompute == 2 ? 6.0 : L0.sp && wire.sp_regather ? 5.0 : 4.0;
+        const double k = per_layer * (L / pp) + (pp == 1 ? 2.0 : 1.0);
+        p.tp_bytes = k * m * 2.0 * (tp - 1) / tp * N * C * wire.act_bytes;
         p.tp_msgs = k * m * (L0.sp ? 2 : 1);
         p.tp_bw = bw_of(L0.topo.tp_group);
         p.tp_s = p.tp_bytes / p.tp_bw + p.tp_msgs * hw.latency;
@@ -191,7 +205,7 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
     // pipeline parallelism
     if (pp > 1) {
         const double Nl = L0.sp ? N / tp : N;
-        p.pp_bytes = 2.0 * m * L0.vpp * Nl * C * wire;
+        p.pp_bytes = 2.0 * m * L0.vpp * Nl * C * wire.act_bytes;
         p.pp_msgs = 2.0 * m * L0.vpp;
         p.pp_bw = bw_of(L0.topo.pp_group);
         p.pp_s = p.pp_bytes / p.pp_bw + p.pp_msgs * hw.latency;
@@ -203,20 +217,21 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
         p.dp_bw = bw_of(dp == 1 && pp > 1 ? L0.topo.emb_group : L0.topo.dp_group);
         for (int s = 0; s < pp; s++) {
             const LocalTable lt = gpt_local_table(c, full, L0, s, 0);
-            double layers = 0, ends = 0, n_layers = 0, n_ends = 0;
+            double layers = 0, ends = 0, n_layers = 0, n_ends = 0;  // elements and buckets
             for (const Bucket& b : zero_buckets(lt.t, dp)) {
-                (b.layer >= 0 ? layers : ends) += (double)b.range.size() * wire;
+                (b.layer >= 0 ? layers : ends) += (double)b.range.size();
                 (b.layer >= 0 ? n_layers : n_ends) += 1;
             }
-            const double f = (dp - 1.0) / dp, S = layers + ends, nb = n_layers + n_ends;
+            const double f = (dp - 1.0) / dp, P = layers + ends, nb = n_layers + n_ends, wg = wire.grad_bytes,
+                         ww = wire.weight_bytes;
             double v = 0, msgs = 0;
             if (dp > 1) {
-                if (L0.zero == 0) { v = 2 * f * S; msgs = nb; }
-                else if (L0.zero == 1) { v = 3 * f * S; msgs = 2 * nb; }
-                else if (L0.zero == 2) { v = f * (m * layers + ends) + f * S; msgs = m * n_layers + n_ends + nb; }
-                else { v = f * (m * layers + ends) + 2 * m * f * S; msgs = m * n_layers + n_ends + 2 * m * nb; }
+                if (L0.zero == 0) { v = 2 * f * P * wg; msgs = nb; }
+                else if (L0.zero == 1) { v = 2 * f * P * wg + f * P * ww; msgs = 2 * nb; }
+                else if (L0.zero == 2) { v = f * (m * layers + ends) * wg + f * P * ww; msgs = m * n_layers + n_ends + nb; }
+                else { v = f * (m * layers + ends) * wg + 2 * m * f * P * ww; msgs = m * n_layers + n_ends + 2 * m * nb; }
             }
-            if (c.tied && pp > 1 && (s == 0 || s == pp - 1)) { v += (double)c.padded_vocab / tp * C * wire; msgs += 1; }
+            if (c.tied && pp > 1 && (s == 0 || s == pp - 1)) { v += (double)c.padded_vocab / tp * C * wg; msgs += 1; }
             const double t = v / p.dp_bw + msgs * hw.latency;
             if (t > p.dp_s) { p.dp_s = t; p.dp_bytes = v; p.dp_msgs = msgs; }
         }
@@ -232,7 +247,7 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
 // checks and the trainer's, PlanBytes::err), the fitting first, fastest first (ties: larger -b, then
 // fewer bytes).
 static inline std::vector<Plan> plan_candidates(const ModelConfig& mc, const TrainConfig& tc_in, int world,
-                                                const std::vector<int>& recomputes, double wire, const PlanHardware& hw,
+                                                const std::vector<int>& recomputes, const PlanComm& wire, const PlanHardware& hw,
                                                 const PlanBytesFn& bytes) {
     std::vector<Plan> out;
     TrainConfig tc = tc_in;
@@ -367,7 +382,7 @@ static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHa
 // and *done is set (the trainer exits 0). Printing only when print (rank 0). Returns "" or what is
 // wrong, naming the flag (the trainer stops with it, exit 1).
 static inline std::string plan_apply(const ModelConfig& mc, TrainConfig* tc, int* recompute, int mpi_world, bool may_pick,
-                                     const std::vector<int>& recomputes, double wire, const PlanBytesFn& bytes, bool print,
+                                     const std::vector<int>& recomputes, const PlanComm& wire, const PlanBytesFn& bytes, bool print,
                                      bool* done) {
     *done = false;
     const bool pick = !tc->layout_given && may_pick && tc->gpu_mem_gib > 0;
