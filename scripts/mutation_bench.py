@@ -66,6 +66,8 @@ CHECKS = {
     "guard": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_guard.sh"),
     # the CUDA trainer's host-only modes: --plan, the layout planner, --estimate-memory
     "train_gpt_host": ("make -s train_gpt train_gpt_fp32", "bash tests/t_train_gpt_host.sh"),
+    # tensor and sequence parallel layouts of the CUDA trainer on emulated GPUs against the CPU trainer
+    "gpu_tp": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_tp.sh"),
 }
 
 # The states the checks read: made once from the unchanged tree.
@@ -242,6 +244,9 @@ MUTANTS = [
      "const size_t shift = whole_bucket ? 0 : mine.lo - zero_shard_offset(b, dp);",
      "const size_t shift = mine.lo - zero_shard_offset(b, dp);",
      "parallel", "ZeRO 0's optimizer parts get a shard shift (moments read at the wrong place)"),
+    ("sp_regather", "parallel", "train_gpt.cu",
+     "if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);", "",
+     "gpu_tp", "under SP the qkv weight gradient reads another layer's gathered norm output"),
 ]
 
 
