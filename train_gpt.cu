@@ -904,6 +904,7 @@ static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments) {
 // What the planner counts on the wire: gradients reduced in fp32, weights gathered and activations sent in floatX; under
 // SP the norm outputs gathered again in the backward (one gathered copy for all layers, not one per layer).
 static const PlanComm PLAN_COMM = {4.0, (double)sizeof(floatX), (double)sizeof(floatX), true};
+
 template <typename T>
 static void cuda_alloc(GPT* g, T** p, size_t bytes) {
     cudaCheck(cudaMalloc((void**)p, std::max<size_t>(bytes, 1)));

@@ -144,9 +144,11 @@ static inline bool plan_spans_nodes(const std::vector<int>& members, int gpn) {
 }
 
 // The rows and the step time of one layout. tc holds the layout flags, B, T and total_batch (0: B*T*dp);
-// mc is the model (config_finalize'd; padded again here for tc.tp); wire: what the trainer sends. find_max_b: also search the largest -b that fits.
-static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, int world, int recompute, const PlanComm& wire,
-                             const PlanHardware& hw, const PlanBytesFn& bytes, bool find_max_b = true) {
+// mc is the model (config_finalize'd; padded again here for tc.tp); wire: what the trainer sends.
+// find_max_b: also search the largest -b that fits.
+static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, int world, int recompute,
+                             const PlanComm& wire, const PlanHardware& hw, const PlanBytesFn& bytes,
+                             bool find_max_b = true) {
     Plan p;
     p.tc = tc; p.world = world; p.recompute = recompute;
     if (p.tc.total_batch <= 0 && world % (tc.tp * tc.pp) == 0) p.tc.total_batch = (long)tc.B * tc.T * (world / (tc.tp * tc.pp));
@@ -247,8 +249,8 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
 // checks and the trainer's, PlanBytes::err), the fitting first, fastest first (ties: larger -b, then
 // fewer bytes).
 static inline std::vector<Plan> plan_candidates(const ModelConfig& mc, const TrainConfig& tc_in, int world,
-                                                const std::vector<int>& recomputes, const PlanComm& wire, const PlanHardware& hw,
-                                                const PlanBytesFn& bytes) {
+                                                const std::vector<int>& recomputes, const PlanComm& wire,
+                                                const PlanHardware& hw, const PlanBytesFn& bytes) {
     std::vector<Plan> out;
     TrainConfig tc = tc_in;
     if (tc.total_batch <= 0) tc.total_batch = (long)tc.B * tc.T * world;  // plain dp's default
@@ -382,8 +384,8 @@ static inline int plan_print_choice(const std::vector<Plan>& cands, const PlanHa
 // and *done is set (the trainer exits 0). Printing only when print (rank 0). Returns "" or what is
 // wrong, naming the flag (the trainer stops with it, exit 1).
 static inline std::string plan_apply(const ModelConfig& mc, TrainConfig* tc, int* recompute, int mpi_world, bool may_pick,
-                                     const std::vector<int>& recomputes, const PlanComm& wire, const PlanBytesFn& bytes, bool print,
-                                     bool* done) {
+                                     const std::vector<int>& recomputes, const PlanComm& wire, const PlanBytesFn& bytes,
+                                     bool print, bool* done) {
     *done = false;
     const bool pick = !tc->layout_given && may_pick && tc->gpu_mem_gib > 0;
     if (!tc->plan && !pick) return "";
