@@ -152,6 +152,7 @@
 #include "llmc/zero.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
+#include "llmc/matmul_fp8.cuh"
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/mlp_act.cuh"
@@ -223,12 +224,21 @@ static const char* recompute_name(Recompute r) {
     return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
+// --fp8 and delayed scaling's two settings (docs/fp8.md; defaults TransformerEngine's, llmc/fp8.cuh)
+struct Fp8Options {
+    Fp8Recipe recipe = FP8_NONE;
+    int history = FP8_DEFAULT_HISTORY_LEN;  // --fp8-history: the amaxes kept per tensor (delayed scaling's window)
+    int margin = FP8_DEFAULT_MARGIN;        // --fp8-margin: scale = fp8 max * 2^-margin / amax
+    int meta_history() const { return recipe == FP8_DELAYED ? history : 1; }  // rows of an Fp8Meta's history
+};
+
 struct CudaOptions {
     Recompute recompute = RECOMPUTE_NONE;
     bool recompute_given = false;  // --recompute given: the layout planner keeps it (explicit flags win)
     bool bf16_moments = false;
     std::string print_config;      // write the model config JSON (train_gpt.py --config) and exit
     double estimate_gib = -1;      // >= 0: print the memory estimate against this many GiB and exit
+    Fp8Options fp8;
 };
 
 static void print_cuda_usage() {
@@ -239,16 +249,26 @@ static void print_cuda_usage() {
            "  --bf16-moments 0|1   AdamW moments in bf16 instead of fp32 (default 0)\n"
            "  --print-config FILE  write the model config as JSON (train_gpt.py --config) and exit\n"
            "  --estimate-memory GIB   print the memory estimate of this run against GIB of device memory and\n"
-           "                       exit (no GPU needed); status 1 when it does not fit\n\n");
+           "                       exit (no GPU needed); status 1 when it does not fit\n"
+           "  --fp8 none|delayed|current   fp8 GEMMs in every layer's QKV, attention-out, fc1 (gate-up) and fc2\n"
+           "                       (default none; a GPU of compute capability 8.9+, the bf16 build): E4M3 inputs\n"
+           "                       and weights, E5M2 output gradients, one scale per tensor, from the amax history\n"
+           "                       (delayed) or from the tensor's own amax (current); embeddings, LM head, norms\n"
+           "                       and attention stay bf16 (docs/fp8.md)\n"
+           "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
+           "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..100 (default %d, TransformerEngine's)\n\n",
+           FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN);
 }
 
 // Takes the CUDA-only flags out of argv (the rest go to parse_args). Returns the remaining argv.
 static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o) {
     std::vector<char*> rest{argv[0]};
+    bool history_given = false, margin_given = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "-h" || a == "--help") print_cuda_usage();
-        const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory";
+        const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
+                          a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin";
         if (!ours) { rest.push_back(argv[i]); continue; }
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
@@ -264,12 +284,30 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         } else if (a == "--print-config") {
             o->print_config = v;
             note_path_flag("--print-config", v);
+        } else if (a == "--fp8") {
+            o->fp8.recipe = fp8_recipe_parse(v.c_str());
+        } else if (a == "--fp8-history" || a == "--fp8-margin") {
+            const bool hist = a == "--fp8-history";
+            const long lo = hist ? 1 : 0, hi = hist ? 65536 : 100;
+            char* end = nullptr;
+            const long x = strtol(v.c_str(), &end, 10);
+            if (v.empty() || *end || x < lo || x > hi)
+                die("flag %s expects an integer in [%ld, %ld], got '%s'", a.c_str(), lo, hi, v.c_str());
+            (hist ? o->fp8.history : o->fp8.margin) = (int)x;
+            (hist ? history_given : margin_given) = true;
         } else {
             char* end = nullptr;
             o->estimate_gib = strtod(v.c_str(), &end);
             if (v.empty() || *end || !(o->estimate_gib > 0)) die("flag --estimate-memory expects GiB > 0, got '%s'", v.c_str());
         }
     }
+    if (history_given && o->fp8.recipe != FP8_DELAYED)
+        die("flag --fp8-history sets delayed scaling's amax history: it needs --fp8 delayed");
+    if (margin_given && o->fp8.recipe == FP8_NONE) die("flag --fp8-margin needs --fp8 delayed or current");
+#ifdef ENABLE_FP32
+    if (o->fp8.recipe != FP8_NONE)
+        die("--fp8 needs the bf16 build (this binary was built with PRECISION=FP32); run with --fp8 none");
+#endif
     return rest;
 }
 
@@ -291,16 +329,24 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
 }
 
 // Tensor parallel: the MLP columns of one rank, ffn / tp, must be a multiple of 8 too (the kernels move 8 elements
-// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/tp.h). "" when it runs.
-static std::string tp_shape_error(const ModelConfig& c, int tp) {
+// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/tp.h). --fp8: the fp8 GEMMs
+// need K and the leading dimensions multiples of 16 (llmc/matmul_fp8.cuh): the width C and a rank's ffn columns
+// (the heads' widths are multiples of 16 already: head dim 64, 80 or 128; the tokens B*T of -t's multiple of 64).
+// "" when it runs.
+static std::string tp_shape_error(const ModelConfig& c, int tp, bool fp8) {
     if (tp > 1 && c.ffn % tp == 0 && (c.ffn / tp) % 8 != 0)
         return layout_fmt("--ffn %d / --tp %d = %d: the CUDA kernels need a multiple of 8 per tensor-parallel rank", c.ffn,
                           tp, c.ffn / tp);
+    if (fp8 && c.n_embd % 16 != 0)
+        return layout_fmt("--embd %d with --fp8: the fp8 GEMMs need a multiple of 16", c.n_embd);
+    if (fp8 && c.ffn % tp == 0 && (c.ffn / tp) % 16 != 0)
+        return layout_fmt("--ffn %d / --tp %d = %d with --fp8: the fp8 GEMMs need a multiple of 16 per tensor-parallel "
+                          "rank", c.ffn, tp, c.ffn / tp);
     return "";
 }
 
-static void check_tp_shapes(const ModelConfig& c, int tp) {
-    const std::string err = tp_shape_error(c, tp);
+static void check_tp_shapes(const ModelConfig& c, int tp, bool fp8) {
+    const std::string err = tp_shape_error(c, tp, fp8);
     if (!err.empty()) die("%s", err.c_str());
 }
 
@@ -448,6 +494,9 @@ struct StepReadback {
     float norm;    // pre-clip global gradient norm
 };
 
+// fp8: the four linear layers of a layer, in the order of their tensors i = 4 l + k in the fp8 scaling states
+enum { FP8_QKV = 0, FP8_ATTN_OUT = 1, FP8_FC1 = 2, FP8_FC2 = 3, FP8_LINEARS = 4 };
+
 // ZeRO-3's gather buffers: two for the layers (layer l in GATHER_LAYER0 + l % 2), the embeddings, the final norm
 // and head
 enum { GATHER_LAYER0 = 0, GATHER_EMB = 2, GATHER_HEAD = 3, GATHER_SLOTS = 4 };
@@ -534,6 +583,19 @@ struct GPT {
     StepReadback* h_readback = nullptr;   // pinned: the step's loss and gradient norm, read once per step
     int n_valid = 0;            // targets >= 0 in the micro-batch of the last forward
     double loss = 0;            // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
+    // fp8 (--fp8; the fp8 section below, docs/fp8.md): the four linear layers k of layer l (FP8_QKV ...) are tensor
+    // i = 4 l + k (l of the whole model) of each scaling state
+    Fp8Options fp8;
+    Fp8Meta fp8_w;              // E4M3: the weights, scaled by their own amax after every update
+    Fp8Meta fp8_x;              // E4M3: the GEMM inputs (ln1, attention output, ln2, MLP activation)
+    Fp8Meta fp8_dy;             // E5M2: the GEMM output gradients
+    __nv_fp8_e4m3* w8 = nullptr;  // ZeRO < 3: [2, Pw] the step's fp8 weights, then their transposes; ZeRO 3: [2, one
+                                  // layer's] cast after each gather
+    size_t w8_half = 0;           // Pw (ZeRO 3: the largest layer's linear weights): where the transposes start
+    std::vector<size_t> w8_off;   // [4 L] tensor i's offset in each half (SIZE_MAX: not on this stage)
+    __nv_fp8_e4m3* x8 = nullptr;  // [N, max IC] a GEMM input (forward), or [max IC, N] its transpose (backward)
+    __nv_fp8_e5m2* dy8 = nullptr; // [N, max OC] an output gradient
+    __nv_fp8_e5m2* dyt8 = nullptr;  // [max OC, N] its transpose
 
     floatX* P(int k) const {
         if (k < 0) return nullptr;
@@ -576,6 +638,7 @@ struct Buffer {
     bool activation;                    // a LayerActs member
     bool kept[3];                       // an activation under --recompute none, selective, full: KEEP or RECOMPUTED
     bool dp;                            // a buffer of data parallel / ZeRO (count 0 on one rank)
+    bool fp8;                           // a buffer of the fp8 path (count 0 without --fp8)
 };
 
 template <typename T>
@@ -583,21 +646,26 @@ static void set_address(void* ptr, char* at) { *(T**)ptr = (T*)at; }
 
 template <typename T>
 static Buffer activation(T** ptr, size_t count, bool none, bool selective, bool full) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}, false};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}, false, false};
 }
 
 template <typename T>
 static Buffer scratch(T** ptr, size_t count) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false, false};
 }
 
 template <typename T>
 static Buffer dp_buffer(T** ptr, size_t count) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, true};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, true, false};
 }
 
-static Buffer counted(size_t count, size_t elem_bytes) {
-    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}, false};
+static Buffer counted(size_t count, size_t elem_bytes, bool fp8 = false) {
+    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}, false, fp8};
+}
+
+template <typename T>
+static Buffer fp8_buffer(T** ptr, size_t count) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false, true};
 }
 
 // Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r: n_acts =
@@ -619,6 +687,9 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
                  F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
     const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
+    const bool fp8 = g->fp8.recipe != FP8_NONE;
+    const size_t max_ic = fp8 ? std::max({C, qd, F}) : 0, max_oc = fp8 ? std::max({qkvd, C, F1}) : 0;
+    const size_t fp8_n = fp8 ? (size_t)FP8_LINEARS * c.n_layer : 0;  // tensors of each scaling state
     LayerActs& la = g->acts[0];
     return {
         //          pointer        elements   none  selective   full
@@ -669,6 +740,13 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         dp_buffer(&g->gather,      g->n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
         dp_buffer(&g->norm64,      g->n_norm64),               // [GLOBAL_NORM_BLOCKS + 1] fp64 norm partials, sum
         dp_buffer(&g->norm_ranges, g->norm_ranges_host.size()),// [n,2] the ranges the norm counts
+        fp8_buffer(&g->w8,         fp8 ? 2 * g->w8_half : 0),  // [2,Pw] fp8 weights, then transposed (ZeRO 3: a layer's)
+        fp8_buffer(&g->x8,         N * max_ic),                // [N,max IC] a GEMM input in E4M3 (or [max IC,N])
+        fp8_buffer(&g->dy8,        N * max_oc),                // [N,max OC] an output gradient in E5M2
+        fp8_buffer(&g->dyt8,       N * max_oc),                // [max OC,N] its transpose
+        counted((3 + 1) * fp8_n, sizeof(float), true),         // the weights' scaling state (fp8_meta_init)
+        counted((3 + (size_t)g->fp8.meta_history()) * fp8_n, sizeof(float), true),  // the inputs' [3 + history, 4L]
+        counted((3 + (size_t)g->fp8.meta_history()) * fp8_n, sizeof(float), true),  // the output gradients'
     };
 }
 
@@ -693,9 +771,15 @@ static int pp_slots_needed(const Layout& L, int n_mb) {
     return peak;
 }
 
-static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb) {
+// The weight of linear layer k (FP8_QKV ...) of a layer
+static int linear_weight(const ParamTable::Block& b, int k) {
+    return k == FP8_QKV ? b.qkv_w : k == FP8_ATTN_OUT ? b.attn_out_w : k == FP8_FC1 ? b.fc1_w : b.fc2_w;
+}
+
+static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, const Fp8Options& fp8 = {}) {
     g->cfg = c;
     g->L = L;
+    g->fp8 = fp8;
     const int dp = L.topo.dp, tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
     g->n_tp = tp;
     g->tp_rank = L.topo.tp_rank;
@@ -750,6 +834,19 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb) {
         g->gather_off[GATHER_HEAD] = 2 * max_layer + g->buckets.front().range.size();
         g->n_gather = g->gather_off[GATHER_HEAD] + g->buckets.back().range.size();
     }
+    // fp8 weight copies: this stage's linear weights one after the other (ZeRO 3: each layer's from 0, one layer held)
+    g->w8_off.assign((size_t)FP8_LINEARS * c.n_layer, SIZE_MAX);
+    g->w8_half = 0;
+    for (int l = 0; l < c.n_layer && fp8.recipe != FP8_NONE; l++) {
+        const ParamTable::Block& b = g->table.blocks[l];
+        if (b.qkv_w < 0) continue;  // another stage's layer
+        size_t at_l = L.zero >= 3 ? 0 : g->w8_half;
+        for (int k = 0; k < FP8_LINEARS; k++) {
+            g->w8_off[(size_t)FP8_LINEARS * l + k] = at_l;
+            at_l += g->table.specs[linear_weight(b, k)].numel();
+        }
+        g->w8_half = std::max(g->w8_half, at_l);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -770,12 +867,13 @@ static const double MEMORY_RESERVE_BYTES = 1.5 * 1073741824.0;
 // (test_gpt checks it to the byte under each recompute mode); total() adds the reserve.
 // Per rank: under ZeRO, params (stage 3), master and moments (stage >= 1) are this rank's shard; dp_buffers are the
 // buffer table's data-parallel rows (grad32, grad_shard, gather: their bytes also apart, for the printout).
+// fp8: the buffer table's fp8 rows (the fp8 weight copies, the cast buffers, the scaling states).
 struct MemoryEstimate {
     double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace, reserve;
-    double dp_buffers, grad32, grad_shard, gather;
+    double dp_buffers, grad32, grad_shard, gather, fp8;
     double allocations() const {
         return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace +
-               dp_buffers;
+               dp_buffers + fp8;
     }
     double total() const { return allocations() + reserve; }
 };
@@ -787,24 +885,25 @@ static size_t max_bias_len(const ModelConfig& c) {
 // The bytes one rank allocates under layout L (layout_single: one GPU) training n_mb micro-batches per step (a
 // pipeline stage keeps the activations of the most (micro-batch, chunk) pairs its schedule has in flight).
 static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments,
-                                      const Layout& L, int n_mb = 1) {
+                                      const Layout& L, int n_mb = 1, const Fp8Options& fp8 = {}) {
     MemoryEstimate e;
     GPT shape;  // the plan's and the table's sizes only: its addresses point into this GPT and are not used
-    gpt_plan(&shape, c, L, n_mb);
+    gpt_plan(&shape, c, L, n_mb, fp8);
     const double P = (double)shape.table.total, shard = (double)shape.shard;
     e.params = (L.zero >= 3 ? shard : P) * sizeof(floatX);
     e.grads = P * sizeof(floatX);
     e.master = (L.zero >= 1 ? shard : P) * 4;
     e.moments = (L.zero >= 1 ? shard : P) * 2 * (bf16_moments ? 2 : 4);
     e.head_grad = shape.has_head ? (double)shape.Vpl * c.n_embd * 4 : 0;
-    e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = 0;
+    e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = e.fp8 = 0;
     e.grad32 = (double)align256(shape.n_grad32 * 4);
     e.grad_shard = (double)align256(shape.n_grad_shard * 4);
     e.gather = (double)align256(shape.n_gather * sizeof(floatX));
     shape.acts.resize(1);
     for (const Buffer& b : buffer_table(&shape, c, B, T)) {
         const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, shape.n_slots * shape.slot_layers));
-        if (b.dp) e.dp_buffers += bytes;
+        if (b.fp8) e.fp8 += bytes;
+        else if (b.dp) e.dp_buffers += bytes;
         else if (!b.activation) e.scratch += bytes;
         else if (b.kept[r]) e.acts_layers += bytes;
         else e.acts_shared += bytes;
@@ -829,6 +928,9 @@ static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const La
     if (e.dp_buffers > 0)
         printf("                       data parallel %.2f: fp32 gradients %.2f | fp32 gradient shard %.2f | "
                "ZeRO-3 gather buffers %.2f\n", e.dp_buffers / G, e.grad32 / G, e.grad_shard / G, e.gather / G);
+    if (e.fp8 > 0)
+        printf("                       fp8 %.2f: weight copies and transposes, cast buffers, scaling states\n",
+               e.fp8 / G);
     printf("                       reserve %.2f (CUDA context, cuBLASLt kernels, allocator rounding)\n", e.reserve / G);
     printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
     printf("memory estimate (bytes): params %.0f grads %.0f master %.0f moments %.0f head_grad %.0f acts_layers %.0f "
@@ -837,6 +939,7 @@ static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const La
     if (e.dp_buffers > 0)
         printf("memory estimate (bytes, data parallel): dp_buffers %.0f grad32 %.0f grad_shard %.0f gather %.0f\n",
                e.dp_buffers, e.grad32, e.grad_shard, e.gather);
+    if (e.fp8 > 0) printf("memory estimate (bytes, fp8): fp8 %.0f\n", e.fp8);
     fflush(stdout);  // the breakdown before any error that refers to it
 }
 
@@ -879,25 +982,26 @@ static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout&
 //   weights    params (ZeRO 3: the shard)           grads      bf16 gradients + the fp32 LM-head gradient
 //   optim      fp32 master weights + AdamW moments  acts       activations (per layer + shared)
 //   buckets    the data-parallel rows (fp32 gradients or buckets, gradient shard, ZeRO-3 gather buffers, norm)
-//   workspace  scratch + cuBLASLt workspace + the reserve (MEMORY_RESERVE_BYTES)
+//   workspace  scratch + cuBLASLt workspace + the reserve (MEMORY_RESERVE_BYTES), and the fp8 rows (--fp8)
 // Pipeline stages (L's pp_rank) hold their layers and the activations their schedule over n_mb micro-batches keeps.
+// The step-time model stays the bf16 one under --fp8 (the planner prices no fp8 GEMM).
 static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute,
-                                 bool bf16_moments) {
-    const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L, n_mb);
+                                 bool bf16_moments, const Fp8Options& fp8) {
+    const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L, n_mb, fp8);
     PlanBytes b;
     b.weights = e.params;
     b.grads = e.grads + e.head_grad;
     b.optim = e.master + e.moments;
     b.acts = e.acts_layers + e.acts_shared;
     b.buckets = e.dp_buffers;
-    b.workspace = e.scratch + e.workspace + e.reserve;
-    b.err = tp_shape_error(c, L.topo.tp);  // the planner skips a layout the kernels cannot run
+    b.workspace = e.scratch + e.workspace + e.reserve + e.fp8;
+    b.err = tp_shape_error(c, L.topo.tp, fp8.recipe != FP8_NONE);  // the planner skips a layout the kernels cannot run
     return b;
 }
 
-static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments) {
-    return [bf16_moments](const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int r) {
-        return cuda_plan_bytes(c, L, B, T, n_mb, r, bf16_moments);
+static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments, const Fp8Options& fp8 = {}) {
+    return [bf16_moments, fp8](const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int r) {
+        return cuda_plan_bytes(c, L, B, T, n_mb, r, bf16_moments, fp8);
     };
 }
 
@@ -961,11 +1065,16 @@ struct GptComms {
 
 // Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
 // weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/layout.h) and its
-// communicators; null: one GPU.
+// communicators; null: one GPU. fp8: --fp8 and its settings (the scaling states start at scale 1).
 static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
-                      const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1) {
+                      const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1,
+                      const Fp8Options& fp8 = {}) {
     check_shapes(c, B, T);
-    gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb);
+    gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb, fp8);
+    if (fp8.recipe != FP8_NONE) {
+        fp8_require_device();
+        check_tp_shapes(c, g->n_tp, true);
+    }
     if (g->parallel && !comms) die("gpt_build: a parallel layout needs its communicators");
     if (comms) {
         g->world = comms->world;
@@ -1045,6 +1154,12 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     embedding_plan_alloc(&g->plan, B * T);
+    if (fp8.recipe != FP8_NONE) {  // the three counted fp8 rows of the buffer table
+        const int n = FP8_LINEARS * c.n_layer;
+        fp8_meta_init(&g->fp8_w, FP8_E4M3, n, 1, fp8.margin);
+        fp8_meta_init(&g->fp8_x, FP8_E4M3, n, fp8.meta_history(), fp8.margin);
+        fp8_meta_init(&g->fp8_dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
+    }
     if (g->parallel) {
         if (bf16_moments) g->adam_bf16_g32 = adamw_table_build_dp<__nv_bfloat16>(g, weight_decay);
         else g->adam_f32_g32 = adamw_table_build_dp<float>(g, weight_decay);
@@ -1284,6 +1399,8 @@ static void gpt_free(GPT* g) {
         adamw_table_free(&g->adam_f32);
     }
     embedding_plan_free(&g->plan);
+    if (g->fp8.recipe != FP8_NONE)
+        for (Fp8Meta* m : {&g->fp8_w, &g->fp8_x, &g->fp8_dy}) fp8_meta_free(m);
     if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
     cudaCheck(cudaFreeHost(g->h_readback));
     matmul_free(&g->mm);
@@ -1366,6 +1483,173 @@ static floatX* row_bias(const GPT* g, floatX* b) { return g->tp_rank == 0 ? b : 
 static floatX* row_bias_grad(const GPT* g, floatX* db) { return g->sp && g->tp_rank != 0 ? nullptr : db; }
 
 // ----------------------------------------------------------------------------------------------
+// fp8 (--fp8 delayed|current; docs/fp8.md). The four linear layers of every layer (QKV, attention-out, fc1 / gate-up,
+// fc2) multiply fp8 operands with llmc/matmul_fp8.cuh's cuBLASLt GEMMs, bf16 out; everything else stays as it was.
+//   forward   out = x8 w8^T: the input cast to E4M3 into x8, the step's fp8 copy of the weight
+//   backward  dinp = dy8 wt8 (the output gradient cast to E5M2, the weight's transposed copy); dW += dyt8^T x8t, the
+//             transposes of the output gradient (cast with it) and of the input (cast again from the kept bf16 input:
+//             the same values with the same scale, so nothing fp8 is kept between forward and backward)
+//   weights   cast once per step after the optimizer (fp8_weights_update), scaled by their own amax under both recipes:
+//             the cast is once a step, so the exact amax costs one read of the weights (TransformerEngine's delayed
+//             recipe runs the weights through the amax history too). ZeRO 3 holds no whole weight: the scales come from
+//             the shards (their amaxes maxed over dp), and each layer is cast after its gather (fp8_layer_weights).
+//   inputs, output gradients   delayed: every cast uses the scale of the last update and records its amax; after the
+//             step the amaxes are maxed over tp and dp (the dp ranks saw the step's other micro-batches: one process's
+//             amax is their max) and fp8_update_delayed sets the next step's scales. current: each cast measures its
+//             tensor's amax first, maxed over tp where the tensor is a tensor-parallel slice (the attention output and
+//             the MLP activation, the QKV and fc1 output gradients), so every rank uses the one scale of the whole
+//             tensor, as one process would.
+// A step the numerics guard skips leaves the fp8 state as it was (its amaxes are dropped), like the weights.
+
+// The ranks sharing tensors agree on their amaxes amax[n]: the max over tp (on the compute stream, as every tp
+// collective) and, with over_dp, over dp (on dp.stream, ordered by events).
+static void fp8_agree(GPT* g, float* amax, size_t n, bool over_tp, bool over_dp) {
+    if (over_tp && g->n_tp > 1) comm_all_reduce_max(g->tp, amax, n);
+    if (!over_dp || g->L.topo.dp == 1) return;
+    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+    comm_all_reduce_max(g->dp, amax, n);
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+}
+
+// q[rows, cols] (or null) and qt[cols, rows] (or null) = inp[rows, cols] in fp8 with the scale of tensor i of m under
+// the run's recipe: delayed, the step's scale, the amax recorded; current, inp's own amax (maxed over tp when inp is a
+// tensor-parallel slice), then its scale.
+template <typename F8>
+static void fp8_cast_tensor(GPT* g, F8* q, F8* qt, const floatX* inp, int rows, int cols, Fp8Meta* m, int i,
+                            bool tp_slice) {
+    Fp8Recipe mode = g->fp8.recipe;
+    if (mode == FP8_CURRENT) {
+        cudaCheck(cudaMemsetAsync(fp8_amax(m, i), 0, sizeof(float), g->stream));
+        fp8_measure_amax(g->stream, inp, (size_t)rows * cols, m, i);
+        fp8_agree(g, fp8_amax(m, i), 1, tp_slice, false);
+        fp8_scale_from_measured(g->stream, m, i, 1);
+        mode = FP8_NONE;  // the scale as just set
+    }
+    if (qt) fp8_cast_transpose(g->stream, q, qt, inp, rows, cols, m, i, mode);
+    else fp8_cast(g->stream, q, inp, (size_t)rows * cols, m, i, mode);
+}
+
+// The fp8 copy of linear layer k's weight of layer l [OC,IC], or its transpose [IC,OC].
+static __nv_fp8_e4m3* fp8_weight(const GPT* g, int l, int k, bool transposed) {
+    return g->w8 + (transposed ? g->w8_half : 0) + g->w8_off[(size_t)FP8_LINEARS * l + k];
+}
+
+// Below ZeRO 3, the weights and their transposes into w8 with the scales of fp8_weights_update. ZeRO 3: layer l's
+// only (its weights just gathered; transposed: the backward's copies, else the forward's). Scales as they are.
+static void fp8_cast_weights(GPT* g, int layer, bool transposed) {
+    const bool z3 = g->L.zero >= 3;
+    for (int l = z3 ? layer : 0; l < (z3 ? layer + 1 : g->cfg.n_layer); l++) {
+        const ParamTable::Block& b = g->table.blocks[l];
+        for (int k = 0; k < FP8_LINEARS && b.qkv_w >= 0; k++) {
+            const int w = linear_weight(b, k), i = FP8_LINEARS * l + k;
+            const ParamSpec& s = g->table.specs[w];
+            __nv_fp8_e4m3 *q = fp8_weight(g, l, k, false), *qt = fp8_weight(g, l, k, true);
+            if (z3 && !transposed) fp8_cast(g->stream, q, g->P(w), s.numel(), &g->fp8_w, i, FP8_NONE);
+            else fp8_cast_transpose(g->stream, z3 ? nullptr : q, qt, g->P(w), (int)s.rows, (int)s.cols, &g->fp8_w, i, FP8_NONE);
+        }
+    }
+}
+
+// After every update of the weights, and after they are loaded: each linear weight's amax (this rank's tp slice; under
+// ZeRO 3 its parts in this rank's shard, maxed over dp too), maxed over tp, its scale (current scaling's rule), then
+// below ZeRO 3 the step's fp8 copies. Only enqueues.
+static void fp8_weights_update(GPT* g) {
+    if (g->fp8.recipe == FP8_NONE) return;
+    Fp8Meta* m = &g->fp8_w;
+    const bool z3 = g->L.zero >= 3;
+    cudaCheck(cudaMemsetAsync(fp8_amax(m, 0), 0, (size_t)m->n * sizeof(float), g->stream));
+    std::vector<int> index(g->table.specs.size(), -1);  // spec -> its tensor in the scaling state
+    for (int l = 0; l < g->cfg.n_layer; l++)
+        for (int k = 0; k < FP8_LINEARS && g->table.blocks[l].qkv_w >= 0; k++)
+            index[linear_weight(g->table.blocks[l], k)] = FP8_LINEARS * l + k;
+    const std::vector<ZeroPart> parts = zero_parts(g->table, g->buckets, g->L.topo.dp, g->L.topo.dp_rank, !z3);
+    for (const ZeroPart& p : parts)
+        if (index[p.spec] >= 0)
+            fp8_measure_amax(g->stream, g->params + p.flat.lo - (z3 ? p.shift : 0), p.flat.size(), m, index[p.spec]);
+    fp8_agree(g, fp8_amax(m, 0), m->n, true, z3);
+    fp8_scale_from_measured(g->stream, m, 0, m->n);
+    if (!z3) fp8_cast_weights(g, -1, false);
+}
+
+// After a step's backward: delayed scaling's new scales of the inputs and output gradients from the step's amaxes,
+// agreed over tp and dp; a step the guard skipped (updated false) drops its amaxes. Current scaling keeps nothing.
+static void fp8_step_end(GPT* g, bool updated) {
+    if (g->fp8.recipe != FP8_DELAYED) return;
+    for (Fp8Meta* m : {&g->fp8_x, &g->fp8_dy}) {
+        if (!updated) {
+            cudaCheck(cudaMemsetAsync(fp8_amax(m, 0), 0, (size_t)m->n * sizeof(float), g->stream));
+            continue;
+        }
+        fp8_agree(g, fp8_amax(m, 0), m->n, true, true);
+        fp8_update_delayed(g->stream, m);
+    }
+}
+
+// out[N,OC] = inp[N,IC] W^T (+ bias) of linear layer k of layer l: bf16 (matmul_forward), or with --fp8 the input cast
+// to E4M3 times the fp8 weight. tp_slice: inp is this rank's slice (attention-out, fc2: row-parallel).
+static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp, const floatX* bias, int N, int IC,
+                           int OC) {
+    const int w = linear_weight(g->table.blocks[l], k), i = FP8_LINEARS * l + k;
+    if (g->fp8.recipe == FP8_NONE) {
+        matmul_forward(&g->mm, g->stream, out, inp, g->P(w), bias, N, IC, OC);
+        return;
+    }
+    fp8_cast_tensor(g, g->x8, (__nv_fp8_e4m3*)nullptr, inp, N, IC, &g->fp8_x, i, k == FP8_ATTN_OUT || k == FP8_FC2);
+    matmul_fp8_forward(&g->mm, g->stream, out, g->x8, fp8_scale_inv(&g->fp8_x, i), fp8_weight(g, l, k, false),
+                       fp8_scale_inv(&g->fp8_w, i), bias, N, IC, OC);
+}
+
+// dinp[N,IC] = dout[N,OC] W and dW += dout^T inp (dbias += column sums of dout, when given) of linear layer k of
+// layer l: bf16, or with --fp8 the output gradient cast to E5M2 with its transpose, and the input cast again, transposed.
+static void linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, const floatX* dout, const floatX* inp,
+                            int N, int IC, int OC) {
+    const int w = linear_weight(g->table.blocks[l], k), i = FP8_LINEARS * l + k;
+    if (g->fp8.recipe == FP8_NONE) {
+        matmul_backward_input(&g->mm, g->stream, dinp, dout, g->P(w), N, IC, OC);
+        matmul_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, inp, N, IC, OC);
+        return;
+    }
+    // the output gradients of QKV and fc1 (column-parallel) are tp slices, as the inputs of attention-out and fc2
+    fp8_cast_tensor(g, g->dy8, g->dyt8, dout, N, OC, &g->fp8_dy, i, k == FP8_QKV || k == FP8_FC1);
+    matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->dy8, fp8_scale_inv(&g->fp8_dy, i), fp8_weight(g, l, k, true),
+                              fp8_scale_inv(&g->fp8_w, i), N, IC, OC);
+    fp8_cast_tensor(g, (__nv_fp8_e4m3*)nullptr, g->x8, inp, N, IC, &g->fp8_x, i, k == FP8_ATTN_OUT || k == FP8_FC2);
+    matmul_fp8_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, g->dyt8, fp8_scale_inv(&g->fp8_dy, i), g->x8,
+                               fp8_scale_inv(&g->fp8_x, i), N, IC, OC);
+}
+
+// The delayed-scaling state for a checkpoint, layout-independent (Fp8State, llmc/checkpoint.h): each scaling state's
+// values [3 + history, 4 L] with the columns of the whole model's layers; tp and dp ranks hold equal values, and each
+// pipeline stage gives its layers' columns (the others' are zeroed, the values are >= 0, and a max over the ranks
+// joins them). Every rank calls it; every rank gets the whole state. Empty without delayed scaling.
+static Fp8State fp8_state_get(GPT* g) {
+    Fp8State st;
+    if (g->fp8.recipe != FP8_DELAYED) return st;
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    st.history = g->fp8_x.history_len;
+    st.pos = g->fp8_x.pos;
+    for (Fp8Meta* m : {&g->fp8_x, &g->fp8_dy}) {
+        const std::vector<float> v = fp8_meta_download(m);
+        std::vector<double> d(v.size());
+        for (size_t e = 0; e < v.size(); e++) d[e] = g->w8_off[e % m->n] != SIZE_MAX ? v[e] : 0.0;
+        if (g->L.topo.pp > 1) comm_host_max(g->world, d.data(), d.size());
+        (m == &g->fp8_x ? st.x : st.dy).assign(d.begin(), d.end());
+    }
+    return st;
+}
+
+// A checkpoint's delayed-scaling state into the scaling states, when the run scales delayed with the same history;
+// otherwise they keep scale 1 and a fresh history (rank 0 says so). Returns whether it was taken.
+static bool fp8_state_set(GPT* g, const Fp8State& st) {
+    if (g->fp8.recipe != FP8_DELAYED || st.history != g->fp8_x.history_len) return false;
+    fp8_meta_upload(&g->fp8_x, st.x, st.pos);
+    fp8_meta_upload(&g->fp8_dy, st.dy, st.pos);
+    return true;
+}
+
+// ----------------------------------------------------------------------------------------------
 // Data parallel: bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it). It is
 // cast to fp32 (plus head_grad where the LM head lives), and dp.stream, once the compute stream has written it,
 // reduces it over dp: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's piece holds the
@@ -1424,11 +1708,12 @@ static void grads_bucket_done(GPT* g, int b) {
 
 // The attention half of layer l after ln1: qkv (column-parallel: this rank's heads, on ln1 gathered under SP),
 // RoPE, attention.
-static void attention_block_forward(GPT* g, const ParamTable::Block& w, LayerActs& la) {
+static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     const ModelConfig& c = g->cfg;
+    const ParamTable::Block& w = g->table.blocks[l];
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = g->Hl, KV = g->KVl;
     tp_gather(g, la.ln1, la.ln1_full);
-    matmul_forward(&g->mm, g->stream, la.qkv, la.ln1_full, g->P(w.qkv_w), g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
+    linear_forward(g, l, FP8_QKV, la.qkv, la.ln1_full, g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
     if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
     attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
 }
@@ -1452,23 +1737,23 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const int N = g->B * g->T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, F = g->Fl,
               F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM;
+    if (g->fp8.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, false);  // its weights just gathered
     if (x_prev_mid)
         fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w), g->P(w.ln1_b),
                                     Nl, C, c.norm_eps, rms, g->stream);
     else
         fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
                                     g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream);  // no residual add
-    attention_block_forward(g, w, la);
+    attention_block_forward(g, l, la);
     floatX* part = tp_part(g, g->y);
-    matmul_forward(&g->mm, g->stream, part, la.atty, g->P(w.attn_out_w), row_bias(g, g->P(w.attn_out_b)), N,
-                   g->Hl * c.head_dim, C);
+    linear_forward(g, l, FP8_ATTN_OUT, part, la.atty, row_bias(g, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
     tp_sum(g, part, g->y);
     fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), Nl,
                                 C, c.norm_eps, rms, g->stream);
     tp_gather(g, la.ln2, la.ln2_full);
-    matmul_forward(&g->mm, g->stream, la.fc1, la.ln2_full, g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1);
+    linear_forward(g, l, FP8_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
     mlp_act_forward(g, la);
-    matmul_forward(&g->mm, g->stream, part, la.act, g->P(w.fc2_w), row_bias(g, g->P(w.fc2_b)), N, F, C);
+    linear_forward(g, l, FP8_FC2, part, la.act, row_bias(g, g->P(w.fc2_b)), N, F, C);
     tp_sum(g, part, g->y);
 }
 
@@ -1678,30 +1963,25 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
+        if (g->fp8.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, true);  // the transposes, after the gather
         floatX* part = tp_part(g, g->dln);
         tp_gather(g, g->dres, g->dres_full);
-        matmul_backward_input(&g->mm, g->stream, g->dact, g->dres_full, g->P(w.fc2_w), N, F, C);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc2_w), row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N,
-                               F, C);
+        linear_backward(g, l, FP8_FC2, g->dact, row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
         if (swiglu) swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream);
         else gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream);
-        matmul_backward_input(&g->mm, g->stream, part, g->dfc1, g->P(w.fc1_w), N, C, F1);
-        tp_sum(g, part, g->dln);
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
+        linear_backward(g, l, FP8_FC1, part, g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
+        tp_sum(g, part, g->dln);
         norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w), la.ln2_mean,
                       la.ln2_rstd, Nl, C, rms, g->stream);
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
         tp_gather(g, g->dres, g->dres_full);
-        matmul_backward_input(&g->mm, g->stream, g->datty, g->dres_full, g->P(w.attn_out_w), N, qd, C);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.attn_out_w), row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full,
-                               la.atty, N, qd, C);
+        linear_backward(g, l, FP8_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
         attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
-        matmul_backward_input(&g->mm, g->stream, part, g->dqkv, g->P(w.qkv_w), N, C, qkvd);
-        tp_sum(g, part, g->dln);
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
+        linear_backward(g, l, FP8_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
+        tp_sum(g, part, g->dln);
         norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
                       la.ln1_rstd, Nl, C, rms, g->stream);
         params_done(g, b);
@@ -1924,7 +2204,10 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     }
     *norm_out = g->h_readback->norm;
     *verdict = guard_verdict(tc, st, loss, *norm_out);  // the same on every rank: the loss and norm are summed over dp
-    if (*verdict == GUARD_UPDATE) gpt_update(g, guard_adam_step(st, step), lr, tc);
+    const bool update = *verdict == GUARD_UPDATE;
+    if (update) gpt_update(g, guard_adam_step(st, step), lr, tc);
+    fp8_step_end(g, update);             // --fp8 delayed: the next step's scales (a skipped step drops its amaxes)
+    if (update) fp8_weights_update(g);  // --fp8: the updated weights' scales and fp8 copies
     return loss;
 }
 
@@ -2004,7 +2287,7 @@ static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& m
     int recompute = (int)opt->recompute;
     bool done = false;
     const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_COMM,
-                                       cuda_plan_bytes_fn(opt->bf16_moments), rank == 0, &done);
+                                       cuda_plan_bytes_fn(opt->bf16_moments, opt->fp8), rank == 0, &done);
     if (!err.empty()) {
         if (rank == 0) fprintf(stderr, "error: %s\n", err.c_str());
         exit(1);
@@ -2040,7 +2323,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     check_shapes(mc, tc.B, tc.T);
-    check_tp_shapes(mc, tc.tp);
+    check_tp_shapes(mc, tc.tp, opt.fp8.recipe != FP8_NONE);
     if (tc.plan) plan_or_pick(&tc, &opt, mc, launch_info().world, launch_info().rank);  // exits
     if (opt.estimate_gib > 0) {  // per rank of --dp x --tp x --pp ranks (default 1): the first stage's
         const int B = tc.B, T = tc.T;
@@ -2050,7 +2333,7 @@ int main(int argc, char** argv) {
         const std::string err = layout_make(world, 0, mc, tc, tc.total_batch, &L);
         if (!err.empty()) die("%s", err.c_str());
         const int n_mb = (int)(tc.total_batch / ((long)B * T * dp));
-        const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L, n_mb);
+        const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L, n_mb, opt.fp8);
         const double avail = opt.estimate_gib * 1024.0 * 1024.0 * 1024.0;
         print_memory_estimate(est, opt.recompute, L, avail);
         require_memory(est, opt.recompute, opt.bf16_moments, L, avail);
@@ -2101,7 +2384,8 @@ int main(int argc, char** argv) {
     }
     plan_or_pick(&tc, &opt, mc, world.size, world.rank);
     config_finalize(mc, tc.tp);  // the planner may have picked tensor parallelism: the vocabulary padded for it
-    check_tp_shapes(mc, tc.tp);
+    check_tp_shapes(mc, tc.tp, opt.fp8.recipe != FP8_NONE);
+    if (opt.fp8.recipe != FP8_NONE) fp8_require_device();  // compute capability 8.9+, before any allocation
 
     // the layout and the dp group
     const int B = tc.B, T = tc.T;
@@ -2117,7 +2401,7 @@ int main(int argc, char** argv) {
     comms.emb = comm_group(world, layout_emb_members(layout), "emb");
     const int dp = layout.topo.dp;
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
-    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout, accum);
+    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout, accum, opt.fp8);
 
     if (rank0) {
         printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
@@ -2127,20 +2411,21 @@ int main(int argc, char** argv) {
     require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
 
     GPT g;
-    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &comms, accum);
+    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &comms, accum, opt.fp8);
     const ParamTable table = build_param_table(mc);  // the whole model: files are read and written per tensor
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
     {
         // every rank makes the whole model (seeded init, --init-from, a checkpoint of any layout) and keeps its part
         std::vector<float> p(table.total), m, v;
+        Fp8State fp8_state;
         const double init_s = params_init_full(mc, table, p.data(), tc.seed);
         if (rank0) print_init_time((int64_t)table.total, init_s);
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
         if (!resume_dir.empty()) {
             m.assign(table.total, 0.0f);
             v.assign(table.total, 0.0f);
-            checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), &state);
+            checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), &state, &fp8_state);
             if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
         }
         if (m.empty()) {
@@ -2149,12 +2434,24 @@ int main(int argc, char** argv) {
             gpt_set_weights(&g, part_of_full(&g, table, p.data()).data(), part_of_full(&g, table, m.data()).data(),
                             part_of_full(&g, table, v.data()).data());
         }
+        fp8_weights_update(&g);  // --fp8: the weights' scales and fp8 copies
+        if (opt.fp8.recipe == FP8_DELAYED && !resume_dir.empty()) {
+            const bool taken = fp8_state_set(&g, fp8_state);
+            if (rank0 && taken)
+                printf("fp8: delayed scaling goes on from the checkpoint's state (history %d, next row %d)\n",
+                       fp8_state.history, fp8_state.pos);
+            else if (rank0)
+                printf("fp8: the checkpoint holds no delayed-scaling state of history %d: the scales start at 1\n",
+                       opt.fp8.history);
+        }
     }
     // every rank gathers the shards, the stages' parts reach rank 0, which writes the whole tensors
     auto save_checkpoint = [&]() {
         std::vector<float> p, m, v;
         gpt_get_full(&g, table, &p, &m, &v);
-        if (rank0) checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last);
+        const Fp8State fp8_state = fp8_state_get(&g);  // --fp8 delayed: the scaling state, whole-model columns
+        if (rank0)
+            checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
         comm_barrier(world);
     };
     if (rank0 && !tc.out_dir.empty()) {
@@ -2169,6 +2466,12 @@ int main(int argc, char** argv) {
         print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
         printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
                PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
+        if (opt.fp8.recipe == FP8_DELAYED)
+            printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): delayed scaling, amax "
+                   "history %d, margin %d; MFU below is against the bf16 peak\n", opt.fp8.history, opt.fp8.margin);
+        else if (opt.fp8.recipe == FP8_CURRENT)
+            printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): current scaling, margin %d; "
+                   "MFU below is against the bf16 peak\n", opt.fp8.margin);
         if (world.size > 1 || layout.zero > 0)
             printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
                    "stage; gradients reduced in fp32 over dp in %d buckets\n", world.size, layout.topo.pp, dp,

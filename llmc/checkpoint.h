@@ -1,8 +1,9 @@
 // llmc/checkpoint.h: training checkpoints, one directory per step.
 //   <out>/ckpt_00000100/model.safetensors   fp32 weights by parameter-table name (full tensors,
 //                                            independent of the parallel layout), config in metadata
-//   <out>/ckpt_00000100/optim.safetensors   AdamW moments "m.<name>", "v.<name>"
-//   <out>/ckpt_00000100/state.json          step, data position, sampling RNG, config
+//   <out>/ckpt_00000100/optim.safetensors   AdamW moments "m.<name>", "v.<name>"; with fp8 delayed scaling
+//                                            (train_gpt.cu --fp8 delayed) also "fp8.x" and "fp8.dy" (Fp8State)
+//   <out>/ckpt_00000100/state.json          step, data position, sampling RNG, config (and "fp8": history, pos)
 //   <out>/ckpt_00000100/DONE                 written last: FNV-1a hashes of the three files
 // Crash safety (a kill -9, a full disk, a power cut at any moment leaves the newest complete
 // checkpoint loadable): a checkpoint is written as <out>/.tmp_ckpt_00000100, each file synced to
@@ -32,6 +33,15 @@ struct TrainState {
     int skipped = 0;              // updates skipped so far (AdamW's step count is step - skipped)
     int skips_in_a_row = 0;       // of which at the end, in a row
     std::vector<double> loss_window;  // the last accepted losses (the spike guard's window)
+};
+
+// fp8 delayed scaling's state (train_gpt.cu --fp8 delayed, docs/fp8.md): the values of llmc/fp8.cuh's Fp8Meta of the
+// layers' GEMM inputs (x, E4M3) and output gradients (dy, E5M2), each [3 + history, 4 L] row-major (rows: scale,
+// scale_inv, amax, then the amax history; column 4 l + k: layer l's QKV, attention-out, fc1, fc2), and the history row
+// the next update writes. Whole-model columns, so any layout resumes it. history 0: none (the CPU trainer, bf16 runs).
+struct Fp8State {
+    int history = 0, pos = 0;
+    std::vector<float> x, dy;
 };
 
 static inline uint64_t fnv1a(const std::vector<uint8_t>& b) {
@@ -158,7 +168,7 @@ static inline void ckpt_remove(const std::string& dir) {
 
 static inline void checkpoint_save(const std::string& out_dir, const ModelConfig& c, const ParamTable& t,
                                    const float* params, const float* m, const float* v, const TrainState& s,
-                                   int keep_last) {
+                                   int keep_last, const Fp8State* fp8 = nullptr) {
     const std::string final_dir = out_dir + "/" + ckpt_dir_name(s.step);
     const std::string tmp = out_dir + "/.tmp_" + ckpt_dir_name(s.step);
     std::error_code ec;
@@ -175,6 +185,15 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
         st_add(&wo, "m." + p.name, "F32", {p.live_rows, p.cols}, m + p.offset);
         st_add(&wo, "v." + p.name, "F32", {p.live_rows, p.cols}, v + p.offset);
     }
+    const bool with_fp8 = fp8 && fp8->history > 0;
+    if (with_fp8) {
+        const int64_t rows = 3 + (int64_t)fp8->history, cols = 4 * (int64_t)c.n_layer;
+        if ((int64_t)fp8->x.size() != rows * cols || (int64_t)fp8->dy.size() != rows * cols)
+            die("checkpoint_save: fp8 state of %zu and %zu values, expected [%lld, %lld]", fp8->x.size(), fp8->dy.size(),
+                (long long)rows, (long long)cols);
+        st_add(&wo, "fp8.x", "F32", {rows, cols}, fp8->x.data());
+        st_add(&wo, "fp8.dy", "F32", {rows, cols}, fp8->dy.data());
+    }
     st_write(&wm, tmp + "/model.safetensors");
     st_write(&wo, tmp + "/optim.safetensors");
     std::string window;
@@ -185,8 +204,10 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
     }
     std::string state = "{\"step\":" + std::to_string(s.step) + ",\"train_sample\":" + std::to_string(s.train_sample) +
                         ",\"rng\":\"" + std::to_string(s.rng) + "\",\"skipped\":" + std::to_string(s.skipped) +
-                        ",\"skips_in_a_row\":" + std::to_string(s.skips_in_a_row) + ",\"loss_window\":[" + window +
-                        "],\"config\":" + config_to_json(c) + "}\n";
+                        ",\"skips_in_a_row\":" + std::to_string(s.skips_in_a_row) + ",\"loss_window\":[" + window + "]" +
+                        (with_fp8 ? ",\"fp8\":{\"history\":" + std::to_string(fp8->history) + ",\"pos\":" +
+                                        std::to_string(fp8->pos) + "}" : std::string()) +
+                        ",\"config\":" + config_to_json(c) + "}\n";
     write_text(tmp + "/state.json", state);
     std::string done = "{";
     for (int i = 0; i < 3; i++) {
@@ -228,8 +249,9 @@ static inline std::string checkpoint_resolve(const std::string& resume, const st
     return resume;
 }
 
+// fp8: where the fp8 delayed-scaling state goes (left empty when the checkpoint has none); null: not read.
 static inline void checkpoint_load(const std::string& dir, const ModelConfig& c, const ParamTable& t, float* params,
-                                   float* m, float* v, TrainState* s) {
+                                   float* m, float* v, TrainState* s, Fp8State* fp8 = nullptr) {
     // verify the hashes written in DONE
     std::vector<uint8_t> db = read_file_bytes(dir + "/DONE");
     std::string hashes[3];
@@ -264,4 +286,28 @@ static inline void checkpoint_load(const std::string& dir, const ModelConfig& c,
         st_read_f32(&so, st_require(&so, "v." + p.name, live), dst[2]);
         for (float* d : dst) std::fill(d + live, d + p.numel(), 0.0f);
     }
+    if (!fp8) return;
+    *fp8 = Fp8State();
+    Json st;
+    json_parse((const char*)sb.data(), sb.size(), &st, &err);  // parsed above already
+    const Json* f = st.get("fp8");
+    if (!f) return;
+    const Json* h = f->kind == Json::OBJ ? f->get("history") : nullptr;
+    const Json* pos = f->kind == Json::OBJ ? f->get("pos") : nullptr;
+    if (!h || !pos || h->kind != Json::NUM || pos->kind != Json::NUM || !(h->num >= 1 && h->num <= 65536) ||
+        h->num != (double)(int)h->num || !(pos->num >= 0 && pos->num < h->num) || pos->num != (double)(int)pos->num)
+        die("%s/state.json: fp8 is not {\"history\": an integer in [1, 65536], \"pos\": an integer below it}", dir.c_str());
+    fp8->history = (int)h->num;
+    fp8->pos = (int)pos->num;
+    const int64_t count = (3 + (int64_t)fp8->history) * 4 * c.n_layer;
+    fp8->x.resize(count);
+    fp8->dy.resize(count);
+    st_read_f32(&so, st_require(&so, "fp8.x", count), fp8->x.data());
+    st_read_f32(&so, st_require(&so, "fp8.dy", count), fp8->dy.data());
+    const int64_t n = 4 * c.n_layer;  // scales and their inverses positive and finite; amaxes not negative, not NaN
+    for (const std::vector<float>* a : {&fp8->x, &fp8->dy})
+        for (int64_t e = 0; e < count; e++)
+            if (e < 2 * n ? !((*a)[e] > 0 && std::isfinite((*a)[e])) : !((*a)[e] >= 0))
+                die("%s/optim.safetensors: fp8 state value %g at [%lld, %lld] is not a valid %s", dir.c_str(), (*a)[e],
+                    (long long)(e / n), (long long)(e % n), e < 2 * n ? "scale (finite, > 0)" : "amax (>= 0)");
 }

@@ -7,6 +7,8 @@
 //                              copy is what the backward GEMMs take (W^T, and the activations and gradients
 //                              transposed for the weight gradient: cuBLASLt's fp8 GEMMs read both operands
 //                              along K, see llmc/matmul_fp8.cuh)
+//   fp8_measure_amax, fp8_scale_from_measured   current scaling in two halves, so that the ranks sharing a tensor
+//                              can agree on its amax in between (train_gpt.cu's tensor-parallel slices, ZeRO-3 shards)
 //   fp8_dequantize             fp8 -> bf16 or fp32 (q * scale_inv), for checks
 //   fp8_update_delayed         delayed scaling: the amax history and the scales after a step
 //   fp8_require_device()       dies unless the GPU runs fp8 GEMMs (compute capability 8.9 or newer, bf16 build)
@@ -267,11 +269,14 @@ __global__ static void fp8_delayed_update_kernel(float* scale, float* scale_inv,
     amax[i] = 0.0f;
 }
 
-// Current scaling of one tensor from its amax (computed just before): scale 1 when the amax is 0, inf or NaN.
-__global__ static void fp8_current_scale_kernel(float* scale, float* scale_inv, const float* amax, float scaled_max) {
-    const float s = fp8_scale_from_amax(*amax, scaled_max, 1.0f);
-    *scale = s;
-    *scale_inv = fp8_reciprocal(s);
+// Current scaling of tensors [0, n) from their amaxes (measured just before): scale 1 when an amax is 0, inf or NaN.
+__global__ static void fp8_current_scale_kernel(float* scale, float* scale_inv, const float* amax, int n,
+                                                float scaled_max) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float s = fp8_scale_from_amax(amax[i], scaled_max, 1.0f);
+    scale[i] = s;
+    scale_inv[i] = fp8_reciprocal(s);
 }
 
 // ------------------------------------------------------------------------------------------------ launchers
@@ -282,22 +287,38 @@ static inline void fp8_check_format(const Fp8Meta* m, int i, const char* what) {
             fp8_format_name(Fp8Traits<F8>::format), m->n, fp8_format_name(m->format));
 }
 
-// Current scaling: amax[i] = max |inp| (a pass of its own), then scale[i] and scale_inv[i] from it.
+// amax[i] max= max |inp[n]| (a pass of its own, no cast). The caller zeroes amax[i] first where it wants this
+// tensor's amax alone (fp8_current_scale does); several calls on parts of one tensor max into the same amax.
 template <typename T>
-static inline void fp8_current_scale(cudaStream_t stream, const T* inp, size_t n, const Fp8Meta* m, int i) {
-    cudaCheck(cudaMemsetAsync(fp8_amax(m, i), 0, sizeof(float), stream));
+static inline void fp8_measure_amax(cudaStream_t stream, const T* inp, size_t n, const Fp8Meta* m, int i) {
+    if (n == 0) return;
     const unsigned blocks = (unsigned)ceil_div(n, (size_t)FP8_THREADS * FP8_PER_THREAD);
     if (m->format == FP8_E4M3)
         fp8_cast_kernel<__nv_fp8_e4m3, T><<<blocks, FP8_THREADS, 0, stream>>>(nullptr, inp, n, fp8_scale(m, i), fp8_amax(m, i));
     else
         fp8_cast_kernel<__nv_fp8_e5m2, T><<<blocks, FP8_THREADS, 0, stream>>>(nullptr, inp, n, fp8_scale(m, i), fp8_amax(m, i));
     cudaCheck(cudaGetLastError());
-    fp8_current_scale_kernel<<<1, 1, 0, stream>>>(fp8_scale(m, i), fp8_scale_inv(m, i), fp8_amax(m, i), fp8_scaled_max(m));
+}
+
+// scale and scale_inv of tensors [i, i + count) from their amaxes as they are (current scaling's rule). Between
+// fp8_measure_amax and this, the ranks sharing a tensor can agree on its amax (a max all-reduce).
+static inline void fp8_scale_from_measured(cudaStream_t stream, const Fp8Meta* m, int i, int count) {
+    fp8_current_scale_kernel<<<(unsigned)ceil_div(count, FP8_THREADS), FP8_THREADS, 0, stream>>>(
+        fp8_scale(m, i), fp8_scale_inv(m, i), fp8_amax(m, i), count, fp8_scaled_max(m));
     cudaCheck(cudaGetLastError());
 }
 
+// Current scaling: amax[i] = max |inp| (a pass of its own), then scale[i] and scale_inv[i] from it.
+template <typename T>
+static inline void fp8_current_scale(cudaStream_t stream, const T* inp, size_t n, const Fp8Meta* m, int i) {
+    cudaCheck(cudaMemsetAsync(fp8_amax(m, i), 0, sizeof(float), stream));
+    fp8_measure_amax(stream, inp, n, m, i);
+    fp8_scale_from_measured(stream, m, i, 1);
+}
+
 // out[n] = fp8(inp[n] * scale of tensor i). Delayed: the scale from the last update, the amax recorded for the
-// next; current: the scale from this tensor's amax (fp8_current_scale first).
+// next; current: the scale from this tensor's amax (fp8_current_scale first); FP8_NONE: the scale as it is (the
+// caller set it, e.g. fp8_scale_from_measured after the ranks agreed on the amax), nothing recorded.
 template <typename F8, typename T>
 static inline void fp8_cast(cudaStream_t stream, F8* out, const T* inp, size_t n, const Fp8Meta* m, int i,
                             Fp8Recipe recipe) {
