@@ -1620,22 +1620,48 @@ static void linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, c
                                fp8_scale_inv(&g->fp8_x, i), N, IC, OC);
 }
 
-// The delayed-scaling state for a checkpoint, layout-independent (Fp8State, llmc/checkpoint.h): each scaling state's
-// values [3 + history, 4 L] with the columns of the whole model's layers; tp and dp ranks hold equal values, and each
-// pipeline stage gives its layers' columns (the others' are zeroed, the values are >= 0, and a max over the ranks
-// joins them). Every rank calls it; every rank gets the whole state. Empty without delayed scaling.
-static Fp8State fp8_state_get(GPT* g) {
+// Values of a scaling state of n tensors (v: fp8_meta_download's, column i = tensor i) over the ranks of c: the largest
+// and the smallest of each value among the ranks that hold tensor i (this stage's layers). Into *hi the largest (-inf
+// where no rank holds the tensor); returns whether they are equal, i.e. every rank holds the same values.
+static bool fp8_same_on_ranks(const GPT* g, const Comm& c, const std::vector<float>& v, int n, std::vector<double>* hi) {
+    std::vector<double> neg_lo(v.size());
+    hi->resize(v.size());
+    for (size_t e = 0; e < v.size(); e++) {
+        const bool mine = g->w8_off[e % n] != SIZE_MAX;
+        (*hi)[e] = mine ? (double)v[e] : -INFINITY;
+        neg_lo[e] = mine ? -(double)v[e] : -INFINITY;
+    }
+    comm_host_max(c, hi->data(), hi->size());
+    comm_host_max(c, neg_lo.data(), neg_lo.size());
+    for (size_t e = 0; e < v.size(); e++)
+        if ((*hi)[e] != -INFINITY && (*hi)[e] != -neg_lo[e]) return false;
+    return true;
+}
+
+// At a checkpoint, every rank: that the ranks sharing a tensor use the same scales (what fp8_agree is for; a difference
+// is a bug and stops the run): the weights' states over every rank, and the inputs' and output gradients' over every
+// rank under delayed scaling, over tp under current scaling (there the dp ranks' last casts were of other micro-batches).
+// Returns the delayed-scaling state for the checkpoint, layout-independent (Fp8State, llmc/checkpoint.h): whole-model
+// columns, each pipeline stage giving its layers' (every layer is on a stage); empty under
+// current scaling (nothing carries over) and without fp8.
+static Fp8State fp8_state_gather(GPT* g) {
     Fp8State st;
-    if (g->fp8.recipe != FP8_DELAYED) return st;
+    if (g->fp8.recipe == FP8_NONE) return st;
     cudaCheck(cudaStreamSynchronize(g->stream));
-    st.history = g->fp8_x.history_len;
-    st.pos = g->fp8_x.pos;
-    for (Fp8Meta* m : {&g->fp8_x, &g->fp8_dy}) {
-        const std::vector<float> v = fp8_meta_download(m);
-        std::vector<double> d(v.size());
-        for (size_t e = 0; e < v.size(); e++) d[e] = g->w8_off[e % m->n] != SIZE_MAX ? v[e] : 0.0;
-        if (g->L.topo.pp > 1) comm_host_max(g->world, d.data(), d.size());
-        (m == &g->fp8_x ? st.x : st.dy).assign(d.begin(), d.end());
+    const bool delayed = g->fp8.recipe == FP8_DELAYED;
+    const char* names[3] = {"weights'", "GEMM inputs'", "output gradients'"};
+    const Fp8Meta* metas[3] = {&g->fp8_w, &g->fp8_x, &g->fp8_dy};
+    for (int k = 0; k < 3; k++) {
+        std::vector<double> hi;
+        const Comm& c = k == 0 || delayed ? g->world : g->tp;
+        if (!fp8_same_on_ranks(g, c, fp8_meta_download(metas[k]), metas[k]->n, &hi))
+            die("fp8: the %s scaling state differs between the ranks sharing its tensors (%s group)", names[k],
+                k == 0 || delayed ? "world" : "tp");
+        if (k > 0 && delayed) (k == 1 ? st.x : st.dy).assign(hi.begin(), hi.end());
+    }
+    if (delayed) {
+        st.history = g->fp8_x.history_len;
+        st.pos = g->fp8_x.pos;
     }
     return st;
 }
@@ -2449,7 +2475,7 @@ int main(int argc, char** argv) {
     auto save_checkpoint = [&]() {
         std::vector<float> p, m, v;
         gpt_get_full(&g, table, &p, &m, &v);
-        const Fp8State fp8_state = fp8_state_get(&g);  // --fp8 delayed: the scaling state, whole-model columns
+        const Fp8State fp8_state = fp8_state_gather(&g);  // --fp8: the ranks agree; delayed: its state, whole-model
         if (rank0)
             checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
         comm_barrier(world);

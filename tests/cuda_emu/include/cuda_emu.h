@@ -477,8 +477,10 @@ static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof(*p));
     strcpy(p->name, "NVIDIA H100 80GB HBM3 (emulated)");
-    p->major = 9;
+    p->major = 9;  // EMU_CC=8.0 (say) reports another compute capability, for the refusals of newer features
     p->minor = 0;
+    const char* cc = getenv("EMU_CC");
+    if (cc && sscanf(cc, "%d.%d", &p->major, &p->minor) != 2) { fprintf(stderr, "EMU_CC='%s': expected major.minor\n", cc); exit(1); }
     p->multiProcessorCount = 132;
     p->totalGlobalMem = 80ull << 30;
     p->l2CacheSize = 50 << 20;
