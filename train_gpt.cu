@@ -4,7 +4,8 @@
 // SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
 // and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
 // PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
-// llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference.
+// llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference. --fp8 delayed|current (bf16
+// build, compute capability 8.9+) runs the layers' four linear GEMMs in fp8: the fp8 section below, docs/fp8.md.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
 //   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/params.h)
@@ -256,7 +257,7 @@ static void print_cuda_usage() {
            "                       (delayed) or from the tensor's own amax (current); embeddings, LM head, norms\n"
            "                       and attention stay bf16 (docs/fp8.md)\n"
            "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
-           "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..100 (default %d, TransformerEngine's)\n\n",
+           "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n\n",
            FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN);
 }
 
@@ -288,7 +289,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
             o->fp8.recipe = fp8_recipe_parse(v.c_str());
         } else if (a == "--fp8-history" || a == "--fp8-margin") {
             const bool hist = a == "--fp8-history";
-            const long lo = hist ? 1 : 0, hi = hist ? 65536 : 100;
+            const long lo = hist ? 1 : 0, hi = hist ? 65536 : 8;  // margin 8 puts the amax at 448 / 256 in E4M3
             char* end = nullptr;
             const long x = strtol(v.c_str(), &end, 10);
             if (v.empty() || *end || x < lo || x > hi)

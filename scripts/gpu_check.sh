@@ -20,6 +20,8 @@
 #     bench-large  the same for gpt3_2.7b, gpt3_6.7b, llama3_8b (each only where its estimate fits)
 #     torch-small  train_gpt.py --train --compile on bench-small's configs, and the ratio to train_gpt
 #     torch-large  the same for bench-large's configs
+#     fp8          train_gpt --fp8 delayed and current beside bf16 (tokens/s, the ratio) on gpt3_1.3b, gpt3_2.7b and
+#                  llama3.2_1b; 200 steps of gpt3_125m in bf16 and in fp8 delayed, FlagPerf's loss rule (docs/fp8.md)
 #     all          every stage above in order (the default)
 #   --out DIR     where the raw output goes (default bench/results/<date>_<gpu>/)
 #   --kit DIR     the GPU kit (default gpukit)
@@ -31,7 +33,7 @@ set -u
 cd "$(dirname "$0")/.."
 source scripts/gpu_lib.sh
 
-STAGES=(probe correct kernels bench-small bench-large torch-small torch-large)
+STAGES=(probe correct kernels bench-small bench-large torch-small torch-large fp8)
 STAGE_BUDGET_S=420
 cmdline="scripts/gpu_check.sh${*:+ $*}"
 
@@ -416,6 +418,53 @@ stage_bench() {  # stage_bench small|large
     cat "$out/bench-$1.md"
 }
 
+# fp8: each config in bf16 (--fp8 none), fp8 delayed and fp8 current, tokens/s side by side in one stage
+bench_fp8=("gpt3_1.3b|-b 8 -t 2048" "gpt3_2.7b|-b 8 -t 2048 --recompute full" "llama3.2_1b|-b 4 -t 2048")
+stage_fp8() {
+    section "programs"
+    programs train_gpt || { failed+=("programs"); return; }
+    data_files
+    local tmp=build/gpu_check bench preset flags recipe free est log tok b16 ratio rel rows=()
+    mkdir -p "$tmp"
+    for bench in "${bench_fp8[@]}"; do
+        IFS='|' read -r preset flags <<< "$bench"
+        b16=""
+        for recipe in none delayed current; do
+            section "train_gpt $preset $flags --fp8 $recipe: $steps steps, median after warm-up, $data"
+            free=$(free_gib)
+            est=$(./train_gpt -c "$preset" $flags --fp8 $recipe --estimate-memory "$free" 2>&1)
+            if ! grep -q '^fits' <<< "$est"; then echo "$est"; rows+=("| $preset | $flags | $recipe | no fit in $free GiB | - |"); continue; fi
+            log=$tmp/$preset.fp8_$recipe.log
+            limited 150 ./train_gpt -c "$preset" $flags --fp8 $recipe -x "$steps" -v 0 -g 0 -o "" -i "$data" > "$log" 2>&1 ||
+                failed+=("train_gpt $preset --fp8 $recipe")
+            cat "$log"
+            tok=$(sed -n 's/^summary: median [0-9.]* ms\/step, \([0-9]*\) tokens\/s.*/\1/p' "$log")
+            [ $recipe = none ] && b16=$tok
+            ratio=$(awk -v a="${tok:-0}" -v b="${b16:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }')
+            rows+=("| $preset | $flags | $recipe | ${tok:--} | $ratio |")
+        done
+    done
+    # the loss: 200 steps of gpt3_125m in bf16 and in fp8 delayed, FlagPerf's rule (mean relative difference from step 21)
+    for recipe in none delayed; do
+        section "train_gpt gpt3_125m -b 8 -t 1024 --fp8 $recipe: 200 steps (loss agreement)"
+        limited 120 ./train_gpt -c gpt3_125m -b 8 -t 1024 -x 200 -v 0 -g 0 -o "$tmp/loss_$recipe" -i "$data" \
+            --fp8 $recipe > "$tmp/loss_$recipe.log" 2>&1 || failed+=("train_gpt gpt3_125m --fp8 $recipe, 200 steps")
+        grep -E '^step +(1|21|100|200)/' "$tmp/loss_$recipe.log"
+    done
+    rel=$(python3 tests/fp8_train_checks.py flagperf "$tmp/loss_delayed/metrics.jsonl" "$tmp/loss_none/metrics.jsonl" 21 2>&1)
+    echo "FlagPerf's rule, fp8 delayed against bf16, mean relative loss difference from step 21: $rel (must be < 0.02)"
+    awk -v x="$rel" 'BEGIN { exit !(x < 0.02) }' || failed+=("FlagPerf's rule: $rel")
+    {
+        echo "| preset | train_gpt flags | --fp8 | tokens/s | vs bf16 |"
+        echo "| --- | --- | --- | --- | --- |"
+        printf '%s\n' "${rows[@]}"
+        echo
+        echo "train_gpt on $gpu_name, $steps steps on $data, median step after warm-up; gpt3_125m 200 steps, fp8 delayed against bf16: mean relative loss difference from step 21 $rel (FlagPerf's rule: < 0.02)"
+    } > "$out/fp8.md"
+    section "summary table ($out/fp8.md)"
+    cat "$out/fp8.md"
+}
+
 stage_torch() {  # stage_torch small|large
     local -n group=bench_$1
     section "programs"
@@ -489,7 +538,7 @@ run_body() {
     case $st in
         probe) stage_probe ;; correct) stage_correct ;; kernels) stage_kernels ;;
         bench-small) stage_bench small ;; bench-large) stage_bench large ;;
-        torch-small) stage_torch small ;; torch-large) stage_torch large ;;
+        torch-small) stage_torch small ;; torch-large) stage_torch large ;; fp8) stage_fp8 ;;
     esac
     f=$out/$st.md
     if [ -f "$f" ]; then { header "$st (summary of $st.log)"; echo; cat "$f"; } > "$f.tmp" && mv "$f.tmp" "$f"; fi

@@ -68,6 +68,8 @@ CHECKS = {
     "train_gpt_host": ("make -s train_gpt train_gpt_fp32", "bash tests/t_train_gpt_host.sh"),
     # tensor and sequence parallel layouts of the CUDA trainer on emulated GPUs against the CPU trainer
     "gpu_tp": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_tp.sh"),
+    # train_gpt --fp8 on emulated GPUs: against bf16, its checkpointed state, resume, layouts
+    "fp8_train": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
 }
 
 # The states the checks read: made once from the unchanged tree.
@@ -247,6 +249,23 @@ MUTANTS = [
     ("sp_regather", "parallel", "train_gpt.cu",
      "if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);", "",
      "gpu_tp", "under SP the qkv weight gradient reads another layer's gathered norm output"),
+    # --- fp8 (train_gpt.cu's fp8 section) ------------------------------------------------------------------------
+    ("fp8_dgrad_scale", "trainer", "train_gpt.cu",
+     "matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->dy8, fp8_scale_inv(&g->fp8_dy, i),",
+     "matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->dy8, fp8_scale_inv(&g->fp8_x, i),",
+     "fp8_train", "the input gradient dequantizes the output gradient with the input's scale"),
+    ("fp8_tp_agree", "parallel", "train_gpt.cu",
+     "if (over_tp && g->n_tp > 1) comm_all_reduce_max(g->tp, amax, n);", "",
+     "fp8_train", "tp ranks scale their slices by their own amax"),
+    ("fp8_dp_agree", "parallel", "train_gpt.cu",
+     "    comm_all_reduce_max(g->dp, amax, n);\n", "",
+     "fp8_train", "dp ranks' delayed amaxes (and ZeRO-3 weight amaxes) are not maxed over dp"),
+    ("fp8_resume_dy", "trainer", "train_gpt.cu",
+     "fp8_meta_upload(&g->fp8_dy, st.dy, st.pos);", "",
+     "fp8_train", "resume restores the inputs' delayed-scaling state but not the output gradients'"),
+    ("fp8_skip_update", "trainer", "train_gpt.cu",
+     "        fp8_update_delayed(g->stream, m);\n", "",
+     "fp8_train", "delayed scaling never updates its scales (they stay 1)"),
 ]
 
 

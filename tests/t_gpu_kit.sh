@@ -107,7 +107,7 @@ else fail "kit llama3.tiktoken" "$(grep '^missing: data/tokenizers/llama3' "$M" 
 
 # ---- the stages' command line
 stages=$(bash scripts/gpu_check.sh --help | awk '/^  stages \(all runs them/ { on = 1; next } on && /^    [a-z]/ { print $1 } /^  --out/ { exit }')
-[ "$(echo $stages)" = "probe correct kernels bench-small bench-large torch-small torch-large all" ] \
+[ "$(echo $stages)" = "probe correct kernels bench-small bench-large torch-small torch-large fp8 all" ] \
     && pass "gpu_check.sh --help lists the stages" || fail "gpu_check.sh --help" "stages listed: $(echo $stages)"
 # an nvidia-smi that finds no GPU, as the real one says it (exit 6); the real GPU hidden as well
 mkdir -p "$T/nogpu"
