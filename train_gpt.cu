@@ -1575,7 +1575,8 @@ static void fp8_weights_update(GPT* g) {
 }
 
 // After a step's backward: delayed scaling's new scales of the inputs and output gradients from the step's amaxes,
-// agreed over tp and dp; a step the guard skipped (updated false) drops its amaxes. Current scaling keeps nothing.
+// agreed over tp and dp; a step the guard skipped (updated false) drops its amaxes, and so do validation and sampling
+// (their forwards are no part of training). Current scaling keeps nothing.
 static void fp8_step_end(GPT* g, bool updated) {
     if (g->fp8.recipe != FP8_DELAYED) return;
     for (Fp8Meta* m : {&g->fp8_x, &g->fp8_dy}) {
@@ -2531,6 +2532,7 @@ int main(int argc, char** argv) {
                 gpt_stage(&g, i, val_in.data(), val_tg.data());
             }
             pp_pipeline(&g, tc.val_batches, false, 0.0, [&]() { s += gpt_loss(&g); });
+            fp8_step_end(&g, false);  // --fp8 delayed: validation's amaxes are no part of the next step's
             if (layout.topo.pp_rank != layout.topo.pp - 1 || layout.topo.dp_rank != 0 || layout.topo.tp_rank != 0) s = 0;
             comm_host_sum(world, &s, 1);
             return s / tc.val_batches;
@@ -2540,6 +2542,7 @@ int main(int argc, char** argv) {
             gpt_forward(&g, val_in.data(), val_tg.data());
             s += gpt_loss(&g);
         }
+        fp8_step_end(&g, false);
         return s / tc.val_batches;
     };
     auto print_sample = [&]() {
@@ -2549,6 +2552,7 @@ int main(int argc, char** argv) {
             return;
         }
         sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, &state.rng));
+        fp8_step_end(&g, false);  // nor sampling's
     };
 
     double loss = 0, val_loss = -1, peak_used = 0;
