@@ -380,6 +380,8 @@ peak_tflops() {  # dense bf16 peak of the device, for MFU (0: unknown)
     case "$gpu_name" in *H100*|*H200*|*H800*) echo 989e12 ;; *A100*|*A800*) echo 312e12 ;; *) echo 0 ;; esac
 }
 
+tokens_per_s() { sed -n 's/^summary: median [0-9.]* ms\/step, \([0-9]*\) tokens\/s.*/\1/p' "$1"; }  # of a train_gpt log
+
 stage_bench() {  # stage_bench small|large
     local -n group=bench_$1
     section "programs"
@@ -400,7 +402,7 @@ stage_bench() {  # stage_bench small|large
         log=$tmp/$preset.train_gpt.log
         limited 240 ./train_gpt -c "$preset" $flags -x "$steps" -v 0 -g 0 -o "" -i "$data" > "$log" 2>&1 || failed+=("train_gpt $preset")
         cat "$log"
-        tok=$(sed -n 's/^summary: median [0-9.]* ms\/step, \([0-9]*\) tokens\/s.*/\1/p' "$log")
+        tok=$(tokens_per_s "$log")
         fpt=$(sed -n 's/^| FLOPs per token *| \([0-9.e+]*\) (model).*/\1/p' "$log")
         peak=$(sed -n 's/^peak device memory in use: \([0-9.]*\) GiB/\1/p' "$log")
         mfu=$(awk -v t="${tok:-0}" -v f="${fpt:-0}" -v p="$(peak_tflops)" 'BEGIN {
@@ -438,7 +440,7 @@ stage_fp8() {
             limited 150 ./train_gpt -c "$preset" $flags --fp8 $recipe -x "$steps" -v 0 -g 0 -o "" -i "$data" > "$log" 2>&1 ||
                 failed+=("train_gpt $preset --fp8 $recipe")
             cat "$log"
-            tok=$(sed -n 's/^summary: median [0-9.]* ms\/step, \([0-9]*\) tokens\/s.*/\1/p' "$log")
+            tok=$(tokens_per_s "$log")
             [ $recipe = none ] && b16=$tok
             ratio=$(awk -v a="${tok:-0}" -v b="${b16:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else printf "-" }')
             rows+=("| $preset | $flags | $recipe | ${tok:--} | $ratio |")
