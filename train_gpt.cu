@@ -1071,11 +1071,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
                       const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1,
                       const Fp8Options& fp8 = {}) {
     check_shapes(c, B, T);
-    gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb, fp8);
-    if (fp8.recipe != FP8_NONE) {
-        fp8_require_device();
-        check_tp_shapes(c, g->n_tp, true);
-    }
+    gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb, fp8);  // fp8: main has checked the device and shapes
     if (g->parallel && !comms) die("gpt_build: a parallel layout needs its communicators");
     if (comms) {
         g->world = comms->world;
