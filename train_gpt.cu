@@ -1489,7 +1489,7 @@ static floatX* row_bias_grad(const GPT* g, floatX* db) { return g->sp && g->tp_r
 //   weights   cast once per step after the optimizer (fp8_weights_update), scaled by their own amax under both recipes:
 //             the cast is once a step, so the exact amax costs one read of the weights (TransformerEngine's delayed
 //             recipe runs the weights through the amax history too). ZeRO 3 holds no whole weight: the scales come from
-//             the shards (their amaxes maxed over dp), and each layer is cast after its gather (fp8_layer_weights).
+//             the shards (their amaxes maxed over dp), and each layer is cast after its gather (fp8_cast_weights).
 //   inputs, output gradients   delayed: every cast uses the scale of the last update and records its amax; after the
 //             step the amaxes are maxed over tp and dp (the dp ranks saw the step's other micro-batches: one process's
 //             amax is their max) and fp8_update_delayed sets the next step's scales. current: each cast measures its
@@ -1544,7 +1544,8 @@ static void fp8_cast_weights(GPT* g, int layer, bool transposed) {
             const ParamSpec& s = g->table.specs[w];
             __nv_fp8_e4m3 *q = fp8_weight(g, l, k, false), *qt = fp8_weight(g, l, k, true);
             if (z3 && !transposed) fp8_cast(g->stream, q, g->P(w), s.numel(), &g->fp8_w, i, FP8_NONE);
-            else fp8_cast_transpose(g->stream, z3 ? nullptr : q, qt, g->P(w), (int)s.rows, (int)s.cols, &g->fp8_w, i, FP8_NONE);
+            else fp8_cast_transpose(g->stream, z3 ? nullptr : q, qt, g->P(w), (int)s.rows, (int)s.cols, &g->fp8_w, i,
+                                    FP8_NONE);
         }
     }
 }
@@ -1586,7 +1587,7 @@ static void fp8_step_end(GPT* g, bool updated) {
 }
 
 // out[N,OC] = inp[N,IC] W^T (+ bias) of linear layer k of layer l: bf16 (matmul_forward), or with --fp8 the input cast
-// to E4M3 times the fp8 weight. tp_slice: inp is this rank's slice (attention-out, fc2: row-parallel).
+// to E4M3 times the fp8 weight (the inputs of attention-out and fc2, row-parallel, are tensor-parallel slices).
 static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp, const floatX* bias, int N, int IC,
                            int OC) {
     const int w = linear_weight(g->table.blocks[l], k), i = FP8_LINEARS * l + k;
