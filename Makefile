@@ -12,8 +12,8 @@
 #                          the last line is "N passed, N failed, N skipped"
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
 #   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
-#   make build/test_launch build/test_comm build/test_comm_emu   rank discovery and id exchange (llmc/launch.h);
-#                          the NCCL backend llmc/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
+#   make build/test_launch build/test_comm build/test_comm_emu   rank discovery and id exchange (llmc/parallel/launch.h);
+#                          the NCCL backend llmc/parallel/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
 #   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
 #                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh)
 #   make build/test_fp8    the fp8 casts, scales and GEMMs (llmc/fp8.cuh, llmc/matmul_fp8.cuh) with nvcc (tests/t_fp8.sh)
@@ -86,11 +86,11 @@ endif
 # the first line of every nvcc recipe: a clear error where no nvcc was found
 NEED_NVCC = @test -n "$(NVCC)" || { echo "error: $@ needs nvcc (none on PATH or in CUDA_HOME=$(CUDA_HOME)/bin)"; exit 1; }
 
-HEADERS := $(wildcard llmc/*.h)
-CUDA_HEADERS := $(wildcard llmc/*.cuh)
-DATASETS_HEADERS := llmc/datasets.h llmc/dataloader.h llmc/zip_npy.h llmc/rng.h llmc/utils.h
-TOKENIZER_HEADERS := llmc/tokenizer.h llmc/unicode_tables.h llmc/utils.h
-PARALLEL_HEADERS := llmc/topology.h llmc/pp_schedule.h llmc/pp_exec.h llmc/layout.h llmc/args.h llmc/zero.h llmc/tp.h llmc/comm.h llmc/params.h llmc/config.h llmc/safetensors.h
+HEADERS := $(wildcard llmc/*.h llmc/*/*.h)
+CUDA_HEADERS := $(wildcard llmc/*.cuh llmc/*/*.cuh)
+DATASETS_HEADERS := llmc/data/datasets.h llmc/data/dataloader.h llmc/data/zip_npy.h llmc/rng.h llmc/utils.h
+TOKENIZER_HEADERS := llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/utils.h
+PARALLEL_HEADERS := llmc/parallel/topology.h llmc/parallel/pp_schedule.h llmc/parallel/pp_exec.h llmc/parallel/layout.h llmc/run/flags.h llmc/parallel/zero.h llmc/parallel/tp.h llmc/parallel/comm_mpi.h llmc/param_table.h llmc/model_config.h llmc/run/safetensors.h
 
 .PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu
@@ -102,7 +102,7 @@ train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp tests/check.h $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
-$(BUILD)/prepare: dev/data/prepare.cpp llmc/tokenizer.h llmc/unicode_tables.h llmc/json.h llmc/utils.h
+$(BUILD)/prepare: dev/data/prepare.cpp llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/run/json.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
@@ -115,8 +115,8 @@ $(BUILD)/test_parallel: tests/test_parallel.cpp tests/check.h $(PARALLEL_HEADERS
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-# tests/t_comm_mpi.sh runs it in one process and under mpirun: llmc/comm.h's calls split into pieces
-$(BUILD)/test_comm_mpi: tests/test_comm_mpi.cpp tests/check.h llmc/comm.h llmc/utils.h
+# tests/t_comm_mpi.sh runs it in one process and under mpirun: llmc/parallel/comm_mpi.h's calls split into pieces
+$(BUILD)/test_comm_mpi: tests/test_comm_mpi.cpp tests/check.h llmc/parallel/comm_mpi.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
@@ -124,11 +124,11 @@ $(BUILD)/test_tokenizer: tests/tokenizer/test_tokenizer.cpp $(TOKENIZER_HEADERS)
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-# tests/t_comm.sh: llmc/launch.h's id exchange (plain C++, no MPI), and llmc/comm_nccl.cuh's test program,
+# tests/t_comm.sh: llmc/parallel/launch.h's id exchange (plain C++, no MPI), and llmc/parallel/comm_nccl.cuh's test program,
 # built with nvcc against NCCL (GPU) and with g++ against the emulated CUDA runtime and NCCL (tests/cuda_emu)
 # for mpirun on the CPU
-COMM_NCCL_DEPS := tests/test_comm.cu llmc/comm_nccl.cuh llmc/comm_timeout.h llmc/launch.h llmc/topology.h llmc/cuda_common.cuh llmc/utils.h
-$(BUILD)/test_launch: tests/test_launch.cpp llmc/launch.h llmc/utils.h
+COMM_NCCL_DEPS := tests/test_comm.cu llmc/parallel/comm_nccl.cuh llmc/parallel/comm_timeout.h llmc/parallel/launch.h llmc/parallel/topology.h llmc/cuda_common.cuh llmc/utils.h
+$(BUILD)/test_launch: tests/test_launch.cpp llmc/parallel/launch.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
@@ -215,7 +215,7 @@ fuzz_tokenizer_run: fuzz_tokenizer
 # and DONE, 3 JSON); seeds in dev/fuzz/corpus/formats/<name>.
 FORMATS_FUZZERS := safetensors:1 ckpt:2 json:3
 define FORMATS_FUZZ_RULE
-$(BUILD)/fuzz_formats_$(word 1,$(subst :, ,$(1))): dev/fuzz/fuzz_formats.cpp llmc/safetensors.h llmc/checkpoint.h llmc/json.h llmc/utils.h
+$(BUILD)/fuzz_formats_$(word 1,$(subst :, ,$(1))): dev/fuzz/fuzz_formats.cpp llmc/run/safetensors.h llmc/run/checkpoint.h llmc/run/json.h llmc/utils.h
 	$$(NEED_FUZZ_CXX)
 	@mkdir -p $(BUILD)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -DFUZZ_FORMAT=$(word 2,$(subst :, ,$(1))) $$< -o $$@

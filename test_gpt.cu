@@ -65,7 +65,7 @@ static void check_estimate(const GPT& g, const std::string& tag) {
     const MemoryEstimate e = estimate_memory(g.cfg, g.B, g.T, g.recompute, g.bf16_moments, g.L);
     check(e.allocations() == g.allocated, tag + " --recompute " + recompute_name(g.recompute) +
           ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.allocated);
-    // --plan and the layout planner (llmc/plan.h through cuda_plan_bytes) see the same bytes: the plan of this
+    // --plan and the layout planner (llmc/parallel/planner.h through cuda_plan_bytes) see the same bytes: the plan of this
     // layout peaks at the allocation plus the reserve, to the byte
     TrainConfig tc;
     tc.B = g.B; tc.T = g.T; tc.dp = g.L.topo.dp; tc.zero = g.L.zero;

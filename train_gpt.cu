@@ -1,14 +1,14 @@
 // train_gpt.cu: the CUDA trainer, on one GPU or over several: data parallel (--dp, --zero), tensor and sequence
 // parallel (--tp, --sp) and pipeline parallel (--pp, --vpp, --layout), in any combination. The same model as
 // train_gpt_cpu.cpp (every switch of the model spec: learned positions or RoPE, LayerNorm or RMSNorm, GELU or
-// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/args.h), checkpoints, safetensors, data
+// SwiGLU, biases on/off, tied or untied head, GQA), the same flags (llmc/run/flags.h), checkpoints, safetensors, data
 // and logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments. make
 // PRECISION=FP32 builds the same program with floatX = float (llmc/precision.cuh) and the CUDA-core attention of
 // llmc/attention_rowwise.cuh: slower, for tight tests against the fp32 reference. --fp8 delayed|current (bf16
 // build, compute capability 8.9+) runs the layers' four linear GEMMs in fp8: the fp8 section below, docs/fp8.md.
 //
 // Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
-//   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/params.h)
+//   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/param_table.h)
 //   grads      [P] floatX   same offsets; every kernel writes floatX weight gradients (see docs/cuda_trainer.md)
 //   master     [P] fp32     AdamW's master weights; params = floatX(master) after each update
 //   m, v       [P] fp32     AdamW moments (bf16 with --bf16-moments)
@@ -35,13 +35,13 @@
 // recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
 // input x[l] and recomputes the whole layer just before its backward.
 //
-// Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/layout.h checks the layout, llmc/zero.h plans
-// the buckets): world = pp x dp x tp ranks (tp fastest, llmc/topology.h), one GPU each, started by mpirun, srun or
-// scripts/launch.sh (comm_init, llmc/launch.h); pipeline parallelism below. Every NCCL call goes through
-// llmc/comm_nccl.cuh: the dp group's on its own stream (dp.stream), ordered against the compute stream by events; the
+// Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/parallel/layout.h checks the layout, llmc/parallel/zero.h plans
+// the buckets): world = pp x dp x tp ranks (tp fastest, llmc/parallel/topology.h), one GPU each, started by mpirun, srun or
+// scripts/launch.sh (comm_init, llmc/parallel/launch.h); pipeline parallelism below. Every NCCL call goes through
+// llmc/parallel/comm_nccl.cuh: the dp group's on its own stream (dp.stream), ordered against the compute stream by events; the
 // tp group's on the compute stream itself (g->tp.stream = g->stream), in line with the kernels around them. One rank
 // is the one-GPU trainer described above, unchanged, with no NCCL communicator.
-// Tensor parallel (--tp, Megatron; llmc/tp.h slices every tensor, gpt_local_table gives a rank its table): rank r
+// Tensor parallel (--tp, Megatron; llmc/parallel/tp.h slices every tensor, gpt_local_table gives a rank its table): rank r
 // holds H/tp heads and KV/tp kv heads of qkv, F/tp columns of fc1 (SwiGLU: gate and up alike) and the matching
 // columns of attn_out and fc2, Vp/tp rows of the embedding and head (Vp padded to 128 tp). qkv and fc1 are
 // column-parallel (whole input, this rank's outputs), attn_out and fc2 row-parallel: their partial outputs are summed
@@ -62,7 +62,7 @@
 //   ranks is the one-process mean.
 //   Buckets: the parameter table is padded into buckets (the embeddings, one per layer, the final norm and
 //   head), each a multiple of dp*8 elements, so dp rank r owns an equal, 16-byte aligned piece of every bucket;
-//   its shard is its pieces in bucket order, P/dp elements (llmc/zero.h).
+//   its shard is its pieces in bucket order, P/dp elements (llmc/parallel/zero.h).
 //   Gradients: no communication until the last micro-batch of a step. Every micro-batch accumulates into the
 //   floatX grads [P] as one GPU does. In the last micro-batch's backward, as each bucket's gradient is complete
 //   (the final norm and head first, the layers in reverse order, the embeddings last), a small kernel casts it
@@ -94,11 +94,11 @@
 //   shard and the gather buffers, and master, moments (ZeRO >= 1) and params (ZeRO 3) shrink to the shard.
 //
 // Pipeline parallel (--pp stages, --vpp chunks per stage, --layout layers per chunk; world = pp x dp x tp ranks, as
-// train_gpt_cpu.cpp): the layers are cut into pp*vpp chunks, chunk c on stage c % pp (llmc/pp_schedule.h); a rank's
+// train_gpt_cpu.cpp): the layers are cut into pp*vpp chunks, chunk c on stage c % pp (llmc/parallel/pp_schedule.h); a rank's
 // parameter table holds its stage's tensors (gpt_local_table: the first stage the embeddings, the last the final norm
 // and head, and with a tied head its own copy of wte), sliced for its tp rank and padded into buckets for its dp group
 // as above. Under SP the activations sent between stages are this rank's Nl rows.
-//   Schedule: 1F1B or interleaved 1F1B over the step's micro-batches, run by pp_run (llmc/pp_exec.h). Every
+//   Schedule: 1F1B or interleaved 1F1B over the step's micro-batches, run by pp_run (llmc/parallel/pp_exec.h). Every
 //   (micro-batch, chunk) in flight holds an activation slot: the LayerActs of its chunk's layers (acts[slot *
 //   slot_layers + i]; g->layers[l] is bound to them before the layer code runs) and two [N,C] rows of pp_io, the
 //   chunk's output and the gradient of it. The slots are the most pairs the stage's schedule keeps at once
@@ -131,26 +131,26 @@
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include "llmc/args.h"
-#include "llmc/comm_timeout.h"
-#include "llmc/checkpoint.h"
-#include "llmc/config.h"
-#include "llmc/dataloader.h"
+#include "llmc/run/flags.h"
+#include "llmc/parallel/comm_timeout.h"
+#include "llmc/run/checkpoint.h"
+#include "llmc/model_config.h"
+#include "llmc/data/dataloader.h"
 #include "llmc/flops.h"
-#include "llmc/guard.h"
+#include "llmc/run/guard.h"
 #include "llmc/init.h"
-#include "llmc/layout.h"
-#include "llmc/logger.h"
-#include "llmc/lr_schedule.h"
-#include "llmc/params.h"
-#include "llmc/plan.h"
-#include "llmc/pp_exec.h"
-#include "llmc/pp_schedule.h"
+#include "llmc/parallel/layout.h"
+#include "llmc/run/logger.h"
+#include "llmc/run/lr_schedule.h"
+#include "llmc/param_table.h"
+#include "llmc/parallel/planner.h"
+#include "llmc/parallel/pp_exec.h"
+#include "llmc/parallel/pp_schedule.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
-#include "llmc/signals.h"
-#include "llmc/weights_io.h"
-#include "llmc/zero.h"
+#include "llmc/run/signals.h"
+#include "llmc/run/weights_io.h"
+#include "llmc/parallel/zero.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/matmul_fp8.cuh"
@@ -166,14 +166,14 @@
 #include "llmc/classifier.cuh"
 #include "llmc/embedding.cuh"
 #include "llmc/adamw.cuh"
-#include "llmc/global_norm.cuh"
+#include "llmc/grad_norm.cuh"
 #ifdef USE_NCCL
-#include "llmc/comm_nccl.cuh"
+#include "llmc/parallel/comm_nccl.cuh"
 #else
 // ----------------------------------------------------------------------------------------------
 // Built without NCCL (the Makefile found no nccl.h): one rank only. The Comm names this trainer calls, for a group
-// of one rank, as llmc/comm_nccl.cuh has them for one rank: nothing to reduce, a copy on the group's stream.
-#include "llmc/launch.h"
+// of one rank, as llmc/parallel/comm_nccl.cuh has them for one rank: nothing to reduce, a copy on the group's stream.
+#include "llmc/parallel/launch.h"
 struct Comm {
     int size = 1, rank = 0;
     cudaStream_t stream = nullptr;
@@ -217,7 +217,7 @@ static void comm_group_end() {}
 
 
 // ----------------------------------------------------------------------------------------------
-// Flags of the CUDA trainer only (the rest are llmc/args.h's, shared with train_gpt_cpu).
+// Flags of the CUDA trainer only (the rest are llmc/run/flags.h's, shared with train_gpt_cpu).
 
 enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 
@@ -330,7 +330,7 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
 }
 
 // Tensor parallel: the MLP columns of one rank, ffn / tp, must be a multiple of 8 too (the kernels move 8 elements
-// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/tp.h). --fp8: the fp8 GEMMs
+// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/parallel/tp.h). --fp8: the fp8 GEMMs
 // need K and the leading dimensions multiples of 16 (llmc/matmul_fp8.cuh): the width C and a rank's ffn columns
 // (the heads' widths are multiples of 16 already: head dim 64, 80 or 128; the tokens B*T of -t's multiple of 64).
 // "" when it runs.
@@ -504,7 +504,7 @@ enum { GATHER_LAYER0 = 0, GATHER_EMB = 2, GATHER_HEAD = 3, GATHER_SLOTS = 4 };
 
 struct GPT {
     ModelConfig cfg;
-    ParamTable table;           // this rank's tensors, offsets padded into the buckets of llmc/zero.h (for one rank
+    ParamTable table;           // this rank's tensors, offsets padded into the buckets of llmc/parallel/zero.h (for one rank
                                 // the plain table: every tensor is a multiple of 8 elements, so no padding)
     int B = 0, T = 0;
     Recompute recompute = RECOMPUTE_NONE;
@@ -531,7 +531,7 @@ struct GPT {
     EmbeddingPlan plan;
     AdamWTable<float> adam_f32;
     AdamWTable<__nv_bfloat16> adam_bf16;
-    // tensor and sequence parallel (the header comment; llmc/tp.h): this rank's heads, MLP columns and vocabulary rows
+    // tensor and sequence parallel (the header comment; llmc/parallel/tp.h): this rank's heads, MLP columns and vocabulary rows
     Comm tp;                    // the tp group; its collectives are enqueued on the compute stream (tp.stream = stream)
     int n_tp = 1, tp_rank = 0;  // tp ranks, this rank's place among them
     bool sp = false;            // sequence parallel: the norm and residual rows are this rank's Nl = N / tp
@@ -565,7 +565,7 @@ struct GPT {
     Comm world;                 // every rank (the loss and the gradient norm are summed over it)
     Comm pp, emb;               // the stages of this rank's pipeline; its first and last stage (tied embedding)
     std::vector<int> global;    // local spec -> its index in the whole model's table (build_param_table)
-    std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/tp.h)
+    std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/parallel/tp.h)
     int n_slots = 1;            // activation slots: the most (micro-batch, chunk) pairs in flight (1 without pp)
     int slot_layers = 0;        // layers per slot: the stage's largest chunk (without pp: every layer)
     floatX* pp_io = nullptr;    // per slot: the chunk's output [Nl,C] (sent on), then the gradient of its output [Nl,C]
@@ -756,9 +756,9 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 // dp rows of the buffer table, the activation slots of its stage over n_mb micro-batches. No allocation (the memory
 // estimate plans a GPT it never builds). L: a layout from layout_make, or layout_single for one GPU.
 
-// The most (micro-batch, chunk) pairs whose activations pp_run (llmc/pp_exec.h) keeps at once on this rank's stage,
+// The most (micro-batch, chunk) pairs whose activations pp_run (llmc/parallel/pp_exec.h) keeps at once on this rank's stage,
 // training n_mb micro-batches or running any number forward only (validation; that peak is reached from 2 on): its
-// acquires and releases counted over the schedules (mem_plan_acts_walk in llmc/mem_plan.h counts their bytes so).
+// acquires and releases counted over the schedules (mem_plan_acts_walk in llmc/parallel/memory_formula.h counts their bytes so).
 static int pp_slots_needed(const Layout& L, int n_mb) {
     int live = 0, peak = 0;
     PpCallbacks cb;
@@ -799,7 +799,7 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, co
     g->has_head = stage == pp - 1;
     g->n_slots = 1;
     g->slot_layers = c.n_layer;
-    if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/pp_schedule.h)
+    if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/parallel/pp_schedule.h)
         g->slot_layers = 0;
         for (int ch = stage; ch < L.n_chunks(); ch += pp)
             g->slot_layers = std::max(g->slot_layers, L.chunk_first[ch + 1] - L.chunk_first[ch]);
@@ -962,7 +962,7 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
         available / G, hint.c_str());
 }
 
-// This rank's row of the memory table (llmc/logger.h): the bytes gpt_build allocated by kind beside the estimate's
+// This rank's row of the memory table (llmc/run/logger.h): the bytes gpt_build allocated by kind beside the estimate's
 // (activations: everything else, i.e. the buffer table, the cuBLASLt workspace and the data-parallel buffers).
 static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout& L) {
     MemoryRow row;
@@ -978,7 +978,7 @@ static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout&
     return row;
 }
 
-// The bytes of llmc/plan.h (--plan, the layout planner) for one rank of a dp / ZeRO layout L: estimate_memory's
+// The bytes of llmc/parallel/planner.h (--plan, the layout planner) for one rank of a dp / ZeRO layout L: estimate_memory's
 // rows by kind, so a plan's total is what gpt_build allocates plus the reserve, to the byte (test_gpt checks it).
 //   weights    params (ZeRO 3: the shard)           grads      bf16 gradients + the fp32 LM-head gradient
 //   optim      fp32 master weights + AdamW moments  acts       activations (per layer + shared)
@@ -1058,14 +1058,14 @@ static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     return adamw_table_upload(ts);
 }
 
-// The communicators of a parallel layout, made by main from the Layout's member lists (llmc/topology.h).
+// The communicators of a parallel layout, made by main from the Layout's member lists (llmc/parallel/topology.h).
 struct GptComms {
     Comm world, dp, tp, pp, emb;  // every rank; the dp group; the tp group; the pipeline's stages; its first and last
                                   // stage (the tied embedding: layout_emb_members)
 };
 
 // Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
-// weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/layout.h) and its
+// weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/parallel/layout.h) and its
 // communicators; null: one GPU. fp8: --fp8 and its settings (the scaling states start at scale 1).
 static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
                       const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1,
@@ -1640,7 +1640,7 @@ static bool fp8_same_on_ranks(const GPT* g, const Comm& c, const std::vector<flo
 // At a checkpoint, every rank: that the ranks sharing a tensor use the same scales (what fp8_agree is for; a difference
 // is a bug and stops the run): the weights' states over every rank, and the inputs' and output gradients' over every
 // rank under delayed scaling, over tp under current scaling (there the dp ranks' last casts were of other micro-batches).
-// Returns the delayed-scaling state for the checkpoint, layout-independent (Fp8State, llmc/checkpoint.h): whole-model
+// Returns the delayed-scaling state for the checkpoint, layout-independent (Fp8State, llmc/run/checkpoint.h): whole-model
 // columns, each pipeline stage giving its layers' (every layer is on a stage); empty under
 // current scaling (nothing carries over) and without fp8.
 static Fp8State fp8_state_gather(GPT* g) {
@@ -2104,7 +2104,7 @@ static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Pipeline parallel: this stage's list of steps (llmc/pp_schedule.h) run by pp_run (llmc/pp_exec.h). Each (micro-batch,
+// Pipeline parallel: this stage's list of steps (llmc/parallel/pp_schedule.h) run by pp_run (llmc/parallel/pp_exec.h). Each (micro-batch,
 // chunk) in flight holds an activation slot s: acts[s * slot_layers ...] for the chunk's layers (its input received
 // into the first one's x) and pp_io's two rows [N,C], the chunk's output and its output's gradient.
 
@@ -2123,7 +2123,7 @@ static void pp_bind(GPT* g, int s, int chunk) {
 // One run of sends and receives between two compute steps (pp_steps), live: (micro-batch, chunk) -> slot. They are
 // posted as one NCCL group on pp.stream after the compute stream's work so far, and the compute stream waits for the
 // group. A group's sends cannot block its receives, which is what keeps the schedule free of deadlock under NCCL's
-// blocking, untagged sends (llmc/pp_schedule.h; tests/test_parallel.cpp simulates it).
+// blocking, untagged sends (llmc/parallel/pp_schedule.h; tests/test_parallel.cpp simulates it).
 static void pp_exchange(GPT* g, const PpMsg* msgs, int n, const std::map<std::pair<int, int>, int>& live) {
     const size_t NC = pp_io_rows(g) * g->cfg.n_embd;  // [Nl,C]: this rank's rows under SP
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
@@ -2144,7 +2144,7 @@ static void pp_exchange(GPT* g, const PpMsg* msgs, int n, const std::map<std::pa
 }
 
 // This stage's schedule over the n_mb micro-batches staged in slots 0 .. n_mb-1: training (backward, each
-// micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/guard.h's test hooks), the gradients
+// micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/run/guard.h's test hooks), the gradients
 // accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head() (validation:
 // its loss). Only enqueues work, but for the groups' waits.
 static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std::function<void()>& head,
@@ -2193,8 +2193,8 @@ static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std
 // One optimizer step over the micro-batches inputs/targets [accum][B*T] (data parallel: this rank's share of the
 // accum * dp micro-batches; a pipeline stage runs its schedule over all of them, then reduces every bucket). The
 // step's loss (the mean micro-batch loss over every rank) and pre-clip gradient norm come to the host before the
-// update, so that the numerics guard (llmc/guard.h) can skip it: that read is the step's one host synchronisation,
-// and the update is enqueued after it. The first micro-batch's loss and loss scale: mb0 (llmc/guard.h's test hooks;
+// update, so that the numerics guard (llmc/run/guard.h) can skip it: that read is the step's one host synchronisation,
+// and the update is enqueued after it. The first micro-batch's loss and loss scale: mb0 (llmc/run/guard.h's test hooks;
 // 1 and 1 otherwise). Returns the loss; *norm_out the norm, *verdict the guard's.
 static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs,
                          const std::vector<std::vector<int32_t>>& targets, int step, const TrainConfig& tc, double lr,
@@ -2299,7 +2299,7 @@ static void layout_error(const Comm& world, const std::string& msg) {
     exit(1);
 }
 
-// The layout planner (llmc/plan.h) over what this trainer runs: dp and ZeRO 0-3 (tp = pp = 1), --recompute none,
+// The layout planner (llmc/parallel/planner.h) over what this trainer runs: dp and ZeRO 0-3 (tp = pp = 1), --recompute none,
 // selective or full, every -b dividing the per-rank batch; the bytes are cuda_plan_bytes'. --plan: prints the plan
 // (with no layout flag and --gpu-mem, of the planner's choice) and exits 0 on the host, touching no device, rank 0
 // printing. Otherwise, with no layout flag, no --recompute and a memory to fit (tc->gpu_mem_gib: --gpu-mem, or the
@@ -2329,7 +2329,7 @@ int main(int argc, char** argv) {
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
     config_finalize(mc, tc.tp);  // the vocabulary padded to a multiple of 128 * tp
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
-    stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/signals.h)
+    stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/run/signals.h)
 
     // host-only modes: no GPU needed
     if (!opt.print_config.empty()) {
@@ -2568,7 +2568,7 @@ int main(int argc, char** argv) {
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
-        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/guard.h)
+        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/run/guard.h)
         GuardVerdict verdict;
         loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0, &norm, &verdict);
         state.step = step + 1;
@@ -2599,7 +2599,7 @@ int main(int argc, char** argv) {
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
         const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
         if (saved) save_checkpoint();
-        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/signals.h)
+        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/run/signals.h)
         if (!last && stop_after_step(world, step + 1, tc.out_dir, saved, save_checkpoint)) {
             gpt_free(&g);
             comm_finalize();

@@ -5,13 +5,13 @@
 // and backward, are in llmc/ref_ops.h; this file wires them into the model and the run.
 //
 // Parallel layouts (docs/design.md section 4) run under mpirun: world = pp x dp x tp ranks
-// (llmc/topology.h). Tensor parallelism (Megatron) splits heads, kv heads, the MLP and the
-// vocabulary (llmc/tp.h), with optional sequence parallelism in the norm and residual regions;
+// (llmc/parallel/topology.h). Tensor parallelism (Megatron) splits heads, kv heads, the MLP and the
+// vocabulary (llmc/parallel/tp.h), with optional sequence parallelism in the norm and residual regions;
 // pipeline parallelism runs contiguous chunks of layers on stages in a 1F1B or interleaved 1F1B
-// order (llmc/pp_schedule.h, run by llmc/pp_exec.h); ZeRO 1-3 shards optimizer state, gradients
-// and parameters over dp in padded buckets (llmc/zero.h). The layout, its checks and each rank's
-// tensors are in llmc/layout.h, the memory formula in llmc/mem_plan.h; every collective goes
-// through llmc/comm.h. The forward and backward below are written layer by layer with each
+// order (llmc/parallel/pp_schedule.h, run by llmc/parallel/pp_exec.h); ZeRO 1-3 shards optimizer state, gradients
+// and parameters over dp in padded buckets (llmc/parallel/zero.h). The layout, its checks and each rank's
+// tensors are in llmc/parallel/layout.h, the memory formula in llmc/parallel/memory_formula.h; every collective goes
+// through llmc/parallel/comm_mpi.h. The forward and backward below are written layer by layer with each
 // collective where it happens; with one process every collective is a no-op and the arithmetic
 // is exactly that of the plain model.
 //
@@ -32,33 +32,33 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "llmc/args.h"
-#include "llmc/checkpoint.h"
-#include "llmc/comm.h"
-#include "llmc/config.h"
-#include "llmc/dataloader.h"
+#include "llmc/run/flags.h"
+#include "llmc/run/checkpoint.h"
+#include "llmc/parallel/comm_mpi.h"
+#include "llmc/model_config.h"
+#include "llmc/data/dataloader.h"
 #include "llmc/flops.h"
-#include "llmc/guard.h"
+#include "llmc/run/guard.h"
 #include "llmc/init.h"
-#include "llmc/layout.h"
-#include "llmc/logger.h"
-#include "llmc/lr_schedule.h"
-#include "llmc/mem_plan.h"
-#include "llmc/params.h"
-#include "llmc/pp_exec.h"
-#include "llmc/plan.h"
-#include "llmc/pp_schedule.h"
+#include "llmc/parallel/layout.h"
+#include "llmc/run/logger.h"
+#include "llmc/run/lr_schedule.h"
+#include "llmc/parallel/memory_formula.h"
+#include "llmc/param_table.h"
+#include "llmc/parallel/pp_exec.h"
+#include "llmc/parallel/planner.h"
+#include "llmc/parallel/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
 #include "llmc/sampling.h"
-#include "llmc/signals.h"
-#include "llmc/topology.h"
-#include "llmc/tp.h"
-#include "llmc/weights_io.h"
-#include "llmc/zero.h"
+#include "llmc/run/signals.h"
+#include "llmc/parallel/topology.h"
+#include "llmc/parallel/tp.h"
+#include "llmc/run/weights_io.h"
+#include "llmc/parallel/zero.h"
 
 // ----------------------------------------------------------------------------------------------
-// The communicator groups of this rank's layout (llmc/layout.h). One process: every group of size 1.
+// The communicator groups of this rank's layout (llmc/parallel/layout.h). One process: every group of size 1.
 
 struct Comms {
     Comm world, tp, dp, pp, emb;   // emb: first and last stage (tied embedding), else self
@@ -109,7 +109,7 @@ struct GPT {
     std::vector<int> global;             // local spec -> spec of the full table
     std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the full tensor
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn, vocab rows from v0
-    std::vector<Bucket> buckets;         // embeddings, one per layer, final norm and head (llmc/zero.h)
+    std::vector<Bucket> buckets;         // embeddings, one per layer, final norm and head (llmc/parallel/zero.h)
     std::vector<int> bucket_of;          // local spec -> bucket
     std::vector<real> params;            // [table.total]; ZeRO-3: [shard] (gathered per bucket in pbuf)
     std::vector<real> grads;             // [table.total]; ZeRO-2/3: [shard] (bucket scratch in gbuf)
@@ -243,7 +243,7 @@ void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m,
 }
 
 // ----------------------------------------------------------------------------------------------
-// ZeRO (llmc/zero.h): parameters gathered per bucket just before use (stage 3), gradients
+// ZeRO (llmc/parallel/zero.h): parameters gathered per bucket just before use (stage 3), gradients
 // reduced per bucket. Every bucket is padded to a multiple of dp*8, so dp rank r's piece is
 // bucket.range.size()/dp elements and sits at zero_shard_offset in its shard buffers.
 
@@ -700,8 +700,8 @@ void gpt_backward(GPT<real>* g, double loss_scale) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// The pipeline: one stage's schedule (llmc/pp_schedule.h) over n_mb micro-batches, forward and
-// backward (training) or forward only (validation), run by pp_run (llmc/pp_exec.h) through the
+// The pipeline: one stage's schedule (llmc/parallel/pp_schedule.h) over n_mb micro-batches, forward and
+// backward (training) or forward only (validation), run by pp_run (llmc/parallel/pp_exec.h) through the
 // callbacks below. Sends do not block (their buffers wait in `sends` until the end); receives
 // do. Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
 
@@ -758,7 +758,7 @@ double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& input
 }
 
 // Global gradient L2 norm, counting every parameter once across dp, tp and pp (the ranges of
-// layout_norm_ranges, llmc/layout.h). Summed in double over fixed chunks (deterministic), then
+// layout_norm_ranges, llmc/parallel/layout.h). Summed in double over fixed chunks (deterministic), then
 // over all ranks.
 template <typename real>
 double grad_norm(const GPT<real>* g) {
@@ -839,7 +839,7 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     if (!counts_loss) loss = 0;
     comm_host_sum(g->cm.world, &loss, 1);
     double norm = grad_norm(g);
-    // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/guard.h)
+    // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/run/guard.h)
     *verdict = guard_verdict(tc, st, loss, norm);
     if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, clip_coef(norm, tc.grad_clip));
     *norm_out = norm;
@@ -875,7 +875,7 @@ static void layout_error(const Comm& world, const char* fmt, ...) {
     exit(1);
 }
 
-// Checks the flags against the world and the model (llmc/layout.h), then makes this rank's layout
+// Checks the flags against the world and the model (llmc/parallel/layout.h), then makes this rank's layout
 // and its communicator groups.
 static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainConfig& tc, long total_batch, Comms* cm) {
     Layout L;
@@ -889,7 +889,7 @@ static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainC
     return L;
 }
 
-// Bytes this rank holds, measured and by formula (llmc/mem_plan.h); rank 0 prints every rank's row
+// Bytes this rank holds, measured and by formula (llmc/parallel/memory_formula.h); rank 0 prints every rank's row
 // (several ranks) and hands them to the logger (the summary, Megatron's memory line).
 template <typename real>
 void print_memory(const GPT<real>& g, int n_mb, Logger* lg, int iteration) {
@@ -908,8 +908,8 @@ void print_memory(const GPT<real>& g, int n_mb, Logger* lg, int iteration) {
     if (L.topo.rank == 0) log_memory(lg, all.data(), W, iteration);
 }
 
-// The CPU trainer's bytes per rank for the planner (llmc/plan.h): its fp32 buffers by formula
-// (llmc/mem_plan.h; ZeRO's gathered and scratch buckets are inside weights and gradients); it has no
+// The CPU trainer's bytes per rank for the planner (llmc/parallel/planner.h): its fp32 buffers by formula
+// (llmc/parallel/memory_formula.h; ZeRO's gathered and scratch buckets are inside weights and gradients); it has no
 // recompute.
 static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute) {
     const MemPlan m = mem_plan_walked(c, L, B, T, n_mb, sizeof(float));
@@ -918,7 +918,7 @@ static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, in
     return b;
 }
 
-// --plan and the layout planner (llmc/plan.h, plan_apply): prints the plan and exits 0, or lets the
+// --plan and the layout planner (llmc/parallel/planner.h, plan_apply): prints the plan and exits 0, or lets the
 // planner write the layout into tc when --gpu-mem comes without layout flags; a bad value stops every
 // rank. Nothing is allocated.
 static void plan_or_pick(const Comm& world, const ModelConfig& mc, TrainConfig* tc) {
@@ -1070,7 +1070,7 @@ int main(int argc, char** argv) {
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
-        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/guard.h)
+        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/run/guard.h)
         GuardVerdict verdict;
         loss = train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0, &norm, &verdict);
         state.step = step + 1;
@@ -1089,7 +1089,7 @@ int main(int argc, char** argv) {
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
         const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
         if (saved) save_checkpoint();
-        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/signals.h)
+        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/run/signals.h)
         if (!last && stop_after_step(world, step + 1, tc.out_dir, saved, save_checkpoint)) {
             comm_finalize();
             return 0;

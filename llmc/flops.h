@@ -5,7 +5,7 @@
 // The harnesses' nominal figure is 6 x parameters.
 #pragma once
 #include <cstdint>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 
 // weights that take part in a matmul, per token (real vocabulary, no padding)
 static inline int64_t matmul_weight_count(const ModelConfig& c) {

@@ -20,8 +20,8 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "llmc/config.h"
-#include "llmc/params.h"
+#include "llmc/model_config.h"
+#include "llmc/param_table.h"
 #include "llmc/rng.h"
 
 // params [t.total] <- the initial weights of every tensor of the table. Returns the seconds it took.

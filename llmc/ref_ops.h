@@ -13,7 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <vector>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 #include "llmc/rope_tables.h"
 
 // Backward functions accumulate (+=) into parameter gradients;

@@ -11,7 +11,7 @@
 #pragma once
 #include <vector>
 #include <cuda_bf16.h>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 #include "llmc/cuda_common.cuh"
 #include "llmc/packed.cuh"
 #include "llmc/rope_tables.h"

@@ -6,7 +6,7 @@
 #pragma once
 #include <cmath>
 #include <vector>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 
 // RoPE tables: cos, sin [T, hd/2]. inv_freq[i] = theta^(-2i/hd), with Llama 3.1 scaling when
 // rope_factor > 0 (long wavelengths divided by the factor, a smooth blend in between).

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 #include "llmc/rng.h"
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 
 struct Sampler {
     std::string name;   // the tokenizer: "bytes", "gpt2", "llama3", a rank file, or "" for ids

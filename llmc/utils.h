@@ -39,7 +39,7 @@
     exit(1);
 }
 
-// The path-taking flags of this run and their values, noted by the argument parsers (llmc/args.h,
+// The path-taking flags of this run and their values, noted by the argument parsers (llmc/run/flags.h,
 // the prepare tool) as they read them, so that a message about a path can name its flag.
 struct PathFlag {
     std::string flag, value;

@@ -27,7 +27,7 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
 # The files the kit's programs and states are made from, sorted (paths relative to the repository root).
 # Their digest is the kit's freshness key: it needs no git, so it also works in a copy of the tree.
 kit_source_files() {
-    ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile llmc/* dev/cuda/Makefile \
+    ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile $(find llmc -type f) dev/cuda/Makefile \
         dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh tests/test_fp8.cu 2>/dev/null \
         | LC_ALL=C sort
 }

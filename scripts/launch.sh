@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/launch.sh N CMD [ARGS...]: starts N ranks of CMD on this machine without MPI, each with RANK,
 # WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, and MASTER_ADDR=127.0.0.1 with a free MASTER_PORT (or the
-# MASTER_PORT already set) for llmc/launch.h's id exchange. Waits for all; when one fails, stops the others
+# MASTER_PORT already set) for llmc/parallel/launch.h's id exchange. Waits for all; when one fails, stops the others
 # and exits with its status (0 when all succeed). Ctrl-C stops them all.
 #   scripts/launch.sh 2 ./train_gpt -c gpt3_tiny
 set -u

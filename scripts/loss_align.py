@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# scripts/loss_align.py: FlagPerf's loss-alignment rule over two runs' metrics.jsonl (llmc/logger.h writes
+# scripts/loss_align.py: FlagPerf's loss-alignment rule over two runs' metrics.jsonl (llmc/run/logger.h writes
 # one JSON object per line: {"step": N, "loss": L, ...} per training step, {"step": N, "val_loss": ...}
 # per validation). From step 21 on, the mean over the steps of |L - L_ref| / L_ref must stay below 2%.
 # Steps are those both files have from --start on (a step written twice, by a resumed run, counts with its

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/ckpt_edit.py SRC DST KEY=VALUE...: a copy of checkpoint directory SRC at DST with state.json's integer
-fields KEY set to VALUE and its DONE hash renewed (FNV-1a 64 of the file, as llmc/checkpoint.h writes it), so that
+fields KEY set to VALUE and its DONE hash renewed (FNV-1a 64 of the file, as llmc/run/checkpoint.h writes it), so that
 --resume takes it. For tests that build the state a run would have had (tests/t_guard.sh)."""
 import json, shutil, sys
 

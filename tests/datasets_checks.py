@@ -1,4 +1,4 @@
-# tests/datasets_checks.py: the checks of tests/t_datasets.sh on the token data sets (llmc/datasets.h,
+# tests/datasets_checks.py: the checks of tests/t_datasets.sh on the token data sets (llmc/data/datasets.h,
 # read through build/test_datasets dump) and the preparation tool (build/prepare). Defines the byte
 # layouts written by hand (Megatron .bin/.idx, llm.c shards, PaddleNLP .npy/.npz) and one check per
 # property, each printing "[PASS] name" or "[FAIL] name: detail". Called by tests/t_datasets.sh from the

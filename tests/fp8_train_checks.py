@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/fp8_train_checks.py: checks of train_gpt --fp8's runs for tests/t_fp8_train.sh, from what the trainer writes
 (metrics.jsonl, and a checkpoint's fp8 delayed-scaling state: "fp8.x" and "fp8.dy" in optim.safetensors, "fp8" in
-state.json, layout in llmc/checkpoint.h's Fp8State). Run from the repository root:
+state.json, layout in llmc/run/checkpoint.h's Fp8State). Run from the repository root:
   flagperf A.jsonl B.jsonl FIRST      FlagPerf's loss rule: prints the mean over steps FIRST.. (those in both) of
                                       |loss_A - loss_B| / loss_B, "%.4g"
   state CKPT MARGIN                   the delayed-scaling state of checkpoint directory CKPT against the rule of

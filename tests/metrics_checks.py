@@ -14,7 +14,7 @@
 #   summary DIR STEPS BELOW                  exit 0 when every line of DIR/metrics.jsonl is JSON (printf's nan
 #                                            is not) and DIR/summary.json has steps == STEPS and
 #                                            val_loss < BELOW
-#   guard A.jsonl Z W SKIPS                  the numerics guard (llmc/guard.h) decided as its rule, replayed
+#   guard A.jsonl Z W SKIPS                  the numerics guard (llmc/run/guard.h) decided as its rule, replayed
 #                                            here on the logged losses and norms: non-finite (null) loss or
 #                                            norm, or with Z > 0 a loss above mean + Z sd of the last W
 #                                            accepted losses once W are there; and the skipped steps are

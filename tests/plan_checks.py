@@ -1,4 +1,4 @@
-# tests/plan_checks.py: checks of train_gpt_cpu --plan (llmc/plan.h) for tests/t_plan.sh. Run from the
+# tests/plan_checks.py: checks of train_gpt_cpu --plan (llmc/parallel/planner.h) for tests/t_plan.sh. Run from the
 # repository root as: python3 tests/plan_checks.py COMMAND ARGS...
 #   measured_vs_plan RUN.log PLAN.log   every rank's measured MiB (the run's "memory per rank" table) equals
 #                                       its stage's row of the plan ("plan bytes stage" lines) to the table's
@@ -53,7 +53,7 @@ def measured_vs_plan(run_log, plan_log):
 def gpt3_state(plan_log, L, C, H, F, V, seq, dp, zero):
     L, C, F, V, seq, dp, zero = int(L), int(C), int(F), int(V), int(seq), int(dp), int(zero)
     Vp = (V + 127) // 128 * 128
-    # buckets (llmc/zero.h): the embeddings, one per layer, the final norm; padded to dp*8 elements
+    # buckets (llmc/parallel/zero.h): the embeddings, one per layer, the final norm; padded to dp*8 elements
     q = dp * 8
     pad = lambda n: (n + q - 1) // q * q
     layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (C * F + F) + (F * C + C)

@@ -11,13 +11,13 @@
 #include <cmath>
 #include <string>
 #include <vector>
-#include "llmc/args.h"
-#include "llmc/config.h"
-#include "llmc/json.h"
-#include "llmc/lr_schedule.h"
-#include "llmc/params.h"
-#include "llmc/safetensors.h"
-#include "llmc/weights_io.h"
+#include "llmc/run/flags.h"
+#include "llmc/model_config.h"
+#include "llmc/run/json.h"
+#include "llmc/run/lr_schedule.h"
+#include "llmc/param_table.h"
+#include "llmc/run/safetensors.h"
+#include "llmc/run/weights_io.h"
 
 struct RefState {
     SafeTensors st;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NCCL backend of the Comm interface (llmc/comm_nccl.cuh) and the launch without MPI (llmc/launch.h,
+# The NCCL backend of the Comm interface (llmc/parallel/comm_nccl.cuh) and the launch without MPI (llmc/parallel/launch.h,
 # scripts/launch.sh), on the CPU:
 #   1. launch: scripts/launch.sh 3 build/test_launch gives every rank rank 0's random 128-byte id, over
 #      TCP and through LLMC_ID_FILE (twice on one path: the second run must not take the first run's file);

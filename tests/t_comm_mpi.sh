@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llmc/comm.h's MPI backend with calls split into pieces (tests/test_comm_mpi.cpp): in one process, and
+# llmc/parallel/comm_mpi.h's MPI backend with calls split into pieces (tests/test_comm_mpi.cpp): in one process, and
 # under mpirun with 2 and 3 ranks (one [PASS]/[FAIL] line per call kind and rank count).
 set -u
 status=0

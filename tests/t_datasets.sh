@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/t_datasets.sh: token data sets (llmc/datasets.h) and the preparation tool (build/prepare).
+# tests/t_datasets.sh: token data sets (llmc/data/datasets.h) and the preparation tool (build/prepare).
 # Oracles: the documented byte layouts written by hand (Python struct), numpy's np.save/np.savez,
 # Python's json module for JSONL, and direct computation of the sample windows. Every corrupt
 # input runs as a subprocess that must exit with status 1 and name the file, and so does a token file truncated

@@ -8,7 +8,7 @@
 #   micro-batches (6 for dp 3: two per rank), lr 1e-3 cosine, clipping at 1.0 active on every step (norms 2.8-4.4).
 #   1. fp32 build: one rank (no mpirun), then dp2, dp2 zero1, dp4 zero2, dp2 zero3, dp3 zero3 (mpirun -np 2, 2, 4, 2,
 #      3): every step's loss and gradient norm (metrics.jsonl) and the final weights (ckpt_00000004/model.safetensors).
-#      Then 2 ranks with no layout flag: the planner's choice (llmc/plan.h) runs, with the one-process losses; and
+#      Then 2 ranks with no layout flag: the planner's choice (llmc/parallel/planner.h) runs, with the one-process losses; and
 #      again with a --gpu-mem that only tp 2 / pp 2 layouts fit: the planner picks one and runs it.
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
@@ -67,7 +67,7 @@ fp32 dp4_zero2 "dp4 zero2" 4 4 --dp 4 --zero 2
 fp32 dp2_zero3 "dp2 zero3" 2 4 --dp 2 --zero 3
 fp32 dp3_zero3 "dp3 zero3, uneven shards, 2 micro-batches per rank" 3 6 --dp 3 --zero 3
 
-# no layout flag under mpirun: the planner (llmc/plan.h) picks a dp / ZeRO / recompute / -b layout for the smallest free
+# no layout flag under mpirun: the planner (llmc/parallel/planner.h) picks a dp / ZeRO / recompute / -b layout for the smallest free
 # memory of the ranks, prints the choice and runs it; -d keeps the one-process run's samples, so its losses
 name=fp32.planned
 t0=$SECONDS

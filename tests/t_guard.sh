@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The numerics guard (llmc/guard.h) of both trainers, with a corrupt micro-batch injected by the test hooks
+# The numerics guard (llmc/run/guard.h) of both trainers, with a corrupt micro-batch injected by the test hooks
 # LLMC_TEST_NAN_STEPS (the first micro-batch's loss scale NaN: its loss and gradients NaN), LLMC_TEST_NAN_GRAD_STEPS
 # (its gradients only, under a finite loss: what a backward overflow looks like) and LLMC_TEST_SPIKE_STEPS
 # (every target of the step replaced: a batch of wrong labels). The oracle of every decision is the guard's rule

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hangs (llmc/comm.h, --comm-timeout): a rank that stops answering ends every rank of the CPU trainer. Under
+# Hangs (llmc/parallel/comm_mpi.h, --comm-timeout): a rank that stops answering ends every rank of the CPU trainer. Under
 # mpirun, the test hook LLMC_TEST_STALL=R:S makes world rank R sleep forever before step S; with
 # --comm-timeout 3 its peers must give up in their next collective or pipeline receive, print which rank,
 # group and operation timed out, and MPI_Abort must end every rank (the stalled one included) with a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints under kill -9 and a full disk (llmc/checkpoint.h's crash safety), on train_gpt_cpu.
+# Checkpoints under kill -9 and a full disk (llmc/run/checkpoint.h's crash safety), on train_gpt_cpu.
 #  1. A run writing a checkpoint every step is killed with SIGKILL (the whole process group, all
 #     ranks at once) after a random delay, then `--resume auto` is started again and killed again,
 #     until a run reaches the last step. At least 20 kills must land while a checkpoint is being
@@ -10,7 +10,7 @@
 #  2. A full disk during a checkpoint write (LLMC_FAIL_WRITE_AFTER_BYTES, a test-only fault in
 #     fwrite_check): exit status 1, a message naming the file and "No space left on device", the
 #     previous checkpoint untouched, and `--resume auto` from it finishes bit-identically.
-# About 2-4 minutes. The CUDA trainer writes checkpoints through the same llmc/checkpoint.h; killing
+# About 2-4 minutes. The CUDA trainer writes checkpoints through the same llmc/run/checkpoint.h; killing
 # it needs a GPU and is not done here.
 set -u
 d=build/t_kill9

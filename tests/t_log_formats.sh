@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The harness log formats of train_gpt_cpu (--log-format; llmc/logger.h, docs/logs.md). Each run's console
+# The harness log formats of train_gpt_cpu (--log-format; llmc/run/logger.h, docs/logs.md). Each run's console
 # output is parsed with the patterns and JSON fields the harnesses read (tests/log_formats_checks.py, from
 # ../shared/BENCHMARK_CASES.md section 5) and every parsed value must equal the run's metrics.jsonl /
 # summary.json within the printed precision. Checks:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The plan (llmc/plan.h, docs/plan.md) and the layout planner of train_gpt_cpu. Checks:
+# The plan (llmc/parallel/planner.h, docs/plan.md) and the layout planner of train_gpt_cpu. Checks:
 #   1. for every layout of tests/t_parallel.sh's matrix (read from that file), gpt3_tiny (vocab 301) and
 #      llama_tiny: one training step under mpirun prints every rank's measured bytes (from its buffers'
 #      sizes), and --plan --world N with the same flags prints one row per pipeline stage: equal to the

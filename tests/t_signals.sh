@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Stop signals (llmc/signals.h): SIGTERM or SIGINT finishes the current step, writes a checkpoint and exits 0 with a
+# Stop signals (llmc/run/signals.h): SIGTERM or SIGINT finishes the current step, writes a checkpoint and exits 0 with a
 # message; a second signal exits at once; under mpirun a signal to one rank stops every rank after the same step.
 # Checked on both trainers, the CUDA one on emulated GPUs (build/train_gpt_fp32_emu):
 #   one process: SIGTERM after a few steps: exit 0, "stopped by SIGTERM after step K", checkpoint K complete and
@@ -81,7 +81,7 @@ if wait_steps twice 1 $pid; then
     kill -TERM "$tp"; sleep 0.02; kill -TERM "$tp"
     wait $pid
     rc=$?
-    # a checkpoint directory without DONE would be half-written (llmc/checkpoint.h renames only complete ones)
+    # a checkpoint directory without DONE would be half-written (llmc/run/checkpoint.h renames only complete ones)
     partial=$(for c in "$d"/twice/ckpt_*; do [ -e "$c" ] && [ ! -f "$c/DONE" ] && echo "$c"; done)
     if [ $rc = 143 ] && grep -q "a second stop signal: exiting at once" "$d/twice.log" && [ -z "$partial" ]; then
         pass "train_gpt_cpu: two SIGTERMs 20 ms apart: exit 143 at once with the second signal's message, no partial checkpoint taken"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/t_tokenizer.sh: llmc/tokenizer.h against the reference tokenizers, token for token:
+# tests/t_tokenizer.sh: llmc/data/tokenizer.h against the reference tokenizers, token for token:
 # js-tiktoken (r50k_base, GPT-2) and llama3-tokenizer-js (Llama 3), on Moby Dick (1.2 MB), a
 # hand-made stress text, 600 KB of random character soup and special tokens; plus round trips,
 # hand-derived values, the rank files' SHA-256 and bad inputs. Installs the pinned npm packages

@@ -140,7 +140,7 @@ else
     fail "fp32 build" "./train_gpt_fp32 is not built: run make train_gpt_fp32"
 fi
 
-# 9. --plan (llmc/plan.h over train_gpt's own estimate) runs on the host: with CUDA_VISIBLE_DEVICES empty (no device
+# 9. --plan (llmc/parallel/planner.h over train_gpt's own estimate) runs on the host: with CUDA_VISIBLE_DEVICES empty (no device
 #    even on a GPU machine) it exits 0; its bytes are --estimate-memory's total for the same layout; with --gpu-mem
 #    and no layout flag the planner picks a tp / pp / dp / ZeRO / sp / recompute / -b layout whose peak fits and whose
 #    predicted step is the fastest (checked against 108 layouts planned by hand); explicit flags win; when nothing fits it prints the nearest layouts and exits 1 naming --gpu-mem; tensor and sequence parallel layouts

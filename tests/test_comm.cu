@@ -1,4 +1,4 @@
-// tests/test_comm.cu: every call of llmc/comm_nccl.cuh against values computed independently on the host.
+// tests/test_comm.cu: every call of llmc/parallel/comm_nccl.cuh against values computed independently on the host.
 // Each rank fills its device buffers with a known function of (rank, index); the expected sums, maxima,
 // gathered and scattered pieces are computed in double from the same function. Run with several ranks
 // (mpirun, srun or scripts/launch.sh); tests/t_comm.sh runs it built against the NCCL emulation under
@@ -11,8 +11,8 @@
 #include <cmath>
 #include <string>
 #include <vector>
-#include "llmc/comm_nccl.cuh"
-#include "llmc/topology.h"
+#include "llmc/parallel/comm_nccl.cuh"
+#include "llmc/parallel/topology.h"
 
 static Comm world;
 static int g_failed = 0;

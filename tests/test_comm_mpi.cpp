@@ -1,11 +1,11 @@
-// tests/test_comm_mpi.cpp: llmc/comm.h's MPI backend with COMM_MAX_COUNT lowered to 5 elements, so
+// tests/test_comm_mpi.cpp: llmc/parallel/comm_mpi.h's MPI backend with COMM_MAX_COUNT lowered to 5 elements, so
 // that every call with counts 6 and 13 goes in pieces (as calls above INT_MAX elements do), and
 // counts 0, 3 and 5 in one call. Each collective, point to point and host call is compared with
 // its definition computed by hand on every rank. Run it in one process and under mpirun.
 #define COMM_MAX_COUNT ((size_t)5)
 #include <string>
 #include <vector>
-#include "llmc/comm.h"
+#include "llmc/parallel/comm_mpi.h"
 
 #include "tests/check.h"
 

@@ -1,4 +1,4 @@
-// tests/test_datasets.cpp: checks of llmc/datasets.h and llmc/dataloader.h, driven by tests/t_datasets.sh.
+// tests/test_datasets.cpp: checks of llmc/data/datasets.h and llmc/data/dataloader.h, driven by tests/t_datasets.sh.
 //   build/test_datasets selftest DIR
 //       in-process checks on files it writes under DIR from the documented layouts: sample
 //       windows against a direct computation (tokens equal to their stream position), across
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <string>
 #include <vector>
-#include "llmc/dataloader.h"
-#include "llmc/datasets.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/datasets.h"
 
 static int failures = 0;
 
@@ -129,7 +129,7 @@ static void selftest(const std::string& dir) {
     }
 }
 
-// The data loader's batches (llmc/dataloader.h) against the windows computed directly: sample i of a
+// The data loader's batches (llmc/data/dataloader.h) against the windows computed directly: sample i of a
 // stream whose tokens are their positions is [i*T, i*T + T]; inputs are its first T tokens and targets the
 // next T (each input's target is the token after it), samples first, first+1, ... wrapping after the last.
 // Both sources: the llm.c shards of selftest, and a text file read as bytes (byte k has the value k % 251).
@@ -167,7 +167,7 @@ static void loader_checks(const std::string& dir) {
 
 // Opens the data set, then truncates its (only) token file to `keep` bytes, as another program rewriting it would,
 // and reads every sample: the reads past the new end must stop the process with exit 1 and a message naming the file
-// (llmc/datasets.h's SIGBUS handler). Returning at all is the failure.
+// (llmc/data/datasets.h's SIGBUS handler). Returning at all is the failure.
 static int shrink(const char* path, int seq, long keep) {
     TokenDataset d;
     dataset_open(&d, path, seq, 0, false);

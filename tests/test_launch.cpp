@@ -1,4 +1,4 @@
-// tests/test_launch.cpp: llmc/launch.h's id exchange without MPI, for tests/t_comm.sh. Every rank prints
+// tests/test_launch.cpp: llmc/parallel/launch.h's id exchange without MPI, for tests/t_comm.sh. Every rank prints
 //   "rank R of W local L: <the 128-byte blob in hex>"
 // after the exchange; rank 0's blob is random (std::random_device), so equal lines mean the blob travelled.
 //   test_launch                       the exchange (TCP or file, as the environment says)
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <random>
 #include <string>
-#include "llmc/launch.h"
+#include "llmc/parallel/launch.h"
 
 int main(int argc, char** argv) {
     LaunchInfo li = launch_info();

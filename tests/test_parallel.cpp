@@ -1,5 +1,5 @@
-// tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/topology.h,
-// pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, comm.h without MPI) and a weight comparer for the parity runs.
+// tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/parallel/topology.h,
+// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, comm_mpi.h without MPI) and a weight comparer for the parity runs.
 //   build/test_parallel units                 every unit check, one [PASS]/[FAIL] line each
 //   build/test_parallel compare A B TOL NAME  tensor-by-tensor max |a-b| / (max|b| + 1e-3) of two
 //                                             safetensors files (same names, F32), within TOL
@@ -11,16 +11,16 @@
 #include <string>
 #include <tuple>
 #include <vector>
-#include "llmc/comm.h"
-#include "llmc/config.h"
-#include "llmc/layout.h"
-#include "llmc/params.h"
-#include "llmc/pp_exec.h"
-#include "llmc/pp_schedule.h"
-#include "llmc/safetensors.h"
-#include "llmc/topology.h"
-#include "llmc/tp.h"
-#include "llmc/zero.h"
+#include "llmc/parallel/comm_mpi.h"
+#include "llmc/model_config.h"
+#include "llmc/parallel/layout.h"
+#include "llmc/param_table.h"
+#include "llmc/parallel/pp_exec.h"
+#include "llmc/parallel/pp_schedule.h"
+#include "llmc/run/safetensors.h"
+#include "llmc/parallel/topology.h"
+#include "llmc/parallel/tp.h"
+#include "llmc/parallel/zero.h"
 
 #include "tests/check.h"
 
@@ -201,7 +201,7 @@ static std::vector<std::vector<std::vector<PpOp>>> stage_steps(int pp, int vpp, 
     return all;
 }
 
-// Every stage's steps as pp_run (llmc/pp_exec.h) hands them to a trainer with an exchange callback, which
+// Every stage's steps as pp_run (llmc/parallel/pp_exec.h) hands them to a trainer with an exchange callback, which
 // train_gpt.cu posts as one NCCL group per call, its messages in the order given: a forward or backward
 // is a step of its own, each exchange call one group.
 static std::vector<std::vector<std::vector<PpOp>>> exchange_steps(int pp, int vpp, int n_mb, bool training) {
@@ -444,7 +444,7 @@ static void test_zero() {
     check(err.empty(), "zero: " + std::to_string(n_cases) + " (table, dp) plans: buckets embeddings + one per layer + head, "
           "padded to dp*8, equal 16-byte-aligned disjoint pieces covering every element once, padding off every tensor, "
           "shards the pieces in bucket order", "%s", err.c_str());
-    // the example of llmc/zero.h by hand: a[5] (layer -1), b[12] c[9] (layer 0), d[3] (layer -1) at dp 2
+    // the example of llmc/parallel/zero.h by hand: a[5] (layer -1), b[12] c[9] (layer 0), d[3] (layer -1) at dp 2
     ParamTable t;
     param_add(t, "a", -1, 5, 1, false, INIT_ZEROS, TP_NONE, {});
     param_add(t, "b", 0, 12, 1, false, INIT_ZEROS, TP_NONE, {});
@@ -456,7 +456,7 @@ static void test_zero() {
     check(t.total == 64 && t.specs[1].offset == 16 && t.specs[2].offset == 28 && t.specs[3].offset == 48 && ex.size() == 3 &&
               p0.lo == 8 && p0.hi == 16 && p1.lo == 32 && p1.hi == 48 && p2.lo == 56 && p2.hi == 64 &&
               zero_shard_offset(ex[1], 2) == 8 && zero_shard_size(t, 2) == 32,
-          "zero: the worked example of llmc/zero.h by hand (offsets 0,16,28,48 of 64; rank 1's pieces 8-16, 32-48, 56-64)");
+          "zero: the worked example of llmc/parallel/zero.h by hand (offsets 0,16,28,48 of 64; rank 1's pieces 8-16, 32-48, 56-64)");
 }
 
 // Every element of the whole model is counted exactly once in the global norm over all ranks of

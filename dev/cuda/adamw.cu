@@ -1,4 +1,4 @@
-// dev/cuda/adamw.cu: the multi-tensor AdamW update over a GPT-3-shaped parameter table (llmc/params.h), fp32
+// dev/cuda/adamw.cu: the multi-tensor AdamW update over a GPT-3-shaped parameter table (llmc/param_table.h), fp32
 // master weights, fp32 or bf16 moments, bf16 weights and gradients, the clipping coefficient read from device
 // memory. Checked against a double-precision host copy of train_gpt_cpu.cpp adamw_update (decay on matrices
 // only, bias corrections for step t).
@@ -12,7 +12,7 @@
 //      of every array. Fewer memory instructions in flight per byte; expect 85-90%.
 #include "dev/cuda/common.h"
 #include "llmc/adamw.cuh"
-#include "llmc/params.h"
+#include "llmc/param_table.h"
 
 static const AdamWHyper HYPER = {1e-2f, 0.9f, 0.95f, 1e-8f};
 static const float WEIGHT_DECAY = 0.1f;

@@ -5,10 +5,10 @@
 //   1  fixed grid of 1024 x 256 threads, each thread sums single elements j, j + G, ... with scalar loads, then a
 //      fixed-order block tree and a one-block final sum. Scalar 2-byte loads of bf16 need many loads in flight;
 //      expect 50-70% of the copy ceiling (read-only traffic counts once).
-//   2  llmc/global_norm.cuh: the same fixed partition over 8-element vectors, 128-bit loads, four loads issued
+//   2  llmc/grad_norm.cuh: the same fixed partition over 8-element vectors, 128-bit loads, four loads issued
 //      before they are summed. Expect 85-95% (a reduction only reads, so it can beat the copy figure's mix).
 #include "dev/cuda/common.h"
-#include "llmc/global_norm.cuh"
+#include "llmc/grad_norm.cuh"
 
 static const float CLIP = 1.0f;
 
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     Args a = parse_args(argc, argv,
                         "  Global gradient L2 norm and clipping coefficient over a flat bf16 or fp32 gradient buffer,\n"
                         "  deterministic (fixed partition, fixed-order reductions). Versions: 1 scalar loads,\n"
-                        "  2 llmc/global_norm.cuh (128-bit loads).\n",
+                        "  2 llmc/grad_norm.cuh (128-bit loads).\n",
                         "N (number of gradient elements)", "125000000,1300000003", 1, 2);
     Bench bench = bench_start(a, "global_norm");
     for (size_t si = 0; si < a.sizes.size(); si++)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# dev/data/fetch_tokenizers.sh: writes the BPE rank files llmc/tokenizer.h reads, in tiktoken's
+# dev/data/fetch_tokenizers.sh: writes the BPE rank files llmc/data/tokenizer.h reads, in tiktoken's
 # format (one line per token: "<base64 token bytes> <rank>"), from npm packages:
 #   data/tokenizers/r50k_base.tiktoken   GPT-2 / GPT-3 (from js-tiktoken)      committed to the repo
 #   data/tokenizers/llama3.tiktoken      Llama 3 (from llama3-tokenizer-js)    fetched on demand

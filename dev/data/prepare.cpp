@@ -18,8 +18,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "llmc/json.h"
-#include "llmc/tokenizer.h"
+#include "llmc/run/json.h"
+#include "llmc/data/tokenizer.h"
 #include "llmc/utils.h"
 
 static void usage(FILE* f) {

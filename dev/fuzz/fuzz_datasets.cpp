@@ -1,5 +1,5 @@
-// dev/fuzz/fuzz_datasets.cpp: libFuzzer targets for the token data set parsers (llmc/datasets.h,
-// llmc/zip_npy.h). One source; -DFUZZ_PARSER picks the parser:
+// dev/fuzz/fuzz_datasets.cpp: libFuzzer targets for the token data set parsers (llmc/data/datasets.h,
+// llmc/data/zip_npy.h). One source; -DFUZZ_PARSER picks the parser:
 //   1 (build/fuzz_datasets_idx)    megatron_parse_idx: the input is an .idx; the .bin it points
 //                                  into is a 4096-byte buffer
 //   2 (build/fuzz_datasets_npz)    an input starting with "PK" is an _idx.npz for an _ids.npy of
@@ -12,7 +12,7 @@
 // catches a piece that points outside its buffer. Built with FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION,
 // which skips the npz CRC check so mutated members still reach the npy parser.
 // Build and run: make fuzz_datasets_run FUZZ_SECONDS=180 (seeds: dev/fuzz/corpus/datasets/).
-#include "llmc/datasets.h"
+#include "llmc/data/datasets.h"
 
 static void read_stream(const std::vector<TokenPiece>& pieces) {
     uint64_t pos = 0;

@@ -1,5 +1,5 @@
 // dev/fuzz/fuzz_formats.cpp: libFuzzer targets for the file formats a run reads besides its data:
-// llmc/safetensors.h, llmc/checkpoint.h's state.json and DONE, and llmc/json.h. One source;
+// llmc/run/safetensors.h, llmc/run/checkpoint.h's state.json and DONE, and llmc/run/json.h. One source;
 // -DFUZZ_FORMAT picks the format:
 //   1 (build/fuzz_formats_safetensors)  st_parse: the input is a whole .safetensors file (header
 //                                       size, header JSON, offsets, dtypes, shapes); after a
@@ -17,7 +17,7 @@
 // The parsers return an error string or false on bad input (nothing dies here: die() is only in
 // the callers that name the file). A violated property ends with __builtin_trap (a finding).
 // Build and run: make fuzz_formats_run FUZZ_SECONDS=180 (seeds: dev/fuzz/corpus/formats/).
-#include "llmc/checkpoint.h"
+#include "llmc/run/checkpoint.h"
 
 static void check_escape_roundtrip(const std::string& s) {
     const std::string e = json_escape(s);

@@ -1,4 +1,4 @@
-// dev/fuzz/fuzz_tokenizer.cpp: libFuzzer target for llmc/tokenizer.h. For arbitrary bytes, with
+// dev/fuzz/fuzz_tokenizer.cpp: libFuzzer target for llmc/data/tokenizer.h. For arbitrary bytes, with
 // the GPT-2, Llama 3 and byte-level tokenizers:
 //   - encode and encode_with_special never crash and give ids inside the vocabulary;
 //   - decode(encode(x)) == x, with and without special tokens;
@@ -8,7 +8,7 @@
 // Run from the repo root (it loads data/tokenizers/*.tiktoken); commands in docs/tokenizer.md.
 #include <cstdio>
 
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 
 static Tokenizer gpt2_tok, llama3_tok, bytes_tok;
 

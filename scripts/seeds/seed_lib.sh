@@ -77,7 +77,7 @@ echo "  row: $seed_world x $SEED_GPU, $SEED_MODEL $SEED_MODEL_FLAGS, tp $SEED_TP
 echo "  published: $seed_pub_tok_text tokens/s/GPU, memory $SEED_PUB_MEM"
 
 # --plan: ./train_gpt when it is built and its --plan prints per-stage rows (its --help lists the shared
-# flags of llmc/args.h whether or not it acts on them, so the output is what decides), else ./train_gpt_cpu
+# flags of llmc/run/flags.h whether or not it acts on them, so the output is what decides), else ./train_gpt_cpu
 if [ "$seed_mode" = plan ]; then
     plan_args=("${seed_model[@]}" --world "$seed_world" "${seed_layout[@]}" "${seed_batch[@]}" --gpu-mem "$seed_mem"
                --gemm-tflops "$seed_gemm" --link-gbs "$seed_link")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the .h, .cuh and .cu files of llmc/
-and tests/ from the repository SRC into DST (same relative paths), with the one change g++ needs to build them
+"""tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the .h, .cuh and .cu files of llmc/ (and its
+subfolders) and tests/ from the repository SRC into DST (same relative paths), with the one change g++ needs to build them
 against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args).
 Nothing else is edited: the inline PTX of llmc/mma.cuh and the dynamic shared memory (its DYNAMIC_SMEM) come
 from the emulation's own tests/cuda_emu/include/llmc/mma.cuh, which the builds find first on the include path.
@@ -37,9 +37,11 @@ def rewrite_launches(text, name):
         i = p + 1; n += 1
     return ''.join(out), n
 total = 0
-for root in ['llmc', 'tests', '.']:
+roots = ['.', 'tests'] + sorted(os.path.relpath(d, SRC) for d, _, _ in os.walk(os.path.join(SRC, 'llmc')))
+for root in roots:
     for f in sorted(os.listdir(os.path.join(SRC, root))):
         if root == '.' and f not in ('train_gpt.cu', 'test_gpt.cu'): continue
+        if not os.path.isfile(os.path.join(SRC, root, f)): continue
         if not (f.endswith('.cuh') or f.endswith('.h') or f.endswith('.cu')): continue
         t = open(os.path.join(SRC, root, f)).read()
         t, n = rewrite_launches(t, f)

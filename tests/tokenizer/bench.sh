@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/tokenizer/bench.sh: encode speed of llmc/tokenizer.h and of the JavaScript references
+# tests/tokenizer/bench.sh: encode speed of llmc/data/tokenizer.h and of the JavaScript references
 # (js-tiktoken for GPT-2, llama3-tokenizer-js for Llama 3) on the same text in one run, one core
 # each, and the ratios. A benchmark, not a test: it asserts nothing.
 # Usage: bash tests/tokenizer/bench.sh [text file]   (default: Moby Dick, 1.2 MB)

@@ -1,4 +1,4 @@
-// tests/tokenizer/test_tokenizer.cpp: checks llmc/tokenizer.h; run by tests/t_tokenizer.sh.
+// tests/tokenizer/test_tokenizer.cpp: checks llmc/data/tokenizer.h; run by tests/t_tokenizer.sh.
 //   test_tokenizer selftest                          hand-derived values, round trips of random bytes
 //   test_tokenizer compare TOK TEXT REF NAME [special]
 //                                                    encode TEXT, compare with the reference tokens in
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 
 static int failures = 0;
 

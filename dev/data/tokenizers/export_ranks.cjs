@@ -2,7 +2,7 @@
 // one line per ordinary token in rank order: "<base64 of the token's bytes> <rank>\n".
 //   node export_ranks.cjs r50k_base <node_modules dir> <out file>   (from js-tiktoken)
 //   node export_ranks.cjs llama3    <node_modules dir> <out file>   (from llama3-tokenizer-js)
-// Special tokens are not part of the file; llmc/tokenizer.h appends them after the last rank.
+// Special tokens are not part of the file; llmc/data/tokenizer.h appends them after the last rank.
 'use strict';
 const fs = require('fs');
 const path = require('path');

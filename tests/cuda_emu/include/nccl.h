@@ -1,4 +1,4 @@
-// tests/cuda_emu/include/nccl.h: the NCCL calls of llmc/comm_nccl.cuh emulated over MPI, so that CUDA
+// tests/cuda_emu/include/nccl.h: the NCCL calls of llmc/parallel/comm_nccl.cuh emulated over MPI, so that CUDA
 // programs built against this directory run several ranks under mpirun, each process one emulated GPU
 // (MPI_Init on the first call that needs it; MPI_Finalize when the last communicator is destroyed).
 // Streams: the emulated CUDA runtime (cuda_emu.h) runs everything at once on the host, so every call here

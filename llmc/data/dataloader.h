@@ -1,6 +1,6 @@
-// llmc/dataloader.h: batches of (inputs, targets) from a token stream.
+// llmc/data/dataloader.h: batches of (inputs, targets) from a token stream.
 // Sources: a plain text file read as bytes (vocab 256, the zero-dependency default), or token
-// files in the formats of llmc/datasets.h (llm.c shards, Megatron indexed data sets,
+// files in the formats of llmc/data/datasets.h (llm.c shards, Megatron indexed data sets,
 // PaddleNLP arrays).
 //
 // Sample i is the window of T+1 tokens starting at token i*T (consecutive windows overlap by
@@ -12,13 +12,13 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "llmc/datasets.h"
+#include "llmc/data/datasets.h"
 #include "llmc/utils.h"
 
 struct DataLoader {
     std::string desc;               // what was loaded, for the log
     std::vector<uint8_t> text;      // a .txt file's bytes (one token per byte), or empty
-    TokenDataset ds;                // token files (llmc/datasets.h) when text is empty
+    TokenDataset ds;                // token files (llmc/data/datasets.h) when text is empty
     int T = 0;
     uint64_t num_samples = 0;
     uint32_t max_token = 0;
@@ -26,7 +26,7 @@ struct DataLoader {
 };
 
 // Opens `path`: a .txt file as bytes (only the byte range [frac0, frac1) of it, used to split
-// one text into train and validation), or token files in any format of llmc/datasets.h (llm.c
+// one text into train and validation), or token files in any format of llmc/data/datasets.h (llm.c
 // shards, a Megatron .bin/.idx pair, PaddleNLP _ids.npy/_idx.npz), read in order.
 static inline void loader_open(DataLoader* dl, const std::string& path, int T, double frac0 = 0.0, double frac1 = 1.0) {
     dl->T = T;

@@ -1,14 +1,14 @@
-// llmc/mem_plan.h: the bytes one rank of a parallel layout holds, by formula (the trainers print
+// llmc/parallel/memory_formula.h: the bytes one rank of a parallel layout holds, by formula (the trainers print
 // it beside what they measure): weights, gradients, optimizer moments and activations. ZeRO
-// divides by dp (llmc/zero.h), TP by tp (llmc/tp.h), PP by stages (llmc/pp_schedule.h).
+// divides by dp (llmc/parallel/zero.h), TP by tp (llmc/parallel/tp.h), PP by stages (llmc/parallel/pp_schedule.h).
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include "llmc/config.h"
-#include "llmc/layout.h"
-#include "llmc/params.h"
-#include "llmc/pp_schedule.h"
-#include "llmc/zero.h"
+#include "llmc/model_config.h"
+#include "llmc/parallel/layout.h"
+#include "llmc/param_table.h"
+#include "llmc/parallel/pp_schedule.h"
+#include "llmc/parallel/zero.h"
 
 struct MemPlan {
     double params = 0, grads = 0, optim = 0, acts = 0;  // bytes
@@ -43,7 +43,7 @@ static inline MemPlan mem_plan(const ModelConfig& c, const Layout& L, int B, int
     int n_sends = 0;
     for (const PpOp& o : pp_schedule(pp, L.vpp, n_mb, s)) n_sends += o.kind == PP_SEND_ACT || o.kind == PP_SEND_GRAD;
     MemPlan m;
-    const double shard = P / dp;  // buckets are padded to multiples of dp (llmc/zero.h)
+    const double shard = P / dp;  // buckets are padded to multiples of dp (llmc/parallel/zero.h)
     m.params = L.zero >= 3 ? shard + std::max(max_layer, ends) : P;
     m.grads = L.zero >= 2 ? shard + ends + max_layer : P;
     m.optim = 2 * (L.zero >= 1 ? shard : P);
@@ -53,11 +53,11 @@ static inline MemPlan mem_plan(const ModelConfig& c, const Layout& L, int B, int
 
 // ----------------------------------------------------------------------------------------------
 // The activation peak by walking the schedule, exact for every layout (uneven --layout, interleaved
-// 1F1B): the pipeline executor (llmc/pp_exec.h) is run with callbacks that only count bytes, as the
+// 1F1B): the pipeline executor (llmc/parallel/pp_exec.h) is run with callbacks that only count bytes, as the
 // trainer counts them: a (micro-batch, chunk)'s activations from acquire to release, every sent
 // buffer [Nl,C] until the end of the step. mem_plan_walked() is mem_plan() with these activations.
 #include <functional>
-#include "llmc/pp_exec.h"
+#include "llmc/parallel/pp_exec.h"
 
 // Bytes of one micro-batch's activations through chunk `chunk` (global chunk index) on a rank of L.
 static inline double mem_plan_chunk_acts(const ModelConfig& c, const Layout& L, int B, int T, int chunk, size_t elem_bytes) {

@@ -1,4 +1,4 @@
-// llmc/datasets.h: token data sets for the trainer's data loader, three formats behind one API.
+// llmc/data/datasets.h: token data sets for the trainer's data loader, three formats behind one API.
 //   Megatron-LM indexed dataset  X.bin (raw tokens) + X.idx (index, magic "MMIDIDX\0\0")
 //   PaddleNLP                    X_ids.npy (flat token array) + X_idx.npz (arrays lens, docs)
 //   llm.c shards                 *.bin with a 256 x int32 header (magic 20240520), a glob of them
@@ -29,7 +29,7 @@
 #include <vector>
 #include "llmc/rng.h"
 #include "llmc/utils.h"
-#include "llmc/zip_npy.h"
+#include "llmc/data/zip_npy.h"
 
 // ----------------------------------------------------------------------------------------------
 // Token element types, as stored on disk (little-endian).

@@ -1,8 +1,8 @@
-// llmc/signals.h: stopping on SIGTERM or SIGINT (a Slurm preemption, a Ctrl-C), shared by both trainers.
+// llmc/run/signals.h: stopping on SIGTERM or SIGINT (a Slurm preemption, a Ctrl-C), shared by both trainers.
 // The first signal only sets a flag: the trainer finishes its current step, every rank agrees on the step at which
 // it stops (the flag's maximum over the world group, once per step, so one rank's signal stops them all at the same
 // step), writes a checkpoint and exits 0 with a message. A second signal exits at once (status 128 + signal) with a
-// message; checkpoints are written to a temporary directory and renamed when complete (llmc/checkpoint.h), so the
+// message; checkpoints are written to a temporary directory and renamed when complete (llmc/run/checkpoint.h), so the
 // newest complete one stays what --resume auto takes.
 #pragma once
 #include <csignal>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 #include <unistd.h>
-#include "llmc/checkpoint.h"
+#include "llmc/run/checkpoint.h"
 
 static volatile sig_atomic_t g_stop_signal = 0;
 

@@ -1,4 +1,4 @@
-// llmc/pp_schedule.h: pipeline parallelism as plain lists. The model's layers are cut into
+// llmc/parallel/pp_schedule.h: pipeline parallelism as plain lists. The model's layers are cut into
 // pp * vpp chunks of contiguous layers; chunk c runs on stage c % pp (so with vpp = 1 stage s
 // holds chunk s; with vpp > 1 it holds chunks s, s + pp, ... : the interleaved layout). The
 // first chunk also holds the embeddings, the last one the final norm and the LM head.

@@ -1,4 +1,4 @@
-// llmc/weights_io.h: move weights between the flat parameter buffer and safetensors files
+// llmc/run/weights_io.h: move weights between the flat parameter buffer and safetensors files
 // with Hugging Face names (GPT2LMHeadModel or LlamaForCausalLM), driven by the parameter
 // table: fused QKV and gate/up split into their HF pieces, GPT-2 Conv1D weights transposed,
 // vocabulary padding rows dropped on export and zeroed on import. The model config travels
@@ -6,9 +6,9 @@
 #pragma once
 #include <string>
 #include <vector>
-#include "llmc/config.h"
-#include "llmc/params.h"
-#include "llmc/safetensors.h"
+#include "llmc/model_config.h"
+#include "llmc/param_table.h"
+#include "llmc/run/safetensors.h"
 
 // Copies rows [row0, row0+rows) of a [*, cols] tensor to a dense block, transposed if asked.
 static inline void hf_pack(const float* src, int64_t row0, int64_t rows, int64_t cols, bool transpose, float* dst) {

@@ -1,4 +1,4 @@
-// llmc/guard.h: the numerics guard of the training loop, shared by both trainers.
+// llmc/run/guard.h: the numerics guard of the training loop, shared by both trainers.
 // After a step's forward and backward, before the update, the step's loss and pre-clip gradient norm (both
 // already agreed by every rank: the loss summed over the ranks that count it, the norm over every gradient range)
 // decide whether the update happens:
@@ -20,8 +20,8 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-#include "llmc/args.h"
-#include "llmc/checkpoint.h"
+#include "llmc/run/flags.h"
+#include "llmc/run/checkpoint.h"
 #include "llmc/utils.h"
 
 enum GuardVerdict { GUARD_UPDATE = 0, GUARD_NONFINITE = 1, GUARD_SPIKE = 2 };

@@ -1,4 +1,4 @@
-// llmc/zero.h: the ZeRO bucket plan over a rank's flat parameter buffer (its local parameter
+// llmc/parallel/zero.h: the ZeRO bucket plan over a rank's flat parameter buffer (its local parameter
 // table: the tensors of its pipeline stage, sliced for its tensor-parallel rank). Pure
 // bookkeeping: the trainers call the collectives themselves.
 //
@@ -19,7 +19,7 @@
 //           buckets at the end of the step).
 //   ZeRO-3: also the weights between uses: a bucket is all-gathered before its forward or
 //           backward and freed after.
-// Padding never reaches a file: checkpoints are read and written per tensor (llmc/weights_io.h).
+// Padding never reaches a file: checkpoints are read and written per tensor (llmc/run/weights_io.h).
 //
 // Example: dp 2, a stage whose table is [a: 5 elements] (layer -1) [b: 12, c: 9] (layer 0)
 // [d: 3] (layer -1). Multiples of dp*8 = 16:
@@ -31,7 +31,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <vector>
-#include "llmc/params.h"
+#include "llmc/param_table.h"
 
 struct Range {
     size_t lo = 0, hi = 0;

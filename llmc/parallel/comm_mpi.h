@@ -1,5 +1,5 @@
-// llmc/comm.h: the collectives interface of the parallel trainers, MPI backend (host pointers;
-// the CPU trainer). llmc/comm_nccl.cuh defines the same names over NCCL (device pointers) for the
+// llmc/parallel/comm_mpi.h: the collectives interface of the parallel trainers, MPI backend (host pointers;
+// the CPU trainer). llmc/parallel/comm_nccl.cuh defines the same names over NCCL (device pointers) for the
 // CUDA trainer; a program includes exactly one backend.
 // A Comm is a group of ranks (the world, or a dp / tp / pp / embedding sub-group). Every call
 // is collective over the group except send/recv. With USE_MPI the calls map onto MPI (every
@@ -8,12 +8,12 @@
 // and receive buffers differ), so the one-process path pays nothing.
 // Counts are size_t: a call above COMM_MAX_COUNT (INT_MAX, MPI's int counts) elements is split
 // into pieces. Reduce-scatter and all-gather take equal counts only (NCCL has no variable-count
-// collectives; ZeRO pads its buckets so that counts are equal, llmc/zero.h). Types: float, double.
+// collectives; ZeRO pads its buckets so that counts are equal, llmc/parallel/zero.h). Types: float, double.
 // Host values (loss, norm, flags, memory rows) go through comm_host_sum / comm_host_max, which
 // take host pointers in both backends.
 // Hangs: every call is non-blocking MPI (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
 // MPI_Ibcast, MPI_Isend / MPI_Irecv, MPI_Ibarrier, ...) waited for by comm_mpi_wait, which polls MPI_Test;
-// past comm_set_timeout's seconds (--comm-timeout; llmc/comm_timeout.h) it prints the world rank, the
+// past comm_set_timeout's seconds (--comm-timeout; llmc/parallel/comm_timeout.h) it prints the world rank, the
 // operation and the group's name and size, and MPI_Abort ends every rank. comm_group's MPI_Comm_split, at
 // start-up, stays blocking (MPI has no non-blocking split).
 #pragma once
@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-#include "llmc/comm_timeout.h"
+#include "llmc/parallel/comm_timeout.h"
 #include "llmc/utils.h"
 #ifdef USE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only

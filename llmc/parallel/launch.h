@@ -1,4 +1,4 @@
-// llmc/launch.h: who this process is among the ranks of a job, and the exchange of the NCCL unique id
+// llmc/parallel/launch.h: who this process is among the ranks of a job, and the exchange of the NCCL unique id
 // (an opaque blob rank 0 makes) without MPI. Plain C++ and POSIX: no CUDA, no MPI.
 //
 // Rank, world size and local rank (the rank among the processes of this machine), first found wins:

@@ -1,7 +1,7 @@
-// llmc/plan.h: the plan of a run before it runs (--plan), and the choice of a layout when the run
+// llmc/parallel/planner.h: the plan of a run before it runs (--plan), and the choice of a layout when the run
 // gives none. Backend-neutral bookkeeping: the trainer supplies its bytes per rank (PlanBytesFn: the
-// CPU trainer its fp32 buffers, llmc/mem_plan.h; the CUDA trainer its buffer table); this file checks
-// layouts (llmc/layout.h), asks for the bytes once per pipeline stage and predicts the step time.
+// CPU trainer its fp32 buffers, llmc/parallel/memory_formula.h; the CUDA trainer its buffer table); this file checks
+// layouts (llmc/parallel/layout.h), asks for the bytes once per pipeline stage and predicts the step time.
 // docs/plan.md walks through the model with examples.
 //   plan_make       one layout: a row of bytes per pipeline stage, the largest -b that fits, the step time
 //   plan_candidates every layout of a world (zero, tp, pp, sp, micro-batch, recompute), fastest first
@@ -34,7 +34,7 @@
 //             (p-1)/(m+p-1) of the pipeline's time; interleaving divides it by v (Narayanan et al. 2021, sec. 2.2)
 //   dp      = V / bw_dp, V bytes sent per rank with ring collectives: an all-reduce of S bytes sends
 //             2 (d-1)/d S, a reduce-scatter or an all-gather (d-1)/d S (Rajbhandari et al. 2020, sec. 7);
-//             P = the rank's padded parameter count, P' = (d-1)/d P, the llmc/zero.h collectives:
+//             P = the rank's padded parameter count, P' = (d-1)/d P, the llmc/parallel/zero.h collectives:
 //               ZeRO 0: all-reduce of the gradients                                  2 P' w_g
 //               ZeRO 1: all-reduce, then all-gather of the updated weights           2 P' w_g + P' w_w
 //                       (the paper's ZeRO 1 sends 2 P': it reduce-scatters instead of all-reducing)
@@ -60,12 +60,12 @@
 #include <functional>
 #include <string>
 #include <vector>
-#include "llmc/args.h"
-#include "llmc/config.h"
+#include "llmc/run/flags.h"
+#include "llmc/model_config.h"
 #include "llmc/flops.h"
-#include "llmc/layout.h"
-#include "llmc/params.h"
-#include "llmc/zero.h"
+#include "llmc/parallel/layout.h"
+#include "llmc/param_table.h"
+#include "llmc/parallel/zero.h"
 
 // Bytes one rank holds, by kind.
 struct PlanBytes {

@@ -1,4 +1,4 @@
-// llmc/config.h: the model spec. A model is a set of orthogonal switches (norm, positions,
+// llmc/model_config.h: the model spec. A model is a set of orthogonal switches (norm, positions,
 // MLP, attention shape, biases, tied head, vocabulary, init); the named presets are values
 // of those switches. Also the JSON form of a config, which travels inside safetensors
 // metadata so that train_gpt.py and checkpoints describe exactly the same model.
@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "llmc/json.h"
+#include "llmc/run/json.h"
 #include "llmc/utils.h"
 
 enum NormKind { NORM_LAYERNORM, NORM_RMSNORM };

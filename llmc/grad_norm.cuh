@@ -1,4 +1,4 @@
-// llmc/global_norm.cuh: the global gradient L2 norm and the clipping coefficient, deterministic. The fastest
+// llmc/grad_norm.cuh: the global gradient L2 norm and the clipping coefficient, deterministic. The fastest
 // version of dev/cuda/global_norm.cu.
 //   global_norm(out, partial, grads, n, clip, stream)   grads [n] bf16 or fp32 (the flat gradient buffer)
 //       out[0] = sqrt(sum of grads^2), out[1] = min(1, clip / (norm + 1e-6)) (1 when clip <= 0), as

@@ -1,4 +1,4 @@
-// llmc/args.h: command-line flags shared by train_gpt_cpu and train_gpt. A preset (-c) sets
+// llmc/run/flags.h: command-line flags shared by train_gpt_cpu and train_gpt. A preset (-c) sets
 // every model switch; any switch can then be overridden by its own flag. Training flags
 // follow llm.c's short names where llm.c has one. --help prints the flags and the presets
 // with their parameter counts and FLOPs per token.
@@ -8,11 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 #include "llmc/flops.h"
-#include "llmc/logger.h"
-#include "llmc/lr_schedule.h"
-#include "llmc/params.h"
+#include "llmc/run/logger.h"
+#include "llmc/run/lr_schedule.h"
+#include "llmc/param_table.h"
 
 struct TrainConfig {
     std::string preset = "gpt3_tiny";
@@ -44,11 +44,11 @@ struct TrainConfig {
     int vpp = 1;                     // model chunks per pipeline stage (interleaved 1F1B)
     std::string layout = "";         // layers per chunk, e.g. "3,5"; empty: even
     // --comm-timeout: seconds a collective or pipeline send may wait before every rank is ended with a
-    // message (llmc/comm_timeout.h); 0: none. 600 leaves room for the slow waits of a healthy run: the
+    // message (llmc/parallel/comm_timeout.h); 0: none. 600 leaves room for the slow waits of a healthy run: the
     // first step's NCCL / cuBLAS warm-up, and a checkpoint written by rank 0 while the others wait.
     double comm_timeout = 600;
     bool layout_given = false;       // any of --tp --pp --dp --zero --sp --vpp --layout -b was given
-    // the plan (llmc/plan.h, docs/plan.md)
+    // the plan (llmc/parallel/planner.h, docs/plan.md)
     bool plan = false;               // --plan: print the plan and exit, allocating nothing
     int world = 0;                   // --world: ranks the plan is for; 0: mpirun's, or dp*tp*pp
     double gpu_mem_gib = 0;          // --gpu-mem: memory per GPU in GiB; 0: no limit
@@ -57,8 +57,8 @@ struct TrainConfig {
     double node_gbs = 50;            // --node-gbs: across nodes, per GPU (a 400 Gb/s NIC)
     double comm_latency_us = 10;     // --comm-latency-us: per collective or send
     int gpus_per_node = 8;           // --gpus-per-node
-    int log_formats = 0;             // --log-format: LOG_* bits of llmc/logger.h (harness log lines)
-    // the numerics guard (llmc/guard.h)
+    int log_formats = 0;             // --log-format: LOG_* bits of llmc/run/logger.h (harness log lines)
+    // the numerics guard (llmc/run/guard.h)
     int skip_limit = 5;              // --skip-limit: skipped updates in a row before the run ends
     double spike_z = 0;              // --spike-z: skip a loss this many standard deviations above the window's mean; 0 off
     int spike_window = 100;          // --spike-window: accepted losses the spike guard looks at
@@ -129,7 +129,7 @@ static inline void print_usage(const char* prog) {
            "  --comm-timeout S     a collective or pipeline send waiting longer than S seconds ends every rank\n"
            "                       with a message naming the rank, the group and the operation (default 600:\n"
            "                       room for a first step's warm-up and a checkpoint write; 0: no timeout)\n"
-           "plan (llmc/plan.h, docs/plan.md; no model is allocated):\n"
+           "plan (llmc/parallel/planner.h, docs/plan.md; no model is allocated):\n"
            "  --plan               print the memory per pipeline stage, the largest micro-batch that fits and the\n"
            "                       predicted step time of the layout, then exit\n"
            "  --world N            ranks the plan is for (default: mpirun's, or dp*tp*pp)\n"

@@ -1,4 +1,4 @@
-// llmc/checkpoint.h: training checkpoints, one directory per step.
+// llmc/run/checkpoint.h: training checkpoints, one directory per step.
 //   <out>/ckpt_00000100/model.safetensors   fp32 weights by parameter-table name (full tensors,
 //                                            independent of the parallel layout), config in metadata
 //   <out>/ckpt_00000100/optim.safetensors   AdamW moments "m.<name>", "v.<name>"; with fp8 delayed scaling
@@ -18,10 +18,10 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-#include "llmc/config.h"
-#include "llmc/json.h"
-#include "llmc/params.h"
-#include "llmc/safetensors.h"
+#include "llmc/model_config.h"
+#include "llmc/run/json.h"
+#include "llmc/param_table.h"
+#include "llmc/run/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -29,7 +29,7 @@ struct TrainState {
     int step = 0;                 // optimizer steps completed
     uint64_t train_sample = 0;    // next training sample index (data-loader position)
     uint64_t rng = 0;             // sampling RNG state
-    // the numerics guard (llmc/guard.h)
+    // the numerics guard (llmc/run/guard.h)
     int skipped = 0;              // updates skipped so far (AdamW's step count is step - skipped)
     int skips_in_a_row = 0;       // of which at the end, in a row
     std::vector<double> loss_window;  // the last accepted losses (the spike guard's window)

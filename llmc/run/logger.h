@@ -1,4 +1,4 @@
-// llmc/logger.h: what a run prints and writes.
+// llmc/run/logger.h: what a run prints and writes.
 //   console: the config table at start, one line per step, validation and sample lines
 //   <out>/metrics.jsonl: one JSON object per step / validation
 //   <out>/summary.json: the fields benchmark harnesses read (throughput, MFU, memory, losses)
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 #include "llmc/flops.h"
 #include "llmc/utils.h"
 
@@ -70,7 +70,7 @@ static inline std::string json_num(double x) {
 
 // FlagPerf's line: [PerfLog] {"event": E, "value": {...}, "metadata": {...}}
 static inline void perflog(const char* event, const std::string& value) {
-    printf("[PerfLog] {\"event\": \"%s\", \"value\": {%s}, \"metadata\": {\"file\": \"llmc/logger.h\", \"time_ms\": %.0f}}\n",
+    printf("[PerfLog] {\"event\": \"%s\", \"value\": {%s}, \"metadata\": {\"file\": \"llmc/run/logger.h\", \"time_ms\": %.0f}}\n",
            event, value.c_str(), wall_ms());
 }
 
@@ -113,7 +113,7 @@ static inline void print_config_table(const ModelConfig& c, int64_t n_params, in
     printf("+-----------------------+--------------------------------------------------+\n");
 }
 
-// skip: the numerics guard's verdict (llmc/guard.h: 0 updated, 1 non-finite, 2 loss spike; a skipped step says so).
+// skip: the numerics guard's verdict (llmc/run/guard.h: 0 updated, 1 non-finite, 2 loss spike; a skipped step says so).
 static inline void log_step(Logger* lg, int step, int steps, double loss, double lr, double gnorm, double ms, int skip = 0) {
     double tok_s = lg->tokens_per_step / (ms / 1000.0) / lg->n_devices;
     double tflops = tok_s * lg->flops_per_token / 1e12;

@@ -1,4 +1,4 @@
-// llmc/topology.h: where a rank sits in the parallel layout. world = pp x dp x tp with tp
+// llmc/parallel/topology.h: where a rank sits in the parallel layout. world = pp x dp x tp with tp
 // varying fastest (a tensor-parallel group sits inside a node), then dp, then pp:
 //     rank = (pp_rank * dp + dp_rank) * tp + tp_rank
 // Each rank belongs to one group of each kind: its tp group (same pp, dp), its dp group (same

@@ -1,4 +1,4 @@
-// llmc/zip_npy.h: minimal readers for NumPy arrays, enough for PaddleNLP token data sets.
+// llmc/data/zip_npy.h: minimal readers for NumPy arrays, enough for PaddleNLP token data sets.
 //   npy_parse   a .npy buffer (format versions 1.0, 2.0, 3.0) holding a 1-D integer array
 //   zip_list    the central directory of a zip archive (zip64 extensions included)
 //   npz_array   one array of a .npz written by np.savez (members stored, not deflated)

@@ -1,4 +1,4 @@
-// llmc/safetensors.h: read and write the safetensors format (Hugging Face's weight files).
+// llmc/run/safetensors.h: read and write the safetensors format (Hugging Face's weight files).
 // Layout: uint64 little-endian header size N, N bytes of JSON
 //   {"__metadata__": {"key": "string", ...}, "tensor name": {"dtype": "F32", "shape": [..],
 //    "data_offsets": [begin, end]}, ...}
@@ -12,7 +12,7 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "llmc/json.h"
+#include "llmc/run/json.h"
 #include "llmc/utils.h"
 
 struct StTensor {

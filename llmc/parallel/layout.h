@@ -1,10 +1,10 @@
-// llmc/layout.h: the parallel layout of a rank, shared by both trainers (bookkeeping only: the
-// communicator groups are made by the trainer from the member lists of llmc/topology.h).
+// llmc/parallel/layout.h: the parallel layout of a rank, shared by both trainers (bookkeeping only: the
+// communicator groups are made by the trainer from the member lists of llmc/parallel/topology.h).
 //   Layout           the options (dp x tp x pp ranks, vpp chunks per stage, the ZeRO stage,
 //                    sequence parallelism, the first layer of every chunk) and the rank's place
 //   layout_make      checks the flags against the world size and the model; "" or the message
 //   gpt_local_table  the tensors a rank holds (its stage's, its tp slices), offsets padded for
-//                    ZeRO's buckets (llmc/zero.h)
+//                    ZeRO's buckets (llmc/parallel/zero.h)
 //   layout_norm_ranges  the gradient elements a rank counts in the global norm, so that every
 //                    parameter counts exactly once over all ranks
 #pragma once
@@ -12,16 +12,16 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "llmc/args.h"
-#include "llmc/config.h"
-#include "llmc/params.h"
-#include "llmc/pp_schedule.h"
-#include "llmc/topology.h"
-#include "llmc/tp.h"
-#include "llmc/zero.h"
+#include "llmc/run/flags.h"
+#include "llmc/model_config.h"
+#include "llmc/param_table.h"
+#include "llmc/parallel/pp_schedule.h"
+#include "llmc/parallel/topology.h"
+#include "llmc/parallel/tp.h"
+#include "llmc/parallel/zero.h"
 
 struct Layout {
-    Topology topo;                 // coordinates and group members (llmc/topology.h)
+    Topology topo;                 // coordinates and group members (llmc/parallel/topology.h)
     int zero = 0;                  // ZeRO stage over dp
     bool sp = false;               // sequence parallelism over the tp group
     int vpp = 1;                   // chunks per pipeline stage
@@ -83,8 +83,8 @@ static inline std::vector<int> layout_emb_members(const Layout& L) {
     return end_stage ? L.topo.emb_group : std::vector<int>{L.topo.rank};
 }
 
-// The tensors a rank of pipeline stage `stage` and tp rank `tp_rank` holds (llmc/tp.h), with
-// offsets padded into ZeRO buckets for L's dp (llmc/zero.h).
+// The tensors a rank of pipeline stage `stage` and tp rank `tp_rank` holds (llmc/parallel/tp.h), with
+// offsets padded into ZeRO buckets for L's dp (llmc/parallel/zero.h).
 static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable& full, const Layout& L, int stage, int tp_rank) {
     const int pp = L.topo.pp, n_chunks = L.n_chunks();
     const int last_stage = pp_stage_of_chunk(n_chunks - 1, pp);

@@ -1,4 +1,4 @@
-// llmc/comm_nccl.cuh: the NCCL backend of the Comm interface (llmc/comm.h is the MPI backend, with the
+// llmc/parallel/comm_nccl.cuh: the NCCL backend of the Comm interface (llmc/parallel/comm_mpi.h is the MPI backend, with the
 // same names; a program includes one of them). For the CUDA trainer: buffers are DEVICE pointers, except
 // comm_host_sum / comm_host_max, which take host values (loss, norm, flags, memory rows).
 // Streams: each Comm carries its own cudaStream_t, c.stream. Every collective and point-to-point call is
@@ -8,10 +8,10 @@
 // kernel reads what the collective wrote). The host waits only in comm_wait, comm_barrier,
 // comm_host_sum / comm_host_max and comm_finalize; those waits poll the stream and NCCL's asynchronous
 // error (ncclCommGetAsyncError), so a failed peer ends the program with NCCL's message instead of a hang;
-// a wait longer than comm_set_timeout's seconds (--comm-timeout, llmc/comm_timeout.h: a peer stuck without
+// a wait longer than comm_set_timeout's seconds (--comm-timeout, llmc/parallel/comm_timeout.h: a peer stuck without
 // an error) prints the world rank, the operation and the group, aborts the communicator (ncclCommAbort, which
 // fails the peers' pending operations, so their waits end too) and exits 1.
-// The world comes from llmc/launch.h (mpirun, srun or RANK/WORLD_SIZE/LOCAL_RANK; the NCCL unique id made
+// The world comes from llmc/parallel/launch.h (mpirun, srun or RANK/WORLD_SIZE/LOCAL_RANK; the NCCL unique id made
 // by rank 0 reaches the others over TCP or a file, and the ranks' command lines must agree), one GPU per
 // local rank (local_rank % device count). Sub-groups are ncclCommSplit of their parent (color = the
 // group's first member, key = the position in it); a group of one rank has no NCCL communicator.
@@ -26,12 +26,12 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include "llmc/comm_timeout.h"
+#include "llmc/parallel/comm_timeout.h"
 #include "llmc/utils.h"
 #include "llmc/cuda_common.cuh"
-#include "llmc/launch.h"
+#include "llmc/parallel/launch.h"
 #ifndef USE_NCCL
-#error "llmc/comm_nccl.cuh needs NCCL: build with -DUSE_NCCL and NCCL's include path (the Makefile adds both when it finds nccl.h)"
+#error "llmc/parallel/comm_nccl.cuh needs NCCL: build with -DUSE_NCCL and NCCL's include path (the Makefile adds both when it finds nccl.h)"
 #endif
 
 struct Comm {

@@ -1,5 +1,5 @@
-// llmc/tp.h: tensor parallelism's view of the parameter table. The TpSplit of every tensor
-// (llmc/params.h) says which part of it tp rank r holds:
+// llmc/parallel/tp.h: tensor parallelism's view of the parameter table. The TpSplit of every tensor
+// (llmc/param_table.h) says which part of it tp rank r holds:
 //   TP_COL    rows r*R/tp ..            (fc1 of GELU)
 //   TP_QKV    q rows of heads r*H/tp .., then k and v rows of kv heads r*KV/tp ..
 //   TP_GATEUP gate rows r*F/tp .., then up rows F + r*F/tp ..
@@ -8,7 +8,7 @@
 //   TP_NONE   everything (norms, row-parallel biases, position embedding)
 // A slice is a list of blocks of the full tensor, stacked by rows in the local tensor.
 // tp_local_table() builds a rank's own parameter table: the tensors it keeps (its pipeline
-// stage's), sliced for its tp rank, with fresh offsets into its flat buffer (dense; llmc/layout.h
+// stage's), sliced for its tp rank, with fresh offsets into its flat buffer (dense; llmc/parallel/layout.h
 // pads them into ZeRO buckets).
 //
 // The model under TP (Megatron), as the trainers run it:
@@ -29,8 +29,8 @@
 #include <algorithm>
 #include <string>
 #include <vector>
-#include "llmc/config.h"
-#include "llmc/params.h"
+#include "llmc/model_config.h"
+#include "llmc/param_table.h"
 
 struct TpBlock {
     int64_t row0, rows, col0, cols;  // in the full tensor

@@ -1,4 +1,4 @@
-// llmc/params.h: the parameter table, the single source of truth for every weight.
+// llmc/param_table.h: the parameter table, the single source of truth for every weight.
 // One row per tensor: name, shape, init, weight decay, TP split, and how it maps to
 // Hugging Face tensor names. It drives the single allocation for params (and, with the
 // same offsets, for grads and optimizer moments), initialisation, checkpoints,
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "llmc/config.h"
+#include "llmc/model_config.h"
 
 enum InitKind { INIT_NORMAL, INIT_NORMAL_RESID, INIT_ONES, INIT_ZEROS };
 // How tensor parallelism splits a tensor: COL splits output rows, ROW splits input columns,

@@ -1,5 +1,5 @@
-// llmc/comm_timeout.h: the timeout of the Comm backends' host waits (--comm-timeout, llmc/args.h), shared by
-// llmc/comm.h (MPI) and llmc/comm_nccl.cuh (NCCL). Each backend waits for a collective or a send by polling
+// llmc/parallel/comm_timeout.h: the timeout of the Comm backends' host waits (--comm-timeout, llmc/run/flags.h), shared by
+// llmc/parallel/comm_mpi.h (MPI) and llmc/parallel/comm_nccl.cuh (NCCL). Each backend waits for a collective or a send by polling
 // (MPI_Test; cudaStreamQuery and ncclCommGetAsyncError) through comm_poll_expired; past the timeout it prints
 // comm_timeout_message (the rank, the operation, the group) and ends every rank (MPI_Abort; ncclCommAbort).
 // The timeout is 0 (none) until the program calls comm_set_timeout after parsing its flags.

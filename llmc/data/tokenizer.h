@@ -1,4 +1,4 @@
-// llmc/tokenizer.h: byte-pair-encoding (BPE) tokenizers: GPT-2's r50k_base (the GPT-3 family)
+// llmc/data/tokenizer.h: byte-pair-encoding (BPE) tokenizers: GPT-2's r50k_base (the GPT-3 family)
 // and Llama 3's, read from tiktoken rank files, plus a byte-level fallback with no files at all.
 //
 //   Tokenizer tok;
@@ -14,7 +14,7 @@
 //     until no adjacent pair forms a token (tok_bpe).
 // Decoding concatenates the tokens' bytes.
 //
-// Character classes (\p{L}, \p{N}, \s) come from llmc/unicode_tables.h, generated from node's
+// Character classes (\p{L}, \p{N}, \s) come from llmc/data/unicode_tables.h, generated from node's
 // regex engine, so pre-tokenization equals the JavaScript references (js-tiktoken,
 // llama3-tokenizer-js) that tests/t_tokenizer.sh compares against.
 //
@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/unicode_tables.h"
+#include "llmc/data/unicode_tables.h"
 #include "llmc/utils.h"
 
 // Pre-tokenization rules.

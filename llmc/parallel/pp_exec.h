@@ -1,4 +1,4 @@
-// llmc/pp_exec.h: the pipeline executor. It walks one stage's list of steps (llmc/pp_schedule.h)
+// llmc/parallel/pp_exec.h: the pipeline executor. It walks one stage's list of steps (llmc/parallel/pp_schedule.h)
 // and calls the trainer for each: receive / send of activations and gradients, forward and
 // backward of a (micro-batch, chunk), and the acquire / release of that pair's activations. It
 // decides when activations are acquired (at their receive, or at the forward of the first
@@ -18,7 +18,7 @@
 #include <set>
 #include <utility>
 #include <vector>
-#include "llmc/pp_schedule.h"
+#include "llmc/parallel/pp_schedule.h"
 
 // One send or receive: kind PP_RECV_ACT (into chunk's input), PP_SEND_ACT (chunk's output),
 // PP_RECV_GRAD (into the gradient of chunk's output) or PP_SEND_GRAD (chunk's input gradient),
