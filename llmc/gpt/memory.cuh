@@ -1,0 +1,623 @@
+// llmc/gpt/memory.cuh: what the CUDA trainer allocates and why: the buffer table (every activation and scratch
+// buffer, one row each), the parallel plan of a rank (its table padded into buckets, its shard, its activation
+// slots), the memory estimate printed before anything is allocated, the planner's bytes per layout, gpt_build
+// (one allocation per kind, carved by the buffer table) and gpt_free.
+// Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
+// whose fields it reads and writes.
+#pragma once
+
+// The buffer table: every activation and scratch buffer of the run, one row each (its pointer, its elements,
+// their type, and under each recompute mode whether every layer keeps its own copy). The memory estimate, the
+// size of the one block that holds them and the carving of that block into the pointers all read it: a new
+// buffer is a new row.
+
+static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
+
+// Rows of the classifier's logits chunk (Vpl: this rank's vocabulary columns): at most 256 MiB of logits, at least
+// 64 rows.
+static int classifier_chunk(int Vpl, int B, int T) {
+    const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)Vpl);
+    return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
+}
+
+// An activation under one recompute mode: every layer keeps its own copy for the backward (KEEP), or all
+// layers share one copy that the backward recomputes before it reads it (RECOMPUTED).
+static const bool KEEP = true, RECOMPUTED = false;
+
+struct Buffer {
+    void* ptr;                          // the pointer that receives the address: a GPT member, or acts[0]'s
+                                        // LayerActs member (acts[i]'s is i LayerActs further on); null: a buffer
+                                        // its header allocates, only counted here
+    void (*set)(void* ptr, char* at);   // *(T**)ptr = (T*)at, T the pointer's element type
+    size_t count, elem_bytes;           // one copy: count elements of sizeof(T) bytes
+    bool activation;                    // a LayerActs member
+    bool kept[3];                       // an activation under --recompute none, selective, full: KEEP or RECOMPUTED
+    bool dp;                            // a buffer of data parallel / ZeRO (count 0 on one rank)
+    bool fp8;                           // a buffer of the fp8 path (count 0 without --fp8)
+};
+
+template <typename T>
+static void set_address(void* ptr, char* at) { *(T**)ptr = (T*)at; }
+
+template <typename T>
+static Buffer activation(T** ptr, size_t count, bool none, bool selective, bool full) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}, false, false};
+}
+
+template <typename T>
+static Buffer scratch(T** ptr, size_t count) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false, false};
+}
+
+template <typename T>
+static Buffer dp_buffer(T** ptr, size_t count) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, true, false};
+}
+
+static Buffer counted(size_t count, size_t elem_bytes, bool fp8 = false) {
+    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}, false, fp8};
+}
+
+template <typename T>
+static Buffer fp8_buffer(T** ptr, size_t count) {
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false, true};
+}
+
+// Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r: n_acts =
+// the layers times the activation slots (gpt_plan: n_slots * slot_layers) for a kept activation.
+static size_t buffer_bytes(const Buffer& b) { return align256(b.count * b.elem_bytes); }
+static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) {
+    return b.activation && b.kept[r] ? (size_t)n_acts : 1;
+}
+
+// The rows, pointing into g (and g->acts[0]) for micro-batches of B x T; the data-parallel and pipeline rows' counts
+// come from gpt_plan (g->n_grad32 ..., g->n_slots).
+// Under tensor parallelism the shapes are this rank's (qd, qkvd, F, F1 and H of its heads and MLP columns, Vp its
+// vocabulary rows); Nl = N / tp rows of the norms and the residual stream under SP, else N. SP adds the gathered
+// copies (*_full), the partial sums before a reduce-scatter (tp_part) and the packing buffer (seq_buf); tp > 1 the
+// classifier's row statistics (cls_stats).
+static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
+    const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, hd = c.head_dim,
+                 qd = (size_t)g->Hl * hd, qkvd = (size_t)(g->Hl + 2 * g->KVl) * hd, F = g->Fl,
+                 F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->sp ? N * C : 0;
+    const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
+    const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
+    const bool fp8 = g->fp8.recipe != FP8_NONE;
+    const size_t max_ic = fp8 ? std::max({C, qd, F}) : 0, max_oc = fp8 ? std::max({qkvd, C, F1}) : 0;
+    const size_t fp8_n = fp8 ? (size_t)FP8_LINEARS * c.n_layer : 0;  // tensors of each scaling state
+    LayerActs& la = g->acts[0];
+    return {
+        //          pointer        elements   none  selective   full
+        activation(&la.x,          Nl * C,    KEEP, KEEP,       KEEP),        // [Nl,C] layer input (residual stream)
+        activation(&la.ln1,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
+        activation(&la.ln1_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
+        activation(&la.ln1_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln1 gathered (again
+                                                                                 // in the backward)
+        activation(&la.qkv,        N * qkvd,  KEEP, KEEP,       RECOMPUTED),  // [N,qkvd] q, k rotated
+        activation(&la.atty,       N * qd,    KEEP, RECOMPUTED, RECOMPUTED),  // [N,qd] attention output
+        activation(&la.lse,        BHT,       KEEP, RECOMPUTED, RECOMPUTED),  // [B,H,T]
+        activation(&la.x_mid,      Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C] after attention
+        activation(&la.ln2,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
+        activation(&la.ln2_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
+        activation(&la.ln2_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln2 gathered (again
+                                                                                 // in the backward)
+        activation(&la.fc1,        N * F1,    KEEP, KEEP,       RECOMPUTED),  // [N,F1] pre-activation
+        activation(&la.act,        N * F,     KEEP, RECOMPUTED, RECOMPUTED),  // [N,F]
+        scratch(&g->y,             Nl * C),                    // [Nl,C] a matmul output about to join the residual
+        scratch(&g->x_final,       Nl * C),                    // [Nl,C] residual after the last layer
+        scratch(&g->lnf,           Nl * C),                    // [Nl,C]
+        scratch(&g->lnf_mean,      2 * Nl),                    // [2,Nl] mean, then rstd
+        scratch(&g->lnf_full,      NCsp),                      // [N,C] SP: lnf gathered (the classifier's input)
+        scratch(&g->dres,          Nl * C),                    // [Nl,C] residual-stream gradient
+        scratch(&g->dres_full,     NCsp),                      // [N,C] SP: dres gathered (a row-parallel dout)
+        scratch(&g->dln,           Nl * C),                    // [Nl,C] gradient of a norm output
+        scratch(&g->tp_part,       NCsp),                      // [N,C] SP: partial sums before the reduce-scatter
+        scratch(&g->seq_buf,       NCsp),                      // [tp,B,T/tp,C] SP: rows packed by tp rank
+        scratch(&g->datty,         N * qd),                    // [N,qd]
+        scratch(&g->dqkv,          N * qkvd),                  // [N,qkvd]
+        scratch(&g->dfc1,          N * F1),                    // [N,F1]
+        scratch(&g->dact,          N * F),                     // [N,F]
+        scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
+        scratch(&g->norm_partial,  norm_backward_scratch_floats((int)Nl, (int)C)),
+        scratch(&g->logits,        g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
+        scratch(&g->cls_stats,     g->has_head && g->n_tp > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
+                                                               // exps, target logit
+        scratch(&g->losses,        N),                         // [N]
+        scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
+        scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
+        scratch(&g->gnorm,         GLOBAL_NORM_BLOCKS + 2),    // partials, then norm and clip coefficient
+        scratch(&g->pp_io,         g->L.topo.pp > 1 ? g->n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
+        counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
+        counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
+        counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
+        dp_buffer(&g->grad32,      g->n_grad32),               // fp32 gradients: [P] (ZeRO 0/1), [2,max bucket] (2/3)
+        dp_buffer(&g->grad_shard,  g->n_grad_shard),           // [shard] fp32 reduced gradients (ZeRO 2/3)
+        dp_buffer(&g->gather,      g->n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
+        dp_buffer(&g->norm64,      g->n_norm64),               // [GLOBAL_NORM_BLOCKS + 1] fp64 norm partials, sum
+        dp_buffer(&g->norm_ranges, g->norm_ranges_host.size()),// [n,2] the ranges the norm counts
+        fp8_buffer(&g->w8,         fp8 ? 2 * g->w8_half : 0),  // [2,Pw] fp8 weights, then transposed (ZeRO 3: a layer's)
+        fp8_buffer(&g->x8,         N * max_ic),                // [N,max IC] a GEMM input in E4M3 (or [max IC,N])
+        fp8_buffer(&g->dy8,        N * max_oc),                // [N,max OC] an output gradient in E5M2
+        fp8_buffer(&g->dyt8,       N * max_oc),                // [max OC,N] its transpose
+        counted((3 + 1) * fp8_n, sizeof(float), true),         // the weights' scaling state (fp8_meta_init)
+        counted((3 + (size_t)g->fp8.meta_history()) * fp8_n, sizeof(float), true),  // the inputs' [3 + history, 4L]
+        counted((3 + (size_t)g->fp8.meta_history()) * fp8_n, sizeof(float), true),  // the output gradients'
+    };
+}
+
+// ----------------------------------------------------------------------------------------------
+// The parallel plan: this rank's table (its pipeline stage's tensors) padded into buckets, its shard, the sizes of the
+// dp rows of the buffer table, the activation slots of its stage over n_mb micro-batches. No allocation (the memory
+// estimate plans a GPT it never builds). L: a layout from layout_make, or layout_single for one GPU.
+
+// The most (micro-batch, chunk) pairs whose activations pp_run (llmc/parallel/pp_exec.h) keeps at once on this rank's stage,
+// training n_mb micro-batches or running any number forward only (validation; that peak is reached from 2 on): its
+// acquires and releases counted over the schedules (mem_plan_acts_walk in llmc/parallel/memory_formula.h counts their bytes so).
+static int pp_slots_needed(const Layout& L, int n_mb) {
+    int live = 0, peak = 0;
+    PpCallbacks cb;
+    cb.acquire = [&](int, int) { peak = std::max(peak, ++live); };
+    cb.release = [&](int, int) { live--; };
+    cb.forward = cb.backward = [](int, int) {};
+    cb.exchange = [](const PpMsg*, int) {};
+    const int pp = L.topo.pp, s = L.topo.pp_rank;
+    pp_run(pp_schedule(pp, L.vpp, n_mb, s), L.n_chunks(), true, cb);
+    pp_run(pp_forward_schedule(pp, L.vpp, std::max(n_mb, 2), s), L.n_chunks(), false, cb);
+    return peak;
+}
+
+static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, const Fp8Options& fp8 = {}) {
+    g->cfg = c;
+    g->L = L;
+    g->fp8 = fp8;
+    const int dp = L.topo.dp, tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
+    g->n_tp = tp;
+    g->tp_rank = L.topo.tp_rank;
+    g->sp = L.sp;
+    g->Hl = c.n_head / tp;
+    g->KVl = c.n_kv_head / tp;
+    g->Fl = c.ffn / tp;
+    g->Vpl = c.padded_vocab / tp;
+    g->v0 = g->tp_rank * g->Vpl;
+    // this stage's tensors, their tp slices, padded into buckets for dp
+    const LocalTable lt = gpt_local_table(c, build_param_table(c), L, stage, g->tp_rank);
+    g->table = lt.t;
+    g->global = lt.global;
+    g->slice = lt.slice;
+    g->parallel = dp > 1 || L.zero > 0 || tp > 1 || pp > 1;
+    g->has_head = stage == pp - 1;
+    g->n_slots = 1;
+    g->slot_layers = c.n_layer;
+    if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/parallel/pp_schedule.h)
+        g->slot_layers = 0;
+        for (int ch = stage; ch < L.n_chunks(); ch += pp)
+            g->slot_layers = std::max(g->slot_layers, L.chunk_first[ch + 1] - L.chunk_first[ch]);
+        g->n_slots = pp_slots_needed(L, n_mb);
+    }
+    g->buckets = zero_buckets(g->table, dp);
+    g->bucket_of.assign(g->table.specs.size(), -1);
+    size_t max_layer = 0;
+    g->max_bucket = 0;
+    for (int b = 0; b < (int)g->buckets.size(); b++) {
+        const Bucket& bk = g->buckets[b];
+        for (int k = bk.first_spec; k < bk.end_spec; k++) g->bucket_of[k] = b;
+        g->max_bucket = std::max(g->max_bucket, bk.range.size());
+        if (bk.layer >= 0) max_layer = std::max(max_layer, bk.range.size());
+    }
+    g->shard = zero_shard_size(g->table, dp);
+    const size_t P = g->table.total;
+    g->n_grad32 = !g->parallel ? 0 : L.zero <= 1 ? P : 2 * g->max_bucket;
+    g->n_grad_shard = g->parallel && L.zero >= 2 ? g->shard : 0;
+    g->n_norm64 = g->parallel ? GLOBAL_NORM_BLOCKS + 1 : 0;
+    g->norm_ranges_host.clear();
+    if (g->parallel)
+        for (const Range& r : layout_norm_ranges(g->table, g->buckets, L, L.zero >= 2)) {
+            g->norm_ranges_host.push_back(r.lo);
+            g->norm_ranges_host.push_back(r.hi);
+        }
+    // ZeRO 3: two layer buffers of the largest layer bucket, then the embedding bucket, then the final norm and head
+    g->n_gather = 0;
+    if (L.zero >= 3) {
+        g->gather_off[GATHER_LAYER0] = 0;
+        g->gather_off[GATHER_LAYER0 + 1] = max_layer;
+        g->gather_off[GATHER_EMB] = 2 * max_layer;
+        g->gather_off[GATHER_HEAD] = 2 * max_layer + g->buckets.front().range.size();
+        g->n_gather = g->gather_off[GATHER_HEAD] + g->buckets.back().range.size();
+    }
+    // fp8 weight copies: this stage's linear weights one after the other (ZeRO 3: each layer's from 0, one layer held)
+    g->w8_off.assign((size_t)FP8_LINEARS * c.n_layer, SIZE_MAX);
+    g->w8_half = 0;
+    for (int l = 0; l < c.n_layer && fp8.recipe != FP8_NONE; l++) {
+        const ParamTable::Block& b = g->table.blocks[l];
+        if (b.qkv_w < 0) continue;  // another stage's layer
+        size_t at_l = L.zero >= 3 ? 0 : g->w8_half;
+        for (int k = 0; k < FP8_LINEARS; k++) {
+            g->w8_off[(size_t)FP8_LINEARS * l + k] = at_l;
+            at_l += g->table.specs[linear_weight(b, k)].numel();
+        }
+        g->w8_half = std::max(g->w8_half, at_l);
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// The memory estimate, printed before anything is allocated
+
+// Device memory the estimate keeps for what the run does not cudaMalloc itself: 1.5 GiB. The CUDA context
+// takes about 0.5 GiB on an 80 GiB H100 (more when the modules load eagerly, CUDA_MODULE_LOADING=EAGER);
+// cuBLASLt loads its GEMM kernels on the first call of each and may allocate behind the handle; the
+// trainer's own kernel images load on first launch; cudaMalloc rounds every allocation up to its 2 MiB
+// granularity. 1.5 GiB covers these with room: when the device figure is the free memory measured after
+// the context exists the reserve counts the context twice, which errs towards refusing a run that would
+// just fit rather than one that fails with out-of-memory after minutes of initialisation. It is a stated
+// allowance, not a measurement: the peak in use that a GPU run prints beside the estimate checks it.
+static const double MEMORY_RESERVE_BYTES = 1.5 * 1073741824.0;
+
+// Everything the run allocates on the device, by kind (bytes), and the reserve above. gpt_build allocates
+// the same sizes (the parameter count, the buffer table), so allocations() is what cudaMalloc is asked for
+// (test_gpt checks it to the byte under each recompute mode); total() adds the reserve.
+// Per rank: under ZeRO, params (stage 3), master and moments (stage >= 1) are this rank's shard; dp_buffers are the
+// buffer table's data-parallel rows (grad32, grad_shard, gather: their bytes also apart, for the printout).
+// fp8: the buffer table's fp8 rows (the fp8 weight copies, the cast buffers, the scaling states).
+struct MemoryEstimate {
+    double params, grads, master, moments, head_grad, acts_layers, acts_shared, scratch, workspace, reserve;
+    double dp_buffers, grad32, grad_shard, gather, fp8;
+    double allocations() const {
+        return params + grads + master + moments + head_grad + acts_layers + acts_shared + scratch + workspace +
+               dp_buffers + fp8;
+    }
+    double total() const { return allocations() + reserve; }
+};
+
+static size_t max_bias_len(const ModelConfig& c) {
+    return (size_t)std::max({c.n_embd, cfg_qkv_dim(c), cfg_fc1_dim(c)});
+}
+
+// The bytes one rank allocates under layout L (layout_single: one GPU) training n_mb micro-batches per step (a
+// pipeline stage keeps the activations of the most (micro-batch, chunk) pairs its schedule has in flight).
+static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments,
+                                      const Layout& L, int n_mb = 1, const Fp8Options& fp8 = {}) {
+    MemoryEstimate e;
+    GPT shape;  // the plan's and the table's sizes only: its addresses point into this GPT and are not used
+    gpt_plan(&shape, c, L, n_mb, fp8);
+    const double P = (double)shape.table.total, shard = (double)shape.shard;
+    e.params = (L.zero >= 3 ? shard : P) * sizeof(floatX);
+    e.grads = P * sizeof(floatX);
+    e.master = (L.zero >= 1 ? shard : P) * 4;
+    e.moments = (L.zero >= 1 ? shard : P) * 2 * (bf16_moments ? 2 : 4);
+    e.head_grad = shape.has_head ? (double)shape.Vpl * c.n_embd * 4 : 0;
+    e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = e.fp8 = 0;
+    e.grad32 = (double)align256(shape.n_grad32 * 4);
+    e.grad_shard = (double)align256(shape.n_grad_shard * 4);
+    e.gather = (double)align256(shape.n_gather * sizeof(floatX));
+    shape.acts.resize(1);
+    for (const Buffer& b : buffer_table(&shape, c, B, T)) {
+        const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, shape.n_slots * shape.slot_layers));
+        if (b.fp8) e.fp8 += bytes;
+        else if (b.dp) e.dp_buffers += bytes;
+        else if (!b.activation) e.scratch += bytes;
+        else if (b.kept[r]) e.acts_layers += bytes;
+        else e.acts_shared += bytes;
+    }
+    MatmulContext mm;
+    e.workspace = (double)mm.workspace_size + (double)max_bias_len(c) * 4;
+    e.reserve = MEMORY_RESERVE_BYTES;
+    return e;
+}
+
+static void print_memory_estimate(const MemoryEstimate& e, Recompute r, const Layout& L, double device_bytes) {
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    if (L.topo.pp > 1)
+        printf("memory estimate per rank of pipeline stage %d of %d (vpp %d): dp %d x tp %d%s, ZeRO %d\n", L.topo.pp_rank,
+               L.topo.pp, L.vpp, L.topo.dp, L.topo.tp, L.sp ? " (sp)" : "", L.zero);
+    else if (L.topo.dp > 1 || L.zero > 0 || L.topo.tp > 1)
+        printf("memory estimate per rank: dp %d x tp %d%s, ZeRO %d\n", L.topo.dp, L.topo.tp, L.sp ? " (sp)" : "", L.zero);
+    printf("memory estimate (GiB): params %.2f | grads %.2f | master %.2f | moments %.2f | head grad %.2f\n",
+           e.params / G, e.grads / G, e.master / G, e.moments / G, e.head_grad / G);
+    printf("                       activations %.2f (per layer, --recompute %s) + %.2f (shared) | scratch %.2f | "
+           "cuBLASLt %.2f\n", e.acts_layers / G, recompute_name(r), e.acts_shared / G, e.scratch / G, e.workspace / G);
+    if (e.dp_buffers > 0)
+        printf("                       data parallel %.2f: fp32 gradients %.2f | fp32 gradient shard %.2f | "
+               "ZeRO-3 gather buffers %.2f\n", e.dp_buffers / G, e.grad32 / G, e.grad_shard / G, e.gather / G);
+    if (e.fp8 > 0)
+        printf("                       fp8 %.2f: weight copies and transposes, cast buffers, scaling states\n",
+               e.fp8 / G);
+    printf("                       reserve %.2f (CUDA context, cuBLASLt kernels, allocator rounding)\n", e.reserve / G);
+    printf("                       total %.2f of %.2f on the device\n", e.total() / G, device_bytes / G);
+    printf("memory estimate (bytes): params %.0f grads %.0f master %.0f moments %.0f head_grad %.0f acts_layers %.0f "
+           "acts_shared %.0f scratch %.0f workspace %.0f reserve %.0f total %.0f\n", e.params, e.grads, e.master,
+           e.moments, e.head_grad, e.acts_layers, e.acts_shared, e.scratch, e.workspace, e.reserve, e.total());
+    if (e.dp_buffers > 0)
+        printf("memory estimate (bytes, data parallel): dp_buffers %.0f grad32 %.0f grad_shard %.0f gather %.0f\n",
+               e.dp_buffers, e.grad32, e.grad_shard, e.gather);
+    if (e.fp8 > 0) printf("memory estimate (bytes, fp8): fp8 %.0f\n", e.fp8);
+    fflush(stdout);  // the breakdown before any error that refers to it
+}
+
+// Dies with the breakdown's lesson when the run cannot fit: which flags lower what.
+static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_moments, const Layout& L, double available) {
+    if (e.total() <= available) return;
+    const double G = 1024.0 * 1024.0 * 1024.0;
+    const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
+    std::string hint;
+    if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
+    hint += " lower -b or -t (activations and scratch scale with B*T);";
+    if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
+    if (L.zero < 3)
+        hint += " more ranks with --zero 1 (master and moments), 2 (also the reduced gradients) or 3 (also the "
+                "weights) divide the sharded state by --dp;";
+    if (L.topo.pp == 1) hint += " pipeline stages (--pp) divide the layers;";
+    if (state > available) hint += " the weights and optimizer state alone exceed the device: pick a smaller model;";
+    die("this run needs about %.2f GiB but %.2f GiB are free on the device (breakdown above):%s", e.total() / G,
+        available / G, hint.c_str());
+}
+
+// This rank's row of the memory table (llmc/run/logger.h): the bytes gpt_build allocated by kind beside the estimate's
+// (activations: everything else, i.e. the buffer table, the cuBLASLt workspace and the data-parallel buffers).
+static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout& L) {
+    MemoryRow row;
+    row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
+    row.params = g->allocated_weights;
+    row.grads = g->allocated_grads;
+    row.optim = g->allocated_optim;
+    row.acts = g->allocated - row.params - row.grads - row.optim;
+    row.f_params = e.params;
+    row.f_grads = e.grads + e.head_grad;
+    row.f_optim = e.master + e.moments;
+    row.f_acts = e.allocations() - row.f_params - row.f_grads - row.f_optim;
+    return row;
+}
+
+// The bytes of llmc/parallel/planner.h (--plan, the layout planner) for one rank of a dp / ZeRO layout L: estimate_memory's
+// rows by kind, so a plan's total is what gpt_build allocates plus the reserve, to the byte (test_gpt checks it).
+//   weights    params (ZeRO 3: the shard)           grads      bf16 gradients + the fp32 LM-head gradient
+//   optim      fp32 master weights + AdamW moments  acts       activations (per layer + shared)
+//   buckets    the data-parallel rows (fp32 gradients or buckets, gradient shard, ZeRO-3 gather buffers, norm)
+//   workspace  scratch + cuBLASLt workspace + the reserve (MEMORY_RESERVE_BYTES), and the fp8 rows (--fp8)
+// Pipeline stages (L's pp_rank) hold their layers and the activations their schedule over n_mb micro-batches keeps.
+// The step-time model stays the bf16 one under --fp8 (the planner prices no fp8 GEMM).
+static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute,
+                                 bool bf16_moments, const Fp8Options& fp8) {
+    const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L, n_mb, fp8);
+    PlanBytes b;
+    b.weights = e.params;
+    b.grads = e.grads + e.head_grad;
+    b.optim = e.master + e.moments;
+    b.acts = e.acts_layers + e.acts_shared;
+    b.buckets = e.dp_buffers;
+    b.workspace = e.scratch + e.workspace + e.reserve + e.fp8;
+    b.err = tp_shape_error(c, L.topo.tp, fp8.recipe != FP8_NONE);  // the planner skips a layout the kernels cannot run
+    return b;
+}
+
+static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments, const Fp8Options& fp8 = {}) {
+    return [bf16_moments, fp8](const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int r) {
+        return cuda_plan_bytes(c, L, B, T, n_mb, r, bf16_moments, fp8);
+    };
+}
+
+// What the planner counts on the wire: gradients reduced in fp32, weights gathered and activations sent in floatX; under
+// SP the norm outputs gathered again in the backward (one gathered copy for all layers, not one per layer).
+static const PlanComm PLAN_COMM = {4.0, (double)sizeof(floatX), (double)sizeof(floatX), true};
+
+template <typename T>
+static void cuda_alloc(GPT* g, T** p, size_t bytes) {
+    cudaCheck(cudaMalloc((void**)p, std::max<size_t>(bytes, 1)));
+    g->allocated += (double)bytes;
+}
+
+template <typename Moment>
+static AdamWTable<Moment> adamw_table_build(GPT* g, float wd) {
+    std::vector<AdamWTensor<Moment>> ts;
+    for (const ParamSpec& s : g->table.specs) {
+        AdamWTensor<Moment> t{};
+        t.param = g->params + s.offset;
+        t.grad = g->grads + s.offset;
+        t.master = g->master + s.offset;
+        t.m = (Moment*)g->m + s.offset;
+        t.v = (Moment*)g->v + s.offset;
+        t.n = s.numel();
+        t.weight_decay = s.is_matrix ? wd : 0.0f;
+        ts.push_back(t);
+    }
+    return adamw_table_upload(ts);
+}
+
+// Data parallel: AdamW on the fp32 reduced gradients, over what this rank updates: every tensor (ZeRO 0) or each
+// tensor's part in this rank's piece of its bucket (ZeRO >= 1; bucket padding is never updated and stays zero).
+// Each buffer is addressed at its own stage: flat [P] or the shard (where the piece of bucket b starts at
+// zero_shard_offset(b)): params flat below ZeRO 3, grads from grad32 (flat) below ZeRO 2, master and moments flat
+// at ZeRO 0. Piece and tensor bounds are multiples of 8 elements, as the update needs.
+template <typename Moment>
+static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
+    std::vector<AdamWTensor<Moment, float>> ts;
+    const int zero = g->L.zero;
+    for (const ZeroPart& p : zero_parts(g->table, g->buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
+        // this part in each buffer: flat, or the shard at the buffer's ZeRO stage
+        const size_t lo = p.flat.lo;
+        AdamWTensor<Moment, float> t{};
+        t.param = g->params + lo - (zero >= 3 ? p.shift : 0);
+        t.grad = zero >= 2 ? g->grad_shard + lo - p.shift : g->grad32 + lo;
+        t.master = g->master + lo - p.shift;
+        t.m = (Moment*)g->m + lo - p.shift;
+        t.v = (Moment*)g->v + lo - p.shift;
+        t.n = p.flat.size();
+        t.weight_decay = g->table.specs[p.spec].is_matrix ? wd : 0.0f;
+        ts.push_back(t);
+    }
+    return adamw_table_upload(ts);
+}
+
+// The communicators of a parallel layout, made by main from the Layout's member lists (llmc/parallel/topology.h).
+struct GptComms {
+    Comm world, dp, tp, pp, emb;  // every rank; the dp group; the tp group; the pipeline's stages; its first and last
+                                  // stage (the tied embedding: layout_emb_members)
+};
+
+// Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
+// weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/parallel/layout.h) and its
+// communicators; null: one GPU. fp8: --fp8 and its settings (the scaling states start at scale 1).
+static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
+                      const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1,
+                      const Fp8Options& fp8 = {}) {
+    check_shapes(c, B, T);
+    gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb, fp8);  // fp8: main has checked the device and shapes
+    if (g->parallel && !comms) die("gpt_build: a parallel layout needs its communicators");
+    if (comms) {
+        g->world = comms->world;
+        g->dp = comms->dp;
+        g->tp = comms->tp;
+        g->pp = comms->pp;
+        g->emb = comms->emb;
+    }
+    for (const ParamSpec& s : g->table.specs)
+        if (s.offset % 8 != 0 || s.numel() % 8 != 0)
+            die("tensor %s: offset %zu or size %zu is not a multiple of 8 (the kernels move 8 elements at a time)",
+                s.name.c_str(), s.offset, s.numel());
+    g->B = B;
+    g->T = T;
+    g->recompute = r;
+    g->bf16_moments = bf16_moments;
+    cudaCheck(cudaStreamCreate(&g->stream));
+    g->tp.stream = g->stream;  // tp collectives in line with the kernels that write and read their buffers
+    matmul_init(&g->mm, (int)max_bias_len(c));
+    g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
+    const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
+    const size_t n_params = zero >= 3 ? g->shard : P, n_opt = zero >= 1 ? g->shard : P;
+    double before = g->allocated;
+    cuda_alloc(g, &g->params, n_params * sizeof(floatX));
+    g->allocated_weights = g->allocated - before;
+    before = g->allocated;
+    cuda_alloc(g, &g->grads, P * sizeof(floatX));
+    cuda_alloc(g, &g->head_grad, g->has_head ? (size_t)g->Vpl * c.n_embd * sizeof(float) : 0);
+    g->allocated_grads = g->allocated - before;
+    before = g->allocated;
+    cuda_alloc(g, &g->master, n_opt * sizeof(float));
+    cuda_alloc(g, (char**)&g->m, n_opt * msz);
+    cuda_alloc(g, (char**)&g->v, n_opt * msz);
+    g->allocated_optim = g->allocated - before;
+    cudaCheck(cudaMemset(g->m, 0, n_opt * msz));
+    cudaCheck(cudaMemset(g->v, 0, n_opt * msz));
+    if (g->parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
+
+    // activations and scratch: one block for the rows of the buffer table, carved in its order; an activation
+    // that every layer keeps gets n_acts consecutive copies (every layer of every slot: acts[slot * slot_layers + i]),
+    // one that is recomputed one copy shared by the layers
+    const int n_acts = g->n_slots * g->slot_layers;
+    g->acts.resize(n_acts);
+    const std::vector<Buffer> buffers = buffer_table(g, c, B, T);
+    size_t block = 0;
+    for (const Buffer& b : buffers)
+        if (b.ptr) block += buffer_bytes(b) * buffer_copies(b, r, n_acts);
+        else g->allocated += (double)buffer_bytes(b);  // allocated below by its header
+    cuda_alloc(g, &g->buffer_memory, block);
+    char* at = g->buffer_memory;
+    for (const Buffer& b : buffers) {
+        if (!b.ptr) continue;
+        const size_t copies = buffer_copies(b, r, n_acts);
+        for (int i = 0; i < (b.activation ? n_acts : 1); i++)  // acts[i]'s member: i LayerActs after acts[0]'s
+            b.set((char*)b.ptr + i * sizeof(LayerActs), at + (copies > 1 ? i * buffer_bytes(b) : 0));
+        at += copies * buffer_bytes(b);
+    }
+    // the second halves of the [2,Nl] and [2,N] rows; without SP the gathered copies are the buffers themselves
+    const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N;
+    for (LayerActs& la : g->acts) {
+        la.ln1_rstd = la.ln1_mean + Nl;
+        la.ln2_rstd = la.ln2_mean + Nl;
+        if (!g->sp) {
+            la.ln1_full = la.ln1;
+            la.ln2_full = la.ln2;
+        }
+    }
+    g->layers = g->acts;  // one stage: layer l's activations are acts[l] (a pipeline binds a slot's per chunk)
+    g->layers.resize(c.n_layer);
+    g->lnf_rstd = g->lnf_mean + Nl;
+    if (!g->sp) {
+        g->lnf_full = g->lnf;
+        g->dres_full = g->dres;
+    }
+    g->targets = g->inputs + N;
+    g->cls_chunk = classifier_chunk(g->Vpl, B, T);
+    g->rope_cos = g->rope_sin = nullptr;
+    if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
+    embedding_plan_alloc(&g->plan, B * T);
+    if (fp8.recipe != FP8_NONE) {  // the three counted fp8 rows of the buffer table
+        const int n = FP8_LINEARS * c.n_layer;
+        fp8_meta_init(&g->fp8_w, FP8_E4M3, n, 1, fp8.margin);
+        fp8_meta_init(&g->fp8_x, FP8_E4M3, n, fp8.meta_history(), fp8.margin);
+        fp8_meta_init(&g->fp8_dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
+    }
+    if (g->parallel) {
+        if (bf16_moments) g->adam_bf16_g32 = adamw_table_build_dp<__nv_bfloat16>(g, weight_decay);
+        else g->adam_f32_g32 = adamw_table_build_dp<float>(g, weight_decay);
+        cudaCheck(cudaMemcpy(g->norm_ranges, g->norm_ranges_host.data(), g->norm_ranges_host.size() * sizeof(size_t),
+                             cudaMemcpyHostToDevice));
+        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->ev_stage_free[0], &g->ev_stage_free[1], &g->ev_pp,
+                               &g->ev_emb})
+            cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+        for (int i = 0; i < GATHER_SLOTS; i++) {
+            cudaCheck(cudaEventCreateWithFlags(&g->ev_gathered[i], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&g->ev_slot_done[i], cudaEventDisableTiming));
+        }
+    } else if (bf16_moments) {
+        g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
+    } else {
+        g->adam_f32 = adamw_table_build<float>(g, weight_decay);
+    }
+    cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
+}
+
+static void gpt_free(GPT* g) {
+    for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
+                    (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
+        if (p) cudaCheck(cudaFree(p));
+    if (g->parallel) {
+        if (g->bf16_moments) adamw_table_free(&g->adam_bf16_g32);
+        else adamw_table_free(&g->adam_f32_g32);
+        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->ev_stage_free[0], g->ev_stage_free[1], g->ev_pp, g->ev_emb})
+            cudaCheck(cudaEventDestroy(e));
+        for (int i = 0; i < GATHER_SLOTS; i++) {
+            cudaCheck(cudaEventDestroy(g->ev_gathered[i]));
+            cudaCheck(cudaEventDestroy(g->ev_slot_done[i]));
+        }
+    } else if (g->bf16_moments) {
+        adamw_table_free(&g->adam_bf16);
+    } else {
+        adamw_table_free(&g->adam_f32);
+    }
+    embedding_plan_free(&g->plan);
+    if (g->fp8.recipe != FP8_NONE)
+        for (Fp8Meta* m : {&g->fp8_w, &g->fp8_x, &g->fp8_dy}) fp8_meta_free(m);
+    if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
+    cudaCheck(cudaFreeHost(g->h_readback));
+    matmul_free(&g->mm);
+    cudaCheck(cudaStreamDestroy(g->stream));
+}
+
+// A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
+static void layout_error(const Comm& world, const std::string& msg) {
+    if (world.rank == 0) fprintf(stderr, "error: %s\n", msg.c_str());
+    comm_finalize();
+    exit(1);
+}
+
+// The layout planner (llmc/parallel/planner.h) over what this trainer runs: dp and ZeRO 0-3 (tp = pp = 1), --recompute none,
+// selective or full, every -b dividing the per-rank batch; the bytes are cuda_plan_bytes'. --plan: prints the plan
+// (with no layout flag and --gpu-mem, of the planner's choice) and exits 0 on the host, touching no device, rank 0
+// printing. Otherwise, with no layout flag, no --recompute and a memory to fit (tc->gpu_mem_gib: --gpu-mem, or the
+// free device memory main measured), writes the fastest fitting layout into *tc and *opt and prints why. A layout
+// that cannot run, or none fitting, stops with the message naming the flag, exit 1.
+static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& mc, int n_ranks, int rank) {
+    if (rank == 0 && tc->plan)
+        printf("train_gpt plans the layouts it runs: data, tensor and pipeline parallel with ZeRO 0-3, --sp, --vpp, "
+               "--recompute, -b; with no layout flag it picks among them (vpp 1)\n");
+    int recompute = (int)opt->recompute;
+    bool done = false;
+    const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_COMM,
+                                       cuda_plan_bytes_fn(opt->bf16_moments, opt->fp8), rank == 0, &done);
+    if (!err.empty()) {
+        if (rank == 0) fprintf(stderr, "error: %s\n", err.c_str());
+        exit(1);
+    }
+    if (done) exit(0);
+    opt->recompute = (Recompute)recompute;
+}

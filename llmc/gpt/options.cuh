@@ -1,0 +1,138 @@
+// llmc/gpt/options.cuh: the flags of the CUDA trainer only (--recompute, --bf16-moments, --fp8 ...; the rest are
+// llmc/run/flags.h's, shared with train_gpt_cpu), their usage text, and the shape checks of its kernels (head dim,
+// widths the vectorised kernels need, per tensor-parallel rank).
+#pragma once
+
+// Flags of the CUDA trainer only (the rest are llmc/run/flags.h's, shared with train_gpt_cpu).
+
+enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
+
+static const char* recompute_name(Recompute r) {
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+// --fp8 and delayed scaling's two settings (docs/fp8.md; defaults TransformerEngine's, llmc/fp8.cuh)
+struct Fp8Options {
+    Fp8Recipe recipe = FP8_NONE;
+    int history = FP8_DEFAULT_HISTORY_LEN;  // --fp8-history: the amaxes kept per tensor (delayed scaling's window)
+    int margin = FP8_DEFAULT_MARGIN;        // --fp8-margin: scale = fp8 max * 2^-margin / amax
+    int meta_history() const { return recipe == FP8_DELAYED ? history : 1; }  // rows of an Fp8Meta's history
+};
+
+struct CudaOptions {
+    Recompute recompute = RECOMPUTE_NONE;
+    bool recompute_given = false;  // --recompute given: the layout planner keeps it (explicit flags win)
+    bool bf16_moments = false;
+    std::string print_config;      // write the model config JSON (train_gpt.py --config) and exit
+    double estimate_gib = -1;      // >= 0: print the memory estimate against this many GiB and exit
+    Fp8Options fp8;
+};
+
+static void print_cuda_usage() {
+    printf("CUDA trainer flags (besides those below):\n"
+           "  --recompute none|selective|full   activation recompute (default none): selective recomputes the\n"
+           "                       attention output and the MLP activation, full recomputes every layer from\n"
+           "                       its input in the backward\n"
+           "  --bf16-moments 0|1   AdamW moments in bf16 instead of fp32 (default 0)\n"
+           "  --print-config FILE  write the model config as JSON (train_gpt.py --config) and exit\n"
+           "  --estimate-memory GIB   print the memory estimate of this run against GIB of device memory and\n"
+           "                       exit (no GPU needed); status 1 when it does not fit\n"
+           "  --fp8 none|delayed|current   fp8 GEMMs in every layer's QKV, attention-out, fc1 (gate-up) and fc2\n"
+           "                       (default none; a GPU of compute capability 8.9+, the bf16 build): E4M3 inputs\n"
+           "                       and weights, E5M2 output gradients, one scale per tensor, from the amax history\n"
+           "                       (delayed) or from the tensor's own amax (current); embeddings, LM head, norms\n"
+           "                       and attention stay bf16 (docs/fp8.md)\n"
+           "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
+           "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n\n",
+           FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN);
+}
+
+// Takes the CUDA-only flags out of argv (the rest go to parse_args). Returns the remaining argv.
+static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o) {
+    std::vector<char*> rest{argv[0]};
+    bool history_given = false, margin_given = false;
+    for (int i = 1; i < argc; i++) {
+        std::string a = argv[i];
+        if (a == "-h" || a == "--help") print_cuda_usage();
+        const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
+                          a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin";
+        if (!ours) { rest.push_back(argv[i]); continue; }
+        if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
+        std::string v = argv[++i];
+        if (a == "--recompute") {
+            o->recompute_given = true;
+            if (v == "none") o->recompute = RECOMPUTE_NONE;
+            else if (v == "selective") o->recompute = RECOMPUTE_SELECTIVE;
+            else if (v == "full") o->recompute = RECOMPUTE_FULL;
+            else die("flag --recompute expects none, selective or full, got '%s'", v.c_str());
+        } else if (a == "--bf16-moments") {
+            if (v != "0" && v != "1") die("flag --bf16-moments expects 0 or 1, got '%s'", v.c_str());
+            o->bf16_moments = v == "1";
+        } else if (a == "--print-config") {
+            o->print_config = v;
+            note_path_flag("--print-config", v);
+        } else if (a == "--fp8") {
+            o->fp8.recipe = fp8_recipe_parse(v.c_str());
+        } else if (a == "--fp8-history" || a == "--fp8-margin") {
+            const bool hist = a == "--fp8-history";
+            const long lo = hist ? 1 : 0, hi = hist ? 65536 : 8;  // margin 8 puts the amax at 448 / 256 in E4M3
+            char* end = nullptr;
+            const long x = strtol(v.c_str(), &end, 10);
+            if (v.empty() || *end || x < lo || x > hi)
+                die("flag %s expects an integer in [%ld, %ld], got '%s'", a.c_str(), lo, hi, v.c_str());
+            (hist ? o->fp8.history : o->fp8.margin) = (int)x;
+            (hist ? history_given : margin_given) = true;
+        } else {
+            char* end = nullptr;
+            o->estimate_gib = strtod(v.c_str(), &end);
+            if (v.empty() || *end || !(o->estimate_gib > 0)) die("flag --estimate-memory expects GiB > 0, got '%s'", v.c_str());
+        }
+    }
+    if (history_given && o->fp8.recipe != FP8_DELAYED)
+        die("flag --fp8-history sets delayed scaling's amax history: it needs --fp8 delayed");
+    if (margin_given && o->fp8.recipe == FP8_NONE) die("flag --fp8-margin needs --fp8 delayed or current");
+#ifdef ENABLE_FP32
+    if (o->fp8.recipe != FP8_NONE)
+        die("--fp8 needs the bf16 build (this binary was built with PRECISION=FP32); run with --fp8 none");
+#endif
+    return rest;
+}
+
+// Shapes the kernels cannot take stop here, before any allocation, naming the flag to change.
+static void check_shapes(const ModelConfig& c, int B, int T) {
+    const int C = c.n_embd, hd = c.head_dim;
+    if (C % 8 != 0 || C > NORM_MAX_C)
+        die("--embd %d: the CUDA kernels need a multiple of 8 up to %d (128-bit rows)", C, NORM_MAX_C);
+#ifdef ENABLE_FP32
+    if (hd > 128 || hd % 16 != 0)
+        die("head dim %d (--embd / --heads, or --head-dim): the fp32 build's attention takes multiples of 16 up to 128",
+            hd);
+#else
+    if (hd != 64 && hd != 80 && hd != 128)
+        die("head dim %d (--embd / --heads, or --head-dim): the attention kernels take 64, 80 or 128", hd);
+    if (T % 64 != 0) die("-t %d: the attention kernels need a sequence length that is a multiple of 64", T);
+#endif
+    if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
+}
+
+// Tensor parallel: the MLP columns of one rank, ffn / tp, must be a multiple of 8 too (the kernels move 8 elements
+// at a time); that tp divides the heads, kv heads and ffn is layout_make's check (llmc/parallel/tp.h). --fp8: the fp8 GEMMs
+// need K and the leading dimensions multiples of 16 (llmc/matmul_fp8.cuh): the width C and a rank's ffn columns
+// (the heads' widths are multiples of 16 already: head dim 64, 80 or 128; the tokens B*T of -t's multiple of 64).
+// "" when it runs.
+static std::string tp_shape_error(const ModelConfig& c, int tp, bool fp8) {
+    if (tp > 1 && c.ffn % tp == 0 && (c.ffn / tp) % 8 != 0)
+        return layout_fmt("--ffn %d / --tp %d = %d: the CUDA kernels need a multiple of 8 per tensor-parallel rank", c.ffn,
+                          tp, c.ffn / tp);
+    if (fp8 && c.n_embd % 16 != 0)
+        return layout_fmt("--embd %d with --fp8: the fp8 GEMMs need a multiple of 16", c.n_embd);
+    if (fp8 && c.ffn % tp == 0 && (c.ffn / tp) % 16 != 0)
+        return layout_fmt("--ffn %d / --tp %d = %d with --fp8: the fp8 GEMMs need a multiple of 16 per tensor-parallel "
+                          "rank", c.ffn, tp, c.ffn / tp);
+    return "";
+}
+
+static void check_tp_shapes(const ModelConfig& c, int tp, bool fp8) {
+    const std::string err = tp_shape_error(c, tp, fp8);
+    if (!err.empty()) die("%s", err.c_str());
+}

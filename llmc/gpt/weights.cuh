@@ -1,0 +1,164 @@
+// llmc/gpt/weights.cuh: weights in and out of the CUDA trainer: fp32 weights and moments uploaded into a rank's
+// params, master and moments (its stage, its tp slices, its ZeRO pieces), and gathered back into whole tensors
+// for checkpoints and exports.
+// Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
+// whose fields it reads and writes.
+#pragma once
+
+// params[i] = floatX(master[i])
+__global__ void floatX_from_f32_kernel(floatX* dst, const float* src, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_floatX(src[i]);
+}
+
+
+// params = floatX(master) for what this rank holds: everything (ZeRO 0), its pieces of every bucket then
+// all-gathered (ZeRO 1, 2), its shard (ZeRO 3, where the gather buffers no longer hold current weights).
+static void params_from_master(GPT* g) {
+    const int zero = g->L.zero, dp = g->L.topo.dp;
+    if (zero == 0 || zero >= 3) {
+        const size_t n = zero >= 3 ? g->shard : g->table.total;
+        floatX_from_f32_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(g->params, g->master, n);
+        cudaCheck(cudaGetLastError());
+        for (int& h : g->gather_holds) h = -1;
+        return;
+    }
+    for (const Bucket& b : g->buckets) {
+        const Range piece = zero_piece(b, dp, g->L.topo.dp_rank);
+        floatX_from_f32_kernel<<<(unsigned)ceil_div(piece.size(), 256), 256, 0, g->stream>>>(
+            g->params + piece.lo, g->master + zero_shard_offset(b, dp), piece.size());
+        cudaCheck(cudaGetLastError());
+    }
+    params_allgather(g);
+}
+
+// Uploads this rank's fp32 weights [P] (g->table's layout, part_of_full: its stage's tensors, its tp slices; and
+// moments, or zeros when m is null); params = floatX(master). Under ZeRO >= 1 each rank keeps its pieces
+// (zero_take_shard), so a checkpoint of any layout resumes at any tp, pp, dp and stage. Every rank calls it (ZeRO
+// 1/2 all-gather the params).
+static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
+    const int zero = g->L.zero;
+    const size_t n = zero >= 1 ? g->shard : g->table.total;  // master and moments: this rank's elements
+    std::vector<float> pieces[3];
+    const float* src[3] = {p, m, v};
+    for (int i = 0; i < 3 && zero >= 1; i++) {
+        if (!src[i]) continue;
+        pieces[i].resize(n);
+        zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, src[i], pieces[i].data());
+        src[i] = pieces[i].data();
+    }
+    cudaCheck(cudaMemcpy(g->master, src[0], n * sizeof(float), cudaMemcpyHostToDevice));
+    params_from_master(g);
+    const size_t msz = g->bf16_moments ? 2 : 4;
+    if (!m) {
+        cudaCheck(cudaMemset(g->m, 0, n * msz));
+        cudaCheck(cudaMemset(g->v, 0, n * msz));
+    } else if (!g->bf16_moments) {
+        cudaCheck(cudaMemcpy(g->m, src[1], n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(g->v, src[2], n * 4, cudaMemcpyHostToDevice));
+    } else {
+        std::vector<__nv_bfloat16> h(n);
+        for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(src[1][i]);
+        cudaCheck(cudaMemcpy(g->m, h.data(), n * 2, cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(src[2][i]);
+        cudaCheck(cudaMemcpy(g->v, h.data(), n * 2, cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaStreamSynchronize(g->stream));
+}
+
+// out[P] = the whole of a device buffer of T (float or bf16) that this rank holds whole (sharded false) or as its
+// shard: then every bucket is all-gathered over dp into grad32 (idle between steps, at least a bucket of floats)
+// and copied out. Every rank of the dp group calls it.
+template <typename T>
+static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float>* out) {
+    const size_t P = g->table.total;
+    const int dp = g->L.topo.dp;
+    std::vector<T> h(P);
+    if (!sharded) {
+        cudaCheck(cudaMemcpy(h.data(), src, P * sizeof(T), cudaMemcpyDeviceToHost));
+    } else {
+        for (const Bucket& b : g->buckets) {
+            comm_all_gather(g->dp, src + zero_shard_offset(b, dp), (T*)g->grad32, b.range.size() / dp);
+            cudaCheck(cudaMemcpyAsync(h.data() + b.range.lo, g->grad32, b.range.size() * sizeof(T),
+                                      cudaMemcpyDeviceToHost, g->dp.stream));
+            cudaCheck(cudaStreamSynchronize(g->dp.stream));
+        }
+    }
+    out->resize(P);
+    for (size_t i = 0; i < P; i++) (*out)[i] = to_float(h[i]);
+}
+
+// Downloads the fp32 master weights and the moments (as fp32) of this rank's part: buffers [P] in g->table's layout
+// (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it). gpt_get_full assembles the whole model.
+static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
+    const bool sharded = g->L.zero >= 1;
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    download_whole(g, g->master, sharded, p);
+    if (!m) return;
+    if (!g->bf16_moments) {
+        download_whole(g, (const float*)g->m, sharded, m);
+        download_whole(g, (const float*)g->v, sharded, v);
+    } else {
+        download_whole(g, (const __nv_bfloat16*)g->m, sharded, m);
+        download_whole(g, (const __nv_bfloat16*)g->v, sharded, v);
+    }
+}
+
+// Whole-model buffers [full.total] (build_param_table's layout, in which files are read and written) and this rank's
+// part of them [P] in g->table's layout: its stage's tensors (its tp slices), bucket padding zero.
+static std::vector<float> part_of_full(const GPT* g, const ParamTable& full, const float* src) {
+    std::vector<float> out(g->table.total, 0.0f);
+    for (size_t k = 0; k < g->table.specs.size(); k++) {
+        const ParamSpec& f = full.specs[g->global[k]];
+        tp_extract(src + f.offset, f.cols, g->slice[k], out.data() + g->table.specs[k].offset);
+    }
+    return out;
+}
+
+// The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole model's weights
+// (and with m, the moments) [full.total], the others nothing. Each rank gathers its ZeRO shards over dp
+// (gpt_get_weights); then the dp-rank-0 member of every other (stage, tp rank) sends its part to world rank 0 through
+// grad32 (idle between steps), in pieces that fit every rank's grad32.
+static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, std::vector<float>* m,
+                         std::vector<float>* v) {
+    const Topology& me = g->L.topo;
+    const int n_bufs = m ? 3 : 1;
+    std::vector<float> mine[3];
+    gpt_get_weights(g, &mine[0], m ? &mine[1] : nullptr, m ? &mine[2] : nullptr);
+    std::vector<float>* dst[3] = {p, m, v};
+    if (me.rank == 0)
+        for (int i = 0; i < n_bufs; i++) dst[i]->assign(full.total, 0.0f);
+    double piece = 0;  // the smallest grad32 of the ranks (minus the largest negative)
+    if (me.world > 1) {
+        piece = -(double)g->n_grad32;
+        comm_host_max(g->world, &piece, 1);
+        piece = -piece;
+    }
+    for (int r = 0; r < me.world; r++) {
+        const Topology o = topo_make(me.dp, me.tp, me.pp, r);
+        if (o.dp_rank != 0 || (me.rank != 0 && me.rank != r)) continue;
+        const LocalTable lt = gpt_local_table(g->cfg, full, g->L, o.pp_rank, o.tp_rank);
+        for (int i = 0; i < n_bufs; i++) {
+            std::vector<float> buf = r == 0 ? mine[i] : std::vector<float>(lt.t.total);
+            for (size_t at = 0; r != 0 && at < lt.t.total; at += (size_t)piece) {
+                const size_t n = std::min((size_t)piece, lt.t.total - at);
+                if (me.rank == r) {
+                    CommRequest req;
+                    cudaCheck(cudaMemcpy(g->grad32, mine[i].data() + at, n * sizeof(float), cudaMemcpyHostToDevice));
+                    comm_send(g->world, (const float*)g->grad32, n, 0, i, &req);
+                    comm_wait(&req);
+                } else {
+                    comm_recv(g->world, g->grad32, n, r, i);
+                    cudaCheck(cudaMemcpyAsync(buf.data() + at, g->grad32, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                              g->world.stream));
+                    cudaCheck(cudaStreamSynchronize(g->world.stream));
+                }
+            }
+            if (me.rank != 0) continue;
+            for (size_t k = 0; k < lt.t.specs.size(); k++) {
+                const ParamSpec& f = full.specs[lt.global[k]];
+                tp_insert(buf.data() + lt.t.specs[k].offset, lt.slice[k], f.cols, dst[i]->data() + f.offset);
+            }
+        }
+    }
+}
