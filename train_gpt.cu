@@ -9,34 +9,6 @@
 // buffer table, the memory estimate and gpt_build, llmc/gpt/weights.cuh the weights in and out, llmc/gpt/options.cuh
 // this trainer's flags. On one GPU every one of them reduces to nothing: one rank is the trainer described here.
 //
-// Memory, one allocation per kind (llm.c style; floatX is bf16 unless PRECISION=FP32):
-//   params     [P] floatX   the weights the kernels read, laid out by the parameter table (llmc/param_table.h)
-//   grads      [P] floatX   same offsets; every kernel writes floatX weight gradients (see docs/cuda_trainer.md)
-//   master     [P] fp32     AdamW's master weights; params = floatX(master) after each update
-//   m, v       [P] fp32     AdamW moments (bf16 with --bf16-moments)
-//   head_grad  [Vp,C] fp32  the LM head gradient, accumulated over the step by the fused classifier,
-//                           added into grads once per step (the last pipeline stage only, as the logits)
-//   buffers                 one block carved by the buffer table (buffer_table): the activations, per layer
-//                           what the backward needs (less with --recompute) plus one shared copy of what it
-//                           recomputes; the scratch: one layer's backward buffers, the classifier's logits
-//                           chunk, the norms' partials
-//
-// Forward of one layer l (x = the residual stream entering it, [N,C] with N = B*T):
-//   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: no add)
-//   qkv = ln1 Wqkv^T (+b); rope(q, k)          cuBLASLt (bias epilogue), rope_rotate_inplace
-//   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA)
-//   y = atty Wo^T (+b)
-//   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
-//   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up
-//   y = act W2^T (+b)                          (added to x_mid by the next layer's norm, or by the final norm)
-// then x_final = x_mid[L-1] + y; lnf = norm(x_final); the fused classifier computes logits chunk by chunk,
-// the loss and the logits gradient in place. The backward runs the same steps in reverse, with one residual
-// gradient dres [N,C] that each norm's backward adds its input gradient into.
-//
-// --recompute none|selective|full: none keeps every layer's activations; selective keeps qkv and fc1 but
-// recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
-// input x[l] and recomputes the whole layer just before its backward.
-//
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
 // (padded) elements, shard = P / dp. Under tp the layer shapes are a rank's (H/tp heads ..., g->Hl, g->Fl, g->Vpl),
@@ -46,40 +18,18 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include "llmc/run/flags.h"
-#include "llmc/parallel/comm_timeout.h"
-#include "llmc/run/checkpoint.h"
 #include "llmc/model_config.h"
-#include "llmc/data/dataloader.h"
-#include "llmc/flops.h"
-#include "llmc/run/guard.h"
-#include "llmc/init.h"
-#include "llmc/parallel/layout.h"
-#include "llmc/run/logger.h"
-#include "llmc/run/lr_schedule.h"
 #include "llmc/param_table.h"
-#include "llmc/parallel/planner.h"
-#include "llmc/parallel/pp_exec.h"
-#include "llmc/parallel/pp_schedule.h"
-#include "llmc/rng.h"
-#include "llmc/sampling.h"
-#include "llmc/run/signals.h"
-#include "llmc/run/weights_io.h"
-#include "llmc/parallel/zero.h"
 #include "llmc/cuda_common.cuh"
+#include "llmc/precision.cuh"
 #include "llmc/matmul.cuh"
-#include "llmc/matmul_fp8.cuh"
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
 #include "llmc/mlp_act.cuh"
-#include "llmc/precision.cuh"
 #ifdef ENABLE_FP32
 #include "llmc/attention_rowwise.cuh"  // fp32 build: CUDA-core attention, one warp per row
 #else
@@ -89,32 +39,16 @@
 #include "llmc/embedding.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/grad_norm.cuh"
+#include "llmc/run/guard.h"
+#include "llmc/sampling.h"
+#include "llmc/parallel/layout.h"
 #ifdef USE_NCCL
 #include "llmc/parallel/comm_nccl.cuh"
 #else
 #include "llmc/parallel/comm_one_rank.cuh"  // built without NCCL: one rank
 #endif
 #include "llmc/gpt/options.cuh"
-
-// ----------------------------------------------------------------------------------------------
-// The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
-// build the CUDA-core kernels of llmc/attention_rowwise.cuh. Same layouts and meaning.
-static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
-                          cudaStream_t stream) {
-#ifdef ENABLE_FP32
-    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream);
-#else
-    attention_forward(out, lse, qkv, B, T, H, KV, hd, stream);
-#endif
-}
-static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
-                          const float* lse, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
-#ifdef ENABLE_FP32
-    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
-#else
-    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
-#endif
-}
+#include "llmc/gpt/axes.cuh"
 
 // ----------------------------------------------------------------------------------------------
 // The model
@@ -138,8 +72,8 @@ struct LayerActs {
     floatX* act;      // [N,F]
 };
 
-// The host's record of one staged micro-batch (the data are in the pinned slot).
-struct MicroBatchStage {
+// The host's record of one uploaded micro-batch (the data are in its pinned upload buffer).
+struct MicroBatchUpload {
     bool has_targets = false;        // with targets, also the embedding plan
     int n_valid = 0;                 // targets >= 0
     int plan_unique = 0, plan_max = 0;
@@ -151,35 +85,27 @@ struct StepReadback {
     float norm;    // pre-clip global gradient norm
 };
 
-// fp8: the four linear layers of a layer, in the order of their tensors i = 4 l + k in the fp8 scaling states
-enum { FP8_QKV = 0, FP8_ATTN_OUT = 1, FP8_FC1 = 2, FP8_FC2 = 3, FP8_LINEARS = 4 };
-
-// ZeRO-3's gather buffers: two for the layers (layer l in GATHER_LAYER0 + l % 2), the embeddings, the final norm
-// and head
-enum { GATHER_LAYER0 = 0, GATHER_EMB = 2, GATHER_HEAD = 3, GATHER_SLOTS = 4 };
-
 struct GPT {
     ModelConfig cfg;
-    ParamTable table;           // this rank's tensors, offsets padded into the buckets of llmc/parallel/zero.h (for one rank
-                                // the plain table: every tensor is a multiple of 8 elements, so no padding)
+    ParamTable table;           // this rank's tensors, offsets padded into the buckets of llmc/parallel/zero.h (for one
+                                // rank the plain table: every tensor is a multiple of 8 elements, so no padding)
     int B = 0, T = 0;
     Recompute recompute = RECOMPUTE_NONE;
     bool bf16_moments = false;
-    cudaStream_t stream = nullptr;
+    cudaStream_t stream = nullptr;  // the compute stream
     MatmulContext mm;
-    // one allocation per kind
+    // one allocation per kind (P: the parameter table's elements; floatX is bf16, or float in the fp32 build)
     floatX* params = nullptr;   // [P]; ZeRO 3: [shard] (a layer's weights are read from its gather buffer)
     floatX* grads = nullptr;    // [P] this rank's own gradients of the step
     float* master = nullptr;    // [P]; ZeRO >= 1: [shard]
     void* m = nullptr;          // [P] fp32 or bf16; ZeRO >= 1: [shard]
     void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
     float* head_grad = nullptr; // [Vp,C] (on the stage that runs the classifier)
-    char* buffer_memory = nullptr;  // every row of buffer_table below but the counted ones
+    char* buffer_memory = nullptr;  // every row of buffer_table (llmc/gpt/memory.cuh) but the counted ones
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
     // scratch (shapes in buffer_table)
-    floatX *y, *x_final, *lnf, *lnf_full, *dres, *dres_full, *dln, *datty, *dqkv, *dfc1, *dact, *logits, *tp_part,
-        *seq_buf;
+    floatX *y, *x_final, *lnf, *lnf_full, *dres, *dres_full, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
     float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin, *cls_stats;
     double* loss_sum;           // [1] sum over the micro-batches of their weighted mean losses (fp64)
     int32_t *inputs, *targets;
@@ -187,90 +113,42 @@ struct GPT {
     EmbeddingPlan plan;
     AdamWTable<float> adam_f32;
     AdamWTable<__nv_bfloat16> adam_bf16;
-    // tensor and sequence parallel (the header comment; llmc/parallel/tp.h): this rank's heads, MLP columns and vocabulary rows
-    Comm tp;                    // the tp group; its collectives are enqueued on the compute stream (tp.stream = stream)
-    int n_tp = 1, tp_rank = 0;  // tp ranks, this rank's place among them
-    bool sp = false;            // sequence parallel: the norm and residual rows are this rank's Nl = N / tp
-    int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
-    // data parallel and ZeRO (the header comment; counts of the buffer-table rows are set by gpt_plan)
-    Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp
-    Comm dp;                    // the dp group: its size, rank and stream
-    bool parallel = false;      // dp > 1, ZeRO or tp > 1: fp32 bucket reduction, sharded optimizer state
-    bool has_head = true;       // this pipeline stage runs the classifier (the last; every rank without pp)
-    std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
-    std::vector<int> bucket_of;        // spec -> bucket
-    size_t shard = 0;                  // P / dp
-    size_t max_bucket = 0;             // elements of the largest bucket
-    size_t n_grad32 = 0, n_grad_shard = 0, n_gather = 0, n_norm64 = 0;  // buffer-table counts (0: no row)
-    std::vector<size_t> norm_ranges_host;  // [n,2] the gradient ranges this rank counts (layout_norm_ranges)
-    size_t gather_off[GATHER_SLOTS] = {};  // each gather buffer's offset in `gather`
-    float* grad32 = nullptr;    // fp32 gradients: ZeRO 0/1 [P] reduced in place; ZeRO 2/3 [2, max_bucket] staging
-    float* grad_shard = nullptr;  // ZeRO 2/3: [shard] the reduced gradients of this rank's pieces
-    floatX* gather = nullptr;   // ZeRO 3: the gather buffers [2 * max layer bucket + embeddings + head]
-    double* norm64 = nullptr;   // [GLOBAL_NORM_BLOCKS + 1] fp64 partial sums of squares, then their sum
-    size_t* norm_ranges = nullptr;     // [n,2] device copy of norm_ranges_host
-    AdamWTable<float, float> adam_f32_g32;             // AdamW on fp32 reduced gradients, over this rank's ranges
-    AdamWTable<__nv_bfloat16, float> adam_bf16_g32;
-    cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before dp.stream reads what it wrote
-    cudaEvent_t ev_comm = nullptr;     // recorded on dp.stream before the compute stream reads what it wrote
-    cudaEvent_t ev_stage_free[2] = {}; // ZeRO 2/3: staging buffer s may be overwritten (its reduce-scatter is done)
-    cudaEvent_t ev_gathered[GATHER_SLOTS] = {}, ev_slot_done[GATHER_SLOTS] = {};  // ZeRO 3: buffer filled / read
-    int gather_holds[GATHER_SLOTS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none
-    int stage_next = 0;                // ZeRO 2/3: the staging buffer the next bucket is cast into
-    // pipeline parallel (--pp, --vpp, --layout; the header comment): this rank runs its stage's chunks
+    // this rank's layer shapes (one GPU: the model's): heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
+    int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;
+    Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp (one GPU: layout_single)
     Comm world;                 // every rank (the loss and the gradient norm are summed over it)
-    Comm pp, emb;               // the stages of this rank's pipeline; its first and last stage (tied embedding)
+    bool has_head = true;       // this rank runs the classifier (the last pipeline stage; every rank without pp)
     std::vector<int> global;    // local spec -> its index in the whole model's table (build_param_table)
     std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/parallel/tp.h)
-    int n_slots = 1;            // activation slots: the most (micro-batch, chunk) pairs in flight (1 without pp)
-    int slot_layers = 0;        // layers per slot: the stage's largest chunk (without pp: every layer)
-    floatX* pp_io = nullptr;    // per slot: the chunk's output [Nl,C] (sent on), then the gradient of its output [Nl,C]
-                                // (received; the backward leaves its input's gradient there, sent back)
-    int head_mb = -1;           // the micro-batch whose final norm (x_final, lnf, lnf_mean) the head scratch holds
-    cudaEvent_t ev_pp = nullptr, ev_emb = nullptr;  // recorded on pp.stream / emb.stream after their transfers
+    cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before another stream reads what it wrote
+    cudaEvent_t ev_comm = nullptr;     // recorded on another stream before the compute stream reads what it wrote
+    // the parallel axes and fp8 (llmc/gpt/axes.cuh)
+    TensorParallel tp;
+    DataParallel dp;
+    Pipeline pp;
+    Fp8Linears fp8;
     double allocated = 0;       // bytes asked of cudaMalloc
     double allocated_weights = 0, allocated_grads = 0, allocated_optim = 0;  // of which: params; grads + head_grad;
                                                                              // master + moments
-    // Pinned host staging (cudaMallocHost): everything a micro-batch needs from the host, one slot per
-    // micro-batch of the step, so that its uploads are asynchronous and no slot is rewritten while a copy
-    // from it may still be queued. Slot layout (int32): inputs [N] | targets [N] | embedding plan [3N+1].
-    int32_t* h_stage = nullptr;
-    int stage_slots = 0;
-    std::vector<MicroBatchStage> stage;   // [stage_slots] what the host knows of each slot
-    StepReadback* h_readback = nullptr;   // pinned: the step's loss and gradient norm, read once per step
+    // Pinned host upload buffers (cudaMallocHost): everything a micro-batch needs from the host, one buffer per
+    // micro-batch of the step, so that its copies are asynchronous and no buffer is rewritten while a copy from it
+    // may still be queued. Layout (int32): inputs [N] | targets [N] | embedding plan [3N+1].
+    int32_t* h_upload = nullptr;
+    int n_uploads = 0;
+    std::vector<MicroBatchUpload> uploads;  // [n_uploads] what the host knows of each buffer
+    StepReadback* h_readback = nullptr;     // pinned: the step's loss and gradient norm, read once per step
     int n_valid = 0;            // targets >= 0 in the micro-batch of the last forward
     double loss = 0;            // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
-    // fp8 (--fp8; the fp8 section below, docs/fp8.md): the four linear layers k of layer l (FP8_QKV ...) are tensor
-    // i = 4 l + k (l of the whole model) of each scaling state
-    Fp8Options fp8;
-    Fp8Meta fp8_w;              // E4M3: the weights, scaled by their own amax after every update
-    Fp8Meta fp8_x;              // E4M3: the GEMM inputs (ln1, attention output, ln2, MLP activation)
-    Fp8Meta fp8_dy;             // E5M2: the GEMM output gradients
-    __nv_fp8_e4m3* w8 = nullptr;  // ZeRO < 3: [2, Pw] the step's fp8 weights, then their transposes; ZeRO 3: [2, one
-                                  // layer's] cast after each gather
-    size_t w8_half = 0;           // Pw (ZeRO 3: the largest layer's linear weights): where the transposes start
-    std::vector<size_t> w8_off;   // [4 L] tensor i's offset in each half (SIZE_MAX: not on this stage)
-    __nv_fp8_e4m3* x8 = nullptr;  // [N, max IC] a GEMM input (forward), or [max IC, N] its transpose (backward)
-    __nv_fp8_e5m2* dy8 = nullptr; // [N, max OC] an output gradient
-    __nv_fp8_e5m2* dyt8 = nullptr;  // [max OC, N] its transpose
 
-    floatX* P(int k) const {
+    floatX* P(int k) const {    // the weights of tensor k (ZeRO 3: in its gather buffer)
         if (k < 0) return nullptr;
         if (L.zero < 3) return params + table.specs[k].offset;
-        const Bucket& b = buckets[bucket_of[k]];
-        return gather + gather_off[gather_slot(b)] + (table.specs[k].offset - b.range.lo);
-    }
-    int gather_slot(const Bucket& b) const {
-        return b.layer >= 0 ? GATHER_LAYER0 + b.layer % 2 : b.range.lo == 0 ? GATHER_EMB : GATHER_HEAD;
+        const Bucket& b = dp.buckets[dp.bucket_of[k]];
+        return dp.gather + dp.gather_off[dp.gather_buffer(b)] + (table.specs[k].offset - b.range.lo);
     }
     floatX* G(int k) const { return k < 0 ? nullptr : grads + table.specs[k].offset; }
     int head() const { return cfg.tied ? table.wte : table.lm_head; }
 };
-
-// The weight of linear layer k (FP8_QKV ...) of a layer
-static int linear_weight(const ParamTable::Block& b, int k) {
-    return k == FP8_QKV ? b.qkv_w : k == FP8_ATTN_OUT ? b.attn_out_w : k == FP8_FC1 ? b.fc1_w : b.fc2_w;
-}
 
 // The parallel axes, each in a file of its own (they read and write struct GPT above):
 #include "llmc/gpt/tensor_parallel.cuh"  // tp_sum, tp_gather: the residual stream over the tp group
@@ -278,103 +156,58 @@ static int linear_weight(const ParamTable::Block& b, int k) {
 #include "llmc/gpt/fp8_linear.cuh"       // --fp8: the linear layers through fp8 GEMMs
 
 // ----------------------------------------------------------------------------------------------
-// out[N,OC] = inp[N,IC] W^T (+ bias) of linear layer k of layer l: bf16 (matmul_forward), or with --fp8 the input cast
-// to E4M3 times the fp8 weight (the inputs of attention-out and fc2, row-parallel, are tensor-parallel slices).
+// Forward of one layer l (x = the residual stream entering it, [N,C] with N = B*T):
+//   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: no add)
+//   qkv = ln1 Wqkv^T (+b); rope(q, k)          cuBLASLt (bias epilogue), rope_rotate_inplace
+//   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA)
+//   y = atty Wo^T (+b)
+//   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
+//   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up
+//   y = act W2^T (+b)                          (added to x_mid by the next layer's norm, or by the final norm)
+// then x_final = x_mid[L-1] + y; lnf = norm(x_final); the fused classifier computes logits chunk by chunk,
+// the loss and the logits gradient in place. The backward runs the same steps in reverse, with one residual
+// gradient dres [N,C] that each norm's backward adds its input gradient into.
+//
+// --recompute none|selective|full: none keeps every layer's activations; selective keeps qkv and fc1 but
+// recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
+// input x[l] and recomputes the whole layer just before its backward.
+
+// The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
+// build the CUDA-core kernels of llmc/attention_rowwise.cuh. Same layouts and meaning.
+static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
+                          cudaStream_t stream) {
+#ifdef ENABLE_FP32
+    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream);
+#else
+    attention_forward(out, lse, qkv, B, T, H, KV, hd, stream);
+#endif
+}
+static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
+                          const float* lse, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
+#ifdef ENABLE_FP32
+    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
+#else
+    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
+#endif
+}
+
+// out[N,OC] = inp[N,IC] W^T (+ bias) of linear layer k of layer l (cuBLASLt, the bias in its epilogue); with --fp8
+// through fp8 GEMMs (llmc/gpt/fp8_linear.cuh).
 static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp, const floatX* bias, int N, int IC,
                            int OC) {
-    const int w = linear_weight(g->table.blocks[l], k), i = FP8_LINEARS * l + k;
-    if (g->fp8.recipe == FP8_NONE) {
-        matmul_forward(&g->mm, g->stream, out, inp, g->P(w), bias, N, IC, OC);
-        return;
-    }
-    fp8_cast_tensor(g, g->x8, (__nv_fp8_e4m3*)nullptr, inp, N, IC, &g->fp8_x, i, k == FP8_ATTN_OUT || k == FP8_FC2);
-    matmul_fp8_forward(&g->mm, g->stream, out, g->x8, fp8_scale_inv(&g->fp8_x, i), fp8_weight(g, l, k, false),
-                       fp8_scale_inv(&g->fp8_w, i), bias, N, IC, OC);
+    if (g->fp8.opt.recipe != FP8_NONE) return fp8_linear_forward(g, l, k, out, inp, bias, N, IC, OC);
+    matmul_forward(&g->mm, g->stream, out, inp, g->P(linear_weight(g->table.blocks[l], k)), bias, N, IC, OC);
 }
 
 // dinp[N,IC] = dout[N,OC] W and dW += dout^T inp (dbias += column sums of dout, when given) of linear layer k of
-// layer l: bf16, or with --fp8 the output gradient cast to E5M2 with its transpose, and the input cast again, transposed.
+// layer l; with --fp8 through fp8 GEMMs.
 static void linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, const floatX* dout, const floatX* inp,
                             int N, int IC, int OC) {
-    const int w = linear_weight(g->table.blocks[l], k), i = FP8_LINEARS * l + k;
-    if (g->fp8.recipe == FP8_NONE) {
-        matmul_backward_input(&g->mm, g->stream, dinp, dout, g->P(w), N, IC, OC);
-        matmul_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, inp, N, IC, OC);
-        return;
-    }
-    // the output gradients of QKV and fc1 (column-parallel) are tp slices, as the inputs of attention-out and fc2
-    fp8_cast_tensor(g, g->dy8, g->dyt8, dout, N, OC, &g->fp8_dy, i, k == FP8_QKV || k == FP8_FC1);
-    matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->dy8, fp8_scale_inv(&g->fp8_dy, i), fp8_weight(g, l, k, true),
-                              fp8_scale_inv(&g->fp8_w, i), N, IC, OC);
-    fp8_cast_tensor(g, (__nv_fp8_e4m3*)nullptr, g->x8, inp, N, IC, &g->fp8_x, i, k == FP8_ATTN_OUT || k == FP8_FC2);
-    matmul_fp8_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, g->dyt8, fp8_scale_inv(&g->fp8_dy, i), g->x8,
-                               fp8_scale_inv(&g->fp8_x, i), N, IC, OC);
+    if (g->fp8.opt.recipe != FP8_NONE) return fp8_linear_backward(g, l, k, dinp, dbias, dout, inp, N, IC, OC);
+    const int w = linear_weight(g->table.blocks[l], k);
+    matmul_backward_input(&g->mm, g->stream, dinp, dout, g->P(w), N, IC, OC);
+    matmul_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, inp, N, IC, OC);
 }
-
-// ----------------------------------------------------------------------------------------------
-// Uploads: the host's part of a micro-batch
-// int32 entries of one staging slot: inputs, targets, embedding plan
-static size_t stage_ints(const GPT* g) {
-    const int N = g->B * g->T;
-    return 2 * (size_t)N + embedding_plan_ints(N);
-}
-
-// At least `slots` pinned staging slots. Only between steps: no queued copy may read the old ones.
-static void gpt_stage_reserve(GPT* g, int slots) {
-    if (g->stage_slots >= slots) return;
-    if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
-    cudaCheck(cudaMallocHost((void**)&g->h_stage, (size_t)slots * stage_ints(g) * sizeof(int32_t)));
-    g->stage_slots = slots;
-    g->stage.assign(slots, MicroBatchStage{});
-}
-
-// Host work of one micro-batch, into pinned slot `slot`: the tokens (checked against the vocabulary), the
-// targets (-1 = ignore; may be null) and, with targets, the embedding backward's plan from the host tokens
-// (llmc/embedding.cuh), so that the device needs nothing more from the host for this micro-batch.
-static void gpt_stage(GPT* g, int slot, const int32_t* inputs, const int32_t* targets) {
-    const size_t N = (size_t)g->B * g->T;
-    const int V = g->cfg.vocab_size;
-    int32_t* h = g->h_stage + (size_t)slot * stage_ints(g);
-    MicroBatchStage& st = g->stage[slot];
-    for (size_t n = 0; n < N; n++) {
-        if (inputs[n] < 0 || inputs[n] >= V) die("input token %d out of range [0, %d)", inputs[n], V);
-        if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
-    }
-    std::copy(inputs, inputs + N, h);
-    st.has_targets = targets != nullptr;
-    st.n_valid = 0;
-    if (!targets) return;
-    std::copy(targets, targets + N, h + N);
-    for (size_t n = 0; n < N; n++) st.n_valid += targets[n] >= 0;
-    embedding_plan_rows(inputs, (int)N, V, h + 2 * N, &st.plan_unique, &st.plan_max);
-}
-
-// ----------------------------------------------------------------------------------------------
-// Small kernels of the step
-// dst[i] = floatX(dst[i] + src[i]): the fp32 LM-head gradient joins the floatX gradients once per step
-__global__ void add_f32_into_floatX_kernel(floatX* dst, const float* src, size_t n) {
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    if (i < n) dst[i] = to_floatX(to_float(dst[i]) + src[i]);
-}
-
-
-// loss_sum[0] += weight * (sum of losses[0..N)) / n_valid, in fp64 and a fixed order (one block: thread t sums
-// rows t, t + 256, ..., then a tree over the threads), so the loss of a step needs no host round trip per
-// micro-batch. Launch with 256 threads.
-__global__ void loss_accumulate_kernel(double* loss_sum, const float* losses, int N, int n_valid, double weight) {
-    __shared__ double part[256];
-    double s = 0;
-    for (int n = threadIdx.x; n < N; n += blockDim.x) s += losses[n];
-    part[threadIdx.x] = s;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0 && n_valid > 0) loss_sum[0] += weight * part[0] / n_valid;
-}
-
-// Forward
 
 // The attention half of layer l after ln1: qkv (column-parallel: this rank's heads, on ln1 gathered under SP),
 // RoPE, attention.
@@ -383,7 +216,7 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     const ParamTable::Block& w = g->table.blocks[l];
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = g->Hl, KV = g->KVl;
     tp_gather(g, la.ln1, la.ln1_full);
-    linear_forward(g, l, FP8_QKV, la.qkv, la.ln1_full, g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
+    linear_forward(g, l, LINEAR_QKV, la.qkv, la.ln1_full, g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
     if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
     attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
 }
@@ -404,10 +237,10 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const ModelConfig& c = g->cfg;
     const ParamTable::Block& w = g->table.blocks[l];
     LayerActs& la = g->layers[l];
-    const int N = g->B * g->T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, F = g->Fl,
+    const int N = g->B * g->T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, F = g->Fl,
               F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM;
-    if (g->fp8.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, false);  // its weights just gathered
+    if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, false);  // its weights just gathered
     if (x_prev_mid)
         fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w), g->P(w.ln1_b),
                                     Nl, C, c.norm_eps, rms, g->stream);
@@ -416,14 +249,14 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
                                     g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream);  // no residual add
     attention_block_forward(g, l, la);
     floatX* part = tp_part(g, g->y);
-    linear_forward(g, l, FP8_ATTN_OUT, part, la.atty, row_bias(g, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
+    linear_forward(g, l, LINEAR_ATTN_OUT, part, la.atty, row_bias(g, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
     tp_sum(g, part, g->y);
     fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), Nl,
                                 C, c.norm_eps, rms, g->stream);
     tp_gather(g, la.ln2, la.ln2_full);
-    linear_forward(g, l, FP8_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
+    linear_forward(g, l, LINEAR_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
     mlp_act_forward(g, la);
-    linear_forward(g, l, FP8_FC2, part, la.act, row_bias(g, g->P(w.fc2_b)), N, F, C);
+    linear_forward(g, l, LINEAR_FC2, part, la.act, row_bias(g, g->P(w.fc2_b)), N, F, C);
     tp_sum(g, part, g->y);
 }
 
@@ -432,6 +265,45 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
 __global__ void residual_add_kernel(floatX* dst, const floatX* a, const floatX* b, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) dst[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
+}
+
+// Uploads: the host's part of a micro-batch
+// The host's part of a micro-batch: its tokens, targets and embedding plan in a pinned upload buffer.
+
+// int32 entries of one upload buffer: inputs, targets, embedding plan
+static size_t upload_ints(const GPT* g) {
+    const int N = g->B * g->T;
+    return 2 * (size_t)N + embedding_plan_ints(N);
+}
+
+// At least `slots` pinned staging slots. Only between steps: no queued copy may read the old ones.
+static void gpt_upload_reserve(GPT* g, int slots) {
+    if (g->n_uploads >= slots) return;
+    if (g->h_upload) cudaCheck(cudaFreeHost(g->h_upload));
+    cudaCheck(cudaMallocHost((void**)&g->h_upload, (size_t)slots * upload_ints(g) * sizeof(int32_t)));
+    g->n_uploads = slots;
+    g->uploads.assign(slots, MicroBatchUpload{});
+}
+
+// Host work of one micro-batch, into pinned slot `slot`: the tokens (checked against the vocabulary), the
+// targets (-1 = ignore; may be null) and, with targets, the embedding backward's plan from the host tokens
+// (llmc/embedding.cuh), so that the device needs nothing more from the host for this micro-batch.
+static void gpt_upload(GPT* g, int slot, const int32_t* inputs, const int32_t* targets) {
+    const size_t N = (size_t)g->B * g->T;
+    const int V = g->cfg.vocab_size;
+    int32_t* h = g->h_upload + (size_t)slot * upload_ints(g);
+    MicroBatchUpload& st = g->uploads[slot];
+    for (size_t n = 0; n < N; n++) {
+        if (inputs[n] < 0 || inputs[n] >= V) die("input token %d out of range [0, %d)", inputs[n], V);
+        if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
+    }
+    std::copy(inputs, inputs + N, h);
+    st.has_targets = targets != nullptr;
+    st.n_valid = 0;
+    if (!targets) return;
+    std::copy(targets, targets + N, h + N);
+    for (size_t n = 0; n < N; n++) st.n_valid += targets[n] >= 0;
+    embedding_plan_rows(inputs, (int)N, V, h + 2 * N, &st.plan_unique, &st.plan_max);
 }
 
 // The layers [*l0, *l1) of pipeline chunk `chunk` (-1: the whole model, one stage), whether it begins with the
@@ -444,7 +316,7 @@ static void chunk_span(const GPT* g, int chunk, int* l0, int* l1, bool* first, b
     *last = chunk < 0 || chunk == n_chunks - 1;
 }
 
-// Forward of staged micro-batch `slot` (gpt_stage) through pipeline chunk `chunk` (-1: the whole model): from the
+// Forward of staged micro-batch `slot` (gpt_upload) through pipeline chunk `chunk` (-1: the whole model): from the
 // embeddings (the first chunk) or from g->layers[l0].x (received from the previous stage), to the final norm g->lnf
 // [N,C] (the last chunk) or to the chunk's output out [N,C] (sent on). Its tokens and targets go up in one
 // asynchronous copy from the pinned slot (they are adjacent there and on the device).
@@ -455,13 +327,13 @@ static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = n
     int l0, l1;
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
-    const MicroBatchStage& st = g->stage[slot];
-    const int32_t* h = g->h_stage + (size_t)slot * stage_ints(g);
+    const MicroBatchUpload& st = g->uploads[slot];
+    const int32_t* h = g->h_upload + (size_t)slot * upload_ints(g);
     cudaCheck(cudaMemcpyAsync(g->inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
     g->n_valid = st.n_valid;
     // ZeRO 3: each bucket's weights gathered one bucket ahead (params_use waits for them, params_done frees the buffer)
-    const int head_bucket = (int)g->buckets.size() - 1;
+    const int head_bucket = (int)g->dp.buckets.size() - 1;
     if (first) {
         params_use(g, 0);
         params_prefetch(g, layer_bucket(g, l0));
@@ -480,7 +352,7 @@ static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = n
         params_done(g, b);
     }
     if (!last) {  // x[l1] = x_mid + y, sent to the next chunk's stage
-        const size_t n = (size_t)(g->sp ? N / g->n_tp : N) * C;
+        const size_t n = (size_t)(g->tp.sp ? N / g->tp.n : N) * C;
         residual_add_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(out, g->layers[l1 - 1].x_mid, g->y, n);
         cudaCheck(cudaGetLastError());
         return;
@@ -488,7 +360,7 @@ static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = n
     if (c.tied && !first) params_use(g, 0);  // the last stage's copy of the tied embedding, for the LM head
     params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
     fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
-                                g->P(t.lnf_w), g->P(t.lnf_b), g->sp ? N / g->n_tp : N, C, c.norm_eps,
+                                g->P(t.lnf_w), g->P(t.lnf_b), g->tp.sp ? N / g->tp.n : N, C, c.norm_eps,
                                 c.norm == NORM_RMSNORM, g->stream);
     tp_gather(g, g->lnf, g->lnf_full);
 }
@@ -498,9 +370,25 @@ static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = n
 // must be in [0, vocab). It waits for the stream first, since it rewrites staging slot 0.
 static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
     cudaCheck(cudaStreamSynchronize(g->stream));
-    gpt_stage_reserve(g, 1);
-    gpt_stage(g, 0, inputs, targets);
+    gpt_upload_reserve(g, 1);
+    gpt_upload(g, 0, inputs, targets);
     gpt_forward_staged(g, 0);
+}
+
+// loss_sum[0] += weight * (sum of losses[0..N)) / n_valid, in fp64 and a fixed order (one block: thread t sums
+// rows t, t + 256, ..., then a tree over the threads), so the loss of a step needs no host round trip per
+// micro-batch. Launch with 256 threads.
+__global__ void loss_accumulate_kernel(double* loss_sum, const float* losses, int N, int n_valid, double weight) {
+    __shared__ double part[256];
+    double s = 0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) s += losses[n];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    for (int w = blockDim.x / 2; w > 0; w /= 2) {
+        if ((int)threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && n_valid > 0) loss_sum[0] += weight * part[0] / n_valid;
 }
 
 // Adds weight * (mean loss over the valid targets of the micro-batch in g->losses) into g->loss_sum.
@@ -538,10 +426,10 @@ static void classifier_tp(GPT* g, floatX* dx, float scale) {
         const int rows = std::min(chunk, N - r0);
         gpt_logits(g, r0, rows);
         vocab_parallel_max_target(g->logits, mx, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, g->stream);
-        comm_all_reduce_max(g->tp, mx, rows);
-        comm_all_reduce_sum(g->tp, tgt, rows);
+        comm_all_reduce_max(g->tp.comm, mx, rows);
+        comm_all_reduce_sum(g->tp.comm, tgt, rows);
         vocab_parallel_sum_exp(g->logits, mx, sum, rows, g->v0, V, g->Vpl, g->stream);
-        comm_all_reduce_sum(g->tp, sum, rows);
+        comm_all_reduce_sum(g->tp.comm, sum, rows);
         vocab_parallel_loss_grad(g->logits, g->losses + r0, mx, sum, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, scale,
                                  g->stream);
         if (!dx) continue;
@@ -555,8 +443,8 @@ static void classifier_tp(GPT* g, floatX* dx, float scale) {
 static double gpt_loss(GPT* g) {
     const ModelConfig& c = g->cfg;
     const int N = g->B * g->T;
-    if (g->n_tp > 1) classifier_tp(g, nullptr, 0.0f);
-    for (int r0 = 0; r0 < N && g->n_tp == 1; r0 += g->cls_chunk) {
+    if (g->tp.n > 1) classifier_tp(g, nullptr, 0.0f);
+    for (int r0 = 0; r0 < N && g->tp.n == 1; r0 += g->cls_chunk) {
         const int rows = std::min(g->cls_chunk, N - r0);
         gpt_logits(g, r0, rows);
         fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size, c.padded_vocab,
@@ -574,24 +462,24 @@ static double gpt_loss(GPT* g) {
 // after its forward, accumulated into the gradients (the LM head's into head_grad, fp32). The last chunk starts from
 // the loss (its micro-batch staged with targets; loss_weight * its mean loss joins g->loss_sum), the others from the
 // gradient of their output in dx [N,C] (received); the first chunk ends in the embeddings, the others leave the
-// gradient of their input in dx (sent back). Only enqueues work: the embedding plan, built on the host by gpt_stage,
+// gradient of their input in dx (sent back). Only enqueues work: the embedding plan, built on the host by gpt_upload,
 // goes up asynchronously. reduce (data parallel, the step's last micro-batch, one stage): each bucket is reduced
 // over dp as soon as its gradient is complete.
 static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce, int chunk = -1,
                                 floatX* dx = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
-    const int B = g->B, T = g->T, N = B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, hd = c.head_dim, H = g->Hl,
+    const int B = g->B, T = g->T, N = B * T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, hd = c.head_dim, H = g->Hl,
               KV = g->KVl, qd = H * hd, qkvd = (H + 2 * KV) * hd, F = g->Fl, F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     int l0, l1;
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
     // the token rows of this micro-batch, grouped by token, for the embedding backward
-    const MicroBatchStage& st = g->stage[slot];
+    const MicroBatchUpload& st = g->uploads[slot];
     if (last && !st.has_targets) die("gpt_backward: the micro-batch was staged without targets");
     if (first)
-        embedding_plan_upload(&g->plan, g->h_stage + (size_t)slot * stage_ints(g) + 2 * (size_t)N, st.plan_unique,
+        embedding_plan_upload(&g->plan, g->h_upload + (size_t)slot * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
                               st.plan_max, N, g->stream);
     if (!last) {
         cudaCheck(cudaMemcpyAsync(g->dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
@@ -600,7 +488,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf (tensor parallel: the vocabulary-
         // parallel classifier, and d lnf summed over tp: the head is column-parallel)
         const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
-        if (g->n_tp == 1) {
+        if (g->tp.n == 1) {
             fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N,
                              C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
         } else {
@@ -612,7 +500,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
         norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
                       g->lnf_mean, g->lnf_rstd, Nl, C, rms, g->stream);
-        const int head_bucket = (int)g->buckets.size() - 1;
+        const int head_bucket = (int)g->dp.buckets.size() - 1;
         params_done(g, head_bucket);
         if (c.tied) params_done(g, 0);
         if (reduce) grads_bucket_done(g, head_bucket);
@@ -633,24 +521,24 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
-        if (g->fp8.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, true);  // the transposes, after the gather
+        if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, true);  // the transposes, after the gather
         floatX* part = tp_part(g, g->dln);
         tp_gather(g, g->dres, g->dres_full);
-        linear_backward(g, l, FP8_FC2, g->dact, row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
+        linear_backward(g, l, LINEAR_FC2, g->dact, row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
         if (swiglu) swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream);
         else gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream);
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
-        linear_backward(g, l, FP8_FC1, part, g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
+        linear_backward(g, l, LINEAR_FC1, part, g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
         tp_sum(g, part, g->dln);
         norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w), la.ln2_mean,
                       la.ln2_rstd, Nl, C, rms, g->stream);
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
         tp_gather(g, g->dres, g->dres_full);
-        linear_backward(g, l, FP8_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
+        linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
         attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);
-        linear_backward(g, l, FP8_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
+        linear_backward(g, l, LINEAR_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
         tp_sum(g, part, g->dln);
         norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
                       la.ln1_rstd, Nl, C, rms, g->stream);
@@ -674,7 +562,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
 // g->loss. (Training goes through train_step.)
 static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     const size_t N = (size_t)g->B * g->T;
-    if (g->stage_slots < 1 || !g->stage[0].has_targets || memcmp(inputs, g->h_stage, N * sizeof(int32_t)) != 0)
+    if (g->n_uploads < 1 || !g->uploads[0].has_targets || memcmp(inputs, g->h_upload, N * sizeof(int32_t)) != 0)
         die("gpt_backward: call gpt_forward with these inputs and their targets first");
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
     gpt_backward_staged(g, 0, loss_scale, 1.0, false);
@@ -690,6 +578,12 @@ static void gpt_zero_grad(GPT* g) {
     if (g->has_head) cudaCheck(cudaMemsetAsync(g->head_grad, 0, (size_t)g->Vpl * g->cfg.n_embd * 4, g->stream));
 }
 
+// dst[i] = floatX(dst[i] + src[i]): the fp32 LM-head gradient joins the floatX gradients once per step
+__global__ void add_f32_into_floatX_kernel(floatX* dst, const float* src, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = to_floatX(to_float(dst[i]) + src[i]);
+}
+
 // The fp32 LM-head gradient of the step joins the floatX gradients (once per step, after the last micro-batch).
 static void gpt_fold_head_grad(GPT* g) {
     const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
@@ -698,23 +592,23 @@ static void gpt_fold_head_grad(GPT* g) {
 }
 
 // The step's pre-clip global gradient norm and clip coefficient into g->gnorm[GLOBAL_NORM_BLOCKS + 0, 1]. One GPU: the
-// head gradient first joins the others. Data parallel: once dp.stream has reduced every bucket, the norm over the
+// head gradient first joins the others. Data parallel: once dp.comm.stream has reduced every bucket, the norm over the
 // ranges this rank counts (fp64, summed over dp). Only enqueues.
 static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
-    if (!g->parallel) {
+    if (!g->dp.parallel) {
         gpt_fold_head_grad(g);
         global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
         return;
     }
-    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
     cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
-    const float* grads = g->L.zero >= 2 ? g->grad_shard : g->grad32;
-    double* sumsq = g->norm64 + GLOBAL_NORM_BLOCKS;
+    const float* grads = g->L.zero >= 2 ? g->dp.grad_shard : g->dp.grad32;
+    double* sumsq = g->dp.norm64 + GLOBAL_NORM_BLOCKS;
     norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, g->stream>>>(
-        g->norm64, grads, g->norm_ranges, (int)(g->norm_ranges_host.size() / 2));
+        g->dp.norm64, grads, g->dp.norm_ranges, (int)(g->dp.norm_ranges_host.size() / 2));
     cudaCheck(cudaGetLastError());
-    sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->norm64, GLOBAL_NORM_BLOCKS);
+    sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->dp.norm64, GLOBAL_NORM_BLOCKS);
     cudaCheck(cudaGetLastError());
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     cudaCheck(cudaStreamWaitEvent(g->world.stream, g->ev_compute, 0));
@@ -732,19 +626,19 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
 static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     const float* clip = g->gnorm + GLOBAL_NORM_BLOCKS + 1;
     AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
-    if (!g->parallel) {
+    if (!g->dp.parallel) {
         if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, clip, g->stream);
         else adamw_update(g->adam_f32, h, t, clip, g->stream);
         return;
     }
-    if (g->bf16_moments) adamw_update(g->adam_bf16_g32, h, t, clip, g->stream);
-    else adamw_update(g->adam_f32_g32, h, t, clip, g->stream);
+    if (g->bf16_moments) adamw_update(g->dp.adam_bf16, h, t, clip, g->stream);
+    else adamw_update(g->dp.adam_f32, h, t, clip, g->stream);
     if (g->L.zero == 1 || g->L.zero == 2) {
         params_allgather(g);
     } else if (g->L.zero >= 3) {  // the next gathers read the updated shard
-        for (int& held : g->gather_holds) held = -1;
+        for (int& held : g->dp.gather_holds) held = -1;
         cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-        cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+        cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
     }
 }
 
@@ -762,29 +656,29 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
                          const TrainState& st, TestCorrupt mb0, double* norm_out, GuardVerdict* verdict) {
     const int accum = (int)inputs.size();
     const double scale = 1.0 / ((double)accum * g->L.topo.dp);  // each micro-batch's share of the step's mean
-    gpt_stage_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
+    gpt_upload_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
     gpt_zero_grad(g);
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
     // The micro-batch loop only enqueues work: micro-batch a is staged on the host (tokens, targets, the
     // embedding plan, into its own pinned slot) while the device still runs a - 1; its uploads are
     // asynchronous copies from pinned memory and its loss is summed on the device.
     if (g->L.topo.pp > 1) {
-        for (int a = 0; a < accum; a++) gpt_stage(g, a, inputs[a].data(), targets[a].data());
+        for (int a = 0; a < accum; a++) gpt_upload(g, a, inputs[a].data(), targets[a].data());
         pp_pipeline(g, accum, true, scale, nullptr, mb0);
-        for (int b = (int)g->buckets.size() - 1; b >= 0; b--) grads_bucket_done(g, b);  // head, layers, embeddings
+        for (int b = (int)g->dp.buckets.size() - 1; b >= 0; b--) grads_bucket_done(g, b);  // head, layers, embeddings
     } else {
         for (int a = 0; a < accum; a++) {
-            gpt_stage(g, a, inputs[a].data(), targets[a].data());
+            gpt_upload(g, a, inputs[a].data(), targets[a].data());
             gpt_forward_staged(g, a);
             gpt_backward_staged(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
-                                g->parallel && a == accum - 1);
+                                g->dp.parallel && a == accum - 1);
         }
     }
     gpt_grad_norm(g, tc);
     cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
     double loss = gpt_read_loss(g);  // waits for the stream
-    if (g->parallel) {  // the last stage's losses, one tp rank each, summed over dp
+    if (g->dp.parallel) {  // the last stage's losses, one tp rank each, summed over dp
         if (g->L.topo.pp_rank != g->L.topo.pp - 1 || g->L.topo.tp_rank != 0) loss = 0;
         comm_host_sum(g->world, &loss, 1);
     }
@@ -820,6 +714,16 @@ static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n,
     return prompt;
 }
 
+#include "llmc/init.h"
+#include "llmc/flops.h"
+#include "llmc/run/flags.h"
+#include "llmc/run/checkpoint.h"
+#include "llmc/run/logger.h"
+#include "llmc/run/lr_schedule.h"
+#include "llmc/run/signals.h"
+#include "llmc/run/weights_io.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/parallel/comm_timeout.h"
 #include "llmc/gpt/memory.cuh"   // the buffer table, the memory estimate, gpt_build
 #include "llmc/gpt/weights.cuh"  // weights in and out
 
@@ -1035,7 +939,7 @@ int main(int argc, char** argv) {
         if (world.size > 1 || layout.zero > 0)
             printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
                    "stage; gradients reduced in fp32 over dp in %d buckets\n", world.size, layout.topo.pp, dp,
-                   layout.topo.tp, layout.sp ? " (sp)" : "", layout.vpp, layout.zero, g.n_slots, (int)g.buckets.size());
+                   layout.topo.tp, layout.sp ? " (sp)" : "", layout.vpp, layout.zero, g.pp.n_slots, (int)g.dp.buckets.size());
         printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
                model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
     }
@@ -1058,10 +962,10 @@ int main(int argc, char** argv) {
         double s = 0;
         if (layout.topo.pp > 1) {
             cudaCheck(cudaStreamSynchronize(g.stream));  // no queued copy reads the staging slots rewritten here
-            gpt_stage_reserve(&g, tc.val_batches);
+            gpt_upload_reserve(&g, tc.val_batches);
             for (int i = 0; i < tc.val_batches; i++) {
                 loader_batch(&val, (uint64_t)i * B, B, val_in.data(), val_tg.data());
-                gpt_stage(&g, i, val_in.data(), val_tg.data());
+                gpt_upload(&g, i, val_in.data(), val_tg.data());
             }
             pp_pipeline(&g, tc.val_batches, false, 0.0, [&]() { s += gpt_loss(&g); });
             fp8_step_end(&g, false);  // --fp8 delayed: validation's amaxes are no part of the next step's

@@ -50,6 +50,13 @@ struct ParamTable {
     std::vector<Block> blocks;
 };
 
+// The four linear layers of a layer, k = 0..3 (the CUDA trainer's fp8 scaling states keep them in this order: tensor
+// 4 l + k), and the weight of linear layer k of block b.
+enum { LINEAR_QKV = 0, LINEAR_ATTN_OUT = 1, LINEAR_FC1 = 2, LINEAR_FC2 = 3, LINEARS_PER_LAYER = 4 };
+static inline int linear_weight(const ParamTable::Block& b, int k) {
+    return k == LINEAR_QKV ? b.qkv_w : k == LINEAR_ATTN_OUT ? b.attn_out_w : k == LINEAR_FC1 ? b.fc1_w : b.fc2_w;
+}
+
 static inline int param_add(ParamTable& t, const std::string& name, int layer, int64_t rows, int64_t cols,
                             bool matrix, InitKind init, TpSplit tp, std::vector<HfPiece> hf) {
     ParamSpec s{name, layer, rows, cols, matrix, init, tp, rows, std::move(hf), t.total};

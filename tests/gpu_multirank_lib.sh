@@ -125,12 +125,13 @@ fp32() {
     l=$(diff_of "$name" $base 1 loss 0)
     n1=$(diff_of "$name" $base 1 grad_norm 1 1)
     n=$(diff_of "$name" $base 2 grad_norm 1)
-    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt $base $STEPS model)" $WEIGHT_TOL
+    # the final weights against WEIGHTS_BASE's when set (a run of the same build: see the caller), else the CPU run's
+    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt "${WEIGHTS_BASE:-$base}" $STEPS model)" $WEIGHT_TOL
     within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
     within "$n1" "$n1tol" || fail+=" step-1 gradient norm $n1 > $n1tol;"
     within "$n" $NORM_TOL || fail+=" steps 2-$STEPS gradient norms $n > $NORM_TOL;"
     [ $wok = 1 ] || fail+=" final weights $wout > $WEIGHT_TOL;"
-    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL); $mem"
+    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL${WEIGHTS_BASE:+, against $WEIGHTS_BASE}); $mem"
     if [ -z "$fail" ]; then echo "[PASS] fp32 $label ($ranks, $took s) equals one process: $figures"
     else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
 }

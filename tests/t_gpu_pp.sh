@@ -19,7 +19,7 @@
 #   6. validation through the pipeline (forward only): pp2's validation losses (3 batches, at steps 0 and 2) against
 #      the CPU run's, within LOSS_TOL.
 #   7. llama_tiny with 2 layers (untied LM head on the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with
-#      --recompute full.
+#      --recompute full; its final weights against the one-rank run of the same build (the comment at the case).
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
 # rank's (rank 0 holds the first stage only: guards in the lib).
 # OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores.
@@ -91,9 +91,13 @@ mkdir -p "$d"
 MODEL=(-c llama_tiny --layers 2)
 run cpu.a4 ./train_gpt_cpu 1 4
 if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run, llama_tiny: $(why cpu.a4)"; exit 1; fi
-build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
-    { echo "[FAIL] --estimate-memory, llama_tiny: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
-fp32 llama_pp2_dp2_zero2 "llama_tiny: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 --zero 2 --recompute full
+# The one-rank run of the same build: its final weights are the pipeline's oracle here. Against the CPU run they
+# depend on how the host compiler vectorised the CPU trainer's sums (-march=native): on one x86-64 host the one-rank
+# emulated run itself lands 1.59e-3 from the CPU run at h.0.fc2.w (AdamW amplifying rounding on small weights, as in
+# section 1), while pp2 dp2 zero2 is 1.5e-5 from the one-rank run. Losses and gradient norms still go against the CPU.
+run fp32.one_rank build/train_gpt_fp32_emu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] one-rank run, llama_tiny: $(why fp32.one_rank)"; status=1; fi
+WEIGHTS_BASE=fp32.one_rank fp32 llama_pp2_dp2_zero2 "llama_tiny: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 --zero 2 --recompute full
 
 [ $status -eq 0 ] && rm -rf "$top"
 exit $status

@@ -4,10 +4,10 @@
 //
 // Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/parallel/layout.h checks the layout, llmc/parallel/zero.h plans
 // the buckets): world = pp x dp x tp ranks (tp fastest, llmc/parallel/topology.h), one GPU each, started by mpirun, srun or
-// scripts/launch.sh (comm_init, llmc/parallel/launch.h); pipeline parallelism below. Every NCCL call goes through
-// llmc/parallel/comm_nccl.cuh: the dp group's on its own stream (dp.stream), ordered against the compute stream by events; the
-// tp group's on the compute stream itself (g->tp.stream = g->stream), in line with the kernels around them. One rank
-// is the one-GPU trainer described above, unchanged, with no NCCL communicator.
+// scripts/launch.sh (comm_init, llmc/parallel/launch.h); pipeline parallelism in llmc/gpt/pipeline.cuh. Every NCCL call goes through
+// llmc/parallel/comm_nccl.cuh: the dp group's on its own stream (dp.comm.stream), ordered against the compute stream by events; the
+// tp group's on the compute stream itself (g->tp.comm.stream = g->stream), in line with the kernels around them. One rank
+// is the one-GPU trainer of train_gpt.cu, unchanged, with no NCCL communicator.
 //   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
 //   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
 //   ranks is the one-process mean.
@@ -18,8 +18,8 @@
 //   floatX grads [P] as one GPU does. In the last micro-batch's backward, as each bucket's gradient is complete
 //   (the final norm and head first, the layers in reverse order, the embeddings last), a small kernel casts it
 //   to fp32 (adding the fp32 LM-head gradient head_grad where the head lives), an event is recorded on the
-//   compute stream, and dp.stream waits for it and reduces the bucket: all-reduce (ZeRO 0) or reduce-scatter
-//   (ZeRO >= 1), overlapping the rest of the backward. The optimizer waits for dp.stream. Why fp32: each rank's
+//   compute stream, and dp.comm.stream waits for it and reduces the bucket: all-reduce (ZeRO 0) or reduce-scatter
+//   (ZeRO >= 1), overlapping the rest of the backward. The optimizer waits for dp.comm.stream. Why fp32: each rank's
 //   floatX gradient already carries the rounding of one GPU's per-micro-batch accumulation; converting each
 //   bucket to fp32 before the reduction keeps the sum over the dp ranks exact to fp32 (a bf16 reduction would
 //   round again at every hop of NCCL's ring), and it is Megatron's default (fp32 main grads reduced). A bf16
@@ -27,13 +27,13 @@
 //   ZeRO 0  grad32 [P] fp32, all-reduced; master, m, v [P]; AdamW over everything on every rank.
 //   ZeRO 1  master, m, v [shard]; grad32 [P] fp32 reduce-scattered in place (only this rank's pieces end up
 //           summed); AdamW updates this rank's pieces and writes floatX(master) into its pieces of params,
-//           then dp.stream all-gathers params bucket by bucket.
+//           then dp.comm.stream all-gathers params bucket by bucket.
 //   ZeRO 2  also the reduced gradients exist only as grad_shard [shard] fp32: each bucket is cast into one of
 //           two fp32 staging buffers [max bucket] (alternating, so the next bucket's cast overlaps this one's
 //           reduction) and reduce-scattered from there into the shard. During accumulation the floatX grads [P]
 //           still hold this rank's own, unreduced gradient of the step so far (the reduction is once per step).
 //   ZeRO 3  also the floatX weights: params [shard]. A bucket's weights are all-gathered into a gather buffer
-//           on dp.stream one layer ahead of their use (prefetch, in forward and in backward order) and the
+//           on dp.comm.stream one layer ahead of their use (prefetch, in forward and in backward order) and the
 //           buffer is reused once the layer is done with it. Four gather buffers live at once: two for the
 //           layers (layer l in buffer l % 2), one for the embeddings (the tied head reads it too) and one for
 //           the final norm and head; a buffer that still holds the bucket asked for is not gathered again.
@@ -93,68 +93,68 @@ __global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double c
 }
 
 
-// ZeRO 1/2: every rank's pieces of params reach every rank: after the compute stream's writes, dp.stream all-gathers
-// each bucket in place (rank r's piece at its place); the compute stream then waits for dp.stream.
+// ZeRO 1/2: every rank's pieces of params reach every rank: after the compute stream's writes, dp.comm.stream all-gathers
+// each bucket in place (rank r's piece at its place); the compute stream then waits for dp.comm.stream.
 static void params_allgather(GPT* g) {
     const int dp = g->L.topo.dp;
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
-    for (const Bucket& b : g->buckets)
-        comm_all_gather(g->dp, g->params + zero_piece(b, dp, g->L.topo.dp_rank).lo, g->params + b.range.lo,
+    cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
+    for (const Bucket& b : g->dp.buckets)
+        comm_all_gather(g->dp.comm, g->params + zero_piece(b, dp, g->L.topo.dp_rank).lo, g->params + b.range.lo,
                         b.range.size() / dp);
-    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.stream));
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
     cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
 }
 
-// ZeRO-3: a bucket's weights gathered on dp.stream into its gather buffer before use, one layer ahead
+// ZeRO-3: a bucket's weights gathered on dp.comm.stream into its gather buffer before use, one layer ahead
 
 // Starts the all-gather of bucket b's weights into its buffer (nothing when the buffer holds it already, or below
-// ZeRO 3, or for b out of range). dp.stream first waits until the compute stream is done with the buffer's
+// ZeRO 3, or for b out of range). dp.comm.stream first waits until the compute stream is done with the buffer's
 // previous bucket (params_done), so the caller must have marked that bucket done.
 static void params_prefetch(GPT* g, int b) {
-    if (g->L.zero < 3 || b < 0 || b >= (int)g->buckets.size()) return;
-    const Bucket& bk = g->buckets[b];
-    const int s = g->gather_slot(bk), dp = g->L.topo.dp;
-    if (g->gather_holds[s] == b) return;
-    cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_slot_done[s], 0));
-    comm_all_gather(g->dp, g->params + zero_shard_offset(bk, dp), g->gather + g->gather_off[s], bk.range.size() / dp);
-    cudaCheck(cudaEventRecord(g->ev_gathered[s], g->dp.stream));
-    g->gather_holds[s] = b;
+    if (g->L.zero < 3 || b < 0 || b >= (int)g->dp.buckets.size()) return;
+    const Bucket& bk = g->dp.buckets[b];
+    const int s = g->dp.gather_buffer(bk), dp = g->L.topo.dp;
+    if (g->dp.gather_holds[s] == b) return;
+    cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->dp.ev_gather_done[s], 0));
+    comm_all_gather(g->dp.comm, g->params + zero_shard_offset(bk, dp), g->dp.gather + g->dp.gather_off[s], bk.range.size() / dp);
+    cudaCheck(cudaEventRecord(g->dp.ev_gathered[s], g->dp.comm.stream));
+    g->dp.gather_holds[s] = b;
 }
 
 // Bucket b's weights are read from here on: the compute stream waits for their gather.
 static void params_use(GPT* g, int b) {
     if (g->L.zero < 3) return;
     params_prefetch(g, b);
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_gathered[g->gather_slot(g->buckets[b])], 0));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_gathered[g->dp.gather_buffer(g->dp.buckets[b])], 0));
 }
 
 // The compute stream's work so far is the last to read bucket b's buffer until its next params_use: the buffer
 // may be gathered into after it.
 static void params_done(GPT* g, int b) {
     if (g->L.zero < 3) return;
-    cudaCheck(cudaEventRecord(g->ev_slot_done[g->gather_slot(g->buckets[b])], g->stream));
+    cudaCheck(cudaEventRecord(g->dp.ev_gather_done[g->dp.gather_buffer(g->dp.buckets[b])], g->stream));
 }
 
 // The bucket of layer l's weights (the embeddings are bucket 0, the final norm and head the last).
-static int layer_bucket(const GPT* g, int l) { return g->bucket_of[g->table.blocks[l].ln1_w]; }
+static int layer_bucket(const GPT* g, int l) { return g->dp.bucket_of[g->table.blocks[l].ln1_w]; }
 
 // Data parallel: bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it). It is
-// cast to fp32 (plus head_grad where the LM head lives), and dp.stream, once the compute stream has written it,
+// cast to fp32 (plus head_grad where the LM head lives), and dp.comm.stream, once the compute stream has written it,
 // reduces it over dp: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's piece holds the
 // sum (ZeRO 1), or reduce-scatter from a staging buffer into grad_shard (ZeRO 2/3; the cast into a staging buffer
 // first waits until its previous bucket's reduce-scatter has read it).
 static void grads_bucket_done(GPT* g, int b) {
-    const Bucket& bk = g->buckets[b];
+    const Bucket& bk = g->dp.buckets[b];
     const int dp = g->L.topo.dp, zero = g->L.zero;
     const size_t n = bk.range.size();
     int stage = -1;
-    float* dst = g->grad32 + bk.range.lo;
+    float* dst = g->dp.grad32 + bk.range.lo;
     if (zero >= 2) {
-        stage = g->stage_next;
-        g->stage_next ^= 1;
-        cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_stage_free[stage], 0));
-        dst = g->grad32 + stage * g->max_bucket;
+        stage = g->dp.staging_next;
+        g->dp.staging_next ^= 1;
+        cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_staging_free[stage], 0));
+        dst = g->dp.grad32 + stage * g->dp.max_bucket;
     }
     f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(dst, g->grads + bk.range.lo, n);
     cudaCheck(cudaGetLastError());
@@ -167,27 +167,27 @@ static void grads_bucket_done(GPT* g, int b) {
     }
     // SP: each tp rank saw its part of the sequence, so the replicated tensors' gradients (norms, row-parallel biases,
     // position embedding) are summed over tp, in fp32, before the dp reduction
-    for (int k = bk.first_spec; k < bk.end_spec && g->sp; k++) {
+    for (int k = bk.first_spec; k < bk.end_spec && g->tp.sp; k++) {
         const ParamSpec& s = g->table.specs[k];
-        if (s.tp == TP_NONE) comm_all_reduce_sum(g->tp, dst + (s.offset - bk.range.lo), s.numel());
+        if (s.tp == TP_NONE) comm_all_reduce_sum(g->tp.comm, dst + (s.offset - bk.range.lo), s.numel());
     }
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     const int e = g->table.wte;
     if (g->cfg.tied && g->L.topo.pp > 1 && e >= bk.first_spec && e < bk.end_spec) {
-        // the tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head), on emb.stream
-        cudaCheck(cudaStreamWaitEvent(g->emb.stream, g->ev_compute, 0));
-        comm_all_reduce_sum(g->emb, dst + (g->table.specs[e].offset - bk.range.lo), g->table.specs[e].numel());
-        cudaCheck(cudaEventRecord(g->ev_emb, g->emb.stream));
-        cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_emb, 0));
+        // the tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head), on pp.emb.stream
+        cudaCheck(cudaStreamWaitEvent(g->pp.emb.stream, g->ev_compute, 0));
+        comm_all_reduce_sum(g->pp.emb, dst + (g->table.specs[e].offset - bk.range.lo), g->table.specs[e].numel());
+        cudaCheck(cudaEventRecord(g->pp.ev_emb, g->pp.emb.stream));
+        cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->pp.ev_emb, 0));
     } else {
-        cudaCheck(cudaStreamWaitEvent(g->dp.stream, g->ev_compute, 0));
+        cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
     }
     if (zero == 0) {
-        comm_all_reduce_sum(g->dp, dst, n);
+        comm_all_reduce_sum(g->dp.comm, dst, n);
     } else if (zero == 1) {
-        comm_reduce_scatter(g->dp, dst, dst + (size_t)g->L.topo.dp_rank * (n / dp), n / dp);
+        comm_reduce_scatter(g->dp.comm, dst, dst + (size_t)g->L.topo.dp_rank * (n / dp), n / dp);
     } else {
-        comm_reduce_scatter(g->dp, dst, g->grad_shard + zero_shard_offset(bk, dp), n / dp);
-        cudaCheck(cudaEventRecord(g->ev_stage_free[stage], g->dp.stream));
+        comm_reduce_scatter(g->dp.comm, dst, g->dp.grad_shard + zero_shard_offset(bk, dp), n / dp);
+        cudaCheck(cudaEventRecord(g->dp.ev_staging_free[stage], g->dp.comm.stream));
     }
 }

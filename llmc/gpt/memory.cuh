@@ -6,6 +6,12 @@
 // whose fields it reads and writes.
 #pragma once
 
+#include <functional>
+#include "llmc/parallel/planner.h"
+#include "llmc/parallel/pp_exec.h"
+#include "llmc/parallel/pp_schedule.h"
+#include "llmc/parallel/zero.h"
+
 // The buffer table: every activation and scratch buffer of the run, one row each (its pointer, its elements,
 // their type, and under each recompute mode whether every layer keeps its own copy). The memory estimate, the
 // size of the one block that holds them and the carving of that block into the pointers all read it: a new
@@ -71,20 +77,20 @@ static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) {
 }
 
 // The rows, pointing into g (and g->acts[0]) for micro-batches of B x T; the data-parallel and pipeline rows' counts
-// come from gpt_plan (g->n_grad32 ..., g->n_slots).
+// come from gpt_plan (g->dp.n_grad32 ..., g->pp.n_slots).
 // Under tensor parallelism the shapes are this rank's (qd, qkvd, F, F1 and H of its heads and MLP columns, Vp its
 // vocabulary rows); Nl = N / tp rows of the norms and the residual stream under SP, else N. SP adds the gathered
 // copies (*_full), the partial sums before a reduce-scatter (tp_part) and the packing buffer (seq_buf); tp > 1 the
 // classifier's row statistics (cls_stats).
 static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
-    const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N, C = c.n_embd, hd = c.head_dim,
+    const size_t N = (size_t)B * T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, hd = c.head_dim,
                  qd = (size_t)g->Hl * hd, qkvd = (size_t)(g->Hl + 2 * g->KVl) * hd, F = g->Fl,
-                 F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->sp ? N * C : 0;
+                 F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->tp.sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
     const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
-    const bool fp8 = g->fp8.recipe != FP8_NONE;
+    const bool fp8 = g->fp8.opt.recipe != FP8_NONE;
     const size_t max_ic = fp8 ? std::max({C, qd, F}) : 0, max_oc = fp8 ? std::max({qkvd, C, F1}) : 0;
-    const size_t fp8_n = fp8 ? (size_t)FP8_LINEARS * c.n_layer : 0;  // tensors of each scaling state
+    const size_t fp8_n = fp8 ? (size_t)LINEARS_PER_LAYER * c.n_layer : 0;  // tensors of each scaling state
     LayerActs& la = g->acts[0];
     return {
         //          pointer        elements   none  selective   full
@@ -111,8 +117,8 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->dres,          Nl * C),                    // [Nl,C] residual-stream gradient
         scratch(&g->dres_full,     NCsp),                      // [N,C] SP: dres gathered (a row-parallel dout)
         scratch(&g->dln,           Nl * C),                    // [Nl,C] gradient of a norm output
-        scratch(&g->tp_part,       NCsp),                      // [N,C] SP: partial sums before the reduce-scatter
-        scratch(&g->seq_buf,       NCsp),                      // [tp,B,T/tp,C] SP: rows packed by tp rank
+        scratch(&g->tp.part,       NCsp),                      // [N,C] SP: partial sums before the reduce-scatter
+        scratch(&g->tp.seq_buf,       NCsp),                      // [tp,B,T/tp,C] SP: rows packed by tp rank
         scratch(&g->datty,         N * qd),                    // [N,qd]
         scratch(&g->dqkv,          N * qkvd),                  // [N,qkvd]
         scratch(&g->dfc1,          N * F1),                    // [N,F1]
@@ -120,28 +126,28 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
         scratch(&g->norm_partial,  norm_backward_scratch_floats((int)Nl, (int)C)),
         scratch(&g->logits,        g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
-        scratch(&g->cls_stats,     g->has_head && g->n_tp > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
+        scratch(&g->cls_stats,     g->has_head && g->tp.n > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
                                                                // exps, target logit
         scratch(&g->losses,        N),                         // [N]
         scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
         scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
         scratch(&g->gnorm,         GLOBAL_NORM_BLOCKS + 2),    // partials, then norm and clip coefficient
-        scratch(&g->pp_io,         g->L.topo.pp > 1 ? g->n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
+        scratch(&g->pp.io,         g->L.topo.pp > 1 ? g->pp.n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
         counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
-        dp_buffer(&g->grad32,      g->n_grad32),               // fp32 gradients: [P] (ZeRO 0/1), [2,max bucket] (2/3)
-        dp_buffer(&g->grad_shard,  g->n_grad_shard),           // [shard] fp32 reduced gradients (ZeRO 2/3)
-        dp_buffer(&g->gather,      g->n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
-        dp_buffer(&g->norm64,      g->n_norm64),               // [GLOBAL_NORM_BLOCKS + 1] fp64 norm partials, sum
-        dp_buffer(&g->norm_ranges, g->norm_ranges_host.size()),// [n,2] the ranges the norm counts
-        fp8_buffer(&g->w8,         fp8 ? 2 * g->w8_half : 0),  // [2,Pw] fp8 weights, then transposed (ZeRO 3: a layer's)
-        fp8_buffer(&g->x8,         N * max_ic),                // [N,max IC] a GEMM input in E4M3 (or [max IC,N])
-        fp8_buffer(&g->dy8,        N * max_oc),                // [N,max OC] an output gradient in E5M2
-        fp8_buffer(&g->dyt8,       N * max_oc),                // [max OC,N] its transpose
+        dp_buffer(&g->dp.grad32,      g->dp.n_grad32),               // fp32 gradients: [P] (ZeRO 0/1), [2,max bucket] (2/3)
+        dp_buffer(&g->dp.grad_shard,  g->dp.n_grad_shard),           // [shard] fp32 reduced gradients (ZeRO 2/3)
+        dp_buffer(&g->dp.gather,      g->dp.n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
+        dp_buffer(&g->dp.norm64,      g->dp.n_norm64),               // [GLOBAL_NORM_BLOCKS + 1] fp64 norm partials, sum
+        dp_buffer(&g->dp.norm_ranges, g->dp.norm_ranges_host.size()),// [n,2] the ranges the norm counts
+        fp8_buffer(&g->fp8.w8,         fp8 ? 2 * g->fp8.w8_half : 0),  // [2,Pw] fp8 weights, then transposed (ZeRO 3: a layer's)
+        fp8_buffer(&g->fp8.x8,         N * max_ic),                // [N,max IC] a GEMM input in E4M3 (or [max IC,N])
+        fp8_buffer(&g->fp8.dy8,        N * max_oc),                // [N,max OC] an output gradient in E5M2
+        fp8_buffer(&g->fp8.dyt8,       N * max_oc),                // [max OC,N] its transpose
         counted((3 + 1) * fp8_n, sizeof(float), true),         // the weights' scaling state (fp8_meta_init)
-        counted((3 + (size_t)g->fp8.meta_history()) * fp8_n, sizeof(float), true),  // the inputs' [3 + history, 4L]
-        counted((3 + (size_t)g->fp8.meta_history()) * fp8_n, sizeof(float), true),  // the output gradients'
+        counted((3 + (size_t)g->fp8.opt.meta_history()) * fp8_n, sizeof(float), true),  // the inputs' [3 + history, 4L]
+        counted((3 + (size_t)g->fp8.opt.meta_history()) * fp8_n, sizeof(float), true),  // the output gradients'
     };
 }
 
@@ -169,73 +175,73 @@ static int pp_slots_needed(const Layout& L, int n_mb) {
 static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, const Fp8Options& fp8 = {}) {
     g->cfg = c;
     g->L = L;
-    g->fp8 = fp8;
+    g->fp8.opt = fp8;
     const int dp = L.topo.dp, tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
-    g->n_tp = tp;
-    g->tp_rank = L.topo.tp_rank;
-    g->sp = L.sp;
+    g->tp.n = tp;
+    g->tp.rank = L.topo.tp_rank;
+    g->tp.sp = L.sp;
     g->Hl = c.n_head / tp;
     g->KVl = c.n_kv_head / tp;
     g->Fl = c.ffn / tp;
     g->Vpl = c.padded_vocab / tp;
-    g->v0 = g->tp_rank * g->Vpl;
+    g->v0 = g->tp.rank * g->Vpl;
     // this stage's tensors, their tp slices, padded into buckets for dp
-    const LocalTable lt = gpt_local_table(c, build_param_table(c), L, stage, g->tp_rank);
+    const LocalTable lt = gpt_local_table(c, build_param_table(c), L, stage, g->tp.rank);
     g->table = lt.t;
     g->global = lt.global;
     g->slice = lt.slice;
-    g->parallel = dp > 1 || L.zero > 0 || tp > 1 || pp > 1;
+    g->dp.parallel = dp > 1 || L.zero > 0 || tp > 1 || pp > 1;
     g->has_head = stage == pp - 1;
-    g->n_slots = 1;
-    g->slot_layers = c.n_layer;
+    g->pp.n_slots = 1;
+    g->pp.slot_layers = c.n_layer;
     if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/parallel/pp_schedule.h)
-        g->slot_layers = 0;
+        g->pp.slot_layers = 0;
         for (int ch = stage; ch < L.n_chunks(); ch += pp)
-            g->slot_layers = std::max(g->slot_layers, L.chunk_first[ch + 1] - L.chunk_first[ch]);
-        g->n_slots = pp_slots_needed(L, n_mb);
+            g->pp.slot_layers = std::max(g->pp.slot_layers, L.chunk_first[ch + 1] - L.chunk_first[ch]);
+        g->pp.n_slots = pp_slots_needed(L, n_mb);
     }
-    g->buckets = zero_buckets(g->table, dp);
-    g->bucket_of.assign(g->table.specs.size(), -1);
+    g->dp.buckets = zero_buckets(g->table, dp);
+    g->dp.bucket_of.assign(g->table.specs.size(), -1);
     size_t max_layer = 0;
-    g->max_bucket = 0;
-    for (int b = 0; b < (int)g->buckets.size(); b++) {
-        const Bucket& bk = g->buckets[b];
-        for (int k = bk.first_spec; k < bk.end_spec; k++) g->bucket_of[k] = b;
-        g->max_bucket = std::max(g->max_bucket, bk.range.size());
+    g->dp.max_bucket = 0;
+    for (int b = 0; b < (int)g->dp.buckets.size(); b++) {
+        const Bucket& bk = g->dp.buckets[b];
+        for (int k = bk.first_spec; k < bk.end_spec; k++) g->dp.bucket_of[k] = b;
+        g->dp.max_bucket = std::max(g->dp.max_bucket, bk.range.size());
         if (bk.layer >= 0) max_layer = std::max(max_layer, bk.range.size());
     }
-    g->shard = zero_shard_size(g->table, dp);
+    g->dp.shard = zero_shard_size(g->table, dp);
     const size_t P = g->table.total;
-    g->n_grad32 = !g->parallel ? 0 : L.zero <= 1 ? P : 2 * g->max_bucket;
-    g->n_grad_shard = g->parallel && L.zero >= 2 ? g->shard : 0;
-    g->n_norm64 = g->parallel ? GLOBAL_NORM_BLOCKS + 1 : 0;
-    g->norm_ranges_host.clear();
-    if (g->parallel)
-        for (const Range& r : layout_norm_ranges(g->table, g->buckets, L, L.zero >= 2)) {
-            g->norm_ranges_host.push_back(r.lo);
-            g->norm_ranges_host.push_back(r.hi);
+    g->dp.n_grad32 = !g->dp.parallel ? 0 : L.zero <= 1 ? P : 2 * g->dp.max_bucket;
+    g->dp.n_grad_shard = g->dp.parallel && L.zero >= 2 ? g->dp.shard : 0;
+    g->dp.n_norm64 = g->dp.parallel ? GLOBAL_NORM_BLOCKS + 1 : 0;
+    g->dp.norm_ranges_host.clear();
+    if (g->dp.parallel)
+        for (const Range& r : layout_norm_ranges(g->table, g->dp.buckets, L, L.zero >= 2)) {
+            g->dp.norm_ranges_host.push_back(r.lo);
+            g->dp.norm_ranges_host.push_back(r.hi);
         }
     // ZeRO 3: two layer buffers of the largest layer bucket, then the embedding bucket, then the final norm and head
-    g->n_gather = 0;
+    g->dp.n_gather = 0;
     if (L.zero >= 3) {
-        g->gather_off[GATHER_LAYER0] = 0;
-        g->gather_off[GATHER_LAYER0 + 1] = max_layer;
-        g->gather_off[GATHER_EMB] = 2 * max_layer;
-        g->gather_off[GATHER_HEAD] = 2 * max_layer + g->buckets.front().range.size();
-        g->n_gather = g->gather_off[GATHER_HEAD] + g->buckets.back().range.size();
+        g->dp.gather_off[GATHER_LAYER0] = 0;
+        g->dp.gather_off[GATHER_LAYER0 + 1] = max_layer;
+        g->dp.gather_off[GATHER_EMB] = 2 * max_layer;
+        g->dp.gather_off[GATHER_HEAD] = 2 * max_layer + g->dp.buckets.front().range.size();
+        g->dp.n_gather = g->dp.gather_off[GATHER_HEAD] + g->dp.buckets.back().range.size();
     }
     // fp8 weight copies: this stage's linear weights one after the other (ZeRO 3: each layer's from 0, one layer held)
-    g->w8_off.assign((size_t)FP8_LINEARS * c.n_layer, SIZE_MAX);
-    g->w8_half = 0;
+    g->fp8.w8_off.assign((size_t)LINEARS_PER_LAYER * c.n_layer, SIZE_MAX);
+    g->fp8.w8_half = 0;
     for (int l = 0; l < c.n_layer && fp8.recipe != FP8_NONE; l++) {
         const ParamTable::Block& b = g->table.blocks[l];
         if (b.qkv_w < 0) continue;  // another stage's layer
-        size_t at_l = L.zero >= 3 ? 0 : g->w8_half;
-        for (int k = 0; k < FP8_LINEARS; k++) {
-            g->w8_off[(size_t)FP8_LINEARS * l + k] = at_l;
+        size_t at_l = L.zero >= 3 ? 0 : g->fp8.w8_half;
+        for (int k = 0; k < LINEARS_PER_LAYER; k++) {
+            g->fp8.w8_off[(size_t)LINEARS_PER_LAYER * l + k] = at_l;
             at_l += g->table.specs[linear_weight(b, k)].numel();
         }
-        g->w8_half = std::max(g->w8_half, at_l);
+        g->fp8.w8_half = std::max(g->fp8.w8_half, at_l);
     }
 }
 
@@ -279,19 +285,19 @@ static MemoryEstimate estimate_memory(const ModelConfig& c, int B, int T, Recomp
     MemoryEstimate e;
     GPT shape;  // the plan's and the table's sizes only: its addresses point into this GPT and are not used
     gpt_plan(&shape, c, L, n_mb, fp8);
-    const double P = (double)shape.table.total, shard = (double)shape.shard;
+    const double P = (double)shape.table.total, shard = (double)shape.dp.shard;
     e.params = (L.zero >= 3 ? shard : P) * sizeof(floatX);
     e.grads = P * sizeof(floatX);
     e.master = (L.zero >= 1 ? shard : P) * 4;
     e.moments = (L.zero >= 1 ? shard : P) * 2 * (bf16_moments ? 2 : 4);
     e.head_grad = shape.has_head ? (double)shape.Vpl * c.n_embd * 4 : 0;
     e.acts_layers = e.acts_shared = e.scratch = e.dp_buffers = e.fp8 = 0;
-    e.grad32 = (double)align256(shape.n_grad32 * 4);
-    e.grad_shard = (double)align256(shape.n_grad_shard * 4);
-    e.gather = (double)align256(shape.n_gather * sizeof(floatX));
+    e.grad32 = (double)align256(shape.dp.n_grad32 * 4);
+    e.grad_shard = (double)align256(shape.dp.n_grad_shard * 4);
+    e.gather = (double)align256(shape.dp.n_gather * sizeof(floatX));
     shape.acts.resize(1);
     for (const Buffer& b : buffer_table(&shape, c, B, T)) {
-        const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, shape.n_slots * shape.slot_layers));
+        const double bytes = (double)(buffer_bytes(b) * buffer_copies(b, r, shape.pp.n_slots * shape.pp.slot_layers));
         if (b.fp8) e.fp8 += bytes;
         else if (b.dp) e.dp_buffers += bytes;
         else if (!b.activation) e.scratch += bytes;
@@ -431,12 +437,12 @@ template <typename Moment>
 static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     std::vector<AdamWTensor<Moment, float>> ts;
     const int zero = g->L.zero;
-    for (const ZeroPart& p : zero_parts(g->table, g->buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
+    for (const ZeroPart& p : zero_parts(g->table, g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
         // this part in each buffer: flat, or the shard at the buffer's ZeRO stage
         const size_t lo = p.flat.lo;
         AdamWTensor<Moment, float> t{};
         t.param = g->params + lo - (zero >= 3 ? p.shift : 0);
-        t.grad = zero >= 2 ? g->grad_shard + lo - p.shift : g->grad32 + lo;
+        t.grad = zero >= 2 ? g->dp.grad_shard + lo - p.shift : g->dp.grad32 + lo;
         t.master = g->master + lo - p.shift;
         t.m = (Moment*)g->m + lo - p.shift;
         t.v = (Moment*)g->v + lo - p.shift;
@@ -461,13 +467,13 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
                       const Fp8Options& fp8 = {}) {
     check_shapes(c, B, T);
     gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb, fp8);  // fp8: main has checked the device and shapes
-    if (g->parallel && !comms) die("gpt_build: a parallel layout needs its communicators");
+    if (g->dp.parallel && !comms) die("gpt_build: a parallel layout needs its communicators");
     if (comms) {
         g->world = comms->world;
-        g->dp = comms->dp;
-        g->tp = comms->tp;
-        g->pp = comms->pp;
-        g->emb = comms->emb;
+        g->dp.comm = comms->dp;
+        g->tp.comm = comms->tp;
+        g->pp.comm = comms->pp;
+        g->pp.emb = comms->emb;
     }
     for (const ParamSpec& s : g->table.specs)
         if (s.offset % 8 != 0 || s.numel() % 8 != 0)
@@ -478,11 +484,11 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->recompute = r;
     g->bf16_moments = bf16_moments;
     cudaCheck(cudaStreamCreate(&g->stream));
-    g->tp.stream = g->stream;  // tp collectives in line with the kernels that write and read their buffers
+    g->tp.comm.stream = g->stream;  // tp collectives in line with the kernels that write and read their buffers
     matmul_init(&g->mm, (int)max_bias_len(c));
     g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
     const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
-    const size_t n_params = zero >= 3 ? g->shard : P, n_opt = zero >= 1 ? g->shard : P;
+    const size_t n_params = zero >= 3 ? g->dp.shard : P, n_opt = zero >= 1 ? g->dp.shard : P;
     double before = g->allocated;
     cuda_alloc(g, &g->params, n_params * sizeof(floatX));
     g->allocated_weights = g->allocated - before;
@@ -497,12 +503,12 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->allocated_optim = g->allocated - before;
     cudaCheck(cudaMemset(g->m, 0, n_opt * msz));
     cudaCheck(cudaMemset(g->v, 0, n_opt * msz));
-    if (g->parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
+    if (g->dp.parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
 
     // activations and scratch: one block for the rows of the buffer table, carved in its order; an activation
     // that every layer keeps gets n_acts consecutive copies (every layer of every slot: acts[slot * slot_layers + i]),
     // one that is recomputed one copy shared by the layers
-    const int n_acts = g->n_slots * g->slot_layers;
+    const int n_acts = g->pp.n_slots * g->pp.slot_layers;
     g->acts.resize(n_acts);
     const std::vector<Buffer> buffers = buffer_table(g, c, B, T);
     size_t block = 0;
@@ -519,11 +525,11 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         at += copies * buffer_bytes(b);
     }
     // the second halves of the [2,Nl] and [2,N] rows; without SP the gathered copies are the buffers themselves
-    const size_t N = (size_t)B * T, Nl = g->sp ? N / g->n_tp : N;
+    const size_t N = (size_t)B * T, Nl = g->tp.sp ? N / g->tp.n : N;
     for (LayerActs& la : g->acts) {
         la.ln1_rstd = la.ln1_mean + Nl;
         la.ln2_rstd = la.ln2_mean + Nl;
-        if (!g->sp) {
+        if (!g->tp.sp) {
             la.ln1_full = la.ln1;
             la.ln2_full = la.ln2;
         }
@@ -531,7 +537,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->layers = g->acts;  // one stage: layer l's activations are acts[l] (a pipeline binds a slot's per chunk)
     g->layers.resize(c.n_layer);
     g->lnf_rstd = g->lnf_mean + Nl;
-    if (!g->sp) {
+    if (!g->tp.sp) {
         g->lnf_full = g->lnf;
         g->dres_full = g->dres;
     }
@@ -541,22 +547,22 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     embedding_plan_alloc(&g->plan, B * T);
     if (fp8.recipe != FP8_NONE) {  // the three counted fp8 rows of the buffer table
-        const int n = FP8_LINEARS * c.n_layer;
-        fp8_meta_init(&g->fp8_w, FP8_E4M3, n, 1, fp8.margin);
-        fp8_meta_init(&g->fp8_x, FP8_E4M3, n, fp8.meta_history(), fp8.margin);
-        fp8_meta_init(&g->fp8_dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
+        const int n = LINEARS_PER_LAYER * c.n_layer;
+        fp8_meta_init(&g->fp8.w, FP8_E4M3, n, 1, fp8.margin);
+        fp8_meta_init(&g->fp8.x, FP8_E4M3, n, fp8.meta_history(), fp8.margin);
+        fp8_meta_init(&g->fp8.dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
     }
-    if (g->parallel) {
-        if (bf16_moments) g->adam_bf16_g32 = adamw_table_build_dp<__nv_bfloat16>(g, weight_decay);
-        else g->adam_f32_g32 = adamw_table_build_dp<float>(g, weight_decay);
-        cudaCheck(cudaMemcpy(g->norm_ranges, g->norm_ranges_host.data(), g->norm_ranges_host.size() * sizeof(size_t),
+    if (g->dp.parallel) {
+        if (bf16_moments) g->dp.adam_bf16 = adamw_table_build_dp<__nv_bfloat16>(g, weight_decay);
+        else g->dp.adam_f32 = adamw_table_build_dp<float>(g, weight_decay);
+        cudaCheck(cudaMemcpy(g->dp.norm_ranges, g->dp.norm_ranges_host.data(), g->dp.norm_ranges_host.size() * sizeof(size_t),
                              cudaMemcpyHostToDevice));
-        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->ev_stage_free[0], &g->ev_stage_free[1], &g->ev_pp,
-                               &g->ev_emb})
+        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->dp.ev_staging_free[0], &g->dp.ev_staging_free[1], &g->pp.ev_pp,
+                               &g->pp.ev_emb})
             cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-        for (int i = 0; i < GATHER_SLOTS; i++) {
-            cudaCheck(cudaEventCreateWithFlags(&g->ev_gathered[i], cudaEventDisableTiming));
-            cudaCheck(cudaEventCreateWithFlags(&g->ev_slot_done[i], cudaEventDisableTiming));
+        for (int i = 0; i < GATHER_BUFFERS; i++) {
+            cudaCheck(cudaEventCreateWithFlags(&g->dp.ev_gathered[i], cudaEventDisableTiming));
+            cudaCheck(cudaEventCreateWithFlags(&g->dp.ev_gather_done[i], cudaEventDisableTiming));
         }
     } else if (bf16_moments) {
         g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
@@ -570,14 +576,14 @@ static void gpt_free(GPT* g) {
     for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
                     (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
-    if (g->parallel) {
-        if (g->bf16_moments) adamw_table_free(&g->adam_bf16_g32);
-        else adamw_table_free(&g->adam_f32_g32);
-        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->ev_stage_free[0], g->ev_stage_free[1], g->ev_pp, g->ev_emb})
+    if (g->dp.parallel) {
+        if (g->bf16_moments) adamw_table_free(&g->dp.adam_bf16);
+        else adamw_table_free(&g->dp.adam_f32);
+        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->dp.ev_staging_free[0], g->dp.ev_staging_free[1], g->pp.ev_pp, g->pp.ev_emb})
             cudaCheck(cudaEventDestroy(e));
-        for (int i = 0; i < GATHER_SLOTS; i++) {
-            cudaCheck(cudaEventDestroy(g->ev_gathered[i]));
-            cudaCheck(cudaEventDestroy(g->ev_slot_done[i]));
+        for (int i = 0; i < GATHER_BUFFERS; i++) {
+            cudaCheck(cudaEventDestroy(g->dp.ev_gathered[i]));
+            cudaCheck(cudaEventDestroy(g->dp.ev_gather_done[i]));
         }
     } else if (g->bf16_moments) {
         adamw_table_free(&g->adam_bf16);
@@ -585,9 +591,9 @@ static void gpt_free(GPT* g) {
         adamw_table_free(&g->adam_f32);
     }
     embedding_plan_free(&g->plan);
-    if (g->fp8.recipe != FP8_NONE)
-        for (Fp8Meta* m : {&g->fp8_w, &g->fp8_x, &g->fp8_dy}) fp8_meta_free(m);
-    if (g->h_stage) cudaCheck(cudaFreeHost(g->h_stage));
+    if (g->fp8.opt.recipe != FP8_NONE)
+        for (Fp8Meta* m : {&g->fp8.w, &g->fp8.x, &g->fp8.dy}) fp8_meta_free(m);
+    if (g->h_upload) cudaCheck(cudaFreeHost(g->h_upload));
     cudaCheck(cudaFreeHost(g->h_readback));
     matmul_free(&g->mm);
     cudaCheck(cudaStreamDestroy(g->stream));

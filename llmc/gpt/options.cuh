@@ -3,6 +3,13 @@
 // widths the vectorised kernels need, per tensor-parallel rank).
 #pragma once
 
+#include <string>
+#include <vector>
+#include "llmc/fp8.cuh"
+#include "llmc/model_config.h"
+#include "llmc/run/flags.h"
+#include "llmc/parallel/layout.h"
+
 // Flags of the CUDA trainer only (the rest are llmc/run/flags.h's, shared with train_gpt_cpu).
 
 enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };

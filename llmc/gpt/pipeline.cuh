@@ -1,14 +1,15 @@
-// llmc/gpt/pipeline.cuh: pipeline parallel in the CUDA trainer. Included by train_gpt.cu after the backward, whose
-// forward and backward of a chunk it schedules.
+// llmc/gpt/pipeline.cuh: pipeline parallel in the CUDA trainer.
+// Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after the backward,
+// whose forward and backward of a chunk it schedules.
 //
 // Pipeline parallel (--pp stages, --vpp chunks per stage, --layout layers per chunk; world = pp x dp x tp ranks, as
 // train_gpt_cpu.cpp): the layers are cut into pp*vpp chunks, chunk c on stage c % pp (llmc/parallel/pp_schedule.h); a rank's
 // parameter table holds its stage's tensors (gpt_local_table: the first stage the embeddings, the last the final norm
 // and head, and with a tied head its own copy of wte), sliced for its tp rank and padded into buckets for its dp group
-// as above. Under SP the activations sent between stages are this rank's Nl rows.
+// (llmc/gpt/data_parallel.cuh). Under SP the activations sent between stages are this rank's Nl rows.
 //   Schedule: 1F1B or interleaved 1F1B over the step's micro-batches, run by pp_run (llmc/parallel/pp_exec.h). Every
 //   (micro-batch, chunk) in flight holds an activation slot: the LayerActs of its chunk's layers (acts[slot *
-//   slot_layers + i]; g->layers[l] is bound to them before the layer code runs) and two [N,C] rows of pp_io, the
+//   slot_layers + i]; g->layers[l] is bound to them before the layer code runs) and two [N,C] rows of pp.io, the
 //   chunk's output and the gradient of it. The slots are the most pairs the stage's schedule keeps at once
 //   (pp_slots_needed, walking the schedule as mem_plan_acts_walk does), so the memory estimate counts what is held.
 //   A chunk's forward starts from the embeddings or from its input received into its first layer's x, and ends in the
@@ -25,12 +26,18 @@
 //   gathered tensors to world rank 0, which writes the whole model, so any layout resumes any other.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <utility>
+#include "llmc/parallel/pp_exec.h"
+#include "llmc/parallel/pp_schedule.h"
+
 // Pipeline parallel: this stage's list of steps (llmc/parallel/pp_schedule.h) run by pp_run (llmc/parallel/pp_exec.h). Each (micro-batch,
 // chunk) in flight holds an activation slot s: acts[s * slot_layers ...] for the chunk's layers (its input received
-// into the first one's x) and pp_io's two rows [N,C], the chunk's output and its output's gradient.
+// into the first one's x) and pp.io's two rows [N,C], the chunk's output and its output's gradient.
 
-static size_t pp_io_rows(const GPT* g) { return (size_t)g->B * g->T / (g->sp ? g->n_tp : 1); }  // Nl
-static floatX* pp_out(const GPT* g, int s) { return g->pp_io + (size_t)s * 2 * pp_io_rows(g) * g->cfg.n_embd; }
+static size_t pp_io_rows(const GPT* g) { return (size_t)g->B * g->T / (g->tp.sp ? g->tp.n : 1); }  // Nl
+static floatX* pp_out(const GPT* g, int s) { return g->pp.io + (size_t)s * 2 * pp_io_rows(g) * g->cfg.n_embd; }
 static floatX* pp_dout(const GPT* g, int s) { return pp_out(g, s) + pp_io_rows(g) * g->cfg.n_embd; }
 
 // The layer code reads slot s's activations for the layers of `chunk`.
@@ -38,30 +45,30 @@ static void pp_bind(GPT* g, int s, int chunk) {
     int l0, l1;
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
-    for (int l = l0; l < l1; l++) g->layers[l] = g->acts[(size_t)s * g->slot_layers + (l - l0)];
+    for (int l = l0; l < l1; l++) g->layers[l] = g->acts[(size_t)s * g->pp.slot_layers + (l - l0)];
 }
 
 // One run of sends and receives between two compute steps (pp_steps), live: (micro-batch, chunk) -> slot. They are
-// posted as one NCCL group on pp.stream after the compute stream's work so far, and the compute stream waits for the
+// posted as one NCCL group on pp.comm.stream after the compute stream's work so far, and the compute stream waits for the
 // group. A group's sends cannot block its receives, which is what keeps the schedule free of deadlock under NCCL's
 // blocking, untagged sends (llmc/parallel/pp_schedule.h; tests/test_parallel.cpp simulates it).
 static void pp_exchange(GPT* g, const PpMsg* msgs, int n, const std::map<std::pair<int, int>, int>& live) {
     const size_t NC = pp_io_rows(g) * g->cfg.n_embd;  // [Nl,C]: this rank's rows under SP
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->pp.stream, g->ev_compute, 0));
+    cudaCheck(cudaStreamWaitEvent(g->pp.comm.stream, g->ev_compute, 0));
     comm_group_start();
     for (int i = 0; i < n; i++) {
         const PpMsg& m = msgs[i];
         const int s = live.at({m.mb, m.chunk});
-        CommRequest req;  // finished with the group: the compute stream waits for pp.stream below
-        if (m.kind == PP_RECV_ACT) comm_recv(g->pp, g->acts[(size_t)s * g->slot_layers].x, NC, m.peer, m.tag);
-        else if (m.kind == PP_SEND_ACT) comm_send(g->pp, (const floatX*)pp_out(g, s), NC, m.peer, m.tag, &req);
-        else if (m.kind == PP_RECV_GRAD) comm_recv(g->pp, pp_dout(g, s), NC, m.peer, m.tag);
-        else comm_send(g->pp, (const floatX*)pp_dout(g, s), NC, m.peer, m.tag, &req);
+        CommRequest req;  // finished with the group: the compute stream waits for pp.comm.stream below
+        if (m.kind == PP_RECV_ACT) comm_recv(g->pp.comm, g->acts[(size_t)s * g->pp.slot_layers].x, NC, m.peer, m.tag);
+        else if (m.kind == PP_SEND_ACT) comm_send(g->pp.comm, (const floatX*)pp_out(g, s), NC, m.peer, m.tag, &req);
+        else if (m.kind == PP_RECV_GRAD) comm_recv(g->pp.comm, pp_dout(g, s), NC, m.peer, m.tag);
+        else comm_send(g->pp.comm, (const floatX*)pp_dout(g, s), NC, m.peer, m.tag, &req);
     }
     comm_group_end();
-    cudaCheck(cudaEventRecord(g->ev_pp, g->pp.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_pp, 0));
+    cudaCheck(cudaEventRecord(g->pp.ev_pp, g->pp.comm.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->pp.ev_pp, 0));
 }
 
 // This stage's schedule over the n_mb micro-batches staged in slots 0 .. n_mb-1: training (backward, each
@@ -74,12 +81,12 @@ static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std
     const int last = L.n_chunks() - 1;
     std::map<std::pair<int, int>, int> live;  // (micro-batch, chunk) -> activation slot
     std::vector<int> free_slots;
-    for (int s = g->n_slots - 1; s >= 0; s--) free_slots.push_back(s);
+    for (int s = g->pp.n_slots - 1; s >= 0; s--) free_slots.push_back(s);
     PpCallbacks cb;
     cb.acquire = [&](int mb, int chunk) {
         if (free_slots.empty())
             die("pipeline stage %d: more than the %d (micro-batch, chunk) activation slots planned in flight",
-                L.topo.pp_rank, g->n_slots);
+                L.topo.pp_rank, g->pp.n_slots);
         live[{mb, chunk}] = free_slots.back();
         free_slots.pop_back();
     };
@@ -92,15 +99,15 @@ static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std
         pp_bind(g, s, chunk);
         gpt_forward_staged(g, mb, chunk, pp_out(g, s));
         if (chunk != last) return;
-        g->head_mb = mb;
+        g->pp.head_mb = mb;
         if (head) head();
     };
     cb.backward = [&](int mb, int chunk) {
         const int s = live.at({mb, chunk});
         // the schedule runs a micro-batch's last backward right after its last forward (the head's scratch is one)
-        if (chunk == last && g->head_mb != mb)
+        if (chunk == last && g->pp.head_mb != mb)
             die("pipeline stage %d: backward of micro-batch %d, but the head's scratch holds micro-batch %d",
-                L.topo.pp_rank, mb, g->head_mb);
+                L.topo.pp_rank, mb, g->pp.head_mb);
         pp_bind(g, s, chunk);
         gpt_backward_staged(g, mb, scale * (mb == 0 ? mb0.grad : 1.0), scale * (mb == 0 ? mb0.loss : 1.0), false, chunk,
                             pp_dout(g, s));

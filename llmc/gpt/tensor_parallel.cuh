@@ -20,6 +20,8 @@
 // (layout_norm_ranges) and sums over dp and tp. Checkpoints gather the tp slices (gpt_get_full) into whole tensors.
 #pragma once
 
+#include "llmc/parallel/tp.h"
+
 // Sequence parallel packing of rows [B,T,C] (row b*T + t) by tp rank: rank r's positions r*Tl .. (r+1)*Tl - 1 of
 // every sample (Tl = T/tp) are contiguous in packed [tp,B,Tl,C], as the reduce-scatter and all-gather over tp need.
 // to_packed: packed = pack(rows); otherwise rows = unpack(packed). 8 channels per thread.
@@ -35,42 +37,42 @@ __global__ void seq_pack_kernel(floatX* packed, floatX* rows, int B, int T, int 
 }
 
 
-// Tensor and sequence parallel communication of the residual stream, on the compute stream (g->tp.stream). Without
+// Tensor and sequence parallel communication of the residual stream, on the compute stream (g->tp.comm.stream). Without
 // SP every tp rank holds all N rows; with SP rank r holds positions r*T/tp .. of every sample, Nl = N/tp rows.
 
 // The sum over tp of partial results part [N,C] (a row-parallel matmul's output, a column-parallel matmul's input
 // gradient) into out: without SP all of it, in place (out must be part); with SP this rank's rows [Nl,C]
 // (packed by rank into seq_buf, then reduce-scattered).
 static void tp_sum(GPT* g, floatX* part, floatX* out) {
-    if (g->n_tp == 1) return;
+    if (g->tp.n == 1) return;
     const size_t N = (size_t)g->B * g->T, C = g->cfg.n_embd;
-    if (!g->sp) {
+    if (!g->tp.sp) {
         if (out != part) die("tp_sum: without sequence parallelism the sum is in place");
-        comm_all_reduce_sum(g->tp, part, N * C);
+        comm_all_reduce_sum(g->tp.comm, part, N * C);
         return;
     }
-    seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->seq_buf, part, g->B, g->T, g->n_tp,
+    seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->tp.seq_buf, part, g->B, g->T, g->tp.n,
                                                                                  (int)C, true);
     cudaCheck(cudaGetLastError());
-    comm_reduce_scatter(g->tp, g->seq_buf, out, N * C / g->n_tp);
+    comm_reduce_scatter(g->tp.comm, g->tp.seq_buf, out, N * C / g->tp.n);
 }
 
 // SP: every tp rank's rows of local [Nl,C] gathered into full [N,C] (the input of a column-parallel matmul, the
 // output gradient of a row-parallel one). Without SP local is already whole (and full is the same buffer).
 static void tp_gather(GPT* g, const floatX* local, floatX* full) {
-    if (!g->sp) return;
+    if (!g->tp.sp) return;
     const size_t N = (size_t)g->B * g->T, C = g->cfg.n_embd;
-    comm_all_gather(g->tp, local, g->seq_buf, N * C / g->n_tp);
-    seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->seq_buf, full, g->B, g->T, g->n_tp,
+    comm_all_gather(g->tp.comm, local, g->tp.seq_buf, N * C / g->tp.n);
+    seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->tp.seq_buf, full, g->B, g->T, g->tp.n,
                                                                                  (int)C, false);
     cudaCheck(cudaGetLastError());
 }
 
 // Where a sum over tp is computed before tp_sum: SP: the partial-sum buffer; otherwise out itself (in place).
-static floatX* tp_part(GPT* g, floatX* out) { return g->sp ? g->tp_part : out; }
+static floatX* tp_part(GPT* g, floatX* out) { return g->tp.sp ? g->tp.part : out; }
 
 // A row-parallel layer's bias (replicated): added by tp rank 0 only, so the sum over tp holds it once; its gradient
 // is every rank's (from the whole dout, the same on every rank) without SP, and tp rank 0's with SP, where the
 // replicated tensors' gradients are summed over tp (grads_bucket_done).
-static floatX* row_bias(const GPT* g, floatX* b) { return g->tp_rank == 0 ? b : nullptr; }
-static floatX* row_bias_grad(const GPT* g, floatX* db) { return g->sp && g->tp_rank != 0 ? nullptr : db; }
+static floatX* row_bias(const GPT* g, floatX* b) { return g->tp.rank == 0 ? b : nullptr; }
+static floatX* row_bias_grad(const GPT* g, floatX* db) { return g->tp.sp && g->tp.rank != 0 ? nullptr : db; }

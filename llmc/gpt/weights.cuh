@@ -17,13 +17,13 @@ __global__ void floatX_from_f32_kernel(floatX* dst, const float* src, size_t n) 
 static void params_from_master(GPT* g) {
     const int zero = g->L.zero, dp = g->L.topo.dp;
     if (zero == 0 || zero >= 3) {
-        const size_t n = zero >= 3 ? g->shard : g->table.total;
+        const size_t n = zero >= 3 ? g->dp.shard : g->table.total;
         floatX_from_f32_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(g->params, g->master, n);
         cudaCheck(cudaGetLastError());
-        for (int& h : g->gather_holds) h = -1;
+        for (int& h : g->dp.gather_holds) h = -1;
         return;
     }
-    for (const Bucket& b : g->buckets) {
+    for (const Bucket& b : g->dp.buckets) {
         const Range piece = zero_piece(b, dp, g->L.topo.dp_rank);
         floatX_from_f32_kernel<<<(unsigned)ceil_div(piece.size(), 256), 256, 0, g->stream>>>(
             g->params + piece.lo, g->master + zero_shard_offset(b, dp), piece.size());
@@ -38,13 +38,13 @@ static void params_from_master(GPT* g) {
 // 1/2 all-gather the params).
 static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
     const int zero = g->L.zero;
-    const size_t n = zero >= 1 ? g->shard : g->table.total;  // master and moments: this rank's elements
+    const size_t n = zero >= 1 ? g->dp.shard : g->table.total;  // master and moments: this rank's elements
     std::vector<float> pieces[3];
     const float* src[3] = {p, m, v};
     for (int i = 0; i < 3 && zero >= 1; i++) {
         if (!src[i]) continue;
         pieces[i].resize(n);
-        zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, src[i], pieces[i].data());
+        zero_take_shard(g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, src[i], pieces[i].data());
         src[i] = pieces[i].data();
     }
     cudaCheck(cudaMemcpy(g->master, src[0], n * sizeof(float), cudaMemcpyHostToDevice));
@@ -77,11 +77,11 @@ static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float
     if (!sharded) {
         cudaCheck(cudaMemcpy(h.data(), src, P * sizeof(T), cudaMemcpyDeviceToHost));
     } else {
-        for (const Bucket& b : g->buckets) {
-            comm_all_gather(g->dp, src + zero_shard_offset(b, dp), (T*)g->grad32, b.range.size() / dp);
-            cudaCheck(cudaMemcpyAsync(h.data() + b.range.lo, g->grad32, b.range.size() * sizeof(T),
-                                      cudaMemcpyDeviceToHost, g->dp.stream));
-            cudaCheck(cudaStreamSynchronize(g->dp.stream));
+        for (const Bucket& b : g->dp.buckets) {
+            comm_all_gather(g->dp.comm, src + zero_shard_offset(b, dp), (T*)g->dp.grad32, b.range.size() / dp);
+            cudaCheck(cudaMemcpyAsync(h.data() + b.range.lo, g->dp.grad32, b.range.size() * sizeof(T),
+                                      cudaMemcpyDeviceToHost, g->dp.comm.stream));
+            cudaCheck(cudaStreamSynchronize(g->dp.comm.stream));
         }
     }
     out->resize(P);
@@ -130,7 +130,7 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
         for (int i = 0; i < n_bufs; i++) dst[i]->assign(full.total, 0.0f);
     double piece = 0;  // the smallest grad32 of the ranks (minus the largest negative)
     if (me.world > 1) {
-        piece = -(double)g->n_grad32;
+        piece = -(double)g->dp.n_grad32;
         comm_host_max(g->world, &piece, 1);
         piece = -piece;
     }
@@ -144,12 +144,12 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
                 const size_t n = std::min((size_t)piece, lt.t.total - at);
                 if (me.rank == r) {
                     CommRequest req;
-                    cudaCheck(cudaMemcpy(g->grad32, mine[i].data() + at, n * sizeof(float), cudaMemcpyHostToDevice));
-                    comm_send(g->world, (const float*)g->grad32, n, 0, i, &req);
+                    cudaCheck(cudaMemcpy(g->dp.grad32, mine[i].data() + at, n * sizeof(float), cudaMemcpyHostToDevice));
+                    comm_send(g->world, (const float*)g->dp.grad32, n, 0, i, &req);
                     comm_wait(&req);
                 } else {
-                    comm_recv(g->world, g->grad32, n, r, i);
-                    cudaCheck(cudaMemcpyAsync(buf.data() + at, g->grad32, n * sizeof(float), cudaMemcpyDeviceToHost,
+                    comm_recv(g->world, g->dp.grad32, n, r, i);
+                    cudaCheck(cudaMemcpyAsync(buf.data() + at, g->dp.grad32, n * sizeof(float), cudaMemcpyDeviceToHost,
                                               g->world.stream));
                     cudaCheck(cudaStreamSynchronize(g->world.stream));
                 }
