@@ -730,6 +730,35 @@ static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n,
 // ----------------------------------------------------------------------------------------------
 // The run
 
+// The validation loss: the mean over the first n batches of the validation set. Every rank runs every batch (ZeRO 3
+// gathers the weights together); rank 0's mean counts. A pipeline runs the batches through its stages as micro-batches;
+// the last stage's mean reaches every rank. --fp8 delayed: validation's amaxes are no part of the next step's scales.
+static double gpt_validate(GPT* g, DataLoader* val, int n) {
+    const int B = g->B;
+    std::vector<int32_t> in((size_t)B * g->T), tg((size_t)B * g->T);
+    double s = 0;
+    if (g->L.topo.pp > 1) {
+        cudaCheck(cudaStreamSynchronize(g->stream));  // no queued copy reads the upload buffers rewritten here
+        gpt_upload_reserve(g, n);
+        for (int i = 0; i < n; i++) {
+            loader_batch(val, (uint64_t)i * B, B, in.data(), tg.data());
+            gpt_upload(g, i, in.data(), tg.data());
+        }
+        pp_pipeline(g, n, false, 0.0, [&]() { s += gpt_loss(g); });
+        fp8_step_end(g, false);
+        const Topology& t = g->L.topo;
+        if (t.pp_rank != t.pp - 1 || t.dp_rank != 0 || t.tp_rank != 0) s = 0;
+        comm_host_sum(g->world, &s, 1);
+        return s / n;
+    }
+    for (int i = 0; i < n; i++) {
+        loader_batch(val, (uint64_t)i * B, B, in.data(), tg.data());
+        gpt_forward(g, in.data(), tg.data());
+        s += gpt_loss(g);
+    }
+    fp8_step_end(g, false);
+    return s / n;
+}
 
 // Dense bf16 peak of the device from its name (docs/design.md section 7); 0 when unknown, and in the fp32 test
 // build (no MFU printed).
@@ -759,8 +788,151 @@ static double device_used_bytes() {
     return (double)(total_b - free_b);
 }
 
+// The modes that run on the host and exit 0, no GPU needed: --print-config, --export-init, --plan (plan_or_pick) and
+// --estimate-memory. Returns whether one ran.
+static bool run_host_mode(const ModelConfig& mc, TrainConfig* tc, CudaOptions* opt) {
+    if (!opt->print_config.empty()) {
+        write_text(opt->print_config, config_to_json(mc) + "\n");
+        printf("wrote the config of %s to %s\n", mc.name.c_str(), opt->print_config.c_str());
+        return true;
+    }
+    if (!tc->export_init.empty()) {
+        ParamTable t = build_param_table(mc);
+        std::vector<float> p(t.total);
+        print_init_time((int64_t)t.total, params_init_full(mc, t, p.data(), tc->seed));
+        if (!tc->init_from.empty()) hf_import(tc->init_from, mc, t, p.data());
+        hf_export(tc->export_init, mc, t, p.data());
+        printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(t),
+               tc->export_init.c_str());
+        return true;
+    }
+    check_shapes(mc, tc->B, tc->T);
+    check_tp_shapes(mc, tc->tp, opt->fp8.recipe != FP8_NONE);
+    if (tc->plan) plan_or_pick(tc, opt, mc, launch_info().world, launch_info().rank);  // exits
+    if (opt->estimate_gib > 0) {  // per rank of --dp x --tp x --pp ranks (default 1): the first stage's
+        const int B = tc->B, T = tc->T;
+        const int dp = std::max(1, tc->dp), world = dp * tc->tp * tc->pp;
+        if (tc->total_batch == 0) tc->total_batch = (long)B * T * dp;
+        Layout L;
+        const std::string err = layout_make(world, 0, mc, *tc, tc->total_batch, &L);
+        if (!err.empty()) die("%s", err.c_str());
+        const int n_mb = (int)(tc->total_batch / ((long)B * T * dp));
+        const MemoryEstimate est = estimate_memory(mc, B, T, opt->recompute, opt->bf16_moments, L, n_mb, opt->fp8);
+        const double avail = opt->estimate_gib * 1024.0 * 1024.0 * 1024.0;
+        print_memory_estimate(est, opt->recompute, L, avail);
+        require_memory(est, opt->recompute, opt->bf16_moments, L, avail);
+        printf("fits\n");
+        return true;
+    }
+    return false;
+}
+
+// What a run reads: the tokenizer that decodes samples (--tokenizer; none: token ids; not opened when no sample is
+// drawn: -g 0, or several ranks, which do not sample), the checkpoint to resume (-o and --resume, checkpoint_resolve),
+// --init-from, and the data (-i, -j; a .txt file without -j is split 90/10 into train and validation); --save-safetensors
+// is where it writes. Every path is checked before the device is looked for, so that a bad one stops the run at once
+// with the flag's message, GPU or not.
+struct RunFiles {
+    Sampler sampler;
+    std::string resume_dir;     // empty: a fresh run
+    DataLoader train, val;
+    bool have_val = false;
+};
+static void run_files_open(RunFiles* f, const ModelConfig& mc, const TrainConfig& tc) {
+    sampler_open(&f->sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
+    f->resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
+    struct stat st;
+    if (!f->resume_dir.empty()) {  // its files are regular and not empty (checkpoint_load checks their hashes later)
+        close(open_input(f->resume_dir + "/DONE", nullptr, true, &st));
+        for (const char* name : kCkptFiles) close(open_input(f->resume_dir + "/" + name, nullptr, true, &st));
+    }
+    if (!tc.init_from.empty()) close(open_input(tc.init_from, "--init-from", true, &st));
+    if (!tc.save_safetensors.empty()) check_output_file(tc.save_safetensors, "--save-safetensors");
+    f->have_val = loader_open_train_val(&f->train, &f->val, tc.train_data, tc.val_data, tc.T, mc.vocab_size);
+}
+
+// This rank among the ranks, its GPU and its part of the layout: the ranks start (one: no NCCL communicator), the
+// device is checked, the planner picks the layout when no layout flag is given (every rank computes the same choice,
+// for the smallest free memory of the ranks, or --gpu-mem), the groups' communicators are made, and the memory
+// estimate is printed and checked against the free device memory.
+struct RankSetup {
+    Comm world;
+    cudaDeviceProp prop;
+    size_t free_b = 0, total_b = 0;  // device memory, free before anything is allocated
+    Layout layout;
+    GptComms comms;
+    int accum = 1;                   // micro-batches per step on this rank
+    MemoryEstimate est;
+};
+static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, TrainConfig* tc, CudaOptions* opt) {
+    r->world = comm_init(argc, argv);
+    const Comm& world = r->world;
+    int dev = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaGetDeviceProperties(&r->prop, dev));
+    if (r->prop.major < 8)
+        die("%s has compute capability %d.%d; train_gpt needs 8.0 or newer (bf16 tensor cores, cp.async)", r->prop.name,
+            r->prop.major, r->prop.minor);
+    cudaCheck(cudaMemGetInfo(&r->free_b, &r->total_b));
+    if (!tc->layout_given && !opt->recompute_given && world.size > 1 && tc->gpu_mem_gib <= 0) {
+        double neg_free = -(double)r->free_b;
+        comm_host_max(world, &neg_free, 1);
+        tc->gpu_mem_gib = -neg_free / 1073741824.0;
+        if (world.rank == 0)
+            printf("no layout flag on %d ranks: planning for the smallest free device memory of the ranks, %.2f GiB "
+                   "(--gpu-mem sets it; any of --dp --zero -b --recompute fixes the layout)\n", world.size,
+                   tc->gpu_mem_gib);
+    }
+    plan_or_pick(tc, opt, *mc, world.size, world.rank);
+    config_finalize(*mc, tc->tp);  // the planner may have picked tensor parallelism: the vocabulary padded for it
+    check_tp_shapes(*mc, tc->tp, opt->fp8.recipe != FP8_NONE);
+    if (opt->fp8.recipe != FP8_NONE) fp8_require_device();  // compute capability 8.9+, before any allocation
+
+    const int B = tc->B, T = tc->T;
+    if (tc->total_batch == 0) tc->total_batch = (long)B * T * (world.size / std::max(1, tc->tp * tc->pp));  // B*T per dp rank
+    const std::string layout_err = layout_make(world.size, world.rank, *mc, *tc, tc->total_batch, &r->layout);
+    if (!layout_err.empty()) layout_error(world, layout_err);
+    const Layout& L = r->layout;
+    r->comms.world = world;
+    r->comms.dp = comm_group(world, L.topo.dp_group, "dp");
+    r->comms.tp = comm_group(world, L.topo.tp_group, "tp");
+    r->comms.pp = comm_group(world, L.topo.pp_group, "pp");
+    r->comms.emb = comm_group(world, layout_emb_members(L), "emb");
+    r->accum = (int)(tc->total_batch / ((long)B * T * L.topo.dp));
+    r->est = estimate_memory(*mc, B, T, opt->recompute, opt->bf16_moments, L, r->accum, opt->fp8);
+    if (world.rank == 0) {
+        printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", r->prop.name, r->prop.major,
+               r->prop.minor, r->total_b / 1073741824.0, r->free_b / 1073741824.0);
+        print_memory_estimate(r->est, opt->recompute, L, (double)r->total_b);
+    }
+    require_memory(r->est, opt->recompute, opt->bf16_moments, L, (double)r->free_b);
+}
+
+// What the run is, printed once by rank 0 before the first step.
+static void print_run(const GPT& g, const ModelConfig& mc, const TrainConfig& tc, const CudaOptions& opt,
+                      const RankSetup& r, const RunFiles& files, int64_t n_params, double hw_flops) {
+    const Layout& L = r.layout;
+    print_config_table(mc, n_params, tc.B, tc.T, r.accum, L.topo.dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule),
+                       files.train.desc);
+    printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
+           PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
+    if (opt.fp8.recipe == FP8_DELAYED)
+        printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): delayed scaling, amax "
+               "history %d, margin %d; MFU below is against the bf16 peak\n", opt.fp8.history, opt.fp8.margin);
+    else if (opt.fp8.recipe == FP8_CURRENT)
+        printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): current scaling, margin %d; "
+               "MFU below is against the bf16 peak\n", opt.fp8.margin);
+    if (r.world.size > 1 || L.zero > 0)
+        printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
+               "stage; gradients reduced in fp32 over dp in %d buckets\n", r.world.size, L.topo.pp, L.topo.dp,
+               L.topo.tp, L.sp ? " (sp)" : "", L.vpp, L.zero, g.pp.n_slots, (int)g.dp.buckets.size());
+    printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
+           model_flops_per_token(mc, tc.T), 100.0 * (hw_flops / model_flops_per_token(mc, tc.T) - 1.0));
+}
+
 #ifndef TESTING
 int main(int argc, char** argv) {
+    // flags; the host-only modes; every file the run reads
     CudaOptions opt;
     std::vector<char*> rest = parse_cuda_flags(argc, argv, &opt);
     ModelConfig mc;
@@ -769,231 +941,57 @@ int main(int argc, char** argv) {
     config_finalize(mc, tc.tp);  // the vocabulary padded to a multiple of 128 * tp
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
     stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/run/signals.h)
+    if (run_host_mode(mc, &tc, &opt)) return 0;
+    RunFiles files;
+    run_files_open(&files, mc, tc);
 
-    // host-only modes: no GPU needed
-    if (!opt.print_config.empty()) {
-        write_text(opt.print_config, config_to_json(mc) + "\n");
-        printf("wrote the config of %s to %s\n", mc.name.c_str(), opt.print_config.c_str());
-        return 0;
-    }
-    if (!tc.export_init.empty()) {
-        ParamTable t = build_param_table(mc);
-        std::vector<float> p(t.total);
-        print_init_time((int64_t)t.total, params_init_full(mc, t, p.data(), tc.seed));
-        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, t, p.data());
-        hf_export(tc.export_init, mc, t, p.data());
-        printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(t),
-               tc.export_init.c_str());
-        return 0;
-    }
-    check_shapes(mc, tc.B, tc.T);
-    check_tp_shapes(mc, tc.tp, opt.fp8.recipe != FP8_NONE);
-    if (tc.plan) plan_or_pick(&tc, &opt, mc, launch_info().world, launch_info().rank);  // exits
-    if (opt.estimate_gib > 0) {  // per rank of --dp x --tp x --pp ranks (default 1): the first stage's
-        const int B = tc.B, T = tc.T;
-        const int dp = std::max(1, tc.dp), world = dp * tc.tp * tc.pp;
-        if (tc.total_batch == 0) tc.total_batch = (long)B * T * dp;
-        Layout L;
-        const std::string err = layout_make(world, 0, mc, tc, tc.total_batch, &L);
-        if (!err.empty()) die("%s", err.c_str());
-        const int n_mb = (int)(tc.total_batch / ((long)B * T * dp));
-        const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, L, n_mb, opt.fp8);
-        const double avail = opt.estimate_gib * 1024.0 * 1024.0 * 1024.0;
-        print_memory_estimate(est, opt.recompute, L, avail);
-        require_memory(est, opt.recompute, opt.bf16_moments, L, avail);
-        printf("fits\n");
-        return 0;
-    }
-
-    // Every path, checked before the device is looked for, so that a bad one stops the run at once with the flag's
-    // message, GPU or not: the tokenizer that decodes samples (--tokenizer; none: token ids; not opened when no
-    // sample is drawn: -g 0, or several ranks, which do not sample), -o and --resume (checkpoint_resolve), --init-from,
-    // --save-safetensors, and the data (-i, -j; a .txt file without -j is split 90/10 into train and validation).
-    Sampler sampler;
-    sampler_open(&sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
-    const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
-    struct stat st;
-    if (!resume_dir.empty()) {  // its files are regular and not empty (checkpoint_load checks their hashes later)
-        close(open_input(resume_dir + "/DONE", nullptr, true, &st));
-        for (const char* f : kCkptFiles) close(open_input(resume_dir + "/" + f, nullptr, true, &st));
-    }
-    if (!tc.init_from.empty()) close(open_input(tc.init_from, "--init-from", true, &st));
-    if (!tc.save_safetensors.empty()) check_output_file(tc.save_safetensors, "--save-safetensors");
-    DataLoader train, val;
-    const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, tc.T, mc.vocab_size);
-
-    // the ranks (one: no NCCL communicator), this rank's GPU
-    Comm world = comm_init(&argc, &argv);
+    // the ranks, this rank's GPU and layout; the model, its weights
+    RankSetup rs;
+    rank_setup(&rs, &argc, &argv, &mc, &tc, &opt);
+    const Comm& world = rs.world;
     const bool rank0 = world.rank == 0;
-    int dev = 0;
-    cudaCheck(cudaGetDevice(&dev));
-    cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, dev));
-    if (prop.major < 8)
-        die("%s has compute capability %d.%d; train_gpt needs 8.0 or newer (bf16 tensor cores, cp.async)", prop.name,
-            prop.major, prop.minor);
-    size_t free_b = 0, total_b = 0;
-    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
-
-    // no layout flag on several ranks (or with --gpu-mem): the planner picks the fastest layout that fits the
-    // smallest free memory of the ranks (--gpu-mem when given); every rank computes the same choice
-    if (!tc.layout_given && !opt.recompute_given && world.size > 1 && tc.gpu_mem_gib <= 0) {
-        double neg_free = -(double)free_b;
-        comm_host_max(world, &neg_free, 1);
-        tc.gpu_mem_gib = -neg_free / 1073741824.0;
-        if (rank0)
-            printf("no layout flag on %d ranks: planning for the smallest free device memory of the ranks, %.2f GiB "
-                   "(--gpu-mem sets it; any of --dp --zero -b --recompute fixes the layout)\n", world.size,
-                   tc.gpu_mem_gib);
-    }
-    plan_or_pick(&tc, &opt, mc, world.size, world.rank);
-    config_finalize(mc, tc.tp);  // the planner may have picked tensor parallelism: the vocabulary padded for it
-    check_tp_shapes(mc, tc.tp, opt.fp8.recipe != FP8_NONE);
-    if (opt.fp8.recipe != FP8_NONE) fp8_require_device();  // compute capability 8.9+, before any allocation
-
-    // the layout and the dp group
-    const int B = tc.B, T = tc.T;
-    if (tc.total_batch == 0) tc.total_batch = (long)B * T * (world.size / std::max(1, tc.tp * tc.pp));  // B*T per dp rank
-    Layout layout;
-    const std::string layout_err = layout_make(world.size, world.rank, mc, tc, tc.total_batch, &layout);
-    if (!layout_err.empty()) layout_error(world, layout_err);
-    GptComms comms;
-    comms.world = world;
-    comms.dp = comm_group(world, layout.topo.dp_group, "dp");
-    comms.tp = comm_group(world, layout.topo.tp_group, "tp");
-    comms.pp = comm_group(world, layout.topo.pp_group, "pp");
-    comms.emb = comm_group(world, layout_emb_members(layout), "emb");
-    const int dp = layout.topo.dp;
-    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
-    const MemoryEstimate est = estimate_memory(mc, B, T, opt.recompute, opt.bf16_moments, layout, accum, opt.fp8);
-
-    if (rank0) {
-        printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", prop.name, prop.major, prop.minor,
-               total_b / 1073741824.0, free_b / 1073741824.0);
-        print_memory_estimate(est, opt.recompute, layout, (double)total_b);
-    }
-    require_memory(est, opt.recompute, opt.bf16_moments, layout, (double)free_b);
-
+    const Layout& layout = rs.layout;
+    const int B = tc.B, T = tc.T, dp = layout.topo.dp, accum = rs.accum;
     GPT g;
-    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &comms, accum, opt.fp8);
+    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, accum, opt.fp8);
     const ParamTable table = build_param_table(mc);  // the whole model: files are read and written per tensor
     TrainState state;
     state.rng = tc.seed ^ 0x5DEECE66Dull;
-    {
-        // every rank makes the whole model (seeded init, --init-from, a checkpoint of any layout) and keeps its part
-        std::vector<float> p(table.total), m, v;
-        Fp8State fp8_state;
-        const double init_s = params_init_full(mc, table, p.data(), tc.seed);
-        if (rank0) print_init_time((int64_t)table.total, init_s);
-        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
-        if (!resume_dir.empty()) {
-            m.assign(table.total, 0.0f);
-            v.assign(table.total, 0.0f);
-            checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), &state, &fp8_state);
-            if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
-        }
-        if (m.empty()) {
-            gpt_set_weights(&g, part_of_full(&g, table, p.data()).data(), nullptr, nullptr);
-        } else {
-            gpt_set_weights(&g, part_of_full(&g, table, p.data()).data(), part_of_full(&g, table, m.data()).data(),
-                            part_of_full(&g, table, v.data()).data());
-        }
-        fp8_weights_update(&g);  // --fp8: the weights' scales and fp8 copies
-        if (opt.fp8.recipe == FP8_DELAYED && !resume_dir.empty()) {
-            const bool taken = fp8_state_set(&g, fp8_state);
-            if (rank0 && taken)
-                printf("fp8: delayed scaling goes on from the checkpoint's state (history %d, next row %d)\n",
-                       fp8_state.history, fp8_state.pos);
-            else if (rank0)
-                printf("fp8: the checkpoint holds no delayed-scaling state of history %d: the scales start at 1\n",
-                       opt.fp8.history);
-        }
-    }
-    // every rank gathers the shards, the stages' parts reach rank 0, which writes the whole tensors
-    auto save_checkpoint = [&]() {
-        std::vector<float> p, m, v;
-        gpt_get_full(&g, table, &p, &m, &v);
-        const Fp8State fp8_state = fp8_state_gather(&g);  // --fp8: the ranks agree; delayed: its state, whole-model
-        if (rank0)
-            checkpoint_save(tc.out_dir, mc, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
-        comm_barrier(world);
-    };
+    gpt_load(&g, table, tc, files.resume_dir, &state);
+    auto save_checkpoint = [&]() { gpt_save_checkpoint(&g, table, tc, state); };
     if (rank0 && !tc.out_dir.empty()) {
         std::error_code ec;
         fs::create_directories(tc.out_dir, ec);
         if (ec) die("cannot create output directory '%s' (flag -o): %s", tc.out_dir.c_str(), ec.message().c_str());
     }
-
     const int64_t n_params = param_count(table);
     const double hw_flops = hardware_flops_per_token(mc, T, opt.recompute);
-    if (rank0) {
-        print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
-        printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
-               PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
-        if (opt.fp8.recipe == FP8_DELAYED)
-            printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): delayed scaling, amax "
-                   "history %d, margin %d; MFU below is against the bf16 peak\n", opt.fp8.history, opt.fp8.margin);
-        else if (opt.fp8.recipe == FP8_CURRENT)
-            printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): current scaling, margin %d; "
-                   "MFU below is against the bf16 peak\n", opt.fp8.margin);
-        if (world.size > 1 || layout.zero > 0)
-            printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
-                   "stage; gradients reduced in fp32 over dp in %d buckets\n", world.size, layout.topo.pp, dp,
-                   layout.topo.tp, layout.sp ? " (sp)" : "", layout.vpp, layout.zero, g.pp.n_slots, (int)g.dp.buckets.size());
-        printf("hardware FLOPs per token %.4g (model %.4g + recompute %.1f%%); MFU below counts model FLOPs\n", hw_flops,
-               model_flops_per_token(mc, T), 100.0 * (hw_flops / model_flops_per_token(mc, T) - 1.0));
-    }
+    if (rank0) print_run(g, mc, tc, opt, rs, files, n_params, hw_flops);
     Logger lg;
-    logger_open(&lg, rank0 ? tc.out_dir : "", !resume_dir.empty());
+    logger_open(&lg, rank0 ? tc.out_dir : "", !files.resume_dir.empty());
     lg.tokens_per_step = (double)tc.total_batch;
     lg.flops_per_token = model_flops_per_token(mc, T);
-    lg.peak_flops = device_peak_flops(prop.name);
+    lg.peak_flops = device_peak_flops(rs.prop.name);
     lg.n_devices = world.size;  // throughput is reported per GPU
     lg.formats = tc.log_formats;
     lg.seq_len = T;
-    lg.mem_limit_bytes = tc.gpu_mem_gib > 0 ? tc.gpu_mem_gib * 1073741824.0 : (double)prop.totalGlobalMem;
+    lg.mem_limit_bytes = tc.gpu_mem_gib > 0 ? tc.gpu_mem_gib * 1073741824.0 : (double)rs.prop.totalGlobalMem;
     if (rank0) logger_start(&lg);
-
-    std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
-    std::vector<int32_t> val_in((size_t)B * T), val_tg((size_t)B * T);
-    // validation: every rank runs every batch (ZeRO 3 gathers the weights together); rank 0's mean counts. A pipeline
-    // runs the batches through its stages as micro-batches; the last stage's mean reaches every rank.
-    auto evaluate = [&]() -> double {
-        double s = 0;
-        if (layout.topo.pp > 1) {
-            cudaCheck(cudaStreamSynchronize(g.stream));  // no queued copy reads the staging slots rewritten here
-            gpt_upload_reserve(&g, tc.val_batches);
-            for (int i = 0; i < tc.val_batches; i++) {
-                loader_batch(&val, (uint64_t)i * B, B, val_in.data(), val_tg.data());
-                gpt_upload(&g, i, val_in.data(), val_tg.data());
-            }
-            pp_pipeline(&g, tc.val_batches, false, 0.0, [&]() { s += gpt_loss(&g); });
-            fp8_step_end(&g, false);  // --fp8 delayed: validation's amaxes are no part of the next step's
-            if (layout.topo.pp_rank != layout.topo.pp - 1 || layout.topo.dp_rank != 0 || layout.topo.tp_rank != 0) s = 0;
-            comm_host_sum(world, &s, 1);
-            return s / tc.val_batches;
-        }
-        for (int i = 0; i < tc.val_batches; i++) {
-            loader_batch(&val, (uint64_t)i * B, B, val_in.data(), val_tg.data());
-            gpt_forward(&g, val_in.data(), val_tg.data());
-            s += gpt_loss(&g);
-        }
-        fp8_step_end(&g, false);
-        return s / tc.val_batches;
-    };
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
         if (world.size > 1) {
             if (rank0) printf("no sample: sampling runs on one GPU (resume the checkpoint with one rank to sample)\n");
             return;
         }
-        sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, &state.rng));
-        fp8_step_end(&g, false);  // nor sampling's
+        sampler_print(&files.sampler, generate(&g, {sampler_start_token(&files.sampler)}, tc.gen_tokens, &state.rng));
+        fp8_step_end(&g, false);  // --fp8 delayed: sampling's amaxes are no part of the next step's
     };
 
+    // the loop: a step, its log line, validation, samples and checkpoints when due
+    std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     double loss = 0, val_loss = -1, peak_used = 0;
-    if (have_val && state.step == 0 && tc.val_every > 0) {
-        val_loss = evaluate();
+    if (files.have_val && state.step == 0 && tc.val_every > 0) {
+        val_loss = gpt_validate(&g, &files.val, tc.val_batches);
         if (rank0) log_val(&lg, 0, val_loss);
     }
     const int first_step = state.step;
@@ -1002,8 +1000,8 @@ int main(int argc, char** argv) {
         // dp rank r's micro-batch a reads samples first + (a*dp + r)*B ..: the samples of the one-process run
         // with accum*dp micro-batches
         for (int a = 0; a < accum; a++)
-            loader_batch(&train, state.train_sample + (uint64_t)(a * dp + layout.topo.dp_rank) * B, B, inputs[a].data(),
-                         targets[a].data());
+            loader_batch(&files.train, state.train_sample + (uint64_t)(a * dp + layout.topo.dp_rank) * B, B,
+                         inputs[a].data(), targets[a].data());
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
@@ -1018,7 +1016,7 @@ int main(int argc, char** argv) {
             die("%s", why.c_str());
         }
         if (step == first_step) {  // every rank's bytes by kind: allocated, beside the estimate
-            const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, est, layout));
+            const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, rs.est, layout));
             if (rank0 && world.size > 1) print_memory_rows(rows.data(), world.size);  // allocated (estimate)
             if (rank0) log_memory(&lg, rows.data(), world.size, step + 1);
         }
@@ -1027,12 +1025,12 @@ int main(int argc, char** argv) {
             peak_used = std::max(peak_used, used);
             if (step == first_step && rank0)
                 printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f, %.2f with the reserve), %.2f GiB in "
-                       "use on the device\n", g.allocated / 1073741824.0, est.allocations() / 1073741824.0,
-                       est.total() / 1073741824.0, used / 1073741824.0);
+                       "use on the device\n", g.allocated / 1073741824.0, rs.est.allocations() / 1073741824.0,
+                       rs.est.total() / 1073741824.0, used / 1073741824.0);
         }
         const bool last = step + 1 == tc.steps;
-        if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
-            val_loss = evaluate();
+        if (files.have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
+            val_loss = gpt_validate(&g, &files.val, tc.val_batches);
             if (rank0) log_val(&lg, step + 1, val_loss);
         }
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
@@ -1045,6 +1043,8 @@ int main(int argc, char** argv) {
             return 0;
         }
     }
+
+    // the end: a sample, the weights as safetensors, the peak memory and the summary
     print_sample();
     if (!tc.save_safetensors.empty()) {
         std::vector<float> p;
@@ -1054,8 +1054,7 @@ int main(int argc, char** argv) {
             printf("wrote %s\n", tc.save_safetensors.c_str());
         }
     }
-    // peak device memory in use, the largest over the ranks
-    double peak_all = peak_used;
+    double peak_all = peak_used;  // the largest over the ranks
     comm_host_max(world, &peak_all, 1);
     if (rank0) {
         printf("peak device memory in use: %.2f GiB\n", peak_all / 1073741824.0);

@@ -162,3 +162,50 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
         }
     }
 }
+
+// The weights at the start of a run: every rank makes the whole model (the seeded init, then --init-from, then the
+// checkpoint resume_dir of any layout, with AdamW's moments and the run's state into *state) and keeps its part; --fp8:
+// the weights' scales and fp8 copies, and delayed scaling's state from the checkpoint when it holds one of this history.
+static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, const std::string& resume_dir,
+                     TrainState* state) {
+    const ModelConfig& mc = g->cfg;
+    const bool rank0 = g->world.rank == 0;
+    std::vector<float> p(table.total), m, v;
+    Fp8State fp8_state;
+    const double init_s = params_init_full(mc, table, p.data(), tc.seed);
+    if (rank0) print_init_time((int64_t)table.total, init_s);
+    if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
+    if (!resume_dir.empty()) {
+        m.assign(table.total, 0.0f);
+        v.assign(table.total, 0.0f);
+        checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), state, &fp8_state);
+        if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state->step);
+    }
+    if (m.empty()) {
+        gpt_set_weights(g, part_of_full(g, table, p.data()).data(), nullptr, nullptr);
+    } else {
+        gpt_set_weights(g, part_of_full(g, table, p.data()).data(), part_of_full(g, table, m.data()).data(),
+                        part_of_full(g, table, v.data()).data());
+    }
+    fp8_weights_update(g);  // --fp8: the weights' scales and fp8 copies
+    if (g->fp8.opt.recipe == FP8_DELAYED && !resume_dir.empty()) {
+        const bool taken = fp8_state_set(g, fp8_state);
+        if (rank0 && taken)
+            printf("fp8: delayed scaling goes on from the checkpoint's state (history %d, next row %d)\n",
+                   fp8_state.history, fp8_state.pos);
+        else if (rank0)
+            printf("fp8: the checkpoint holds no delayed-scaling state of history %d: the scales start at 1\n",
+                   g->fp8.opt.history);
+    }
+}
+
+// A checkpoint of the run at state.step into tc.out_dir: every rank gathers the shards, the stages' parts reach rank 0,
+// which writes the whole tensors (llmc/run/checkpoint.h); --fp8: the ranks agree on their scaling state first.
+static void gpt_save_checkpoint(GPT* g, const ParamTable& table, const TrainConfig& tc, const TrainState& state) {
+    std::vector<float> p, m, v;
+    gpt_get_full(g, table, &p, &m, &v);
+    const Fp8State fp8_state = fp8_state_gather(g);  // --fp8: the ranks agree; delayed: its state, whole-model
+    if (g->world.rank == 0)
+        checkpoint_save(tc.out_dir, g->cfg, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
+    comm_barrier(g->world);
+}
