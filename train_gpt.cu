@@ -267,8 +267,7 @@ __global__ void residual_add_kernel(floatX* dst, const floatX* a, const floatX* 
     if (i < n) dst[i] = to_floatX(to_float(a[i]) + to_float(b[i]));
 }
 
-// Uploads: the host's part of a micro-batch
-// The host's part of a micro-batch: its tokens, targets and embedding plan in a pinned upload buffer.
+// Uploads: the host's part of a micro-batch (its tokens, targets and embedding plan) in a pinned upload buffer.
 
 // int32 entries of one upload buffer: inputs, targets, embedding plan
 static size_t upload_ints(const GPT* g) {
@@ -276,16 +275,16 @@ static size_t upload_ints(const GPT* g) {
     return 2 * (size_t)N + embedding_plan_ints(N);
 }
 
-// At least `slots` pinned staging slots. Only between steps: no queued copy may read the old ones.
-static void gpt_upload_reserve(GPT* g, int slots) {
-    if (g->n_uploads >= slots) return;
+// At least n pinned upload buffers. Only between steps: no queued copy may read the old ones.
+static void gpt_upload_reserve(GPT* g, int n) {
+    if (g->n_uploads >= n) return;
     if (g->h_upload) cudaCheck(cudaFreeHost(g->h_upload));
-    cudaCheck(cudaMallocHost((void**)&g->h_upload, (size_t)slots * upload_ints(g) * sizeof(int32_t)));
-    g->n_uploads = slots;
-    g->uploads.assign(slots, MicroBatchUpload{});
+    cudaCheck(cudaMallocHost((void**)&g->h_upload, (size_t)n * upload_ints(g) * sizeof(int32_t)));
+    g->n_uploads = n;
+    g->uploads.assign(n, MicroBatchUpload{});
 }
 
-// Host work of one micro-batch, into pinned slot `slot`: the tokens (checked against the vocabulary), the
+// Host work of one micro-batch, into pinned upload buffer `slot`: the tokens (checked against the vocabulary), the
 // targets (-1 = ignore; may be null) and, with targets, the embedding backward's plan from the host tokens
 // (llmc/embedding.cuh), so that the device needs nothing more from the host for this micro-batch.
 static void gpt_upload(GPT* g, int slot, const int32_t* inputs, const int32_t* targets) {
@@ -316,11 +315,11 @@ static void chunk_span(const GPT* g, int chunk, int* l0, int* l1, bool* first, b
     *last = chunk < 0 || chunk == n_chunks - 1;
 }
 
-// Forward of staged micro-batch `slot` (gpt_upload) through pipeline chunk `chunk` (-1: the whole model): from the
+// Forward of uploaded micro-batch `slot` (gpt_upload) through pipeline chunk `chunk` (-1: the whole model): from the
 // embeddings (the first chunk) or from g->layers[l0].x (received from the previous stage), to the final norm g->lnf
 // [N,C] (the last chunk) or to the chunk's output out [N,C] (sent on). Its tokens and targets go up in one
-// asynchronous copy from the pinned slot (they are adjacent there and on the device).
-static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = nullptr) {
+// asynchronous copy from its pinned upload buffer (they are adjacent there and on the device).
+static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd;
@@ -367,12 +366,12 @@ static void gpt_forward_staged(GPT* g, int slot, int chunk = -1, floatX* out = n
 
 // Forward of one micro-batch inputs[B*T] (host) through the final norm, outside a training step (evaluation,
 // sampling, tests). targets[B*T] (host, -1 = ignore, may be null) are uploaded for the classifier. Tokens
-// must be in [0, vocab). It waits for the stream first, since it rewrites staging slot 0.
+// must be in [0, vocab). It waits for the stream first, since it rewrites upload buffer 0.
 static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
     cudaCheck(cudaStreamSynchronize(g->stream));
     gpt_upload_reserve(g, 1);
     gpt_upload(g, 0, inputs, targets);
-    gpt_forward_staged(g, 0);
+    gpt_forward_chunk(g, 0);
 }
 
 // loss_sum[0] += weight * (sum of losses[0..N)) / n_valid, in fp64 and a fixed order (one block: thread t sums
@@ -458,14 +457,14 @@ static double gpt_loss(GPT* g) {
 // ----------------------------------------------------------------------------------------------
 // Backward
 
-// Backward of (loss * loss_scale) of staged micro-batch `slot` through pipeline chunk `chunk` (-1: the whole model)
+// Backward of (loss * loss_scale) of uploaded micro-batch `slot` through pipeline chunk `chunk` (-1: the whole model)
 // after its forward, accumulated into the gradients (the LM head's into head_grad, fp32). The last chunk starts from
-// the loss (its micro-batch staged with targets; loss_weight * its mean loss joins g->loss_sum), the others from the
+// the loss (its micro-batch uploaded with targets; loss_weight * its mean loss joins g->loss_sum), the others from the
 // gradient of their output in dx [N,C] (received); the first chunk ends in the embeddings, the others leave the
 // gradient of their input in dx (sent back). Only enqueues work: the embedding plan, built on the host by gpt_upload,
 // goes up asynchronously. reduce (data parallel, the step's last micro-batch, one stage): each bucket is reduced
 // over dp as soon as its gradient is complete.
-static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce, int chunk = -1,
+static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce, int chunk = -1,
                                 floatX* dx = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
@@ -477,7 +476,7 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
     chunk_span(g, chunk, &l0, &l1, &first, &last);
     // the token rows of this micro-batch, grouped by token, for the embedding backward
     const MicroBatchUpload& st = g->uploads[slot];
-    if (last && !st.has_targets) die("gpt_backward: the micro-batch was staged without targets");
+    if (last && !st.has_targets) die("gpt_backward: the micro-batch was uploaded without targets");
     if (first)
         embedding_plan_upload(&g->plan, g->h_upload + (size_t)slot * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
                               st.plan_max, N, g->stream);
@@ -558,14 +557,14 @@ static void gpt_backward_staged(GPT* g, int slot, double loss_scale, double loss
 
 #ifdef TESTING
 // Backward of one micro-batch after gpt_forward(inputs, targets), for test_gpt.cu's checks of a single
-// micro-batch: uses the plan that forward staged, waits for the device and reads the micro-batch loss into
+// micro-batch: uses the plan that forward uploaded, waits for the device and reads the micro-batch loss into
 // g->loss. (Training goes through train_step.)
 static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     const size_t N = (size_t)g->B * g->T;
     if (g->n_uploads < 1 || !g->uploads[0].has_targets || memcmp(inputs, g->h_upload, N * sizeof(int32_t)) != 0)
         die("gpt_backward: call gpt_forward with these inputs and their targets first");
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
-    gpt_backward_staged(g, 0, loss_scale, 1.0, false);
+    gpt_backward_chunk(g, 0, loss_scale, 1.0, false);
     gpt_read_loss(g);
 }
 #endif
@@ -659,8 +658,8 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     gpt_upload_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
     gpt_zero_grad(g);
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
-    // The micro-batch loop only enqueues work: micro-batch a is staged on the host (tokens, targets, the
-    // embedding plan, into its own pinned slot) while the device still runs a - 1; its uploads are
+    // The micro-batch loop only enqueues work: micro-batch a is prepared on the host (tokens, targets, the
+    // embedding plan, into its own pinned upload buffer) while the device still runs a - 1; its uploads are
     // asynchronous copies from pinned memory and its loss is summed on the device.
     if (g->L.topo.pp > 1) {
         for (int a = 0; a < accum; a++) gpt_upload(g, a, inputs[a].data(), targets[a].data());
@@ -669,8 +668,8 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     } else {
         for (int a = 0; a < accum; a++) {
             gpt_upload(g, a, inputs[a].data(), targets[a].data());
-            gpt_forward_staged(g, a);
-            gpt_backward_staged(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
+            gpt_forward_chunk(g, a);
+            gpt_backward_chunk(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
                                 g->dp.parallel && a == accum - 1);
         }
     }

@@ -146,7 +146,7 @@ MUTANTS = [
      "AdamWHyper h{(float)lr, (float)tc.beta1,", "AdamWHyper h{(float)(lr * 1.4), (float)tc.beta1,",
      "emu_gpt", "applied learning rate x1.4"),
     ("loss_scale_accum", "trainer", "train_gpt.cu",
-     "gpt_backward_staged(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),", "gpt_backward_staged(g, a, accum * scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),",
+     "gpt_backward_chunk(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),", "gpt_backward_chunk(g, a, accum * scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),",
      "emu_gpt", "gradient accumulation without dividing by the micro-batch count"),
     ("bias_grad_overwrite", "trainer", "llmc/matmul.cuh",
      "if (i < n) dbias[i] = to_floatX(to_float(dbias[i]) + to_float(scratch[i]));",

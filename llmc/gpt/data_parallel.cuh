@@ -148,13 +148,13 @@ static void grads_bucket_done(GPT* g, int b) {
     const Bucket& bk = g->dp.buckets[b];
     const int dp = g->L.topo.dp, zero = g->L.zero;
     const size_t n = bk.range.size();
-    int stage = -1;
+    int staging = -1;
     float* dst = g->dp.grad32 + bk.range.lo;
     if (zero >= 2) {
-        stage = g->dp.staging_next;
+        staging = g->dp.staging_next;
         g->dp.staging_next ^= 1;
-        cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_staging_free[stage], 0));
-        dst = g->dp.grad32 + stage * g->dp.max_bucket;
+        cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_staging_free[staging], 0));
+        dst = g->dp.grad32 + staging * g->dp.max_bucket;
     }
     f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(dst, g->grads + bk.range.lo, n);
     cudaCheck(cudaGetLastError());
@@ -188,6 +188,6 @@ static void grads_bucket_done(GPT* g, int b) {
         comm_reduce_scatter(g->dp.comm, dst, dst + (size_t)g->L.topo.dp_rank * (n / dp), n / dp);
     } else {
         comm_reduce_scatter(g->dp.comm, dst, g->dp.grad_shard + zero_shard_offset(bk, dp), n / dp);
-        cudaCheck(cudaEventRecord(g->dp.ev_staging_free[stage], g->dp.comm.stream));
+        cudaCheck(cudaEventRecord(g->dp.ev_staging_free[staging], g->dp.comm.stream));
     }
 }

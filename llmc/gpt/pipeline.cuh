@@ -71,7 +71,7 @@ static void pp_exchange(GPT* g, const PpMsg* msgs, int n, const std::map<std::pa
     cudaCheck(cudaStreamWaitEvent(g->stream, g->pp.ev_pp, 0));
 }
 
-// This stage's schedule over the n_mb micro-batches staged in slots 0 .. n_mb-1: training (backward, each
+// This stage's schedule over the n_mb micro-batches uploaded into buffers 0 .. n_mb-1: training (backward, each
 // micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/run/guard.h's test hooks), the gradients
 // accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head() (validation:
 // its loss). Only enqueues work, but for the groups' waits.
@@ -97,7 +97,7 @@ static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std
     cb.forward = [&](int mb, int chunk) {
         const int s = live.at({mb, chunk});
         pp_bind(g, s, chunk);
-        gpt_forward_staged(g, mb, chunk, pp_out(g, s));
+        gpt_forward_chunk(g, mb, chunk, pp_out(g, s));
         if (chunk != last) return;
         g->pp.head_mb = mb;
         if (head) head();
@@ -109,7 +109,7 @@ static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std
             die("pipeline stage %d: backward of micro-batch %d, but the head's scratch holds micro-batch %d",
                 L.topo.pp_rank, mb, g->pp.head_mb);
         pp_bind(g, s, chunk);
-        gpt_backward_staged(g, mb, scale * (mb == 0 ? mb0.grad : 1.0), scale * (mb == 0 ? mb0.loss : 1.0), false, chunk,
+        gpt_backward_chunk(g, mb, scale * (mb == 0 ? mb0.grad : 1.0), scale * (mb == 0 ? mb0.loss : 1.0), false, chunk,
                             pp_dout(g, s));
     };
     cb.exchange = [&](const PpMsg* msgs, int n) { pp_exchange(g, msgs, n, live); };
