@@ -1,24 +1,37 @@
 # train_gpt Makefile, in llm.c's manner: detect what the machine has, build what it can.
+# After the flags and what was found come the rules, in this order: the trainers, the test programs, the
+# tools, the GPU programs of dev/, then the test tooling (`make test`, the emulated builds, fuzzing,
+# sanitizers, the GPU kit).
 # Trainers:
 #   make train_gpt_cpu     CPU reference trainer (OpenMP; MPI when mpicxx is found)
 #   make train_gpt         CUDA trainer (needs nvcc; NCCL when found); one GPU needs neither NCCL nor MPI
 #   make test_gpt          GPU tests against the PyTorch reference states (tests/t_gpu.sh runs them)
 #   make train_gpt_fp32 test_gpt_fp32   the same two built with -DENABLE_FP32 (floatX = float), for tight
 #                          tests; `make train_gpt PRECISION=FP32` builds the fp32 trainer under the usual name
+# Test programs:
 #   make test_gpt_cpu      the CPU trainer's unit tests (tests/t_cpu_units.sh)
-# Tests:
+#   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
+#   make build/test_launch build/test_comm   rank discovery and id exchange (llmc/parallel/launch.h); the NCCL
+#                          backend llmc/parallel/comm_nccl.cuh with nvcc (tests/t_comm.sh)
+#   make build/test_fp8    the fp8 casts, scales and GEMMs (llmc/fp8.cuh, llmc/matmul_fp8.cuh) with nvcc (tests/t_fp8.sh)
+# Tools:
+#   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
+# GPU (programs built with nvcc for sm_80, sm_90a and sm_100a, GENCODE below):
+#   make devcuda           the kernel playground dev/cuda (its own Makefile lists the programs) into
+#                          build/devcuda/; make build/devcuda/norm builds one (tests/t_devcuda_build.sh)
+#   make devcuda-attn-resources   ptxas registers / spills per kernel of the attention and classifier programs
+#   make build/ceilings    probe: copy bandwidth and cuBLASLt bf16/fp8 GEMM ceilings (dev/probe/)
+#   make build/nccl_ranks  probe: NCCL collectives with several ranks on one GPU (only when NCCL is found)
+#   make probe-config      prints the nvcc and NCCL this Makefile found (tests/t_probe_build.sh)
+# Test tooling:
 #   make deps              installs what the tests need and the machine lacks (scripts/install_deps.sh)
 #   make test              deps, then build everything buildable and run every test (CI's command);
 #                          the last line is "N passed, N failed, N skipped"
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
-#   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
-#   make build/test_launch build/test_comm build/test_comm_emu   rank discovery and id exchange (llmc/parallel/launch.h);
-#                          the NCCL backend llmc/parallel/comm_nccl.cuh with nvcc, and against the NCCL emulation (tests/t_comm.sh)
+#   make build/test_comm_emu   tests/test_comm.cu against the emulated CUDA runtime and NCCL (tests/t_comm.sh)
 #   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
-#                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh)
-#   make build/test_fp8    the fp8 casts, scales and GEMMs (llmc/fp8.cuh, llmc/matmul_fp8.cuh) with nvcc (tests/t_fp8.sh)
-# Tools:
-#   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
+#                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh);
+#                          every emulated build, these and the tests' own, is tests/cuda_emu/build.sh
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
 #                          build/fuzz_datasets_idx, _npz (npy and npz) and _shard
 #   make fuzz_tokenizer    libFuzzer target build/fuzz_tokenizer (clang), not part of `make test`
@@ -27,13 +40,6 @@
 #   make fuzz_datasets_run fuzz_tokenizer_run fuzz_formats_run FUZZ_SECONDS=180   runs each fuzz target that long
 #   make test-asan         the CPU programs built with AddressSanitizer + UBSan in a copy of the tree
 #                          (build/asan/), then the CPU tests (ASAN_TESTS) against them; not part of `make test`
-# GPU (programs built with nvcc for sm_80 and sm_90a):
-#   make devcuda           the kernel playground dev/cuda (its own Makefile lists the programs) into
-#                          build/devcuda/; make build/devcuda/norm builds one (tests/t_devcuda_build.sh)
-#   make devcuda-attn-resources   ptxas registers / spills per kernel of the attention and classifier programs
-#   make build/ceilings    probe: copy bandwidth and cuBLASLt bf16/fp8 GEMM ceilings (dev/probe/)
-#   make build/nccl_ranks  probe: NCCL collectives with several ranks on one GPU (only when NCCL is found)
-#   make probe-config      prints the nvcc and NCCL this Makefile found (tests/t_probe_build.sh)
 #   make gpu-kit           the git-ignored folder gpukit/ that travels to a GPU machine: builds what is
 #                          missing (the CUDA programs above, a portable train_gpt_cpu, the small reference
 #                          states), assembles it with its MANIFEST and prints both; fails over 64 MiB
@@ -65,7 +71,10 @@ endif
 
 # ---- CUDA flags --------------------------------------------------------------------------------
 NVCC := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
-GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a
+# Blackwell (sm_100a) where this nvcc knows it (12.8 and newer); an older one builds sm_80 and sm_90a
+NVCC_SM100 := $(if $(NVCC),$(shell $(NVCC) --list-gpu-arch 2>/dev/null | grep -qx compute_100 && echo yes))
+GENCODE_SM100 := -gencode arch=compute_100a,code=sm_100a
+GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a $(if $(NVCC_SM100),$(GENCODE_SM100))
 NVCC_FLAGS ?= -O3 --use_fast_math -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-function $(GENCODE) --expt-relaxed-constexpr
 NVCC_LDLIBS := -lcublas -lcublasLt
 PRECISION ?= BF16
@@ -95,16 +104,36 @@ PARALLEL_HEADERS := llmc/parallel/topology.h llmc/parallel/pp_schedule.h llmc/pa
 .PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu
 
-# ---- CPU programs ------------------------------------------------------------------------------
+# ---- the trainers ------------------------------------------------------------------------------
 train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
 
+# The CUDA trainer, test_gpt (which includes train_gpt.cu) and their fp32 builds (-DENABLE_FP32). NCCL, when
+# found, is linked (data parallel; without it they train on one GPU). They need no OpenMP; with it (unless
+# NO_OMP=1) llmc/init.h spreads the seeded initialisation over the host's threads (the same weights as on
+# one thread, which takes minutes for a 7B model).
+TRAIN_GPT_FLAGS := $(if $(NO_OMP),,-Xcompiler -fopenmp)
+TRAIN_GPT_LIBS := $(NVCC_LDLIBS) $(NCCL_LDLIBS) $(if $(NO_OMP),,-lgomp)
+
+train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+
+test_gpt: test_gpt.cu train_gpt.cu tests/check.h $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+
+train_gpt_fp32: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+
+test_gpt_fp32: test_gpt.cu train_gpt.cu tests/check.h $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+
+# ---- test programs -----------------------------------------------------------------------------
 test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp tests/check.h $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(MPI_CFLAGS) $< -o $@ $(LDLIBS) $(MPI_LIBS)
-
-$(BUILD)/prepare: dev/data/prepare.cpp llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/run/json.h llmc/utils.h
-	@mkdir -p $(BUILD)
-	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 $(BUILD)/test_datasets: tests/test_datasets.cpp $(DATASETS_HEADERS)
 	@mkdir -p $(BUILD)
@@ -124,9 +153,8 @@ $(BUILD)/test_tokenizer: tests/tokenizer/test_tokenizer.cpp $(TOKENIZER_HEADERS)
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
-# tests/t_comm.sh: llmc/parallel/launch.h's id exchange (plain C++, no MPI), and llmc/parallel/comm_nccl.cuh's test program,
-# built with nvcc against NCCL (GPU) and with g++ against the emulated CUDA runtime and NCCL (tests/cuda_emu)
-# for mpirun on the CPU
+# tests/t_comm.sh: llmc/parallel/launch.h's id exchange (plain C++, no MPI), and llmc/parallel/comm_nccl.cuh's test program
+# built with nvcc against NCCL (GPU); its emulated build, for mpirun on the CPU, is $(BUILD)/test_comm_emu below
 COMM_NCCL_DEPS := tests/test_comm.cu llmc/parallel/comm_nccl.cuh llmc/parallel/comm_timeout.h llmc/parallel/launch.h llmc/parallel/topology.h llmc/cuda_common.cuh llmc/utils.h
 $(BUILD)/test_launch: tests/test_launch.cpp llmc/parallel/launch.h llmc/utils.h
 	@mkdir -p $(BUILD)
@@ -138,12 +166,104 @@ $(BUILD)/test_comm: $(COMM_NCCL_DEPS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS) $(NCCL_LDLIBS)
 
-$(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard tests/cuda_emu/include/*.h)
+# tests/t_fp8.sh: tests/test_fp8.cu with nvcc (llmc/fp8.cuh and llmc/matmul_fp8.cuh for GENCODE's architectures; it runs
+# where a GPU of compute capability 8.9+ is present); the script builds its emulated twin itself
+$(BUILD)/test_fp8: tests/test_fp8.cu tests/check.h llmc/fp8.cuh llmc/matmul_fp8.cuh llmc/matmul.cuh llmc/cuda_common.cuh \
+        llmc/packed.cuh llmc/precision.cuh llmc/utils.h
+	$(NEED_NVCC)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
+
+# ---- tools -------------------------------------------------------------------------------------
+$(BUILD)/prepare: dev/data/prepare.cpp llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/run/json.h llmc/utils.h
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# ---- dev/cuda, the kernel playground ---------------------------------------------------------------
+# dev/cuda/Makefile lists the programs and builds them; here with this Makefile's nvcc and flags, into
+# $(BUILD)/devcuda/ (each binary's compile log beside it, <binary>.log).
+DEVCUDA_ARGS = --no-print-directory -C dev/cuda OUT=$(abspath $(BUILD)/devcuda) NVCC="$(NVCC)" NVCC_FLAGS="$(NVCC_FLAGS)"
+
+.PHONY: devcuda devcuda-attn-resources
+devcuda:
+	@$(MAKE) $(DEVCUDA_ARGS)
+
+$(BUILD)/devcuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/ceilings.h dev/cuda/attention_cases.h $(HEADERS) $(CUDA_HEADERS)
+	@$(MAKE) $(DEVCUDA_ARGS) $(abspath $@)
+
+# dev/cuda/attention_sdpa.py (PyTorch scaled_dot_product_attention at the same shapes) needs no build.
+devcuda-attn-resources:
+	$(NEED_NVCC)
+	@mkdir -p $(BUILD)/devcuda
+	@for f in attention_forward attention_backward fused_classifier; do \
+	    $(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp -Xptxas -v -c dev/cuda/$$f.cu -o $(BUILD)/devcuda/$$f.resources.o \
+	        > $(BUILD)/devcuda/$$f.resources.log 2>&1 || { cat $(BUILD)/devcuda/$$f.resources.log; exit 1; }; \
+	    grep -E "Compiling entry|registers|spill" $(BUILD)/devcuda/$$f.resources.log | sed -e 's/ptxas info *: //'; \
+	done
+
+# ---- GPU probes (dev/probe/) ---------------------------------------------------------------------
+PROBE_DEPS := llmc/cuda_common.cuh llmc/utils.h
+
+# what the probe build found, for tests/t_probe_build.sh and scripts/gpu_probe.sh
+.PHONY: probe-config
+probe-config:
+	@echo "nvcc=$(NVCC)"
+	@echo "nccl_home=$(if $(NCCL_LDLIBS),$(NCCL_HOME))"
+	@echo "nccl_ldlibs=$(NCCL_LDLIBS)"
+
+# the copy ceiling is measured with dev/cuda/ceilings.h
+$(BUILD)/ceilings: dev/probe/ceilings.cu $(PROBE_DEPS) dev/cuda/ceilings.h
+	$(NEED_NVCC)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
+
+$(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
+	$(NEED_NVCC)
+	@test -n "$(NCCL_LDLIBS)" || { echo "error: $@ needs NCCL and this build has none (NO_NCCL is set, or no nccl.h under CUDA_HOME, /usr, /usr/local or the nvidia.nccl wheel of $(PYTHON)); set NCCL_HOME=<dir with include/nccl.h and lib/> or PYTHON=<python3 with the wheel>"; exit 1; }
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NCCL_LDLIBS)
+
+# ---- test tooling: make test, test-quick -------------------------------------------------------
+# what `make test` builds before it runs tests/t_*.sh: every program of this Makefile that this machine can
+# build, but the fuzzers and the sanitized copies
+ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
+                 $(BUILD)/test_tokenizer $(BUILD)/test_launch \
+                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
+ifneq ($(NVCC),)
+  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
+                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
+endif
+# the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
+QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_comm t_comm_mpi
+
+deps:
+	@bash scripts/install_deps.sh
+
+# `make test` first installs missing dependencies (or names the command), then re-reads this
+# Makefile so that MPI and NCCL detection sees them.
+test: deps
+	@$(MAKE) --no-print-directory test_all
+
+test_all: $(ALL_TEST_DEPS)
+	@bash scripts/run_tests.sh
+
+test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_tokenizer
+	@bash scripts/run_tests.sh $(QUICK_TESTS)
+
+# ---- emulated builds: CUDA sources built with g++ against the host emulation ---------------------
+# tests/cuda_emu/build.sh SOURCE OUTPUT FLAGS... -- LIBS... is the one recipe of every emulated build, these and the
+# ones tests/t_attention.sh, t_fp8.sh, t_gpu_emulated.sh and t_matmul_emulated.sh make: it copies the sources with
+# their kernel launches rewritten (tests/cuda_emu/rewrite.py) into OUTPUT_src/ and compiles SOURCE's copy with the
+# emulation's headers first on the include path. The builds differ only in their flags.
+EMU_BUILD = CXX="$(CXX)" PYTHON="$(PYTHON)" bash tests/cuda_emu/build.sh
+EMU_DEPS := tests/cuda_emu/build.sh tests/cuda_emu/rewrite.py $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
+
+# tests/t_comm.sh: llmc/parallel/comm_nccl.cuh's test program against the emulated CUDA runtime and NCCL (NCCL over
+# MPI), for mpirun on the CPU
+$(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) $(EMU_DEPS)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset)"; exit 1; }
-	@rm -rf $@_src && mkdir -p $@_src
-	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
-	$(CXX) -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -pthread \
-	    -DUSE_NCCL -Itests/cuda_emu/include -I$@_src $(MPI_CFLAGS) -x c++ $@_src/tests/test_comm.cu -o $@ $(MPI_LIBS)
+	$(EMU_BUILD) tests/test_comm.cu $@ -std=c++17 -O1 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function \
+	    -Wno-unknown-pragmas -pthread -DUSE_NCCL $(MPI_CFLAGS) -- $(MPI_LIBS)
 
 # tests/t_gpu_multirank.sh and tests/t_gpu_pp.sh: train_gpt.cu's own main built with g++ against the emulated CUDA
 # runtime, cuBLASLt and NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library
@@ -151,22 +271,13 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) tests/cuda_emu/rewrite.py $(wildcard t
 # and the fp32 one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
 EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
                    -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL
-$(BUILD)/train_gpt_fp32_emu: EMU_TRAIN_FLAGS += -DENABLE_FP32
-$(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) tests/cuda_emu/rewrite.py \
-        $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
+$(BUILD)/train_gpt_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
-	@rm -rf $@_src && mkdir -p $@_src
-	$(PYTHON) tests/cuda_emu/rewrite.py . $@_src > /dev/null
-	$(CXX) $(EMU_TRAIN_FLAGS) -Itests/cuda_emu/include -I$@_src $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -x c++ $@_src/train_gpt.cu \
-	    -o $@ $(MPI_LIBS)
+	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
 
-# tests/t_fp8.sh: tests/test_fp8.cu with nvcc (llmc/fp8.cuh and llmc/matmul_fp8.cuh for sm_80 and sm_90a; it runs
-# where a GPU of compute capability 8.9+ is present); the script builds its emulated twin itself
-$(BUILD)/test_fp8: tests/test_fp8.cu tests/check.h llmc/fp8.cuh llmc/matmul_fp8.cuh llmc/matmul.cuh llmc/cuda_common.cuh \
-        llmc/packed.cuh llmc/precision.cuh llmc/utils.h
-	$(NEED_NVCC)
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
+$(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
+	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) -DENABLE_FP32 $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
 
 # ---- fuzzing (clang's libFuzzer), not part of `make test` ----------------------------------------
 # The data set fuzzer is one source, the parser picked by FUZZ_PARSER (1 idx, 2 npy/npz, 3 llm.c shard);
@@ -264,68 +375,6 @@ test-asan:
 	    found=$$(grep -rlIE "runtime error:|ERROR: AddressSanitizer" $$log build 2>/dev/null); \
 	    if [ -n "$$found" ]; then echo "error: sanitizer reports in:"; echo "$$found"; exit 1; fi; exit $$rc
 
-# ---- CUDA trainer and GPU tests ------------------------------------------------------------------
-# One rule for the four nvcc programs: $(1) (train_gpt or test_gpt) is built from $(1).cu as $(1) (bf16,
-# or PRECISION's) and as $(1)_fp32; $(2) lists the source's other files.
-# NCCL, when found, is linked (data parallel; without it they train on one GPU). They need no OpenMP; with
-# it (unless NO_OMP=1) llmc/init.h spreads the seeded initialisation over the host's threads (the same
-# weights as on one thread, which takes minutes for a 7B model).
-TRAIN_GPT_FLAGS := $(if $(NO_OMP),,-Xcompiler -fopenmp)
-TRAIN_GPT_LIBS := $(NVCC_LDLIBS) $(NCCL_LDLIBS) $(if $(NO_OMP),,-lgomp)
-train_gpt_fp32 test_gpt_fp32: TRAIN_GPT_FLAGS := -DENABLE_FP32 $(TRAIN_GPT_FLAGS)
-
-define NVCC_PROGRAM
-$(1) $(1)_fp32: $(1).cu $(2) $$(HEADERS) $$(CUDA_HEADERS)
-	$$(NEED_NVCC)
-	$$(NVCC) $$(NVCC_FLAGS) $$(TRAIN_GPT_FLAGS) $$< -o $$@ $$(TRAIN_GPT_LIBS)
-endef
-$(eval $(call NVCC_PROGRAM,train_gpt))
-$(eval $(call NVCC_PROGRAM,test_gpt,train_gpt.cu tests/check.h))
-
-# ---- dev/cuda, the kernel playground ---------------------------------------------------------------
-# dev/cuda/Makefile lists the programs and builds them; here with this Makefile's nvcc and flags, into
-# $(BUILD)/devcuda/ (each binary's compile log beside it, <binary>.log).
-DEVCUDA_ARGS = --no-print-directory -C dev/cuda OUT=$(abspath $(BUILD)/devcuda) NVCC="$(NVCC)" NVCC_FLAGS="$(NVCC_FLAGS)"
-
-.PHONY: devcuda devcuda-attn-resources
-devcuda:
-	@$(MAKE) $(DEVCUDA_ARGS)
-
-$(BUILD)/devcuda/%: dev/cuda/%.cu dev/cuda/common.h dev/cuda/ceilings.h dev/cuda/attention_cases.h $(HEADERS) $(CUDA_HEADERS)
-	@$(MAKE) $(DEVCUDA_ARGS) $(abspath $@)
-
-# dev/cuda/attention_sdpa.py (PyTorch scaled_dot_product_attention at the same shapes) needs no build.
-devcuda-attn-resources:
-	$(NEED_NVCC)
-	@mkdir -p $(BUILD)/devcuda
-	@for f in attention_forward attention_backward fused_classifier; do \
-	    $(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp -Xptxas -v -c dev/cuda/$$f.cu -o $(BUILD)/devcuda/$$f.resources.o \
-	        > $(BUILD)/devcuda/$$f.resources.log 2>&1 || { cat $(BUILD)/devcuda/$$f.resources.log; exit 1; }; \
-	    grep -E "Compiling entry|registers|spill" $(BUILD)/devcuda/$$f.resources.log | sed -e 's/ptxas info *: //'; \
-	done
-
-# ---- GPU probes (dev/probe/) ---------------------------------------------------------------------
-PROBE_DEPS := llmc/cuda_common.cuh llmc/utils.h
-
-# what the probe build found, for tests/t_probe_build.sh and scripts/gpu_probe.sh
-.PHONY: probe-config
-probe-config:
-	@echo "nvcc=$(NVCC)"
-	@echo "nccl_home=$(if $(NCCL_LDLIBS),$(NCCL_HOME))"
-	@echo "nccl_ldlibs=$(NCCL_LDLIBS)"
-
-# the copy ceiling is measured with dev/cuda/ceilings.h
-$(BUILD)/ceilings: dev/probe/ceilings.cu $(PROBE_DEPS) dev/cuda/ceilings.h
-	$(NEED_NVCC)
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
-
-$(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
-	$(NEED_NVCC)
-	@test -n "$(NCCL_LDLIBS)" || { echo "error: $@ needs NCCL and this build has none (NO_NCCL is set, or no nccl.h under CUDA_HOME, /usr, /usr/local or the nvidia.nccl wheel of $(PYTHON)); set NCCL_HOME=<dir with include/nccl.h and lib/> or PYTHON=<python3 with the wheel>"; exit 1; }
-	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NCCL_LDLIBS)
-
 # ---- the GPU kit ---------------------------------------------------------------------------------
 GPU_KIT ?= gpukit
 # the reference states made on the GPU machine (scripts/gpu_check.sh correct) instead of carried: a state
@@ -356,32 +405,6 @@ gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 	$(NEED_NVCC)
 	@bash scripts/gpu_kit.sh assemble --kit $(GPU_KIT) --build $(BUILD) --states $(BUILD)/gpukit/states \
 	    --nvcc "$(NVCC)" --flags "$(NVCC_FLAGS)" --nccl "$(NCCL_LDLIBS)" --device-states "$(GPU_KIT_DEVICE_STATES)"
-
-# ---- tests ---------------------------------------------------------------------------------------
-# what `make test` builds before it runs tests/t_*.sh: every program above that this machine can build
-ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
-                 $(BUILD)/test_tokenizer $(BUILD)/test_launch \
-                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
-ifneq ($(NVCC),)
-  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
-                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
-endif
-# the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
-QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_comm t_comm_mpi
-
-deps:
-	@bash scripts/install_deps.sh
-
-# `make test` first installs missing dependencies (or names the command), then re-reads this
-# Makefile so that MPI and NCCL detection sees them.
-test: deps
-	@$(MAKE) --no-print-directory test_all
-
-test_all: $(ALL_TEST_DEPS)
-	@bash scripts/run_tests.sh
-
-test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_tokenizer
-	@bash scripts/run_tests.sh $(QUICK_TESTS)
 
 clean:
 	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt train_gpt_fp32 test_gpt_fp32

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/fatbin_archs.sh BINARY: prints the GPU architectures a CUDA executable holds machine code (ELF) for, one
-# sm_XX or sm_XXa per line, sorted. Used by tests/t_probe_build.sh and tests/t_devcuda_build.sh.
+# sm_XX or sm_XXa per line, sorted as bytes (sm_100a before sm_80). Used by tests/t_probe_build.sh,
+# tests/t_devcuda_build.sh and tests/t_gpu_kit.sh.
 # With cuobjdump (CUDA_HOME/bin or PATH) it asks cuobjdump --list-elf. Without it, it reads the fatbin entry
 # headers in the executable. Layout (as nvcc 12-13 write it): fatbin header {u32 magic 0xBA55ED50, u16 version,
 # u16 header size, u64 payload size}, then entries {u16 kind (1 PTX, 2 ELF), u16, u32 header size, u64 payload
@@ -14,7 +15,7 @@ fi
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 CUOBJDUMP=$(command -v cuobjdump || { [ -x "$CUDA_HOME/bin/cuobjdump" ] && echo "$CUDA_HOME/bin/cuobjdump"; })
 if [ -n "$CUOBJDUMP" ]; then
-    "$CUOBJDUMP" --list-elf "$1" | grep -o 'sm_[0-9]*a\{0,1\}' | sort -u
+    "$CUOBJDUMP" --list-elf "$1" | grep -o 'sm_[0-9]*a\{0,1\}' | LC_ALL=C sort -u
     exit 0
 fi
 PY=/usr/bin/python3

@@ -3,7 +3,7 @@
 # one folder that travels with a copy of the repository to a GPU machine that has nvcc but no network, so
 # that scripts/gpu_check.sh spends no device time on builds, downloads or small reference states.
 # Its layout is described in scripts/gpu_lib.sh. What goes in:
-#   - the CUDA programs built by the Makefile (sm_80 + sm_90a), gzip-compressed from where make put them
+#   - the CUDA programs built by the Makefile (sm_80 + sm_90a + sm_100a), gzip-compressed from where make put them
 #   - BUILD/gpukit/train_gpt_cpu (x86-64-v3, no MPI), which writes the initial weights of the large states
 #   - the reference states in STATES (made by `gpu_kit.sh states`)
 #   - data/tokenizers/llama3.tiktoken (git-ignored; fetched with dev/data/fetch_tokenizers.sh when missing;

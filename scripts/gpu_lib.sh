@@ -3,7 +3,7 @@
 # are made from, the reading of its MANIFEST, git's view of the checkout and the python3 that has PyTorch.
 #
 # The kit (make gpu-kit, default folder gpukit/) holds (programs gzip-compressed, NAME.gz: a third of the size):
-#   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a), and train_gpt_cpu built
+#   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a + sm_100a), and train_gpt_cpu built
 #               for any x86-64-v3 CPU without MPI (it writes the reference states' initial weights)
 #   devcuda/    the dev/cuda programs (dev/cuda/Makefile's PROGRAMS: devcuda_programs)
 #   probe/      ceilings, nccl_ranks (dev/probe)

@@ -2,21 +2,19 @@
 # The tensor-core flash attention of llmc/attention.cuh against attention in double precision
 # (tests/test_attention.cu: forward and backward, head dims 64, 80, 128, GQA and MQA, odd tile counts, at
 # tolerances set by the kernels' bf16 roundings). Always under the CUDA emulation of tests/cuda_emu (built
-# with g++ like tests/t_gpu_emulated.sh builds test_gpt), twice: the default schedule, and EMU_SCHED=random
+# with g++ by tests/cuda_emu/build.sh), twice: the default schedule, and EMU_SCHED=random
 # (warps run ahead in random orders, shared-memory race detector, cp.async data landing only at its wait).
-# Where a GPU is present, also built with nvcc for the Makefile's targets (sm_80, sm_90a) and run for real;
-# otherwise that part prints [SKIP]. About 30 s on 2 cores.
+# Where a GPU is present, also built with nvcc for the Makefile's targets (sm_80, sm_90a, sm_100a) and run for
+# real; otherwise that part prints [SKIP]. About 30 s on 2 cores.
 set -u
 d=$(pwd)/build/t_attention
-rm -rf "$d" && mkdir -p "$d/src"
+rm -rf "$d" && mkdir -p "$d"
 status=0
 
 if [ "$(uname -m)" != x86_64 ]; then
     echo "[SKIP] test_attention emulated: the emulation's fiber switch is x86-64 only"
-elif ! /usr/bin/python3 tests/cuda_emu/rewrite.py . "$d/src" > "$d/rewrite.log" 2>&1; then
-    echo "[FAIL] tests/cuda_emu/rewrite.py: $(tail -2 "$d/rewrite.log")"; status=1
-elif ! g++ -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)/tests/cuda_emu/include" \
-        -I"$d/src" -I"$(pwd)" -x c++ "$d/src/tests/test_attention.cu" -o "$d/test_attention_emu" > "$d/build_emu.log" 2>&1; then
+elif ! bash tests/cuda_emu/build.sh tests/test_attention.cu "$d/test_attention_emu" \
+        -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)" > "$d/build_emu.log" 2>&1; then
     echo "[FAIL] tests/test_attention.cu builds against the emulation: $(grep -m 3 error "$d/build_emu.log")"; status=1
 else
     echo "[PASS] tests/test_attention.cu builds against the emulation"
@@ -37,7 +35,8 @@ if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep
 fi
 NVCC=$(command -v nvcc 2>/dev/null || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 if ! "$NVCC" -O3 --use_fast_math -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-function \
-        -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+        -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
+        --expt-relaxed-constexpr \
         tests/test_attention.cu -o "$d/test_attention" -lcublasLt > "$d/build_gpu.log" 2>&1; then
     echo "[FAIL] tests/test_attention.cu builds with nvcc: $(grep -m 3 error "$d/build_gpu.log")"; exit 1
 fi

@@ -3,7 +3,7 @@
 # without a GPU.
 #   - every program of dev/cuda/Makefile's PROGRAMS builds into build/devcuda/ and its compile log (written by
 #     the build) has no warning
-#   - every binary holds sm_80 and sm_90a code (scripts/fatbin_archs.sh)
+#   - every binary holds sm_80, sm_90a and sm_100a code (scripts/fatbin_archs.sh)
 #   - the standalone `make -C dev/cuda` builds a program with the same flags (one program, fresh, into build/)
 #   - --help prints a usage line and exits 0; with no GPU visible each program exits 1 saying so; bad arguments
 #     (unknown flag, malformed or unsupported --sizes, version out of range) exit 1 with a clear message
@@ -43,8 +43,9 @@ for p in $PROGRAMS; do
     elif grep -qi "warning" "$B/$p.log"; then fail "$p compiles warning-free" "$(grep -i -m 3 warning "$B/$p.log")"
     else pass "$p compiles warning-free"; fi
     archs=$(bash scripts/fatbin_archs.sh "$B/$p" | tr '\n' ' ')
-    if echo " $archs" | grep -q " sm_80 " && echo " $archs" | grep -q " sm_90a "; then pass "$p has sm_80 and sm_90a code ($archs)"
-    else fail "$p architectures" "want sm_80 and sm_90a, found '$archs'"; fi
+    if echo " $archs" | grep -q " sm_80 " && echo " $archs" | grep -q " sm_90a " && echo " $archs" | grep -q " sm_100a "; then
+        pass "$p has sm_80, sm_90a and sm_100a code ($archs)"
+    else fail "$p architectures" "want sm_80, sm_90a and sm_100a, found '$archs'"; fi
 done
 
 # the standalone Makefile, fresh, one small program
@@ -53,8 +54,8 @@ if make -s --no-print-directory -C dev/cuda OUT="$(pwd)/$T/standalone" global_no
     if grep -qi warning "$T/standalone.log"; then fail "make -C dev/cuda global_norm warning-free" "$(grep -i -m 3 warning "$T/standalone.log")"
     else pass "make -C dev/cuda global_norm (standalone Makefile) builds warning-free"; fi
     archs=$(bash scripts/fatbin_archs.sh "$T/standalone/global_norm" | tr '\n' ' ')
-    if [ "$archs" = "sm_80 sm_90a " ]; then pass "standalone build has sm_80 and sm_90a code"
-    else fail "standalone build architectures" "want 'sm_80 sm_90a', found '$archs'"; fi
+    if [ "$archs" = "sm_100a sm_80 sm_90a " ]; then pass "standalone build has sm_80, sm_90a and sm_100a code"
+    else fail "standalone build architectures" "want 'sm_100a sm_80 sm_90a', found '$archs'"; fi
 else
     fail "make -C dev/cuda global_norm" "$(tail -n 5 "$T/standalone.log")"
 fi

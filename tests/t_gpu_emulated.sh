@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_gpt (the program tests/t_gpu.sh runs on a GPU) run on the CPU: train_gpt.cu and test_gpt.cu built with
-# g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (every kernel runs as written, its
-# threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on head dims 64
-# (GPT, LLaMA GQA), 80 and 128, the fp32 build on the two head-dim-64 states. Every check of test_gpt runs:
+# g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (by tests/cuda_emu/build.sh; every kernel
+# runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
+# head dims 64 (GPT, LLaMA GQA), 80 and 128, the fp32 build on the two head-dim-64 states. Every check of test_gpt runs:
 # logits, loss, gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism,
 # resume. A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
 # in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the
@@ -24,21 +24,18 @@ for p in $passes; do
 done
 has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 d=$(pwd)/build/t_gpu_emulated
-rm -rf "$d" && mkdir -p "$d/src" "$d/run"
+rm -rf "$d" && mkdir -p "$d/run"
 status=0
 
-# the sources with their launches rewritten, built for the passes asked (bf16 serves bf16 and race), in parallel
-if ! /usr/bin/python3 tests/cuda_emu/rewrite.py . "$d/src" > "$d/rewrite.log" 2>&1; then
-    echo "[FAIL] tests/cuda_emu/rewrite.py: $(tail -2 "$d/rewrite.log")"; exit 1
-fi
-flags="-std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I$(pwd)/tests/cuda_emu/include -I$d/src -I$(pwd)"
+# the builds for the passes asked (bf16 serves bf16 and race), in parallel
+flags=(-std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)")
 builds=()
 { has "$passes" bf16 || has "$passes" race; } && builds+=(bf16)
 has "$passes" fp32 && builds+=(fp32)
 pids=()
 for b in "${builds[@]}"; do
-    if [ $b = bf16 ]; then g++ $flags -x c++ "$d/src/test_gpt.cu" -o "$d/test_gpt_emu" > "$d/build_bf16.log" 2>&1 &
-    else g++ $flags -DENABLE_FP32 -x c++ "$d/src/test_gpt.cu" -o "$d/test_gpt_fp32_emu" > "$d/build_fp32.log" 2>&1 & fi
+    if [ $b = bf16 ]; then bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_emu" "${flags[@]}" > "$d/build_bf16.log" 2>&1 &
+    else bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_fp32_emu" "${flags[@]}" -DENABLE_FP32 > "$d/build_fp32.log" 2>&1 & fi
     pids+=($!)
 done
 for i in "${!builds[@]}"; do

@@ -4,8 +4,8 @@
 #   - make gpu-kit succeeds; the kit and the tree that travels with it stay under 64 MiB
 #   - the MANIFEST lists every file of the kit, and sha256sum and stat agree with it; its commit is HEAD, its
 #     dirty flag git's, its sources digest this checkout's
-#   - every program is in the kit (gunzip gives the Makefile's build output byte for byte) with sm_80 and
-#     sm_90a code; the portable train_gpt_cpu links no MPI and runs; every reference state of
+#   - every program is in the kit (gunzip gives the Makefile's build output byte for byte) with sm_80, sm_90a
+#     and sm_100a code; the portable train_gpt_cpu links no MPI and runs; every reference state of
 #     tests/gpu_cases.sh is either in the kit or named as made on the device; the Llama 3 rank file is there
 #     with its official SHA-256 (its own check: it needs the network once)
 #   - every stage answers --help; every stage refuses with exit 1 and a message, writing nothing, when
@@ -67,7 +67,8 @@ dirty=no; [ -n "$(git status --porcelain --untracked-files=no)" ] && dirty=yes
 nv=$( (command -v nvcc || echo "$CUDA_HOME/bin/nvcc") | head -n 1)
 nvv=$("$nv" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
 case "$(manifest_field "$M" nvcc)" in "$nvv "*) pass "manifest nvcc $nvv" ;; *) fail "manifest nvcc" "'$(manifest_field "$M" nvcc)', nvcc says $nvv" ;; esac
-grep -q '^nvcc_flags: .*arch=compute_80,code=sm_80.*arch=compute_90a,code=sm_90a' "$M" && pass "manifest build flags name sm_80 and sm_90a" \
+grep -q '^nvcc_flags: .*arch=compute_80,code=sm_80.*arch=compute_90a,code=sm_90a.*arch=compute_100a,code=sm_100a' "$M" \
+    && pass "manifest build flags name sm_80, sm_90a and sm_100a" \
     || fail "manifest build flags" "$(grep '^nvcc_flags' "$M")"
 
 # ---- contents
@@ -87,7 +88,8 @@ done < <(kit_placements)
 gunzip -c "$K/bin/train_gpt.gz" > "$T/train_gpt" && gunzip -c "$K/bin/train_gpt_cpu.gz" > "$T/train_gpt_cpu"
 chmod +x "$T/train_gpt" "$T/train_gpt_cpu"
 archs=$(bash scripts/fatbin_archs.sh "$T/train_gpt" | tr '\n' ' ')
-[ "$archs" = "sm_80 sm_90a " ] && pass "kit's train_gpt holds sm_80 and sm_90a code" || fail "kit's train_gpt architectures" "'$archs'"
+[ "$archs" = "sm_100a sm_80 sm_90a " ] && pass "kit's train_gpt holds sm_80, sm_90a and sm_100a code" \
+    || fail "kit's train_gpt architectures" "'$archs'"
 if ldd "$T/train_gpt_cpu" | grep -qi mpi; then fail "kit's train_gpt_cpu" "links MPI: $(ldd "$T/train_gpt_cpu" | grep -i mpi)"
 elif "$T/train_gpt_cpu" --help 2>&1 | grep -q gpt3_125m; then pass "kit's train_gpt_cpu links no MPI and runs (--help)"
 else fail "kit's train_gpt_cpu --help" "$("$T/train_gpt_cpu" --help 2>&1 | tail -n 2)"; fi

@@ -1,21 +1,18 @@
 #!/usr/bin/env bash
-# llmc/matmul.cuh under the host emulation of CUDA and cuBLASLt (tests/cuda_emu), built with g++ the way
-# tests/t_gpu_emulated.sh builds test_gpt: tests/test_matmul_emu.cu checks that the heuristic runs once per
+# llmc/matmul.cuh under the host emulation of CUDA and cuBLASLt (tests/cuda_emu), built with g++ by
+# tests/cuda_emu/build.sh as test_gpt is: tests/test_matmul_emu.cu checks that the heuristic runs once per
 # distinct key over repeated calls and that, when the emulated heuristic offers no algorithm for the BIAS
 # and BGRADB epilogues (EMU_LT_NO_ALGO), the default epilogue plus matmul.cuh's own kernels give the
 # epilogue path's results (both against a host reference), in the bf16 and the fp32 build. Seconds.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 d=$(pwd)/build/t_matmul_emulated
-rm -rf "$d" && mkdir -p "$d/src"
+rm -rf "$d" && mkdir -p "$d"
 status=0
-if ! /usr/bin/python3 tests/cuda_emu/rewrite.py . "$d/src" > "$d/rewrite.log" 2>&1; then
-    echo "[FAIL] tests/cuda_emu/rewrite.py: $(tail -2 "$d/rewrite.log")"; exit 1
-fi
-flags="-std=c++17 -O1 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I$(pwd)/tests/cuda_emu/include -I$d/src -I$(pwd)"
+flags=(-std=c++17 -O1 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)")
 for b in bf16 fp32; do
-    def=""; [ $b = fp32 ] && def=-DENABLE_FP32
-    if g++ $flags $def -x c++ "$d/src/tests/test_matmul_emu.cu" -o "$d/test_matmul_$b" > "$d/build_$b.log" 2>&1; then
+    def=(); [ $b = fp32 ] && def=(-DENABLE_FP32)
+    if bash tests/cuda_emu/build.sh tests/test_matmul_emu.cu "$d/test_matmul_$b" "${flags[@]}" "${def[@]}" > "$d/build_$b.log" 2>&1; then
         echo "[PASS] tests/test_matmul_emu.cu builds against the emulation ($b)"
     else
         echo "[FAIL] tests/test_matmul_emu.cu builds against the emulation ($b): $(grep -m 3 error "$d/build_$b.log")"

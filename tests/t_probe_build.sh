@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/t_probe_build.sh: the GPU probe programs (dev/probe/, the Makefile) build and behave without a GPU.
 #   - build/ceilings and build/nccl_ranks build; fresh compiles are warning-free
-#   - both binaries hold sm_80 and sm_90a code (scripts/fatbin_archs.sh: cuobjdump, or the fatbin headers)
+#   - both binaries hold sm_80, sm_90a and sm_100a code (scripts/fatbin_archs.sh: cuobjdump, or the fatbin headers)
 #   - nccl_ranks links against a wheel-style NCCL that has only libnccl.so.2 (no libnccl.so)
 #   - with no GPU visible each program exits 1 with a clear message (no crash, no hang); --help works;
 #     bad flags and a stale or missing NCCL id file are clear errors
@@ -82,8 +82,9 @@ fi
 for bin in "$B/ceilings" "$B/nccl_ranks" "$T/wheel/nccl_ranks"; do
     [ -x "$bin" ] || continue
     archs=$(list_elf_archs "$bin" | tr '\n' ' ')
-    if echo " $archs" | grep -q " sm_80 " && echo " $archs" | grep -q " sm_90a "; then pass "$bin has sm_80 and sm_90a code ($archs)"
-    else fail "$bin architectures" "want sm_80 and sm_90a, found '$archs'"; fi
+    if echo " $archs" | grep -q " sm_80 " && echo " $archs" | grep -q " sm_90a " && echo " $archs" | grep -q " sm_100a "; then
+        pass "$bin has sm_80, sm_90a and sm_100a code ($archs)"
+    else fail "$bin architectures" "want sm_80, sm_90a and sm_100a, found '$archs'"; fi
 done
 
 # ---- behaviour without a GPU (CUDA_VISIBLE_DEVICES= hides any GPU, so this runs the same everywhere)

@@ -3,7 +3,7 @@
 // tests/fp8_checks.py, which checks them against a reference of its own (numpy: the fp8 grids enumerated, the
 // nearest grid value with ties to even, TransformerEngine's delayed-scaling rule, the GEMMs from the dequantized
 // operands in float64). Built with g++ against the host emulation of CUDA and cuBLASLt (tests/cuda_emu, by
-// tests/t_fp8.sh) and with nvcc (make build/test_fp8) for sm_80 and sm_90a; the GEMMs need a GPU of compute
+// tests/t_fp8.sh) and with nvcc (make build/test_fp8) for sm_80, sm_90a and sm_100a; the GEMMs need a GPU of compute
 // capability 8.9 or newer there. What it checks itself (the lines it prints):
 //   - a checkpoint of the delayed-scaling state (fp8_meta_download + pos, then fp8_meta_upload into a fresh
 //     state) continues bit for bit like the state it was taken from;

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# tests/cuda_emu/build.sh SOURCE OUTPUT [FLAG...] [-- LIB...]: builds a CUDA source of this repository with g++ against
+# the host emulation of CUDA, cuBLASLt and NCCL. The one recipe of every emulated build: the Makefile's (build/test_comm_emu,
+# build/train_gpt_emu, build/train_gpt_fp32_emu) and the tests' (t_attention, t_fp8, t_gpu_emulated, t_matmul_emulated).
+#   SOURCE   a file that rewrite.py copies, relative to the repository root: train_gpt.cu, test_gpt.cu, tests/NAME.cu
+#   OUTPUT   the program to write; the rewritten copy of the sources goes to OUTPUT_src/ (emptied first)
+#   FLAG...  the compiler flags of this build (optimisation, warnings, -fopenmp, -D...), LIB... what it links
+# Two steps: tests/cuda_emu/rewrite.py copies the sources into OUTPUT_src/ with every kernel launch rewritten, then
+#   $CXX -I tests/cuda_emu/include -I OUTPUT_src FLAG... -x c++ OUTPUT_src/SOURCE -o OUTPUT LIB...
+# The emulation's include folder comes first (its llmc/mma.cuh replaces the inline PTX of llmc/mma.cuh), then the copy,
+# then any -I among the FLAGs. CXX defaults to g++, PYTHON to /usr/bin/python3. Exit status: the compiler's; 1 with a
+# line "error: ..." on stderr when the rewrite fails.
+set -u
+if [ $# -lt 2 ] || [ "$1" = --help ]; then
+    echo "usage: tests/cuda_emu/build.sh SOURCE OUTPUT [FLAG...] [-- LIB...]"
+    [ "${1:-}" = --help ] && exit 0 || exit 2
+fi
+source=$1 output=$2
+shift 2
+flags=() libs=()
+while [ $# -gt 0 ]; do
+    if [ "$1" = -- ]; then shift; libs=("$@"); break; fi
+    flags+=("$1"); shift
+done
+root=$(cd "$(dirname "$0")/../.." && pwd)
+copy=${output}_src
+
+rm -rf "$copy" && mkdir -p "$copy"
+if ! log=$("${PYTHON:-/usr/bin/python3}" "$root/tests/cuda_emu/rewrite.py" "$root" "$copy" 2>&1); then
+    echo "error: tests/cuda_emu/rewrite.py: $(tail -n 2 <<< "$log" | tr '\n' ' ')" >&2; exit 1
+fi
+[ -f "$copy/$source" ] || { echo "error: tests/cuda_emu/rewrite.py does not copy $source" >&2; exit 1; }
+exec "${CXX:-g++}" -I"$root/tests/cuda_emu/include" -I"$copy" "${flags[@]}" -x c++ "$copy/$source" -o "$output" "${libs[@]}"
