@@ -807,6 +807,7 @@ static bool run_host_mode(const ModelConfig& mc, TrainConfig* tc, CudaOptions* o
     }
     check_shapes(mc, tc->B, tc->T);
     check_tp_shapes(mc, tc->tp, opt->fp8.recipe != FP8_NONE);
+    if (opt->fp8.recipe != FP8_NONE) check_fp8_tokens(tc->B, tc->T);
     if (tc->plan) plan_or_pick(tc, opt, mc, launch_info().world, launch_info().rank);  // exits
     if (opt->estimate_gib > 0) {  // per rank of --dp x --tp x --pp ranks (default 1): the first stage's
         const int B = tc->B, T = tc->T;
@@ -885,6 +886,8 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
     plan_or_pick(tc, opt, *mc, world.size, world.rank);
     config_finalize(*mc, tc->tp);  // the planner may have picked tensor parallelism: the vocabulary padded for it
     check_tp_shapes(*mc, tc->tp, opt->fp8.recipe != FP8_NONE);
+    check_shapes(*mc, tc->B, tc->T);  // the planner may have picked -b
+    if (opt->fp8.recipe != FP8_NONE) check_fp8_tokens(tc->B, tc->T);
     if (opt->fp8.recipe != FP8_NONE) fp8_require_device();  // compute capability 8.9+, before any allocation
 
     const int B = tc->B, T = tc->T;

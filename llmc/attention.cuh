@@ -20,6 +20,7 @@
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -201,6 +202,10 @@ static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
         die("attention: bad shape B=%d T=%d H=%d KV=%d (need positive sizes and H a multiple of KV)", B, T, H, KV);
     if (T % 64 != 0) die("attention: T=%d is not a multiple of 64 (the kernels' tile size); pad the sequence", T);
     if (hd != 64 && hd != 80 && hd != 128) die("attention: head dim %d is not supported (64, 80 or 128)", hd);
+    // the backward's preprocess runs a warp per (token, head): B*T*H*32 threads, indexed with 32-bit ints
+    if ((long long)B * T * H * 32 > INT_MAX)
+        die("attention: B*T*H = %lld (token, head) rows is past the backward's 32-bit thread index (at most %d): "
+            "lower -b or -t", (long long)B * T * H, INT_MAX / 32);
 }
 
 template <int HD>

@@ -37,12 +37,13 @@
 // one for all n tensors, since they update together) then moves on, circularly. The amaxes are contiguous so that
 // the ranks sharing a tensor can agree on them with one max all-reduce of n floats before the update.
 //
-// Every kernel here compiles for sm_80 and sm_90a: cuda_fp8.h converts with the cvt.satfinite instruction from
+// Every kernel here compiles for sm_80, sm_90a and sm_100a: cuda_fp8.h converts with the cvt.satfinite instruction from
 // sm_89 on and in software below it, with the same results. What needs sm_89 or newer is the fp8 GEMM (cuBLASLt
 // has no fp8 kernels before Ada/Hopper), hence fp8_require_device().
 #pragma once
 #include <cfloat>
 #include <cmath>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -337,6 +338,9 @@ static inline void fp8_cast_transpose(cudaStream_t stream, F8* out, F8* out_t, c
     fp8_check_format<F8>(m, i, "fp8_cast_transpose");
     if (recipe == FP8_CURRENT) fp8_current_scale(stream, inp, (size_t)rows * cols, m, i);
     float* amax = recipe == FP8_DELAYED ? fp8_amax(m, i) : nullptr;
+    if (ceil_div(rows, 32) > 65535)  // a grid row per 32 rows: CUDA's grid y dimension is at most 65535
+        die("fp8_cast_transpose: %d rows (tokens) is past the grid's 65535 rows of 32 (at most %d): lower -b or -t",
+            rows, 65535 * 32);
     const dim3 grid((unsigned)ceil_div(cols, 32), (unsigned)ceil_div(rows, 32));
     fp8_cast_transpose_kernel<F8, T><<<grid, dim3(32, 8), 0, stream>>>(out, out_t, inp, rows, cols, fp8_scale(m, i), amax);
     cudaCheck(cudaGetLastError());

@@ -9,6 +9,7 @@
 // One thread per (token, 8 consecutive rotation pairs): it loads the 8 cos and sin once and applies them to the
 // same pairs of every q and k head of its token, with 8-element vector loads of both halves. Needs hd % 16 == 0.
 #pragma once
+#include <climits>
 #include <vector>
 #include <cuda_bf16.h>
 #include "llmc/model_config.h"
@@ -58,6 +59,9 @@ static void rope_rotate_inplace(floatX* qkv, const float* cosv, const float* sin
                                 int hd, int sign, cudaStream_t stream) {
     if (hd % 16 != 0) die("rope_rotate_inplace: head dim %d is not a multiple of 16 (8-element vector access of each half)", hd);
     if (sign != 1 && sign != -1) die("rope_rotate_inplace: sign must be +1 (forward) or -1 (backward), got %d", sign);
+    if ((long long)B * T * (hd / 16) > INT_MAX)  // one thread per (token, 8 pairs of a head): a 32-bit index
+        die("rope_rotate_inplace: B*T*hd/16 = %lld threads is past the kernel's 32-bit index (at most %d): lower -b or -t",
+            (long long)B * T * (hd / 16), INT_MAX);
     const int threads = 256, work = B * T * (hd / 16);
     rope_rotate_kernel<<<(int)ceil_div(work, threads), threads, 0, stream>>>(qkv, cosv, sinv, B * T, T, H, KV, hd, (float)sign);
     cudaCheck(cudaGetLastError());

@@ -65,6 +65,23 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
+# the kernels' 32-bit limits (llmc/gpt/options.cuh): the attention backward's warp per (token, head), INT_MAX / 32 =
+# 67108863 of them (gpt3_125m, 12 heads, -t 2048: -b 2730 is 67092480, -b 2731 67117056), and --fp8's transposing cast,
+# 65535 x 32 = 2097120 tokens a micro-batch (-t 2048: -b 1023 is 2095104, -b 1024 2097152). One past the limit stops
+# naming -b and -t; the limit itself passes the check and reaches the memory check (80 GiB is far too little there).
+expect_fail "-b 2731 -t 2048, 12 heads: past the attention's 32-bit index, naming -b and -t" \
+    "-b 2731 x -t 2048 = 5593088 tokens x 12 heads: past the attention backward's 32-bit" \
+    ./train_gpt -c gpt3_125m -b 2731 -t 2048 --estimate-memory 80
+expect_fail "--fp8, -b 1024 -t 2048: past the fp8 transposing cast's grid, naming -b and -t" \
+    "-b 1024 x -t 2048 = 2097152 tokens with --fp8: past the fp8 transposing cast's grid" \
+    ./train_gpt -c gpt3_125m -b 1024 -t 2048 --fp8 delayed --estimate-memory 80
+for lim in "-b 2730 -t 2048" "-b 1023 -t 2048 --fp8 delayed"; do
+    # shellcheck disable=SC2086
+    out=$(./train_gpt -c gpt3_125m $lim --estimate-memory 80 2>&1); rc=$?
+    if [ $rc -eq 1 ] && grep -q "GiB are free" <<< "$out" && ! grep -q "32-bit\|grid" <<< "$out"; then
+        pass "$lim: at the limit, reaches the memory check"
+    else fail "$lim: at the limit, reaches the memory check" "rc $rc: $(tail -1 <<< "$out")"; fi
+done
 if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then
     expect_fail "no GPU: a clear message" "no usable CUDA device" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 64 -x 1 -o ""
 fi

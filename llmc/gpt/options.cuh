@@ -3,6 +3,7 @@
 // widths the vectorised kernels need, per tensor-parallel rank).
 #pragma once
 
+#include <climits>
 #include <string>
 #include <vector>
 #include "llmc/fp8.cuh"
@@ -120,6 +121,21 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
     if (T % 64 != 0) die("-t %d: the attention kernels need a sequence length that is a multiple of 64", T);
 #endif
     if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
+    // 32-bit indices of kernels that no preset comes near (each launcher checks again): the attention backward's
+    // preprocess runs a warp per token and head (llmc/attention.cuh), at most INT_MAX / 32 of them. RoPE's thread per
+    // token and 8 pairs of a head (llmc/rope.cuh) stays below that (hd / 16 <= 8 < 32 x heads); fp8's transposing cast
+    // is check_fp8_tokens'.
+    const long long N = (long long)B * T;
+    if (N * c.n_head * 32 > INT_MAX)
+        die("-b %d x -t %d = %lld tokens x %d heads: past the attention backward's 32-bit thread index (tokens x heads "
+            "at most %d): lower -b or -t", B, T, N, c.n_head, INT_MAX / 32);
+}
+
+// --fp8: the transposing casts take at most 65535 x 32 rows (tokens) of a micro-batch.
+static void check_fp8_tokens(int B, int T) {
+    if ((long long)B * T > 65535LL * 32)
+        die("-b %d x -t %d = %lld tokens with --fp8: past the fp8 transposing cast's grid (at most %d tokens per "
+            "micro-batch): lower -b or -t", B, T, (long long)B * T, 65535 * 32);
 }
 
 // Tensor parallel: the MLP columns of one rank, ffn / tp, must be a multiple of 8 too (the kernels move 8 elements
