@@ -154,6 +154,7 @@ else
     fi
 fi
 bad "world size 3 is not --dp 2" 3 "--dp 2" --dp 2
+EMU_DEVICES=1 bad "2 ranks on a node of one GPU" 2 "2 ranks on this node (local rank 0, from mpirun (OMPI_COMM_WORLD_*)) but 1 visible GPU" --dp 2
 bad "dp 2 does not divide 3 micro-batches" 2 "-d 192" --dp 2 -d 192
 
 [ $status -eq 0 ] && rm -rf "$d"

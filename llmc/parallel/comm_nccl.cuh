@@ -22,6 +22,7 @@
 // Every NCCL call is checked (ncclCheck, llmc/cuda_common.cuh: the call, file, line, ncclGetErrorString
 // and NCCL's last message).
 #pragma once
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -105,7 +106,15 @@ static inline Comm comm_init(int* argc, char*** argv) {
     if (!comm_registry().empty()) die("comm_init: called twice");
     LaunchInfo li = launch_info();
     int devices = cuda_require_device();
-    cudaCheck(cudaSetDevice(li.local_rank % devices));
+    // one GPU per rank: more ranks on a node than it has visible GPUs would put two on one GPU (NCCL refuses that,
+    // or they share its memory). A test that shares a GPU on purpose gives each rank its own NCCL_HOSTID or sets
+    // NCCL_MULTI_RANK_GPU_ENABLE (dev/probe/nccl_ranks.cu).
+    const int local_ranks = std::max(li.local_world, li.local_rank + 1);  // local_world 0: unknown
+    if (local_ranks > devices && !getenv("NCCL_HOSTID") && !getenv("NCCL_MULTI_RANK_GPU_ENABLE"))
+        die("%d ranks on this node (local rank %d, from %s) but %d visible GPU%s: each rank needs a GPU of its own; "
+            "start at most %d ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES)", local_ranks,
+            li.local_rank, li.source, devices, devices == 1 ? "" : "s", devices);
+    cudaCheck(cudaSetDevice(li.local_rank));
     ncclComm_t nccl = nullptr;
     if (li.world > 1) {
         ncclUniqueId id;

@@ -471,7 +471,15 @@ static inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* grea
     return cudaSuccess;
 }
 static inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { *ms = (float)(b->t - a->t); return cudaSuccess; }
-static inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+// Each process is one emulated GPU, so a node has as many as it has ranks (mpirun's OMPI_COMM_WORLD_LOCAL_SIZE, or
+// LOCAL_WORLD_SIZE); EMU_DEVICES=N sets another count, for the refusal of more ranks than GPUs.
+static inline cudaError_t cudaGetDeviceCount(int* n) {
+    const char* e = getenv("EMU_DEVICES");
+    if (!e) e = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!e) e = getenv("LOCAL_WORLD_SIZE");
+    *n = e && atoi(e) > 0 ? atoi(e) : 1;
+    return cudaSuccess;
+}
 static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
