@@ -942,6 +942,7 @@ int main(int argc, char** argv) {
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
     config_finalize(mc, tc.tp);  // the vocabulary padded to a multiple of 128 * tp
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
+    comm_set_io_timeout(tc.io_timeout); // the same for a wait on another rank's disk work (--io-timeout)
     stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/run/signals.h)
     if (run_host_mode(mc, &tc, &opt)) return 0;
     RunFiles files;
@@ -1055,6 +1056,7 @@ int main(int argc, char** argv) {
             hf_export(tc.save_safetensors, mc, table, p.data());
             printf("wrote %s\n", tc.save_safetensors.c_str());
         }
+        comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
     }
     double peak_all = peak_used;  // the largest over the ranks
     comm_host_max(world, &peak_all, 1);

@@ -81,7 +81,7 @@ static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float
             comm_all_gather(g->dp.comm, src + zero_shard_offset(b, dp), (T*)g->dp.grad32, b.range.size() / dp);
             cudaCheck(cudaMemcpyAsync(h.data() + b.range.lo, g->dp.grad32, b.range.size() * sizeof(T),
                                       cudaMemcpyDeviceToHost, g->dp.comm.stream));
-            cudaCheck(cudaStreamSynchronize(g->dp.comm.stream));
+            comm_stream_sync(g->dp.comm, "all-gather of a checkpoint's shards");
         }
     }
     out->resize(P);
@@ -151,7 +151,7 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
                     comm_recv(g->world, g->dp.grad32, n, r, i);
                     cudaCheck(cudaMemcpyAsync(buf.data() + at, g->dp.grad32, n * sizeof(float), cudaMemcpyDeviceToHost,
                                               g->world.stream));
-                    cudaCheck(cudaStreamSynchronize(g->world.stream));
+                    comm_stream_sync(g->world, "receive of a checkpoint's part");
                 }
             }
             if (me.rank != 0) continue;
@@ -181,6 +181,7 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
         checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), state, &fp8_state);
         if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state->step);
     }
+    comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
     if (m.empty()) {
         gpt_set_weights(g, part_of_full(g, table, p.data()).data(), nullptr, nullptr);
     } else {
@@ -207,5 +208,5 @@ static void gpt_save_checkpoint(GPT* g, const ParamTable& table, const TrainConf
     const Fp8State fp8_state = fp8_state_gather(g);  // --fp8: the ranks agree; delayed: its state, whole-model
     if (g->world.rank == 0)
         checkpoint_save(tc.out_dir, g->cfg, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
-    comm_barrier(g->world);
+    comm_io_wait([&] { comm_barrier(g->world); });  // rank 0's writing, under --io-timeout
 }

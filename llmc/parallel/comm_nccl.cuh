@@ -244,6 +244,10 @@ static inline void comm_host_reduce(const Comm& c, double* v, size_t n, ncclRedO
 static inline void comm_host_sum(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclSum, "all-reduce (sum) of host values"); }
 static inline void comm_host_max(const Comm& c, double* v, size_t n) { comm_host_reduce(c, v, n, ncclMax, "all-reduce (max) of host values"); }
 
+// The host waits for everything enqueued on c.stream (its collectives, and copies ordered after them): dies with NCCL's
+// message if the communicator failed meanwhile, and past --comm-timeout names `op`, as every wait of this file.
+static inline void comm_stream_sync(const Comm& c, const char* op) { comm_stream_wait(c.nccl, c.stream, op, c.name, c.size); }
+
 // Every rank of the group has reached this point, and everything enqueued on c.stream before it is done.
 static inline void comm_barrier(const Comm& c) {
     if (c.size == 1) { comm_stream_wait(nullptr, c.stream, "barrier", c.name, c.size); return; }

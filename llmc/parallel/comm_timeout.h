@@ -34,10 +34,32 @@ static inline bool comm_poll_expired(CommPoll* p) {
     return false;
 }
 
+// The waits that cover another rank's disk work (a checkpoint written by rank 0, read by every rank, the export at the
+// end) run under their own timeout, --io-timeout, since storage can be far slower than any collective: comm_io_wait
+// runs wait() (a barrier, a host reduction) with the io timeout in place of --comm-timeout.
+static inline double& comm_io_timeout_s() {
+    static double seconds = 0;
+    return seconds;
+}
+static inline void comm_set_io_timeout(double seconds) { comm_io_timeout_s() = seconds; }
+static inline const char*& comm_timeout_flag() {  // the flag that set the timeout in force, for the message
+    static const char* flag = "--comm-timeout";
+    return flag;
+}
+template <typename Wait>
+static inline void comm_io_wait(Wait wait) {
+    const double saved = comm_timeout_s();
+    comm_timeout_s() = comm_io_timeout_s();
+    comm_timeout_flag() = "--io-timeout";
+    wait();
+    comm_timeout_s() = saved;
+    comm_timeout_flag() = "--comm-timeout";
+}
+
 // rank: the world rank; op: what did not complete; group and size: the Comm it ran on
 static inline void comm_timeout_message(int rank, const char* op, const char* group, int size) {
     fflush(stdout);
-    fprintf(stderr, "error: rank %d: %s on the %s group (size %d) did not complete within %g s (--comm-timeout); "
-                    "a peer is stuck or died\n", rank, op, group, size, comm_timeout_s());
+    fprintf(stderr, "error: rank %d: %s on the %s group (size %d) did not complete within %g s (%s); "
+                    "a peer is stuck or died\n", rank, op, group, size, comm_timeout_s(), comm_timeout_flag());
     fflush(stderr);
 }

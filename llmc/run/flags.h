@@ -45,8 +45,11 @@ struct TrainConfig {
     std::string layout = "";         // layers per chunk, e.g. "3,5"; empty: even
     // --comm-timeout: seconds a collective or pipeline send may wait before every rank is ended with a
     // message (llmc/parallel/comm_timeout.h); 0: none. 600 leaves room for the slow waits of a healthy run: the
-    // first step's NCCL / cuBLAS warm-up, and a checkpoint written by rank 0 while the others wait.
+    // first step's NCCL / cuBLAS warm-up.
     double comm_timeout = 600;
+    // --io-timeout: the same for the waits that cover another rank's disk work (a checkpoint written, read or
+    // exported, comm_io_wait); 0: none. 7200 s: 80 GB of checkpoint at 11 MB/s.
+    double io_timeout = 7200;
     bool layout_given = false;       // any of --tp --pp --dp --zero --sp --vpp --layout -b was given
     // the plan (llmc/parallel/planner.h, docs/plan.md)
     bool plan = false;               // --plan: print the plan and exit, allocating nothing
@@ -128,7 +131,9 @@ static inline void print_usage(const char* prog) {
            "  --layout A,B,...     layers per chunk (pp*vpp counts; default: even)\n"
            "  --comm-timeout S     a collective or pipeline send waiting longer than S seconds ends every rank\n"
            "                       with a message naming the rank, the group and the operation (default 600:\n"
-           "                       room for a first step's warm-up and a checkpoint write; 0: no timeout)\n"
+           "                       room for a first step's warm-up; 0: no timeout)\n"
+           "  --io-timeout S       the same for a wait on another rank's disk work: a checkpoint written or read,\n"
+           "                       the safetensors export (default 7200; 0: no timeout)\n"
            "plan (llmc/parallel/planner.h, docs/plan.md; no model is allocated):\n"
            "  --plan               print the memory per pipeline stage, the largest micro-batch that fits and the\n"
            "                       predicted step time of the layout, then exit\n"
@@ -269,6 +274,10 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             tc->comm_timeout = as_f();
             if (!(tc->comm_timeout >= 0) || !std::isfinite(tc->comm_timeout))
                 die("flag --comm-timeout expects seconds >= 0 (0: no timeout), got '%s'", v);
+        } else if (a == "--io-timeout") {
+            tc->io_timeout = as_f();
+            if (!(tc->io_timeout >= 0) || !std::isfinite(tc->io_timeout))
+                die("flag --io-timeout expects seconds >= 0 (0: no timeout), got '%s'", v);
         } else if (a == "--world") tc->world = as_pos();
         else if (a == "--gpu-mem") tc->gpu_mem_gib = as_gt0();
         else if (a == "--gemm-tflops") tc->gemm_tflops = as_gt0();
