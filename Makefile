@@ -99,7 +99,7 @@ HEADERS := $(wildcard llmc/*.h llmc/*/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh llmc/*/*.cuh)
 DATASETS_HEADERS := llmc/data/datasets.h llmc/data/dataloader.h llmc/data/zip_npy.h llmc/rng.h llmc/utils.h
 TOKENIZER_HEADERS := llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/utils.h
-PARALLEL_HEADERS := llmc/parallel/topology.h llmc/parallel/pp_schedule.h llmc/parallel/pp_exec.h llmc/parallel/layout.h llmc/run/flags.h llmc/parallel/zero.h llmc/parallel/tp.h llmc/parallel/comm_mpi.h llmc/param_table.h llmc/model_config.h llmc/run/safetensors.h
+PARALLEL_HEADERS := llmc/parallel/topology.h llmc/parallel/pp_schedule.h llmc/parallel/pp_exec.h llmc/parallel/layout.h llmc/run/flags.h llmc/parallel/zero.h llmc/parallel/tp.h llmc/parallel/comm_mpi.h llmc/param_table.h llmc/model_config.h llmc/run/safetensors.h llmc/parallel/assemble.h llmc/parallel/comms.h llmc/parallel/planner.h llmc/flops.h
 
 .PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu

@@ -57,7 +57,7 @@
 #include "tests/check.h"
 #include "tests/ref_state.h"
 
-static GptComms g_one_rank;  // every group of one rank, for the ZeRO stages on one GPU (main makes them)
+static Comms g_one_rank;  // every group of one rank, for the ZeRO stages on one GPU (main makes them)
 
 // The memory estimate train_gpt prints before it allocates (estimate_memory) is what gpt_build then allocates,
 // byte for byte, under the model's recompute mode: both read the buffer table.

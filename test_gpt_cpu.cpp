@@ -357,6 +357,35 @@ static void test_units() {
     check(st_f16_to_f32(0x3C00) == 1.0f && st_f16_to_f32(0xC000) == -2.0f && st_f16_to_f32(0x0001) == std::ldexp(1.0f, -24) &&
               st_f16_to_f32(0x7BFF) == 65504.0f, "f16 decode (normal, subnormal, max)");
 
+    // clip_coef (llmc/grad_clip.h, which the CUDA kernels share): torch's clip / (norm + 1e-6) capped at 1; 1 without
+    // clipping and for a NaN norm, 0 for an infinite one; in double and in float
+    check(clip_coef(0.5, 1.0) == 1.0 && clip_coef(4.0, 1.0) == 1.0 / (4.0 + 1e-6) && clip_coef(4.0, 0.0) == 1.0 &&
+              clip_coef(4.0, -1.0) == 1.0 && clip_coef((double)NAN, 1.0) == 1.0 && clip_coef((double)INFINITY, 1.0) == 0.0 &&
+              clip_coef(4.0f, 1.0f) == 1.0f / (4.0f + 1e-6f) && clip_coef(0.5f, 1.0f) == 1.0f,
+          "clip_coef: min(1, clip / (norm + 1e-6)), 1 without clipping or for a NaN norm, in double and float");
+
+    // generate (llmc/sampling.h) over a forward that puts all the probability on the last token + 1: the forward sees
+    // the text's last min(length, T) tokens at the start of its B*T window, zeros after them, and the text grows by
+    // the drawn tokens
+    {
+        const int B = 2, T = 4, V = 16, n = 7;
+        std::vector<float> logits(V);
+        int calls = 0;
+        bool windows_ok = true;
+        uint64_t rng = rng_sampling_seed(1);
+        const std::vector<int32_t> text = generate({3}, n, B, T, V, &rng, [&](const int32_t* w, int len) {
+            const int size = 1 + calls++;  // the text so far: 3, 4, ..
+            windows_ok &= len == std::min(size, T);
+            for (int i = 0; i < B * T; i++) windows_ok &= w[i] == (i < len ? 3 + size - len + i : 0);
+            for (int v = 0; v < V; v++) logits[v] = v == w[len - 1] + 1 ? 0.0f : -1000.0f;
+            return (const float*)logits.data();
+        });
+        bool text_ok = (int)text.size() == n + 1;
+        for (int i = 0; text_ok && i <= n; i++) text_ok = text[i] == 3 + i;
+        check(calls == n && windows_ok && text_ok, "generate: the forward's window holds the text's last T tokens, then zeros; "
+              "each drawn token extends the text");
+    }
+
     // lr schedule properties
     bool warm = true, cos_ok, lin_ok, wsd_ok = true;
     for (int s = 0; s < 10; s++) warm &= std::fabs(lr_at(s, 100, 10, 1.0, 0.1, LR_COSINE, 0.2) - (s + 1) / 10.0) < 1e-12;

@@ -47,6 +47,9 @@
 #else
 #include "llmc/parallel/comm_one_rank.cuh"  // built without NCCL: one rank
 #endif
+#include "llmc/parallel/comms.h"    // Comms, make_layout, layout_error, plan_or_pick
+#include "llmc/parallel/assemble.h"  // part_of_full, assemble_full
+#include "llmc/run/test_hooks.h"
 #include "llmc/gpt/options.cuh"
 #include "llmc/gpt/axes.cuh"
 
@@ -669,7 +672,7 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
         for (int a = 0; a < accum; a++) {
             gpt_upload(g, a, inputs[a].data(), targets[a].data());
             gpt_forward_chunk(g, a);
-            gpt_backward_chunk(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),
+            gpt_backward_chunk(g, a, scale * mb0.grad_of(a), scale * mb0.loss_of(a),
                                 g->dp.parallel && a == accum - 1);
         }
     }
@@ -694,23 +697,18 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
 // Sampling: the forward over a window in row 0 of the batch (the other rows hold token 0; causal
 // attention keeps them apart), the logits of the last prompt position, sampled on the host.
 
-static std::vector<int32_t> generate(GPT* g, std::vector<int32_t> prompt, int n, uint64_t* rng) {
+// generate's forward (llmc/sampling.h): *logits [V] = row 0's logits at position len - 1 after the forward over
+// window [B*T], read back to the host as fp32.
+static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std::vector<float>* logits) {
     const ModelConfig& c = g->cfg;
-    const int T = g->T;
-    std::vector<int32_t> window((size_t)g->B * T, 0);
     std::vector<floatX> row(c.padded_vocab);
-    std::vector<float> logits(c.vocab_size);
-    for (int i = 0; i < n; i++) {
-        const int len = std::min((int)prompt.size(), T);
-        std::copy(prompt.end() - len, prompt.end(), window.begin());
-        gpt_forward(g, window.data(), nullptr);
-        gpt_logits(g, len - 1, 1);
-        cudaCheck(cudaMemcpyAsync(row.data(), g->logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, g->stream));
-        cudaCheck(cudaStreamSynchronize(g->stream));
-        for (int v = 0; v < c.vocab_size; v++) logits[v] = to_float(row[v]);
-        prompt.push_back(sample_from_logits(logits.data(), c.vocab_size, rng));
-    }
-    return prompt;
+    gpt_forward(g, window, nullptr);
+    gpt_logits(g, len - 1, 1);
+    cudaCheck(cudaMemcpyAsync(row.data(), g->logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    logits->resize(c.vocab_size);
+    for (int v = 0; v < c.vocab_size; v++) (*logits)[v] = to_float(row[v]);
+    return logits->data();
 }
 
 #include "llmc/init.h"
@@ -808,7 +806,8 @@ static bool run_host_mode(const ModelConfig& mc, TrainConfig* tc, CudaOptions* o
     check_shapes(mc, tc->B, tc->T);
     check_tp_shapes(mc, tc->tp, opt->fp8.recipe != FP8_NONE);
     if (opt->fp8.recipe != FP8_NONE) check_fp8_tokens(tc->B, tc->T);
-    if (tc->plan) plan_or_pick(tc, opt, mc, launch_info().world, launch_info().rank);  // exits
+    int recompute = (int)opt->recompute;
+    if (tc->plan) plan_or_pick(mc, tc, &recompute, cuda_plan_space(*opt), launch_info().world, launch_info().rank);  // exits
     if (opt->estimate_gib > 0) {  // per rank of --dp x --tp x --pp ranks (default 1): the first stage's
         const int B = tc->B, T = tc->T;
         const int dp = std::max(1, tc->dp), world = dp * tc->tp * tc->pp;
@@ -860,7 +859,7 @@ struct RankSetup {
     cudaDeviceProp prop;
     size_t free_b = 0, total_b = 0;  // device memory, free before anything is allocated
     Layout layout;
-    GptComms comms;
+    Comms comms;
     int accum = 1;                   // micro-batches per step on this rank
     MemoryEstimate est;
 };
@@ -883,7 +882,9 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
                    "(--gpu-mem sets it; any of --dp --zero -b --recompute fixes the layout)\n", world.size,
                    tc->gpu_mem_gib);
     }
-    plan_or_pick(tc, opt, *mc, world.size, world.rank);
+    int recompute = (int)opt->recompute;
+    plan_or_pick(*mc, tc, &recompute, cuda_plan_space(*opt), world.size, world.rank);
+    opt->recompute = (Recompute)recompute;
     config_finalize(*mc, tc->tp);  // the planner may have picked tensor parallelism: the vocabulary padded for it
     check_tp_shapes(*mc, tc->tp, opt->fp8.recipe != FP8_NONE);
     check_shapes(*mc, tc->B, tc->T);  // the planner may have picked -b
@@ -892,14 +893,8 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
 
     const int B = tc->B, T = tc->T;
     if (tc->total_batch == 0) tc->total_batch = (long)B * T * (world.size / std::max(1, tc->tp * tc->pp));  // B*T per dp rank
-    const std::string layout_err = layout_make(world.size, world.rank, *mc, *tc, tc->total_batch, &r->layout);
-    if (!layout_err.empty()) layout_error(world, layout_err);
+    r->layout = make_layout(world, *mc, *tc, tc->total_batch, &r->comms);
     const Layout& L = r->layout;
-    r->comms.world = world;
-    r->comms.dp = comm_group(world, L.topo.dp_group, "dp");
-    r->comms.tp = comm_group(world, L.topo.tp_group, "tp");
-    r->comms.pp = comm_group(world, L.topo.pp_group, "pp");
-    r->comms.emb = comm_group(world, layout_emb_members(L), "emb");
     r->accum = (int)(tc->total_batch / ((long)B * T * L.topo.dp));
     r->est = estimate_memory(*mc, B, T, opt->recompute, opt->bf16_moments, L, r->accum, opt->fp8);
     if (world.rank == 0) {
@@ -959,7 +954,7 @@ int main(int argc, char** argv) {
     gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, accum, opt.fp8);
     const ParamTable table = build_param_table(mc);  // the whole model: files are read and written per tensor
     TrainState state;
-    state.rng = tc.seed ^ 0x5DEECE66Dull;
+    state.rng = rng_sampling_seed(tc.seed);
     gpt_load(&g, table, tc, files.resume_dir, &state);
     auto save_checkpoint = [&]() { gpt_save_checkpoint(&g, table, tc, state); };
     if (rank0 && !tc.out_dir.empty()) {
@@ -986,7 +981,11 @@ int main(int argc, char** argv) {
             if (rank0) printf("no sample: sampling runs on one GPU (resume the checkpoint with one rank to sample)\n");
             return;
         }
-        sampler_print(&files.sampler, generate(&g, {sampler_start_token(&files.sampler)}, tc.gen_tokens, &state.rng));
+        std::vector<float> logits;
+        auto last_logits = [&](const int32_t* window, int len) { return gpt_last_logits(&g, window, len, &logits); };
+        const std::vector<int32_t> tokens = generate({sampler_start_token(&files.sampler)}, tc.gen_tokens, g.B, g.T,
+                                                     mc.vocab_size, &state.rng, last_logits);
+        sampler_print(&files.sampler, tokens);
         fp8_step_end(&g, false);  // --fp8 delayed: sampling's amaxes are no part of the next step's
     };
 
@@ -998,6 +997,7 @@ int main(int argc, char** argv) {
         if (rank0) log_val(&lg, 0, val_loss);
     }
     const int first_step = state.step;
+    const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
     for (int step = state.step; step < tc.steps; step++) {
         double t0 = now_ms();
         // dp rank r's micro-batch a reads samples first + (a*dp + r)*B ..: the samples of the one-process run
@@ -1008,7 +1008,7 @@ int main(int argc, char** argv) {
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
-        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/run/guard.h)
+        const TestCorrupt mb0 = test_hooks_step(hooks, step + 1, world.rank, &targets);  // tests only
         GuardVerdict verdict;
         loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0, &norm, &verdict);
         state.step = step + 1;

@@ -10,7 +10,8 @@
 // pipeline parallelism runs contiguous chunks of layers on stages in a 1F1B or interleaved 1F1B
 // order (llmc/parallel/pp_schedule.h, run by llmc/parallel/pp_exec.h); ZeRO 1-3 shards optimizer state, gradients
 // and parameters over dp in padded buckets (llmc/parallel/zero.h). The layout, its checks and each rank's
-// tensors are in llmc/parallel/layout.h, the memory formula in llmc/parallel/memory_formula.h; every collective goes
+// tensors are in llmc/parallel/layout.h, its communicator groups in llmc/parallel/comms.h, a rank's part of the whole
+// model in llmc/parallel/assemble.h, the memory formula in llmc/parallel/memory_formula.h; every collective goes
 // through llmc/parallel/comm_mpi.h. The forward and backward below are written layer by layer with each
 // collective where it happens; with one process every collective is a no-op and the arithmetic
 // is exactly that of the plain model.
@@ -25,7 +26,6 @@
 #include <omp.h>
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -35,10 +35,14 @@
 #include "llmc/run/flags.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/parallel/comm_mpi.h"
+#include "llmc/parallel/comms.h"
+#include "llmc/parallel/assemble.h"
 #include "llmc/model_config.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/flops.h"
+#include "llmc/grad_clip.h"
 #include "llmc/run/guard.h"
+#include "llmc/run/test_hooks.h"
 #include "llmc/init.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/run/logger.h"
@@ -56,13 +60,6 @@
 #include "llmc/parallel/tp.h"
 #include "llmc/run/weights_io.h"
 #include "llmc/parallel/zero.h"
-
-// ----------------------------------------------------------------------------------------------
-// The communicator groups of this rank's layout (llmc/parallel/layout.h). One process: every group of size 1.
-
-struct Comms {
-    Comm world, tp, dp, pp, emb;   // emb: first and last stage (tied embedding), else self
-};
 
 // ----------------------------------------------------------------------------------------------
 // The model: flat buffers for this rank's params, grads and moments, laid out by its local
@@ -103,7 +100,7 @@ template <typename real>
 struct GPT {
     ModelConfig cfg;                     // the whole model
     Layout L;
-    Comms cm;
+    Comms cm;                            // the communicator groups (llmc/parallel/comms.h); one process: all size 1
     ParamTable full;                     // the whole model's parameter table
     ParamTable table;                    // this rank's tensors: the layout of params/grads/m/v
     std::vector<int> global;             // local spec -> spec of the full table
@@ -172,16 +169,14 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
 }
 
 // Takes this rank's part of whole-model buffers [full.total] (params, and moments or nullptr
-// for zeros): its tensors, its tp slices, its ZeRO shards (bucket padding stays zero).
+// for zeros): its tensors, its tp slices (part_of_full, llmc/parallel/assemble.h), its ZeRO shards (bucket padding
+// stays zero).
 template <typename real>
 void gpt_set_full(GPT<real>* g, const real* params, const real* m, const real* v) {
     std::vector<real> local(g->table.total, (real)0);
     auto take = [&](const real* src, std::vector<real>* dst, bool sharded) {
         if (!src) { std::fill(dst->begin(), dst->end(), (real)0); return; }
-        for (size_t i = 0; i < g->table.specs.size(); i++) {
-            const ParamSpec& f = g->full.specs[g->global[i]];
-            tp_extract(src + f.offset, f.cols, g->slice[i], local.data() + g->table.specs[i].offset);
-        }
+        part_of_full(g->full, src, g->table, g->global, g->slice, local.data());
         if (sharded) zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, local.data(), dst->data());
         else std::copy(local.begin(), local.end(), dst->begin());
     };
@@ -202,53 +197,42 @@ double gpt_init(GPT<real>* g, uint64_t seed) {
 
 // The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole
 // model's params, m and v [full.total] (vocabulary padding rows zero). Each rank first gathers its
-// ZeRO shards over dp; then the dp-rank-0 member of every (stage, tp rank) sends its tensors.
+// ZeRO shards over dp; then the dp-rank-0 member of every (stage, tp rank) sends its part to world rank 0
+// (assemble_full, llmc/parallel/assemble.h), one MPI message per buffer.
 template <typename real>
 void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m, std::vector<real>* v) {
     const Layout& L = g->L;
     const Comms& cm = g->cm;
-    const size_t total = g->table.total;
     const int dp = L.topo.dp;
     auto whole = [&](const std::vector<real>& buf, bool sharded) {
-        std::vector<real> out(total);
+        std::vector<real> out(g->table.total);
         if (!sharded) std::copy(buf.begin(), buf.end(), out.begin());
         else
             for (const Bucket& b : g->buckets)
                 comm_all_gather(cm.dp, buf.data() + zero_shard_offset(b, dp), out.data() + b.range.lo, b.range.size() / dp);
         return out;
     };
-    std::vector<real> mine[3] = {whole(g->params, L.zero >= 3), whole(g->m, L.zero >= 1), whole(g->v, L.zero >= 1)};
+    const std::vector<real> mine[3] = {whole(g->params, L.zero >= 3), whole(g->m, L.zero >= 1), whole(g->v, L.zero >= 1)};
     std::vector<real>* dst[3] = {params, m, v};
-    if (L.topo.rank == 0)
-        for (std::vector<real>* d : dst) d->assign(g->full.total, 0);
-    for (int r = 0; r < L.topo.world; r++) {
-        Topology o = topo_make(L.topo.dp, L.topo.tp, L.topo.pp, r);
-        if (o.dp_rank != 0) continue;
-        if (r == L.topo.rank && r != 0) {
-            CommRequest req[3];
-            for (int i = 0; i < 3; i++) comm_send(cm.world, mine[i].data(), total, 0, 100 + i, &req[i]);
-            for (int i = 0; i < 3; i++) comm_wait(&req[i]);
-        }
-        if (L.topo.rank != 0) continue;
-        LocalTable lt = gpt_local_table(g->cfg, g->full, L, o.pp_rank, o.tp_rank);
-        for (int i = 0; i < 3; i++) {
-            std::vector<real> buf = r == 0 ? mine[i] : std::vector<real>(lt.t.total);
-            if (r != 0) comm_recv(cm.world, buf.data(), lt.t.total, r, 100 + i);
-            for (size_t k = 0; k < lt.t.specs.size(); k++) {
-                const ParamSpec& f = g->full.specs[lt.global[k]];
-                tp_insert(buf.data() + lt.t.specs[k].offset, lt.slice[k], f.cols, dst[i]->data() + f.offset);
-            }
-        }
-    }
+    AssembleTransport<real> io;
+    io.send = [&](int i, const real* data, size_t n) {
+        CommRequest req;
+        comm_send(cm.world, data, n, 0, 100 + i, &req);
+        comm_wait(&req);
+    };
+    io.recv = [&](int i, int from, real* data, size_t n) { comm_recv(cm.world, data, n, from, 100 + i); };
+    assemble_full(g->cfg, g->full, L, mine, dst, 3, 0, io);
 }
 
 // ----------------------------------------------------------------------------------------------
-// ZeRO (llmc/parallel/zero.h): parameters gathered per bucket just before use (stage 3), gradients
+// ZeRO (llmc/parallel/zero.h): parameters gathered per bucket just before use (ZeRO-3), gradients
 // reduced per bucket. Every bucket is padded to a multiple of dp*8, so dp rank r's piece is
 // bucket.range.size()/dp elements and sits at zero_shard_offset in its shard buffers.
 
+// ZeRO-3: bucket b's weights are read from here on: gathered over dp into its buffer (at once: the CPU trainer has
+// no prefetch).
 template <typename real>
-void params_gather(GPT<real>* g, int b) {
+void params_use(GPT<real>* g, int b) {
     if (g->L.zero < 3 || !g->pbuf[b].empty()) return;
     const Bucket& bk = g->buckets[b];
     const int dp = g->L.topo.dp;
@@ -258,8 +242,9 @@ void params_gather(GPT<real>* g, int b) {
     g->pbuf_peak = std::max(g->pbuf_peak, g->pbuf_bytes);
 }
 
+// ZeRO-3: bucket b's weights are not read again until its next params_use: its buffer is freed.
 template <typename real>
-void params_release(GPT<real>* g, int b) {
+void params_done(GPT<real>* g, int b) {
     if (g->L.zero < 3 || g->pbuf[b].empty()) return;
     g->pbuf_bytes -= g->pbuf[b].size() * sizeof(real);
     std::vector<real>().swap(g->pbuf[b]);
@@ -333,7 +318,7 @@ void grads_zero(GPT<real>* g) {
 // of a column-parallel one): SP keeps this rank's sequence part (reduce-scatter, returned in
 // seq_out), otherwise all of it (all-reduce in place).
 template <typename real>
-real* tp_reduce(GPT<real>* g, real* full, int B, int T) {
+real* tp_sum(GPT<real>* g, real* full, int B, int T) {
     const Layout& L = g->L;
     const int C = g->cfg.n_embd;
     if (!L.sp) { comm_all_reduce_sum(g->cm.tp, full, (size_t)B * T * C); return full; }
@@ -516,14 +501,14 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         // vocabulary-parallel embedding: a token outside this rank's rows gives zeros, the sum over
         // tp fills them in; then the position embedding of this rank's positions
         const int b = g->bucket_of[t.wte];
-        params_gather(g, b);
+        params_use(g, b);
         const real* wte = g->P(t.wte);
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
             const int v = a->inputs[n] - g->v0;
             for (int ch = 0; ch < C; ch++) g->dtmp[(size_t)n * C + ch] = v >= 0 && v < Vpl ? wte[(size_t)v * C + ch] : (real)0;
         }
-        const real* x = tp_reduce(g, g->dtmp.data(), B, T);  // [Nl,C]
+        const real* x = tp_sum(g, g->dtmp.data(), B, T);  // [Nl,C]
         const real* wpe = g->P(t.wpe);
         real* x0 = a->layers[0].x.data();
 #pragma omp parallel for schedule(static)
@@ -531,14 +516,14 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
             const int pos = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
             for (int ch = 0; ch < C; ch++) x0[(size_t)n * C + ch] = x[(size_t)n * C + ch] + (wpe ? wpe[(size_t)pos * C + ch] : (real)0);
         }
-        params_release(g, b);
+        params_done(g, b);
     }
     for (int l = l0; l < l1; l++) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs<real>& la = a->layers[l - l0];
         real* x_out = l + 1 < l1 ? a->layers[l - l0 + 1].x.data() : a->x_out.data();
         const int bk = g->bucket_of[w.ln1_w];
-        params_gather(g, bk);  // ZeRO-3: this layer's weights, freed at the end of the layer
+        params_use(g, bk);  // ZeRO-3: this layer's weights, freed at the end of the layer
         norm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), la.x.data(), g->P(w.ln1_w), g->P(w.ln1_b), Nl, C,
                      c.norm_eps, rms);
         const real* ln1 = tp_gather(g, la.ln1.data(), la.ln1_full.data(), B, T);  // [N,C]
@@ -546,7 +531,7 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         if (c.pos == POS_ROPE) rope_rotate(la.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, +1);
         attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Hl, KVl, hd);
         matmul_forward(g->dtmp.data(), la.atty.data(), g->P(w.attn_out_w), (const real*)nullptr, N, qdl, C);  // row-parallel
-        const real* y = tp_reduce(g, g->dtmp.data(), B, T);  // [Nl,C]
+        const real* y = tp_sum(g, g->dtmp.data(), B, T);  // [Nl,C]
         residual_add(la.x_mid.data(), la.x.data(), y, g->P(w.attn_out_b), Nl, C);
         norm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.x_mid.data(), g->P(w.ln2_w), g->P(w.ln2_b), Nl,
                      C, c.norm_eps, rms);
@@ -554,20 +539,20 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         matmul_forward(la.fc1.data(), ln2, g->P(w.fc1_w), g->P(w.fc1_b), N, C, F1l);  // column-parallel: gate and up split each
         mlp_act_forward(la.act.data(), la.fc1.data(), N, Fl, swiglu);
         matmul_forward(g->dtmp.data(), la.act.data(), g->P(w.fc2_w), (const real*)nullptr, N, Fl, C);  // row-parallel
-        y = tp_reduce(g, g->dtmp.data(), B, T);
+        y = tp_sum(g, g->dtmp.data(), B, T);
         residual_add(x_out, la.x_mid.data(), y, g->P(w.fc2_b), Nl, C);
-        params_release(g, bk);
+        params_done(g, bk);
     }
     if (chunk == last) {
         const int head = c.tied ? t.wte : t.lm_head, bf = g->bucket_of[t.lnf_w], bh = g->bucket_of[head];
-        params_gather(g, bf);
-        params_gather(g, bh);
+        params_use(g, bf);
+        params_use(g, bh);
         norm_forward(a->lnf.data(), a->lnf_mean.data(), a->lnf_rstd.data(), a->x_out.data(), g->P(t.lnf_w), g->P(t.lnf_b), Nl, C,
                      c.norm_eps, rms);
         const real* lnf = tp_gather(g, a->lnf.data(), a->lnf_full.data(), B, T);
         matmul_forward(a->logits.data(), lnf, g->P(head), (const real*)nullptr, N, C, Vpl);  // this rank's vocabulary columns
-        params_release(g, bf);
-        params_release(g, bh);
+        params_done(g, bf);
+        params_done(g, bh);
         a->loss = 0;
         a->n_valid = 0;
         if (a->has_targets) {
@@ -596,17 +581,17 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
     if (chunk == last) {
         const real scale = a->n_valid ? (real)(loss_scale / a->n_valid) : (real)0;
         const int head = c.tied ? t.wte : t.lm_head, bf = g->bucket_of[t.lnf_w], bh = g->bucket_of[head];
-        params_gather(g, bf); params_gather(g, bh);
+        params_use(g, bf); params_use(g, bh);
         grads_begin(g, bf); grads_begin(g, bh);
         vocab_parallel_ce_backward(g, a->logits.data(), a->lse.data(), a->targets.data(), N, scale);
         zero(g->dfull);
         const real* lnf = L.sp ? a->lnf_full.data() : a->lnf.data();
         matmul_backward(g->dfull.data(), g->G(head), (real*)nullptr, a->logits.data(), lnf, g->P(head), N, C, Vpl);
-        const real* dln = tp_reduce(g, g->dfull.data(), B, T);  // the head is column-parallel: sum its input gradient
+        const real* dln = tp_sum(g, g->dfull.data(), B, T);  // the head is column-parallel: sum its input gradient
         zero(g->dres);
         norm_backward(g->dres.data(), g->G(t.lnf_w), g->G(t.lnf_b), dln, a->x_out.data(), g->P(t.lnf_w), a->lnf_mean.data(),
                       a->lnf_rstd.data(), Nl, C, rms);
-        params_release(g, bf); params_release(g, bh);
+        params_done(g, bf); params_done(g, bh);
     } else {
         std::copy(a->dx.begin(), a->dx.end(), g->dres.begin());
     }
@@ -614,7 +599,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs<real>& la = a->layers[l - l0];
         const int bk = g->bucket_of[w.ln1_w];
-        params_gather(g, bk);
+        params_use(g, bk);
         grads_begin(g, bk);
         // dres is the gradient of the block output = x_mid + fc2(act(fc1(ln2(x_mid))))
         const real* dy = tp_gather(g, g->dres.data(), g->dres_full.data(), B, T);  // [N,C]
@@ -626,7 +611,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         zero(g->dfull);
         const real* ln2 = L.sp ? la.ln2_full.data() : la.ln2.data();
         matmul_backward(g->dfull.data(), g->G(w.fc1_w), g->G(w.fc1_b), g->dfc1.data(), ln2, g->P(w.fc1_w), N, C, F1l);
-        const real* dln = tp_reduce(g, g->dfull.data(), B, T);
+        const real* dln = tp_sum(g, g->dfull.data(), B, T);
         norm_backward(g->dres.data(), g->G(w.ln2_w), g->G(w.ln2_b), dln, la.x_mid.data(), g->P(w.ln2_w), la.ln2_mean.data(),
                       la.ln2_rstd.data(), Nl, C, rms);
         // dres is now the gradient of x_mid = x + attn_out(attention(qkv(ln1(x))))
@@ -640,10 +625,10 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         zero(g->dfull);
         const real* ln1 = L.sp ? la.ln1_full.data() : la.ln1.data();
         matmul_backward(g->dfull.data(), g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv.data(), ln1, g->P(w.qkv_w), N, C, qkvdl);
-        dln = tp_reduce(g, g->dfull.data(), B, T);
+        dln = tp_sum(g, g->dfull.data(), B, T);
         norm_backward(g->dres.data(), g->G(w.ln1_w), g->G(w.ln1_b), dln, la.x.data(), g->P(w.ln1_w), la.ln1_mean.data(),
                       la.ln1_rstd.data(), Nl, C, rms);
-        params_release(g, bk);
+        params_done(g, bk);
         grads_layer_done(g, bk);  // ZeRO-2/3: this layer's gradients are reduce-scattered now
     }
     if (chunk == 0) {
@@ -674,7 +659,7 @@ template <typename real>
 void gpt_forward(GPT<real>* g, const int32_t* inputs, const int32_t* targets, int B, int T) {
     const ModelConfig& c = g->cfg;
     const int N = B * T;
-    if (g->L.chunk_first.size() != 2) die("gpt_forward needs a one-stage layout (pipeline runs use pipeline_run)");
+    if (g->L.chunk_first.size() != 2) die("gpt_forward needs a one-stage layout (pipeline runs use pp_pipeline)");
     for (int n = 0; n < N; n++) {
         if (inputs[n] < 0 || inputs[n] >= c.vocab_size) die("input token %d out of range [0, %d)", inputs[n], c.vocab_size);
         if (targets && (targets[n] < -1 || targets[n] >= c.vocab_size))
@@ -701,9 +686,10 @@ void gpt_backward(GPT<real>* g, double loss_scale) {
 
 // ----------------------------------------------------------------------------------------------
 // The pipeline: one stage's schedule (llmc/parallel/pp_schedule.h) over n_mb micro-batches, forward and
-// backward (training) or forward only (validation), run by pp_run (llmc/parallel/pp_exec.h) through the
+// backward (training) or forward only (validation), run by pp_run_stage (llmc/parallel/pp_exec.h) through the
 // callbacks below. Sends do not block (their buffers wait in `sends` until the end); receives
-// do. Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
+// do. Each micro-batch's loss and loss scale are 1 / loss_div, the first one's also multiplied by mb0's
+// (llmc/run/test_hooks.h). Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
 
 template <typename real>
 struct PendingSend {
@@ -712,8 +698,8 @@ struct PendingSend {
 };
 
 template <typename real>
-double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
-                    int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {}) {
+double pp_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
+                   int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {}) {
     const Layout& L = g->L;
     const Comm& pp = g->cm.pp;
     const int n_chunks = L.n_chunks(), last = n_chunks - 1, N = B * T;
@@ -739,17 +725,16 @@ double pipeline_run(GPT<real>* g, const std::vector<std::vector<int32_t>>& input
         a->has_targets = chunk == last;
         if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
         chunk_forward(g, a);
-        if (chunk == last) loss += a->loss * (mb == 0 ? mb0.loss : 1.0) / loss_div;
+        if (chunk == last) loss += a->loss * mb0.loss_of(mb) / loss_div;
     };
     cb.send_act = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->x_out, peer, tag); };
     cb.recv_grad = [&](int mb, int chunk, int peer, int tag) {
         ChunkActs<real>* a = live.at({mb, chunk});
         comm_recv(pp, a->dx.data(), a->dx.size(), peer, tag);
     };
-    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), (mb == 0 ? mb0.grad : 1.0) / loss_div); };
+    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div); };
     cb.send_grad = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->dx, peer, tag); };
-    pp_run(backward ? pp_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank) : pp_forward_schedule(L.topo.pp, L.vpp, n_mb, L.topo.pp_rank),
-           n_chunks, backward, cb);
+    pp_run_stage(L.topo.pp, L.vpp, L.topo.pp_rank, n_mb, backward, cb);
     for (std::unique_ptr<PendingSend<real>>& s : sends) {
         comm_wait(&s->req);
         g->act_bytes -= s->buf.size() * sizeof(real);
@@ -792,12 +777,11 @@ void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const Train
                sbc2 = (real)std::sqrt(bc2), gs = (real)grad_scale;
     for (const ZeroPart& p : zero_parts(g->table, g->buckets, dp, g->L.topo.dp_rank, zero == 0)) {
         const real wd = g->table.specs[p.spec].is_matrix ? (real)tc.weight_decay : (real)0;
-        // this part in each buffer: flat, or the shard at the buffer's ZeRO stage
-        const size_t lo = p.flat.lo;
-        real* pb = g->params.data() + lo - (zero >= 3 ? p.shift : 0);
-        const real* gb = g->grads.data() + lo - (zero >= 2 ? p.shift : 0);
-        real* mb = g->m.data() + lo - p.shift;
-        real* vb = g->v.data() + lo - p.shift;
+        // this part in each buffer: flat, or in the shard once the ZeRO stage shards the buffer (llmc/parallel/zero.h)
+        real* pb = g->params.data() + zero_part_offset(p, ZERO_PARAMS, zero);
+        const real* gb = g->grads.data() + zero_part_offset(p, ZERO_GRADS, zero);
+        real* mb = g->m.data() + zero_part_offset(p, ZERO_OPTIM, zero);
+        real* vb = g->v.data() + zero_part_offset(p, ZERO_OPTIM, zero);
         const int64_t n = (int64_t)p.flat.size();
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < n; i++) {
@@ -816,12 +800,6 @@ void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const Train
         }
 }
 
-// Clipping coefficient as torch.nn.utils.clip_grad_norm_: clip / (norm + 1e-6), at most 1.
-static inline double clip_coef(double norm, double clip) {
-    if (clip <= 0) return 1.0;
-    return std::min(1.0, clip / (norm + 1e-6));
-}
-
 // One optimizer step over this rank's micro-batches inputs/targets [accum][B*T] (its dp share
 // of accum*dp). Returns the global mean micro-batch loss; *norm_out gets the pre-clip global
 // gradient norm.
@@ -832,7 +810,7 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     const Layout& L = g->L;
     grads_zero(g);
     const int accum = (int)inputs.size();
-    double loss = pipeline_run(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
+    double loss = pp_pipeline(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
     grads_reduce_all(g);
     // the loss: summed over dp from one rank of each last-stage tp group
     const bool counts_loss = L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0;
@@ -841,54 +819,20 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     double norm = grad_norm(g);
     // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/run/guard.h)
     *verdict = guard_verdict(tc, st, loss, norm);
+    // the clipping coefficient of torch.nn.utils.clip_grad_norm_ (llmc/grad_clip.h)
     if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, clip_coef(norm, tc.grad_clip));
     *norm_out = norm;
     return loss;
 }
-// Generates n tokens after a prompt; the forward pass is re-run over the window (no KV cache:
-// this is the reference, not a server).
-static inline std::vector<int32_t> generate(GPT<float>* g, std::vector<int32_t> prompt, int n, int T, uint64_t* rng) {
-    std::vector<int32_t> window(T, 0);
-    for (int i = 0; i < n; i++) {
-        int len = std::min((int)prompt.size(), T);
-        std::copy(prompt.end() - len, prompt.end(), window.begin());
-        gpt_forward(g, window.data(), (const int32_t*)nullptr, 1, T);
-        const float* row = g->cur->logits.data() + (size_t)(len - 1) * g->Vpl;
-        prompt.push_back(sample_from_logits(row, g->cfg.vocab_size, rng));
-    }
-    return prompt;
-}
 
+// Sampling's forward (generate, llmc/sampling.h): the logits of position len - 1 after the forward over window [T]
+// (one sequence; the first V of the row's Vp are read).
+static inline const float* gpt_last_logits(GPT<float>* g, const int32_t* window, int len, int T) {
+    gpt_forward(g, window, (const int32_t*)nullptr, 1, T);
+    return g->cur->logits.data() + (size_t)(len - 1) * g->Vpl;
+}
 
 #ifndef TESTING
-// A bad parallel layout stops every rank before any work: rank 0 says what is wrong.
-static void layout_error(const Comm& world, const char* fmt, ...) {
-    if (world.rank == 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        fprintf(stderr, "error: ");
-        vfprintf(stderr, fmt, ap);
-        fprintf(stderr, "\n");
-        va_end(ap);
-    }
-    comm_finalize();
-    exit(1);
-}
-
-// Checks the flags against the world and the model (llmc/parallel/layout.h), then makes this rank's layout
-// and its communicator groups.
-static Layout make_layout(const Comm& world, const ModelConfig& mc, const TrainConfig& tc, long total_batch, Comms* cm) {
-    Layout L;
-    const std::string err = layout_make(world.size, world.rank, mc, tc, total_batch, &L);
-    if (!err.empty()) layout_error(world, "%s", err.c_str());
-    cm->world = world;
-    cm->tp = comm_group(world, L.topo.tp_group, "tp");
-    cm->dp = comm_group(world, L.topo.dp_group, "dp");
-    cm->pp = comm_group(world, L.topo.pp_group, "pp");
-    cm->emb = comm_group(world, layout_emb_members(L), "emb");
-    return L;
-}
-
 // Bytes this rank holds, measured and by formula (llmc/parallel/memory_formula.h); rank 0 prints every rank's row
 // (several ranks) and hands them to the logger (the summary, Megatron's memory line).
 template <typename real>
@@ -918,29 +862,21 @@ static PlanBytes cpu_plan_bytes(const ModelConfig& c, const Layout& L, int B, in
     return b;
 }
 
-// --plan and the layout planner (llmc/parallel/planner.h, plan_apply): prints the plan and exits 0, or lets the
-// planner write the layout into tc when --gpu-mem comes without layout flags; a bad value stops every
-// rank. Nothing is allocated.
-static void plan_or_pick(const Comm& world, const ModelConfig& mc, TrainConfig* tc) {
-    int recompute = 0;  // the CPU trainer keeps every activation
-    bool done = false;
-    const std::string err = plan_apply(mc, tc, &recompute, world.size, true, {0}, PlanComm(), cpu_plan_bytes, world.rank == 0, &done);
-    if (!err.empty()) layout_error(world, "%s", err.c_str());
-    if (done) {
-        comm_finalize();
-        exit(0);
-    }
-}
-
 int main(int argc, char** argv) {
     Comm world = comm_init(&argc, &argv);
     ModelConfig mc;
     TrainConfig tc;
     parse_args(argc, argv, &mc, &tc);
     comm_set_timeout(tc.comm_timeout);
+    comm_set_io_timeout(tc.io_timeout);  // a wait on another rank's disk work (--io-timeout)
     stop_signals_install();  // SIGTERM / SIGINT: finish the step, checkpoint, exit 0
     const bool rank0 = world.rank == 0;
-    plan_or_pick(world, mc, &tc);
+    {  // --plan, or the planner's layout for --gpu-mem (llmc/parallel/comms.h); the CPU trainer keeps every activation
+        PlanSpace space;
+        space.bytes = cpu_plan_bytes;
+        int recompute = 0;
+        plan_or_pick(mc, &tc, &recompute, space, world.size, world.rank);
+    }
 
     if (!tc.export_init.empty()) {
         GPT<float> g;
@@ -980,7 +916,7 @@ int main(int argc, char** argv) {
     // weights: every rank makes the whole model (seeded init, --init-from, a checkpoint of any
     // layout) and keeps its part
     TrainState state;
-    state.rng = tc.seed ^ 0x5DEECE66Dull;
+    state.rng = rng_sampling_seed(tc.seed);
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     {
         std::vector<float> p(g.full.total), m, v;
@@ -993,14 +929,18 @@ int main(int argc, char** argv) {
             checkpoint_load(resume_dir, mc, g.full, p.data(), m.data(), v.data(), &state);
             if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
         }
+        comm_io_wait([&] { comm_barrier(world); });  // the slowest rank's reading, under --io-timeout
         gpt_set_full(&g, p.data(), m.empty() ? nullptr : m.data(), v.empty() ? nullptr : v.data());
     }
     // whole-model buffers on rank 0 for checkpoints and exports
     auto save_checkpoint = [&]() {
         std::vector<float> p, m, v;
         gpt_get_full(&g, &p, &m, &v);
-        if (rank0) checkpoint_save(tc.out_dir, mc, g.full, p.data(), m.data(), v.data(), state, tc.keep_last);
-        comm_barrier(world);
+        if (rank0) {
+            test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
+            checkpoint_save(tc.out_dir, mc, g.full, p.data(), m.data(), v.data(), state, tc.keep_last);
+        }
+        comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
     };
     if (rank0 && !tc.out_dir.empty()) {
         std::error_code ec;
@@ -1032,7 +972,7 @@ int main(int argc, char** argv) {
     // validation: every dp group runs all batches through its pipeline; one rank's sum counts
     auto evaluate = [&]() -> double {
         for (int i = 0; i < tc.val_batches; i++) loader_batch(&val, (uint64_t)i * B, B, val_in[i].data(), val_tg[i].data());
-        double s = pipeline_run(&g, val_in, val_tg, tc.val_batches, B, T, false, 1);
+        double s = pp_pipeline(&g, val_in, val_tg, tc.val_batches, B, T, false, 1);
         const Topology& tp = layout.topo;
         if (!(tp.pp_rank == tp.pp - 1 && tp.tp_rank == 0 && tp.dp_rank == 0)) s = 0;
         comm_host_sum(world, &s, 1);
@@ -1044,7 +984,9 @@ int main(int argc, char** argv) {
             if (rank0) printf("no sample: sampling runs in one process (resume the checkpoint without mpirun to sample)\n");
             return;
         }
-        sampler_print(&sampler, generate(&g, {sampler_start_token(&sampler)}, tc.gen_tokens, T, &state.rng));
+        auto last_logits = [&](const int32_t* window, int len) { return gpt_last_logits(&g, window, len, T); };
+        sampler_print(&sampler, generate({sampler_start_token(&sampler)}, tc.gen_tokens, 1, T, mc.vocab_size, &state.rng,
+                                         last_logits));
     };
 
     double loss = 0, val_loss = -1;
@@ -1053,13 +995,8 @@ int main(int argc, char** argv) {
         if (rank0) log_val(&lg, 0, val_loss);
     }
     const int first_step = state.step;
-    // LLMC_TEST_STALL=R:S, for tests only (tests/t_hangs.sh): world rank R sleeps forever before step S's
-    // first collective (S counts from 1), so that the other ranks' --comm-timeout must end the run
-    int stall_rank = -1, stall_step = -1;
-    if (const char* s = getenv("LLMC_TEST_STALL"); s && sscanf(s, "%d:%d", &stall_rank, &stall_step) != 2)
-        die("LLMC_TEST_STALL: expected RANK:STEP, got '%s'", s);
+    const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
     for (int step = state.step; step < tc.steps; step++) {
-        if (world.rank == stall_rank && step + 1 == stall_step) for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
         double t0 = now_ms();
         // dp rank r's micro-step a reads samples first + (a*dp + r)*B ..: the samples of the
         // one-process run with accum*dp micro-batches
@@ -1070,7 +1007,7 @@ int main(int argc, char** argv) {
         state.train_sample += (uint64_t)B * accum * dp;
         double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
-        const TestCorrupt mb0 = guard_test_corrupt(step + 1, mc.vocab_size, &targets);  // tests only (llmc/run/guard.h)
+        const TestCorrupt mb0 = test_hooks_step(hooks, step + 1, world.rank, &targets);  // tests only
         GuardVerdict verdict;
         loss = train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0, &norm, &verdict);
         state.step = step + 1;
@@ -1103,6 +1040,7 @@ int main(int argc, char** argv) {
             hf_export(tc.save_safetensors, mc, g.full, p.data());
             printf("wrote %s\n", tc.save_safetensors.c_str());
         }
+        comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
     }
     if (rank0) log_summary(&lg, mc, n_params, loss, val_loss, logger_peak_bytes(&lg));
     comm_finalize();

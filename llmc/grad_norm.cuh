@@ -2,7 +2,7 @@
 // version of dev/cuda/global_norm.cu.
 //   global_norm(out, partial, grads, n, clip, stream)   grads [n] bf16 or fp32 (the flat gradient buffer)
 //       out[0] = sqrt(sum of grads^2), out[1] = min(1, clip / (norm + 1e-6)) (1 when clip <= 0), as
-//       torch.nn.utils.clip_grad_norm_ and train_gpt_cpu.cpp clip_coef; AdamW reads out + 1 as its grad scale.
+//       torch.nn.utils.clip_grad_norm_ (clip_coef, llmc/grad_clip.h); AdamW reads out + 1 as its grad scale.
 //       partial: GLOBAL_NORM_BLOCKS floats of scratch.
 // Deterministic: the partition is fixed (GLOBAL_NORM_BLOCKS blocks of GLOBAL_NORM_THREADS threads whatever the
 // GPU; thread j of the grid sums 8-element vectors j, j + G, j + 2G, ... in order), each block reduces its
@@ -13,6 +13,7 @@
 #include "llmc/cuda_common.cuh"
 #include "llmc/packed.cuh"
 #include "llmc/utils.h"
+#include "llmc/grad_clip.h"
 
 static const int GLOBAL_NORM_BLOCKS = 1024;
 static const int GLOBAL_NORM_THREADS = 256;
@@ -75,7 +76,7 @@ __global__ void global_norm_final_kernel(float* __restrict__ out, const float* _
     if (threadIdx.x == 0) {
         float norm = sqrtf(tot);
         out[0] = norm;
-        out[1] = clip > 0.0f ? fminf(1.0f, clip / (norm + 1e-6f)) : 1.0f;
+        out[1] = clip_coef(norm, clip);
     }
 }
 

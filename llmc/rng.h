@@ -24,6 +24,10 @@ static inline double normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
+// The sampling generator's first state for the run's --seed (TrainState.rng, saved in checkpoints), the same in both
+// trainers: the seed mixed with a fixed constant.
+static inline uint64_t rng_sampling_seed(uint64_t seed) { return seed ^ 0x5DEECE66Dull; }
+
 // sequential generator for sampling
 static inline double rng_next_u01(uint64_t* state) {
     *state = splitmix64(*state);

@@ -1,12 +1,14 @@
-// llmc/sampling.h: text generation pieces both trainers share: drawing the next token from a
-// row of logits with the run's RNG (temperature 1), the prompt, and printing a sample through
-// the tokenizer named by --tokenizer (none: token ids). The forward pass that produces the
-// logits is each trainer's own. A run that does not sample (-g 0) opens no tokenizer, and the trainers open it
-// before they allocate the model, so a missing rank file stops a run at once.
+// llmc/sampling.h: text generation, shared by both trainers: the loop that extends a prompt (generate), drawing the
+// next token from a row of logits with the run's RNG (temperature 1), the prompt, and printing a sample through
+// the tokenizer named by --tokenizer (none: token ids). The forward pass that produces the logits is each trainer's
+// own, handed to generate as a callable. A run that does not sample (-g 0) opens no tokenizer, and the trainers open
+// it before they allocate the model, so a missing rank file stops a run at once.
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 #include "llmc/rng.h"
@@ -45,6 +47,23 @@ static inline int sample_from_logits(const float* logits, int V, uint64_t* rng) 
         if (r < acc) return v;
     }
     return V - 1;
+}
+
+// The trainer's forward for sampling: the logits [V] (host, fp32) of position len - 1 of row 0 after a forward over
+// window [B*T] (row 0: the text's last len <= T tokens, then zeros; the other rows zeros).
+typedef std::function<const float*(const int32_t* window, int len)> LastLogitsFn;
+
+// Extends prompt by n tokens, each drawn from the logits of the text's last position; the forward runs over the
+// whole window each time (no KV cache: the trainers are not servers). B, T: the forward's batch shape.
+static inline std::vector<int32_t> generate(std::vector<int32_t> prompt, int n, int B, int T, int V, uint64_t* rng,
+                                            const LastLogitsFn& last_logits) {
+    std::vector<int32_t> window((size_t)B * T, 0);
+    for (int i = 0; i < n; i++) {
+        const int len = std::min((int)prompt.size(), T);
+        std::copy(prompt.end() - len, prompt.end(), window.begin());
+        prompt.push_back(sample_from_logits(last_logits(window.data(), len), V, rng));
+    }
+    return prompt;
 }
 
 static inline void sampler_print(const Sampler* s, const std::vector<int32_t>& ids) {

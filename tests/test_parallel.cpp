@@ -1,5 +1,6 @@
 // tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/parallel/topology.h,
-// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, comm_mpi.h without MPI) and a weight comparer for the parity runs.
+// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, assemble.h, comms.h and comm_mpi.h without MPI) and a weight
+// comparer for the parity runs.
 //   build/test_parallel units                 every unit check, one [PASS]/[FAIL] line each
 //   build/test_parallel compare A B TOL NAME  tensor-by-tensor max |a-b| / (max|b| + 1e-3) of two
 //                                             safetensors files (same names, F32), within TOL
@@ -12,6 +13,8 @@
 #include <tuple>
 #include <vector>
 #include "llmc/parallel/comm_mpi.h"
+#include "llmc/parallel/comms.h"
+#include "llmc/parallel/assemble.h"
 #include "llmc/model_config.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/param_table.h"
@@ -459,6 +462,39 @@ static void test_zero() {
           "zero: the worked example of llmc/parallel/zero.h by hand (offsets 0,16,28,48 of 64; rank 1's pieces 8-16, 32-48, 56-64)");
 }
 
+// AdamW's addresses under ZeRO (zero_part_offset, ZeroBuffer): at every ZeRO stage, the part of every tensor a dp rank
+// updates sits, in each kind of buffer (flat below the stage that shards it, the shard from it on), inside the buffer
+// and on the very elements its flat range names (shard positions through zero_take_shard).
+static void test_zero_part_offset() {
+    std::string err;
+    int n_cases = 0;
+    for (const char* name : {"gpt3_tiny", "llama_tiny"})
+        for (int dp : {1, 2, 3, 8})
+            for (int zero = 0; zero <= 3; zero++) {
+                const ParamTable t = padded(build_param_table(preset(name)), dp);
+                const std::vector<Bucket> bs = zero_buckets(t, dp);
+                std::vector<double> flat(t.total), shard(zero_shard_size(t, dp));
+                for (size_t e = 0; e < flat.size(); e++) flat[e] = (double)e;
+                for (int r = 0; r < dp; r++) {
+                    n_cases++;
+                    zero_take_shard(bs, dp, r, flat.data(), shard.data());
+                    for (const ZeroPart& p : zero_parts(t, bs, dp, r, zero == 0))
+                        for (ZeroBuffer kind : {ZERO_OPTIM, ZERO_GRADS, ZERO_PARAMS}) {
+                            const std::vector<double>& buf = zero >= (int)kind ? shard : flat;
+                            const size_t at = zero_part_offset(p, kind, zero);
+                            bool ok = at + p.flat.size() <= buf.size();
+                            for (size_t i = 0; ok && i < p.flat.size(); i++) ok = buf[at + i] == (double)(p.flat.lo + i);
+                            if (!ok && err.empty())
+                                err = std::string(name) + " dp" + std::to_string(dp) + " zero " + std::to_string(zero) + " rank " +
+                                      std::to_string(r) + ": " + t.specs[p.spec].name + " misplaced in buffer kind " + std::to_string((int)kind);
+                        }
+                }
+            }
+    check(err.empty(), "zero: AdamW's addresses (zero_part_offset) in the weights, gradients, master weights and moments at ZeRO "
+          "0-3 name the flat elements of each part, inside each buffer, in " + std::to_string(n_cases) + " (table, dp, stage, rank) cases",
+          "%s", err.c_str());
+}
+
 // Every element of the whole model is counted exactly once in the global norm over all ranks of
 // a layout (layout_norm_ranges; replicated tensors once across tp, the tied embedding once
 // across the pipeline ends, each dp rank its piece), and the shard positions name the same elements.
@@ -513,6 +549,78 @@ static void test_norm_ranges() {
         }
     check(err.empty(), "norm ranges: every parameter counted exactly once across all ranks, in " + std::to_string(n_layouts) +
           " layouts (dp, tp, pp, vpp; tied and untied)", "%s", err.c_str());
+}
+
+// A rank's part of the whole model and back (llmc/parallel/assemble.h), in every layout: each rank's part
+// (part_of_full) assembled on world rank 0 (assemble_full; the transport hands rank 0 what each sender sent) gives the
+// whole model back exactly, for two buffers at once, in one message per buffer or in pieces; the senders are the
+// dp-rank-0 ranks, each send matched by a receive of the same buffer and count, and no rank but 0 gets a result.
+static void test_assemble() {
+    std::string err;
+    int n_layouts = 0;
+    struct Lay { int dp, tp, pp, vpp; };
+    auto fail = [&](const std::string& e) { if (err.empty()) err = e; };
+    for (const char* name : {"gpt3_tiny", "llama_tiny"})
+        for (Lay y : {Lay{1, 1, 1, 1}, Lay{2, 1, 1, 1}, Lay{2, 2, 1, 1}, Lay{1, 1, 2, 1}, Lay{2, 2, 2, 1}, Lay{1, 2, 2, 2},
+                      Lay{3, 1, 4, 1}, Lay{2, 1, 2, 2}})
+            for (size_t piece : {(size_t)0, (size_t)1000}) {
+                const std::string where = std::string(name) + " dp" + std::to_string(y.dp) + " tp" + std::to_string(y.tp) + " pp" +
+                                          std::to_string(y.pp) + " vpp" + std::to_string(y.vpp) + " piece " + std::to_string(piece) + ": ";
+                const ModelConfig c = preset(name, y.tp);
+                const ParamTable full = build_param_table(c);
+                std::vector<float> whole[2] = {std::vector<float>(full.total), std::vector<float>(full.total)};
+                for (size_t e = 0; e < full.total; e++) whole[0][e] = (float)(e + 1), whole[1][e] = -(float)(e + 1);
+                const int W = y.dp * y.tp * y.pp;
+                n_layouts++;
+                std::vector<Layout> Ls(W);
+                std::vector<std::vector<float>> parts[2];
+                struct Msg { int i; size_t n; std::vector<float> data; };
+                std::vector<std::vector<Msg>> sent(W);
+                for (int r = 0; r < W; r++) {
+                    Ls[r].topo = topo_make(y.dp, y.tp, y.pp, r);
+                    Ls[r].vpp = y.vpp;
+                    pp_layer_layout(c.n_layer, y.pp, y.vpp, "", &Ls[r].chunk_first);
+                    const LocalTable lt = gpt_local_table(c, full, Ls[r], Ls[r].topo.pp_rank, Ls[r].topo.tp_rank);
+                    for (int i = 0; i < 2; i++) {
+                        parts[i].emplace_back(lt.t.total, 0.0f);
+                        part_of_full(full, whole[i].data(), lt.t, lt.global, lt.slice, parts[i].back().data());
+                    }
+                }
+                // every rank but 0: what it sends
+                for (int r = 1; r < W; r++) {
+                    AssembleTransport<float> io;
+                    io.send = [&](int i, const float* d, size_t n) { sent[r].push_back({i, n, std::vector<float>(d, d + n)}); };
+                    io.recv = [&](int, int, float*, size_t) { fail(where + "rank " + std::to_string(r) + " received"); };
+                    std::vector<float> out[2];
+                    std::vector<float>* dst[2] = {&out[0], &out[1]};
+                    const std::vector<float> mine[2] = {parts[0][r], parts[1][r]};
+                    assemble_full(c, full, Ls[r], mine, dst, 2, piece, io);
+                    if (!out[0].empty() || !out[1].empty()) fail(where + "rank " + std::to_string(r) + " got a whole buffer");
+                    if ((Ls[r].topo.dp_rank == 0) != !sent[r].empty()) fail(where + "rank " + std::to_string(r) + " sent, or did not");
+                    for (const Msg& m : sent[r])
+                        if (piece > 0 && m.n > piece) fail(where + "a message larger than the piece");
+                }
+                // world rank 0: receives, in order, what each sender sent, and assembles
+                std::vector<size_t> next(W, 0);
+                AssembleTransport<float> io;
+                io.send = [&](int, const float*, size_t) { fail(where + "rank 0 sent"); };
+                io.recv = [&](int i, int from, float* d, size_t n) {
+                    if (next[from] >= sent[from].size()) return fail(where + "a receive from rank " + std::to_string(from) + " never sent");
+                    const Msg& m = sent[from][next[from]++];
+                    if (m.i != i || m.n != n) return fail(where + "a receive does not match its send");
+                    std::copy(m.data.begin(), m.data.end(), d);
+                };
+                std::vector<float> out[2];
+                std::vector<float>* dst[2] = {&out[0], &out[1]};
+                const std::vector<float> mine[2] = {parts[0][0], parts[1][0]};
+                assemble_full(c, full, Ls[0], mine, dst, 2, piece, io);
+                for (int r = 0; r < W; r++)
+                    if (next[r] != sent[r].size()) fail(where + "rank " + std::to_string(r) + "'s sends not all received");
+                if (out[0] != whole[0] || out[1] != whole[1]) fail(where + "the assembled model differs from the whole one");
+            }
+    check(err.empty(), "assemble: every rank's part (part_of_full) assembled on rank 0 (assemble_full) is the whole model, in " +
+          std::to_string(n_layouts) + " (layout, piece) cases (dp, tp, pp, vpp; tied and untied); dp-rank-0 ranks send, "
+          "every send received in order", "%s", err.c_str());
 }
 
 // The executor over every stage's list: each (micro-batch, chunk) acquired once before its use,
@@ -677,7 +785,9 @@ int main(int argc, char** argv) {
     test_schedule();
     test_schedule_nccl();
     test_zero();
+    test_zero_part_offset();
     test_norm_ranges();
+    test_assemble();
     test_pp_exec();
     test_tp();
     test_comm_single();

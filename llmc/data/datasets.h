@@ -205,17 +205,17 @@ struct MappedFile {
 };
 
 // The mapped files, for the SIGBUS handler: a fixed table (the handler may only read memory and write(2)).
-struct MappedSlot {
+struct MappedRange {
     const uint8_t* lo;
     size_t size;
     char path[512];
 };
-static MappedSlot g_mapped[1024];
+static MappedRange g_mapped[1024];
 
 static void mapped_sigbus_handler(int, siginfo_t* info, void*) {
     const uint8_t* a = (const uint8_t*)info->si_addr;
     const char* path = "a memory-mapped token file";
-    for (const MappedSlot& m : g_mapped)
+    for (const MappedRange& m : g_mapped)
         if (m.lo && a >= m.lo && a < m.lo + m.size) path = m.path;
     const char* parts[] = {"error: ", path, ": shrank while being read (a read past its new end, SIGBUS); is another "
                            "program writing it? Stopping; the newest complete checkpoint is kept\n"};
@@ -238,7 +238,7 @@ static void mapped_register(const uint8_t* lo, size_t size, const std::string& p
         sigaction(SIGBUS, &sa, nullptr);
         installed = true;
     }
-    for (MappedSlot& m : g_mapped)
+    for (MappedRange& m : g_mapped)
         if (!m.lo) {
             snprintf(m.path, sizeof(m.path), "%s", path.c_str());
             m.size = size;
@@ -248,7 +248,7 @@ static void mapped_register(const uint8_t* lo, size_t size, const std::string& p
 }
 
 static void mapped_unregister(const uint8_t* lo) {
-    for (MappedSlot& m : g_mapped)
+    for (MappedRange& m : g_mapped)
         if (m.lo == lo) m.lo = nullptr;
 }
 

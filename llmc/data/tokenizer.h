@@ -43,7 +43,7 @@ enum TokenizerKind {
                  //  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 };
 
-static const uint32_t TOK_NONE = 0xFFFFFFFFu;  // "no token" (empty hash slot, no merge, no eot)
+static const uint32_t TOK_NONE = 0xFFFFFFFFu;  // "no token" (empty hash entry, no merge, no eot)
 
 struct Tokenizer {
     TokenizerKind kind;
@@ -53,8 +53,8 @@ struct Tokenizer {
     uint32_t bos;                  // begin-of-text id (Llama 3), eot for GPT-2, TOK_NONE for bytes
     std::vector<uint8_t> bytes;    // every token's bytes (special tokens: their text), concatenated
     std::vector<uint32_t> offset;  // (vocab_size + 1,) token i is bytes[offset[i], offset[i + 1])
-    std::vector<uint32_t> slots;   // open-addressing hash table of ordinary ids keyed by their
-                                   // bytes; power-of-two size, TOK_NONE marks an empty slot
+    std::vector<uint32_t> id_hash; // open-addressing hash table of ordinary ids keyed by their
+                                   // bytes; power-of-two size, TOK_NONE marks an empty entry
     uint32_t byte_id[256];         // id of each single byte
 };
 
@@ -75,9 +75,9 @@ static inline uint32_t tok_len(const Tokenizer* t, uint32_t id) { return t->offs
 
 // The ordinary token whose bytes are p[0..n), or TOK_NONE.
 static inline uint32_t tok_lookup(const Tokenizer* t, const uint8_t* p, size_t n) {
-    size_t mask = t->slots.size() - 1;
+    size_t mask = t->id_hash.size() - 1;
     for (size_t k = tok_hash(p, n) & mask;; k = (k + 1) & mask) {
-        uint32_t id = t->slots[k];
+        uint32_t id = t->id_hash[k];
         if (id == TOK_NONE) return TOK_NONE;
         if (tok_len(t, id) == n && memcmp(tok_bytes(t, id), p, n) == 0) return id;
     }
@@ -88,10 +88,10 @@ static inline uint32_t tok_lookup(const Tokenizer* t, const uint8_t* p, size_t n
 static bool tok_append(Tokenizer* t, const uint8_t* p, size_t n, bool ordinary) {
     if (ordinary) {
         if (tok_lookup(t, p, n) != TOK_NONE) return false;
-        size_t mask = t->slots.size() - 1;
+        size_t mask = t->id_hash.size() - 1;
         size_t k = tok_hash(p, n) & mask;
-        while (t->slots[k] != TOK_NONE) k = (k + 1) & mask;
-        t->slots[k] = t->vocab_size;
+        while (t->id_hash[k] != TOK_NONE) k = (k + 1) & mask;
+        t->id_hash[k] = t->vocab_size;
         if (n == 1) t->byte_id[p[0]] = t->vocab_size;
     }
     t->bytes.insert(t->bytes.end(), p, p + n);
@@ -102,8 +102,8 @@ static bool tok_append(Tokenizer* t, const uint8_t* p, size_t n, bool ordinary) 
 
 // Empties t and sizes its hash table for n_expected ordinary tokens (load factor <= 1/2).
 static void tok_reset(Tokenizer* t, TokenizerKind kind, size_t n_expected) {
-    size_t n_slots = 1024;
-    while (n_slots < 2 * n_expected) n_slots *= 2;
+    size_t n_entries = 1024;
+    while (n_entries < 2 * n_expected) n_entries *= 2;
     t->kind = kind;
     t->n_ranks = 0;
     t->vocab_size = 0;
@@ -111,7 +111,7 @@ static void tok_reset(Tokenizer* t, TokenizerKind kind, size_t n_expected) {
     t->bos = TOK_NONE;
     t->bytes.clear();
     t->offset.assign(1, 0);
-    t->slots.assign(n_slots, TOK_NONE);
+    t->id_hash.assign(n_entries, TOK_NONE);
     for (int b = 0; b < 256; b++) t->byte_id[b] = TOK_NONE;
 }
 

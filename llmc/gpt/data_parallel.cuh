@@ -84,12 +84,12 @@ __global__ void sum_partials_kernel(double* sum, const double* partial, int n) {
     sum[0] = s;
 }
 
-// out[0] = sqrt(sumsq[0]), out[1] = the clipping coefficient min(1, clip / (norm + 1e-6)) (1 when clip <= 0), in
-// fp64 as train_gpt_cpu.cpp's clip_coef, then stored as fp32 (AdamW reads out + 1 as its grad scale). One thread.
+// out[0] = sqrt(sumsq[0]), out[1] = the clipping coefficient clip_coef (llmc/grad_clip.h) in fp64, as the CPU
+// trainer's, then stored as fp32 (AdamW reads out + 1 as its grad scale). One thread.
 __global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double clip) {
     const double norm = sqrt(sumsq[0]);
     out[0] = (float)norm;
-    out[1] = clip > 0 ? (float)fmin(1.0, clip / (norm + 1e-6)) : 1.0f;
+    out[1] = (float)clip_coef(norm, clip);
 }
 
 

@@ -438,14 +438,13 @@ static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     std::vector<AdamWTensor<Moment, float>> ts;
     const int zero = g->L.zero;
     for (const ZeroPart& p : zero_parts(g->table, g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
-        // this part in each buffer: flat, or the shard at the buffer's ZeRO stage
-        const size_t lo = p.flat.lo;
+        // this part in each buffer: flat, or in the shard once the ZeRO stage shards the buffer (llmc/parallel/zero.h)
         AdamWTensor<Moment, float> t{};
-        t.param = g->params + lo - (zero >= 3 ? p.shift : 0);
-        t.grad = zero >= 2 ? g->dp.grad_shard + lo - p.shift : g->dp.grad32 + lo;
-        t.master = g->master + lo - p.shift;
-        t.m = (Moment*)g->m + lo - p.shift;
-        t.v = (Moment*)g->v + lo - p.shift;
+        t.param = g->params + zero_part_offset(p, ZERO_PARAMS, zero);
+        t.grad = (zero >= ZERO_GRADS ? g->dp.grad_shard : g->dp.grad32) + zero_part_offset(p, ZERO_GRADS, zero);
+        t.master = g->master + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.m = (Moment*)g->m + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.v = (Moment*)g->v + zero_part_offset(p, ZERO_OPTIM, zero);
         t.n = p.flat.size();
         t.weight_decay = g->table.specs[p.spec].is_matrix ? wd : 0.0f;
         ts.push_back(t);
@@ -453,17 +452,11 @@ static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
     return adamw_table_upload(ts);
 }
 
-// The communicators of a parallel layout, made by main from the Layout's member lists (llmc/parallel/topology.h).
-struct GptComms {
-    Comm world, dp, tp, pp, emb;  // every rank; the dp group; the tp group; the pipeline's stages; its first and last
-                                  // stage (the tied embedding: layout_emb_members)
-};
-
 // Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
 // weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/parallel/layout.h) and its
 // communicators; null: one GPU. fp8: --fp8 and its settings (the scaling states start at scale 1).
 static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, bool bf16_moments, float weight_decay,
-                      const Layout* layout = nullptr, const GptComms* comms = nullptr, int n_mb = 1,
+                      const Layout* layout = nullptr, const Comms* comms = nullptr, int n_mb = 1,
                       const Fp8Options& fp8 = {}) {
     check_shapes(c, B, T);
     gpt_plan(g, c, layout ? *layout : layout_single(c), n_mb, fp8);  // fp8: main has checked the device and shapes
@@ -599,31 +592,16 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaStreamDestroy(g->stream));
 }
 
-// A bad parallel layout stops every rank before any work; rank 0 says what is wrong.
-static void layout_error(const Comm& world, const std::string& msg) {
-    if (world.rank == 0) fprintf(stderr, "error: %s\n", msg.c_str());
-    comm_finalize();
-    exit(1);
-}
-
-// The layout planner (llmc/parallel/planner.h) over what this trainer runs: dp and ZeRO 0-3 (tp = pp = 1), --recompute none,
-// selective or full, every -b dividing the per-rank batch; the bytes are cuda_plan_bytes'. --plan: prints the plan
-// (with no layout flag and --gpu-mem, of the planner's choice) and exits 0 on the host, touching no device, rank 0
-// printing. Otherwise, with no layout flag, no --recompute and a memory to fit (tc->gpu_mem_gib: --gpu-mem, or the
-// free device memory main measured), writes the fastest fitting layout into *tc and *opt and prints why. A layout
-// that cannot run, or none fitting, stops with the message naming the flag, exit 1.
-static void plan_or_pick(TrainConfig* tc, CudaOptions* opt, const ModelConfig& mc, int n_ranks, int rank) {
-    if (rank == 0 && tc->plan)
-        printf("train_gpt plans the layouts it runs: data, tensor and pipeline parallel with ZeRO 0-3, --sp, --vpp, "
-               "--recompute, -b; with no layout flag it picks among them (vpp 1)\n");
-    int recompute = (int)opt->recompute;
-    bool done = false;
-    const std::string err = plan_apply(mc, tc, &recompute, n_ranks, !opt->recompute_given, {0, 1, 2}, PLAN_COMM,
-                                       cuda_plan_bytes_fn(opt->bf16_moments, opt->fp8), rank == 0, &done);
-    if (!err.empty()) {
-        if (rank == 0) fprintf(stderr, "error: %s\n", err.c_str());
-        exit(1);
-    }
-    if (done) exit(0);
-    opt->recompute = (Recompute)recompute;
+// What train_gpt plans over (plan_or_pick, llmc/parallel/comms.h): data, tensor and pipeline parallel with ZeRO 0-3,
+// --sp, --recompute none, selective or full (unless --recompute was given), every -b dividing the per-rank batch; the
+// bytes are cuda_plan_bytes', the wire PLAN_COMM's.
+static PlanSpace cuda_plan_space(const CudaOptions& opt) {
+    PlanSpace s;
+    s.recomputes = {0, 1, 2};
+    s.may_pick = !opt.recompute_given;
+    s.wire = PLAN_COMM;
+    s.bytes = cuda_plan_bytes_fn(opt.bf16_moments, opt.fp8);
+    s.intro = "train_gpt plans the layouts it runs: data, tensor and pipeline parallel with ZeRO 0-3, --sp, --vpp, "
+              "--recompute, -b; with no layout flag it picks among them (vpp 1)";
+    return s;
 }

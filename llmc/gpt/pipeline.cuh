@@ -109,11 +109,9 @@ static void pp_pipeline(GPT* g, int n_mb, bool backward, double scale, const std
             die("pipeline stage %d: backward of micro-batch %d, but the head's scratch holds micro-batch %d",
                 L.topo.pp_rank, mb, g->pp.head_mb);
         pp_bind(g, s, chunk);
-        gpt_backward_chunk(g, mb, scale * (mb == 0 ? mb0.grad : 1.0), scale * (mb == 0 ? mb0.loss : 1.0), false, chunk,
+        gpt_backward_chunk(g, mb, scale * mb0.grad_of(mb), scale * mb0.loss_of(mb), false, chunk,
                             pp_dout(g, s));
     };
     cb.exchange = [&](const PpMsg* msgs, int n) { pp_exchange(g, msgs, n, live); };
-    const int pp = L.topo.pp, stage = L.topo.pp_rank;
-    pp_run(backward ? pp_schedule(pp, L.vpp, n_mb, stage) : pp_forward_schedule(pp, L.vpp, n_mb, stage), L.n_chunks(),
-           backward, cb);
+    pp_run_stage(L.topo.pp, L.vpp, L.topo.pp_rank, n_mb, backward, cb);
 }

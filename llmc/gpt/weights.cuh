@@ -32,7 +32,7 @@ static void params_from_master(GPT* g) {
     params_allgather(g);
 }
 
-// Uploads this rank's fp32 weights [P] (g->table's layout, part_of_full: its stage's tensors, its tp slices; and
+// Uploads this rank's fp32 weights [P] (g->table's layout, part_of_full of llmc/parallel/assemble.h: its stage's tensors, its tp slices; and
 // moments, or zeros when m is null); params = floatX(master). Under ZeRO >= 1 each rank keeps its pieces
 // (zero_take_shard), so a checkpoint of any layout resumes at any tp, pp, dp and stage. Every rank calls it (ZeRO
 // 1/2 all-gather the params).
@@ -104,63 +104,35 @@ static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m
     }
 }
 
-// Whole-model buffers [full.total] (build_param_table's layout, in which files are read and written) and this rank's
-// part of them [P] in g->table's layout: its stage's tensors (its tp slices), bucket padding zero.
-static std::vector<float> part_of_full(const GPT* g, const ParamTable& full, const float* src) {
-    std::vector<float> out(g->table.total, 0.0f);
-    for (size_t k = 0; k < g->table.specs.size(); k++) {
-        const ParamSpec& f = full.specs[g->global[k]];
-        tp_extract(src + f.offset, f.cols, g->slice[k], out.data() + g->table.specs[k].offset);
-    }
-    return out;
-}
-
-// The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole model's weights
-// (and with m, the moments) [full.total], the others nothing. Each rank gathers its ZeRO shards over dp
-// (gpt_get_weights); then the dp-rank-0 member of every other (stage, tp rank) sends its part to world rank 0 through
-// grad32 (idle between steps), in pieces that fit every rank's grad32.
+// The inverse of gpt_load's parts, for checkpoints and exports: every rank calls it; world rank 0 receives the whole
+// model's weights (and with m, the moments) [full.total], the others nothing. Each rank gathers its ZeRO shards over
+// dp (gpt_get_weights); then the dp-rank-0 member of every other (stage, tp rank) sends its part to world rank 0
+// (assemble_full, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces that fit every rank's grad32.
 static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, std::vector<float>* m,
                          std::vector<float>* v) {
     const Topology& me = g->L.topo;
-    const int n_bufs = m ? 3 : 1;
     std::vector<float> mine[3];
     gpt_get_weights(g, &mine[0], m ? &mine[1] : nullptr, m ? &mine[2] : nullptr);
     std::vector<float>* dst[3] = {p, m, v};
-    if (me.rank == 0)
-        for (int i = 0; i < n_bufs; i++) dst[i]->assign(full.total, 0.0f);
     double piece = 0;  // the smallest grad32 of the ranks (minus the largest negative)
     if (me.world > 1) {
         piece = -(double)g->dp.n_grad32;
         comm_host_max(g->world, &piece, 1);
         piece = -piece;
     }
-    for (int r = 0; r < me.world; r++) {
-        const Topology o = topo_make(me.dp, me.tp, me.pp, r);
-        if (o.dp_rank != 0 || (me.rank != 0 && me.rank != r)) continue;
-        const LocalTable lt = gpt_local_table(g->cfg, full, g->L, o.pp_rank, o.tp_rank);
-        for (int i = 0; i < n_bufs; i++) {
-            std::vector<float> buf = r == 0 ? mine[i] : std::vector<float>(lt.t.total);
-            for (size_t at = 0; r != 0 && at < lt.t.total; at += (size_t)piece) {
-                const size_t n = std::min((size_t)piece, lt.t.total - at);
-                if (me.rank == r) {
-                    CommRequest req;
-                    cudaCheck(cudaMemcpy(g->dp.grad32, mine[i].data() + at, n * sizeof(float), cudaMemcpyHostToDevice));
-                    comm_send(g->world, (const float*)g->dp.grad32, n, 0, i, &req);
-                    comm_wait(&req);
-                } else {
-                    comm_recv(g->world, g->dp.grad32, n, r, i);
-                    cudaCheck(cudaMemcpyAsync(buf.data() + at, g->dp.grad32, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                              g->world.stream));
-                    comm_stream_sync(g->world, "receive of a checkpoint's part");
-                }
-            }
-            if (me.rank != 0) continue;
-            for (size_t k = 0; k < lt.t.specs.size(); k++) {
-                const ParamSpec& f = full.specs[lt.global[k]];
-                tp_insert(buf.data() + lt.t.specs[k].offset, lt.slice[k], f.cols, dst[i]->data() + f.offset);
-            }
-        }
-    }
+    AssembleTransport<float> io;
+    io.send = [&](int i, const float* data, size_t n) {
+        CommRequest req;
+        cudaCheck(cudaMemcpy(g->dp.grad32, data, n * sizeof(float), cudaMemcpyHostToDevice));
+        comm_send(g->world, (const float*)g->dp.grad32, n, 0, i, &req);
+        comm_wait(&req);
+    };
+    io.recv = [&](int i, int from, float* data, size_t n) {
+        comm_recv(g->world, g->dp.grad32, n, from, i);
+        cudaCheck(cudaMemcpyAsync(data, g->dp.grad32, n * sizeof(float), cudaMemcpyDeviceToHost, g->world.stream));
+        comm_stream_sync(g->world, "receive of a checkpoint's part");
+    };
+    assemble_full(g->cfg, full, g->L, mine, dst, m ? 3 : 1, (size_t)piece, io);
 }
 
 // The weights at the start of a run: every rank makes the whole model (the seeded init, then --init-from, then the
@@ -182,12 +154,14 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
         if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state->step);
     }
     comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
-    if (m.empty()) {
-        gpt_set_weights(g, part_of_full(g, table, p.data()).data(), nullptr, nullptr);
-    } else {
-        gpt_set_weights(g, part_of_full(g, table, p.data()).data(), part_of_full(g, table, m.data()).data(),
-                        part_of_full(g, table, v.data()).data());
-    }
+    // this rank's part of each (llmc/parallel/assemble.h): its stage's tensors, its tp slices, bucket padding zero
+    auto part = [&](const std::vector<float>& w) {
+        std::vector<float> out(g->table.total, 0.0f);
+        part_of_full(table, w.data(), g->table, g->global, g->slice, out.data());
+        return out;
+    };
+    if (m.empty()) gpt_set_weights(g, part(p).data(), nullptr, nullptr);
+    else gpt_set_weights(g, part(p).data(), part(m).data(), part(v).data());
     fp8_weights_update(g);  // --fp8: the weights' scales and fp8 copies
     if (g->fp8.opt.recipe == FP8_DELAYED && !resume_dir.empty()) {
         const bool taken = fp8_state_set(g, fp8_state);
@@ -206,7 +180,9 @@ static void gpt_save_checkpoint(GPT* g, const ParamTable& table, const TrainConf
     std::vector<float> p, m, v;
     gpt_get_full(g, table, &p, &m, &v);
     const Fp8State fp8_state = fp8_state_gather(g);  // --fp8: the ranks agree; delayed: its state, whole-model
-    if (g->world.rank == 0)
+    if (g->world.rank == 0) {
+        test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
         checkpoint_save(tc.out_dir, g->cfg, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
+    }
     comm_io_wait([&] { comm_barrier(g->world); });  // rank 0's writing, under --io-timeout
 }

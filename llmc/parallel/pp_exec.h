@@ -13,6 +13,7 @@
 //     its stream. Buffers named by a step's receives are acquired before the call, those of its
 //     sends released after it. Messages between two stages arrive in the order issued, so tags
 //     are not needed (they are passed anyway).
+// pp_run_stage runs a stage's schedule, training or forward only; the trainers' pp_pipeline supplies the callbacks.
 #pragma once
 #include <functional>
 #include <set>
@@ -88,4 +89,11 @@ static inline void pp_run(const std::vector<PpOp>& ops, int n_chunks, bool backw
             }
         }
     }
+}
+
+// Runs pipeline stage `stage` of pp stages (vpp chunks each: pp * vpp chunks) over n_mb micro-batches: its training
+// schedule (pp_schedule), or with backward false its forward-only one (pp_forward_schedule). Both trainers call this.
+static inline void pp_run_stage(int pp, int vpp, int stage, int n_mb, bool backward, const PpCallbacks& cb) {
+    const std::vector<PpOp> ops = backward ? pp_schedule(pp, vpp, n_mb, stage) : pp_forward_schedule(pp, vpp, n_mb, stage);
+    pp_run(ops, pp * vpp, backward, cb);
 }

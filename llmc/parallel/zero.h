@@ -12,13 +12,33 @@
 // concatenation of its pieces in bucket order: bucket [lo, lo+n) sits at lo/dp in the shard,
 // and the shard holds total/dp elements.
 //   ZeRO-1: each dp rank keeps the AdamW moments (and the fp32 master weights) of its shard;
-//           gradients are all-reduced, each rank updates its pieces, then the weights are
+//           gradients are reduced once per step (the CPU trainer all-reduces them, the CUDA trainer
+//           reduce-scatters them in place), each rank updates its pieces, then the weights are
 //           all-gathered per bucket.
-//   ZeRO-2: also the gradients: each bucket is reduce-scattered into the shard as soon as its
-//           backward is done (the layers' buckets once per micro-batch, the embedding and head
-//           buckets at the end of the step).
+//   ZeRO-2: also the reduced gradients exist only as each rank's shard: a bucket's gradient is
+//           reduce-scattered into it. The two trainers reduce on different schedules:
+//             train_gpt_cpu.cpp: once per micro-batch for each layer's bucket, right after that
+//               layer's backward (grads_layer_done): the layer's gradient is computed into a
+//               scratch of one bucket, reduce-scattered, added into the shard and freed, so no
+//               rank ever holds a whole gradient buffer. The embedding and head buckets are
+//               reduced once, at the end of the step (their gradients gather over every
+//               micro-batch and, with a tied head, over the first and last pipeline stage).
+//             train_gpt.cu: once per step for every bucket: the micro-batches accumulate into the
+//               whole floatX gradient buffer as on one GPU, and as each bucket's gradient is
+//               complete in the last micro-batch's backward (after the schedule under pp), it is
+//               cast to fp32 and reduce-scattered into the fp32 shard (grads_bucket_done,
+//               llmc/gpt/data_parallel.cuh): one reduction per bucket per step, overlapped with
+//               the rest of the backward, at the cost of keeping the whole floatX buffer.
+//           Both are correct: either way a rank's shard ends the step holding, for its pieces, the
+//           sum over every micro-batch of every rank of its dp group. The CPU trainer sums over
+//           the ranks first, then over the micro-batches; the CUDA trainer over the micro-batches
+//           (rounded to floatX, as one GPU's accumulation is), then over the ranks. The same sum
+//           up to reassociation: the tolerance every layout is held to against the one-process
+//           run (tests/t_parallel.sh, tests/t_gpu_multirank.sh).
 //   ZeRO-3: also the weights between uses: a bucket is all-gathered before its forward or
-//           backward and freed after.
+//           backward and freed after (gradients as ZeRO-2).
+// Each of a rank's buffers is flat [total] below the ZeRO stage that shards it and [shard] from
+// it on (ZeroBuffer): the optimizer finds a tensor's part in each at zero_part_offset.
 // Padding never reaches a file: checkpoints are read and written per tensor (llmc/run/weights_io.h).
 //
 // Example: dp 2, a stage whose table is [a: 5 elements] (layer -1) [b: 12, c: 9] (layer 0)
@@ -112,6 +132,16 @@ static inline std::vector<ZeroPart> zero_parts(const ParamTable& t, const std::v
         }
     }
     return out;
+}
+
+// The ZeRO stage from which a kind of buffer holds only this rank's shard: the fp32 master weights and the AdamW
+// moments from 1, the (reduced) gradients from 2, the weights from 3.
+enum ZeroBuffer { ZERO_OPTIM = 1, ZERO_GRADS = 2, ZERO_PARAMS = 3 };
+
+// Where part p (zero_parts(.., whole_bucket = zero == 0)) sits in a buffer of kind `kind` at ZeRO stage `zero`: its
+// flat position below the stage that shards the buffer, its shard position from it on.
+static inline size_t zero_part_offset(const ZeroPart& p, ZeroBuffer kind, int zero) {
+    return p.flat.lo - (zero >= (int)kind ? p.shift : 0);
 }
 
 // shard[total/dp] = dp rank r's pieces of flat[total], in bucket order.

@@ -11,9 +11,7 @@
 // part of the checkpoint (TrainState), so a resumed run decides as the uninterrupted one.
 // Defaults: --skip-limit 5 (a few bad batches pass, a diverged run stops within a handful of steps); the spike guard
 // is off (--spike-z 0) and, when on, looks at --spike-window 100 steps.
-// For the tests: LLMC_TEST_NAN_STEPS=S1,S2,.. makes the first micro-batch of those (1-based) steps corrupt (its loss
-// and gradients NaN, by a NaN loss scale), LLMC_TEST_NAN_GRAD_STEPS its gradients only, and LLMC_TEST_SPIKE_STEPS
-// replaces the targets of every micro-batch of those steps by other tokens (wrong labels: a loss spike).
+// The tests corrupt steps on purpose through the test hooks of llmc/run/test_hooks.h (TestCorrupt).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -72,41 +70,3 @@ static inline bool guard_record(const TrainConfig& tc, TrainState* s, GuardVerdi
 
 // AdamW's step count (1-based) for the update of step `step` (0-based): the updates made so far, plus one.
 static inline int guard_adam_step(const TrainState& s, int step) { return step + 1 - s.skipped; }
-
-// ---- test hooks ------------------------------------------------------------------------------------------------
-// Whether (1-based) step is listed in the environment variable `name` ("3,7,8").
-static inline bool guard_test_step(const char* name, int step) {
-    const char* e = getenv(name);
-    if (!e || !*e) return false;
-    std::string s = e;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        char* end = nullptr;
-        long v = strtol(s.c_str() + i, &end, 10);
-        if (end != s.c_str() + j || v <= 0) die("%s: expected step numbers like 3,7, got '%s'", name, e);
-        if (v == step) return true;
-        i = j + 1;
-    }
-    return false;
-}
-
-// The test hooks' corruption of a step, applied before its forward: multipliers of the first micro-batch's loss and
-// of its loss scale in the backward (hence its gradients), 1 and 1 normally; and the targets of every micro-batch.
-//   LLMC_TEST_NAN_STEPS       both NaN: a corrupt batch (loss and gradients NaN)
-//   LLMC_TEST_NAN_GRAD_STEPS  the gradients only: a backward overflow under a finite loss
-//   LLMC_TEST_SPIKE_STEPS     every target replaced by another token (vocabulary V): a loss spike
-struct TestCorrupt {
-    double loss = 1.0, grad = 1.0;
-};
-static inline TestCorrupt guard_test_corrupt(int step, int V, std::vector<std::vector<int32_t>>* targets) {
-    TestCorrupt c;
-    if (guard_test_step("LLMC_TEST_NAN_STEPS", step)) c.loss = c.grad = NAN;
-    if (guard_test_step("LLMC_TEST_NAN_GRAD_STEPS", step)) c.grad = NAN;
-    if (guard_test_step("LLMC_TEST_SPIKE_STEPS", step))
-        for (std::vector<int32_t>& t : *targets)
-            for (int32_t& x : t)
-                if (x >= 0) x = (int32_t)(((int64_t)x * 7919 + 13) % V);
-    return c;
-}
