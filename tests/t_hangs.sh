@@ -9,7 +9,11 @@
 #      of a dp-only step is the gradient all-reduce).
 #   2. tp2 pp2 (4 ranks), rank 3 stalls at step 2: some other rank names its tp or pp group.
 #   3. the same tp2 pp2 run with no stall and --comm-timeout 3 finishes every step, exit 0 (no false timeout).
-#   4. --comm-timeout -1 or garbage stops with a message naming the flag, exit 1.
+#   4. --comm-timeout -1 or garbage stops with a message naming the flag, exit 1 (and --io-timeout's).
+#   5. slow storage: LLMC_TEST_WRITE_DELAY=4 makes the writing rank sleep 4 s before each checkpoint, longer than
+#      --comm-timeout 2; the other rank waits for it under --io-timeout (default 7200 s), so dp2 with a checkpoint
+#      every step finishes with every checkpoint complete (DONE), on the CPU trainer and on the CUDA trainer
+#      (emulated, --comm-timeout 3 and a delay of 6 s); with --io-timeout 1 the CPU run ends, naming --io-timeout.
 set -u
 d=build/t_hangs.$$
 rm -rf "$d" && mkdir -p "$d"
@@ -66,5 +70,44 @@ for v in -1 abc; do
         echo "[FAIL] --comm-timeout $v: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1
     fi
 done
+for v in -1 abc; do
+    ./train_gpt_cpu "${ARGS[@]}" --io-timeout "$v" > "$d/bad.txt" 2>&1
+    rc=$?
+    if [ $rc -eq 1 ] && grep -q -- "--io-timeout" "$d/bad.txt" && grep -q -- "'$v'" "$d/bad.txt"; then
+        echo "[PASS] --io-timeout $v: exit 1, $(head -1 "$d/bad.txt")"
+    else
+        echo "[FAIL] --io-timeout $v: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1
+    fi
+done
+
+# slow storage: NAME PROGRAM COMM_TIMEOUT DELAY FLAGS...: dp2, 2 steps, a checkpoint each; sets rc and the log
+slow() {
+    local name=$1 prog=$2 ct=$3 delay=$4; shift 4
+    LLMC_TEST_WRITE_DELAY=$delay timeout 120 "${MPIRUN[@]}" -np 2 "$prog" -c llama_tiny -b 2 -t 64 -x 2 -v 0 -g 0 \
+        -i data/mobydick.txt -j "" -n 1 -o "$d/$name" --dp 2 --comm-timeout "$ct" "$@" > "$d/$name.log" 2>&1
+    rc=$?
+}
+slow_ok() {  # LABEL NAME: exit 0, both checkpoints complete, no timeout
+    if [ $rc -eq 0 ] && [ -f "$d/$2/ckpt_00000001/DONE" ] && [ -f "$d/$2/ckpt_00000002/DONE" ] &&
+        ! grep -q "did not complete" "$d/$2.log"; then
+        echo "[PASS] $1: 2 steps, both checkpoints complete, exit 0"
+    else
+        echo "[FAIL] $1: exit $rc: $(tail -c 600 "$d/$2.log" | tr '\n' ' ')"; status=1
+    fi
+}
+slow cpu_slow ./train_gpt_cpu 2 4
+slow_ok "CPU trainer, dp2: checkpoint writes of 4 s under --comm-timeout 2" cpu_slow
+slow cpu_slow_io ./train_gpt_cpu 2 4 --io-timeout 1
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "did not complete within 1 s (--io-timeout)" "$d/cpu_slow_io.log"; then
+    echo "[PASS] CPU trainer, dp2, --io-timeout 1: the wait on a 4 s checkpoint write ends the run (exit $rc): $(grep -m1 "did not complete" "$d/cpu_slow_io.log")"
+else
+    echo "[FAIL] CPU trainer, dp2, --io-timeout 1: exit $rc, want a timeout naming --io-timeout: $(tail -c 600 "$d/cpu_slow_io.log" | tr '\n' ' ')"; status=1
+fi
+if [ -x build/train_gpt_fp32_emu ] && [ "$(uname -m)" = x86_64 ]; then
+    slow cuda_slow build/train_gpt_fp32_emu 3 6
+    slow_ok "CUDA trainer (emulated), dp2: checkpoint writes of 6 s under --comm-timeout 3" cuda_slow
+else
+    echo "[SKIP] CUDA trainer (emulated) slow storage: build/train_gpt_fp32_emu is not built (x86-64 with MPI)"
+fi
 [ $status -eq 0 ] && rm -rf "$d"
 exit $status
