@@ -70,6 +70,10 @@ CHECKS = {
     "gpu_tp": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_tp.sh"),
     # train_gpt --fp8 on emulated GPUs: against bf16, its checkpointed state, resume, layouts
     "fp8_train": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
+    # data parallel of the CUDA trainer on emulated GPUs, bad layouts and rank counts
+    "gpu_multirank": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_multirank.sh"),
+    # stalled ranks and slow storage under --comm-timeout / --io-timeout, both trainers
+    "hangs": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_hangs.sh"),
 }
 
 # The states the checks read: made once from the unchanged tree.
@@ -146,7 +150,7 @@ MUTANTS = [
      "AdamWHyper h{(float)lr, (float)tc.beta1,", "AdamWHyper h{(float)(lr * 1.4), (float)tc.beta1,",
      "emu_gpt", "applied learning rate x1.4"),
     ("loss_scale_accum", "trainer", "train_gpt.cu",
-     "gpt_backward_chunk(g, a, scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),", "gpt_backward_chunk(g, a, accum * scale * (a == 0 ? mb0.grad : 1.0), scale * (a == 0 ? mb0.loss : 1.0),",
+     "gpt_backward_chunk(g, a, scale * mb0.grad_of(a), scale * mb0.loss_of(a),", "gpt_backward_chunk(g, a, accum * scale * mb0.grad_of(a), scale * mb0.loss_of(a),",
      "emu_gpt", "gradient accumulation without dividing by the micro-batch count"),
     ("bias_grad_overwrite", "trainer", "llmc/matmul.cuh",
      "if (i < n) dbias[i] = to_floatX(to_float(dbias[i]) + to_float(scratch[i]));",
@@ -167,9 +171,9 @@ MUTANTS = [
     ("ref_adamw_wd", "optimizer", "train_gpt_cpu.cpp",
      "pb[i] *= (real)1 - lr_r * wd;", "pb[i] *= (real)1 - wd;",
      "cpu_ref", "weight decay not scaled by the learning rate"),
-    ("ref_clip_off", "optimizer", "train_gpt_cpu.cpp",
-     "    if (clip <= 0) return 1.0;\n    return std::min(1.0, clip / (norm + 1e-6));",
-     "    if (clip <= 0) return 1.0;\n    return std::max(1.0, clip / (norm + 1e-6));",
+    ("ref_clip_off", "optimizer", "llmc/grad_clip.h",
+     "    return c < (T)1 ? c : (T)1;  // NaN: 1",
+     "    return c > (T)1 ? c : (T)1;  // NaN: 1",
      "cpu_ref", "clipping coefficient max instead of min"),
     ("lr_warmup", "trainer", "llmc/run/lr_schedule.h",
      "if (step < warmup) return lr_max * (step + 1) / warmup;", "if (step < warmup) return lr_max * step / warmup;",
@@ -205,7 +209,7 @@ MUTANTS = [
      "    comm_all_reduce_max(g->cm.tp, mx, N);\n", "",
      "parallel", "vocabulary-parallel cross-entropy without the max over tp"),
     ("pp_loss_div", "layout", "train_gpt_cpu.cpp",
-     "chunk_backward(g, live.at({mb, chunk}), (mb == 0 ? mb0.grad : 1.0) / loss_div);", "chunk_backward(g, live.at({mb, chunk}), (mb == 0 ? mb0.grad : 1.0) / n_mb);",
+     "chunk_backward(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div);", "chunk_backward(g, live.at({mb, chunk}), mb0.grad_of(mb) / n_mb);",
      "parallel", "pipeline backward scales the loss by the local micro-batches, not accum x dp"),
 
     # --- readers, tokenizer, checkpoints ---------------------------------------------------------
@@ -266,6 +270,24 @@ MUTANTS = [
     ("fp8_skip_update", "trainer", "llmc/gpt/fp8_linear.cuh",
      "        fp8_update_delayed(g->stream, m);\n", "",
      "fp8_train", "delayed scaling never updates its scales (they stay 1)"),
+    # --- scale: disk waits, GPUs per node, 32-bit limits -----------------------------------------
+    ("io_wait_ckpt", "faults", "train_gpt_cpu.cpp",
+     "            checkpoint_save(tc.out_dir, mc, g.full, p.data(), m.data(), v.data(), state, tc.keep_last);\n        }\n        comm_io_wait([&] { comm_barrier(world); });",
+     "            checkpoint_save(tc.out_dir, mc, g.full, p.data(), m.data(), v.data(), state, tc.keep_last);\n        }\n        comm_barrier(world);",
+     "hangs", "the other ranks wait for a checkpoint write under --comm-timeout (slow storage ends a healthy run)"),
+    ("io_wait_ckpt_cuda", "faults", "llmc/gpt/weights.cuh",
+     "    comm_io_wait([&] { comm_barrier(g->world); });  // rank 0's writing, under --io-timeout",
+     "    comm_barrier(g->world);",
+     "hangs", "the CUDA trainer's ranks wait for a checkpoint write under --comm-timeout"),
+    ("gpus_per_node", "parallel", "llmc/parallel/comm_nccl.cuh",
+     "if (local_ranks > devices && ", "if (local_ranks > devices + 1 && ",
+     "gpu_multirank", "two ranks share a node's one GPU without a word"),
+    ("attn_index_limit", "trainer", "llmc/gpt/options.cuh",
+     "if (N * c.n_head * 32 > INT_MAX)", "if (N * c.n_head * 16 > INT_MAX)",
+     "train_gpt_host", "the attention backward's 32-bit thread index overflows before the run is refused"),
+    ("fp8_token_limit", "trainer", "llmc/gpt/options.cuh",
+     "if ((long long)B * T > 65535LL * 32)", "if ((long long)B * T > 65535LL * 64)",
+     "train_gpt_host", "--fp8 runs past the transposing cast's grid limit"),
 ]
 
 
