@@ -61,23 +61,16 @@ else
 fi
 
 # bad values
-for v in -1 abc; do
-    ./train_gpt_cpu "${ARGS[@]}" --comm-timeout "$v" > "$d/bad.txt" 2>&1
-    rc=$?
-    if [ $rc -eq 1 ] && grep -q -- "--comm-timeout" "$d/bad.txt" && grep -q -- "'$v'" "$d/bad.txt"; then
-        echo "[PASS] --comm-timeout $v: exit 1, $(head -1 "$d/bad.txt")"
-    else
-        echo "[FAIL] --comm-timeout $v: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1
-    fi
-done
-for v in -1 abc; do
-    ./train_gpt_cpu "${ARGS[@]}" --io-timeout "$v" > "$d/bad.txt" 2>&1
-    rc=$?
-    if [ $rc -eq 1 ] && grep -q -- "--io-timeout" "$d/bad.txt" && grep -q -- "'$v'" "$d/bad.txt"; then
-        echo "[PASS] --io-timeout $v: exit 1, $(head -1 "$d/bad.txt")"
-    else
-        echo "[FAIL] --io-timeout $v: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1
-    fi
+for flag in --comm-timeout --io-timeout; do
+    for v in -1 abc; do
+        ./train_gpt_cpu "${ARGS[@]}" "$flag" "$v" > "$d/bad.txt" 2>&1
+        rc=$?
+        if [ $rc -eq 1 ] && grep -q -- "$flag" "$d/bad.txt" && grep -q -- "'$v'" "$d/bad.txt"; then
+            echo "[PASS] $flag $v: exit 1, $(head -1 "$d/bad.txt")"
+        else
+            echo "[FAIL] $flag $v: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; status=1
+        fi
+    done
 done
 
 # slow storage: NAME PROGRAM COMM_TIMEOUT DELAY FLAGS...: dp2, 2 steps, a checkpoint each; sets rc and the log
