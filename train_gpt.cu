@@ -114,8 +114,7 @@ struct GPT {
     int32_t *inputs, *targets;
     int cls_chunk = 0;
     EmbeddingPlan plan;
-    AdamWTable<float> adam_f32;
-    AdamWTable<__nv_bfloat16> adam_bf16;
+    AdamWTables adam;           // AdamW over what this rank updates (adamw_table_build, llmc/gpt/data_parallel.cuh)
     // this rank's layer shapes (one GPU: the model's): heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;
     Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp (one GPU: layout_single)
@@ -593,33 +592,14 @@ static void gpt_fold_head_grad(GPT* g) {
     cudaCheck(cudaGetLastError());
 }
 
-// The step's pre-clip global gradient norm and clip coefficient into g->gnorm[GLOBAL_NORM_BLOCKS + 0, 1]. One GPU: the
-// head gradient first joins the others. Data parallel: once dp.comm.stream has reduced every bucket, the norm over the
-// ranges this rank counts (fp64, summed over dp). Only enqueues.
+// The step's pre-clip global gradient norm and clip coefficient into g->gnorm[GLOBAL_NORM_BLOCKS + 0, 1]: on one GPU
+// over the floatX gradients, the head gradient first joining them; on several ranks over the fp32 gradients reduced
+// over dp (grads_norm_reduced, llmc/gpt/data_parallel.cuh). Only enqueues.
 static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
-    if (!g->dp.parallel) {
-        gpt_fold_head_grad(g);
-        global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
-        return;
-    }
-    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
-    const float* grads = g->L.zero >= 2 ? g->dp.grad_shard : g->dp.grad32;
-    double* sumsq = g->dp.norm64 + GLOBAL_NORM_BLOCKS;
-    norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, g->stream>>>(
-        g->dp.norm64, grads, g->dp.norm_ranges, (int)(g->dp.norm_ranges_host.size() / 2));
-    cudaCheck(cudaGetLastError());
-    sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->dp.norm64, GLOBAL_NORM_BLOCKS);
-    cudaCheck(cudaGetLastError());
-    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->world.stream, g->ev_compute, 0));
-    // over every rank: dp shards, tp slices (disjoint; replicated tensors count on tp rank 0 only) and stages
-    comm_all_reduce_sum(g->world, sumsq, 1);
-    cudaCheck(cudaEventRecord(g->ev_comm, g->world.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
-    clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, tc.grad_clip);
-    cudaCheck(cudaGetLastError());
+    if (g->dp.parallel) return grads_norm_reduced(g, out, tc.grad_clip);
+    gpt_fold_head_grad(g);
+    global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
 }
 
 // AdamW for 1-based update t with gpt_grad_norm's clip coefficient (one GPU: on every weight; data parallel: on the
@@ -628,13 +608,7 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
 static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     const float* clip = g->gnorm + GLOBAL_NORM_BLOCKS + 1;
     AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
-    if (!g->dp.parallel) {
-        if (g->bf16_moments) adamw_update(g->adam_bf16, h, t, clip, g->stream);
-        else adamw_update(g->adam_f32, h, t, clip, g->stream);
-        return;
-    }
-    if (g->bf16_moments) adamw_update(g->dp.adam_bf16, h, t, clip, g->stream);
-    else adamw_update(g->dp.adam_f32, h, t, clip, g->stream);
+    adamw_update(g->adam, h, t, clip, g->stream);
     if (g->L.zero == 1 || g->L.zero == 2) {
         params_allgather(g);
     } else if (g->L.zero >= 3) {  // the next gathers read the updated shard

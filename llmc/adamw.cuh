@@ -12,6 +12,7 @@
 //   AdamWTensor<Moment, Grad>           one tensor: its pointers, size, weight decay (table built on the host)
 //   AdamWTable<Moment, Grad> adamw_table_upload(host tensors)   the device copy of the table and the block prefix
 //   adamw_update(table, hyper, step t, grad_scale, stream)
+//   AdamWTables                         the four kinds of table (moments fp32 / bf16, gradients floatX / fp32), one built
 // Blocks are assigned to tensors by a prefix sum of each tensor's block count; a block finds its tensor by
 // binary search in the device table and updates ADAMW_BLOCK_ELEMS elements of it, 8 per thread with 128-bit
 // (bf16) and 2x128-bit (fp32) accesses. Each tensor's size must be a multiple of 8 and its pointers 16-byte
@@ -146,6 +147,21 @@ static void adamw_table_free(AdamWTable<Moment, Grad>* table) {
     table->d_tensors = nullptr;
 }
 
+// A trainer's one table, of the kind its run needs: fp32 or bf16 moments, floatX or fp32 gradients. The one built
+// (count > 0) is the one adamw_update runs and adamw_tables_free frees.
+struct AdamWTables {
+    AdamWTable<float> f32{};                      // floatX gradients
+    AdamWTable<__nv_bfloat16> bf16{};
+    AdamWTable<float, float> f32_g32{};           // fp32 gradients
+    AdamWTable<__nv_bfloat16, float> bf16_g32{};
+};
+static void adamw_tables_free(AdamWTables* t) {
+    if (t->f32.count) adamw_table_free(&t->f32);
+    if (t->bf16.count) adamw_table_free(&t->bf16);
+    if (t->f32_g32.count) adamw_table_free(&t->f32_g32);
+    if (t->bf16_g32.count) adamw_table_free(&t->bf16_g32);
+}
+
 // bias-corrected step size and 1/sqrt(bc2) for 1-based step t, computed in double on the host as
 // train_gpt_cpu.cpp does, then passed as fp32
 static void adamw_step_constants(const AdamWHyper& h, int t, float* step, float* rsbc2) {
@@ -162,4 +178,12 @@ static void adamw_update(const AdamWTable<Moment, Grad>& table, const AdamWHyper
     adamw_kernel<Moment, Grad><<<(unsigned)table.blocks, ADAMW_THREADS, 0, stream>>>(table.d_tensors, table.count, h,
                                                                                       step, rsbc2, grad_scale);
     cudaCheck(cudaGetLastError());
+}
+
+static void adamw_update(const AdamWTables& t, const AdamWHyper& h, int step, const float* grad_scale,
+                         cudaStream_t stream) {
+    if (t.f32.count) adamw_update(t.f32, h, step, grad_scale, stream);
+    if (t.bf16.count) adamw_update(t.bf16, h, step, grad_scale, stream);
+    if (t.f32_g32.count) adamw_update(t.f32_g32, h, step, grad_scale, stream);
+    if (t.bf16_g32.count) adamw_update(t.bf16_g32, h, step, grad_scale, stream);
 }

@@ -44,8 +44,6 @@ struct DataParallel {
     floatX* gather = nullptr;   // ZeRO 3: the gather buffers [2 * max layer bucket + embeddings + head]
     double* norm64 = nullptr;   // [GLOBAL_NORM_BLOCKS + 1] fp64 partial sums of squares, then their sum
     size_t* norm_ranges = nullptr;     // [n,2] device copy of norm_ranges_host
-    AdamWTable<float, float> adam_f32;             // AdamW on fp32 reduced gradients, over this rank's ranges
-    AdamWTable<__nv_bfloat16, float> adam_bf16;
     cudaEvent_t ev_staging_free[2] = {};  // ZeRO 2/3: staging buffer s may be overwritten (its reduce-scatter is done)
     cudaEvent_t ev_gathered[GATHER_BUFFERS] = {}, ev_gather_done[GATHER_BUFFERS] = {};  // ZeRO 3: filled / last read
     int gather_holds[GATHER_BUFFERS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none

@@ -93,6 +93,53 @@ __global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double c
 }
 
 
+// Several ranks: out[0, 1] = the pre-clip global norm and clip coefficient of the fp32 reduced gradients, once
+// dp.comm.stream has reduced every bucket: the norm over the ranges this rank counts (fp64, layout_norm_ranges), summed
+// over every rank (dp shards, tp slices and stages). Only enqueues.
+static void grads_norm_reduced(GPT* g, float* out, double clip) {
+    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    const float* grads = g->L.zero >= 2 ? g->dp.grad_shard : g->dp.grad32;
+    double* sumsq = g->dp.norm64 + GLOBAL_NORM_BLOCKS;
+    norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, g->stream>>>(
+        g->dp.norm64, grads, g->dp.norm_ranges, (int)(g->dp.norm_ranges_host.size() / 2));
+    cudaCheck(cudaGetLastError());
+    sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->dp.norm64, GLOBAL_NORM_BLOCKS);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
+    cudaCheck(cudaStreamWaitEvent(g->world.stream, g->ev_compute, 0));
+    // over every rank: dp shards, tp slices (disjoint; replicated tensors count on tp rank 0 only) and stages
+    comm_all_reduce_sum(g->world, sumsq, 1);
+    cudaCheck(cudaEventRecord(g->ev_comm, g->world.stream));
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, clip);
+    cudaCheck(cudaGetLastError());
+}
+
+// AdamW's table over what this rank updates (zero_parts, llmc/parallel/zero.h): every tensor (one GPU, ZeRO 0) or each
+// tensor's part in this rank's piece of its bucket (ZeRO >= 1; bucket padding is never updated and stays zero). Each
+// buffer is addressed at its own ZeRO stage (zero_part_offset): params flat below ZeRO 3; the gradients flat below
+// ZeRO 2 (grads: the floatX gradients on one GPU, the fp32 ones reduced over dp, grad32, otherwise) and in the shard
+// grad_shard from 2; master and moments flat at ZeRO 0. Piece and tensor bounds are multiples of 8 elements, as the
+// update needs.
+template <typename Moment, typename Grad>
+static AdamWTable<Moment, Grad> adamw_table_build(GPT* g, float wd, const Grad* grads, const Grad* grad_shard) {
+    std::vector<AdamWTensor<Moment, Grad>> ts;
+    const int zero = g->L.zero;
+    for (const ZeroPart& p : zero_parts(g->table, g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
+        AdamWTensor<Moment, Grad> t{};
+        t.param = g->params + zero_part_offset(p, ZERO_PARAMS, zero);
+        t.grad = (zero >= ZERO_GRADS ? grad_shard : grads) + zero_part_offset(p, ZERO_GRADS, zero);
+        t.master = g->master + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.m = (Moment*)g->m + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.v = (Moment*)g->v + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.n = p.flat.size();
+        t.weight_decay = g->table.specs[p.spec].is_matrix ? wd : 0.0f;
+        ts.push_back(t);
+    }
+    return adamw_table_upload(ts);
+}
+
 // ZeRO 1/2: every rank's pieces of params reach every rank: after the compute stream's writes, dp.comm.stream all-gathers
 // each bucket in place (rank r's piece at its place); the compute stream then waits for dp.comm.stream.
 static void params_allgather(GPT* g) {

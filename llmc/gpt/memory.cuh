@@ -411,47 +411,6 @@ static void cuda_alloc(GPT* g, T** p, size_t bytes) {
     g->allocated += (double)bytes;
 }
 
-template <typename Moment>
-static AdamWTable<Moment> adamw_table_build(GPT* g, float wd) {
-    std::vector<AdamWTensor<Moment>> ts;
-    for (const ParamSpec& s : g->table.specs) {
-        AdamWTensor<Moment> t{};
-        t.param = g->params + s.offset;
-        t.grad = g->grads + s.offset;
-        t.master = g->master + s.offset;
-        t.m = (Moment*)g->m + s.offset;
-        t.v = (Moment*)g->v + s.offset;
-        t.n = s.numel();
-        t.weight_decay = s.is_matrix ? wd : 0.0f;
-        ts.push_back(t);
-    }
-    return adamw_table_upload(ts);
-}
-
-// Data parallel: AdamW on the fp32 reduced gradients, over what this rank updates: every tensor (ZeRO 0) or each
-// tensor's part in this rank's piece of its bucket (ZeRO >= 1; bucket padding is never updated and stays zero).
-// Each buffer is addressed at its own stage: flat [P] or the shard (where the piece of bucket b starts at
-// zero_shard_offset(b)): params flat below ZeRO 3, grads from grad32 (flat) below ZeRO 2, master and moments flat
-// at ZeRO 0. Piece and tensor bounds are multiples of 8 elements, as the update needs.
-template <typename Moment>
-static AdamWTable<Moment, float> adamw_table_build_dp(GPT* g, float wd) {
-    std::vector<AdamWTensor<Moment, float>> ts;
-    const int zero = g->L.zero;
-    for (const ZeroPart& p : zero_parts(g->table, g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
-        // this part in each buffer: flat, or in the shard once the ZeRO stage shards the buffer (llmc/parallel/zero.h)
-        AdamWTensor<Moment, float> t{};
-        t.param = g->params + zero_part_offset(p, ZERO_PARAMS, zero);
-        t.grad = (zero >= ZERO_GRADS ? g->dp.grad_shard : g->dp.grad32) + zero_part_offset(p, ZERO_GRADS, zero);
-        t.master = g->master + zero_part_offset(p, ZERO_OPTIM, zero);
-        t.m = (Moment*)g->m + zero_part_offset(p, ZERO_OPTIM, zero);
-        t.v = (Moment*)g->v + zero_part_offset(p, ZERO_OPTIM, zero);
-        t.n = p.flat.size();
-        t.weight_decay = g->table.specs[p.spec].is_matrix ? wd : 0.0f;
-        ts.push_back(t);
-    }
-    return adamw_table_upload(ts);
-}
-
 // Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
 // weight_decay goes into the AdamW table. layout and comms: this rank's layout (llmc/parallel/layout.h) and its
 // communicators; null: one GPU. fp8: --fp8 and its settings (the scaling states start at scale 1).
@@ -545,9 +504,12 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         fp8_meta_init(&g->fp8.x, FP8_E4M3, n, fp8.meta_history(), fp8.margin);
         fp8_meta_init(&g->fp8.dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
     }
+    // AdamW's table: on one GPU over the floatX gradients, otherwise over the fp32 ones reduced over dp
+    if (!g->dp.parallel && bf16_moments) g->adam.bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay, g->grads, g->grads);
+    else if (!g->dp.parallel) g->adam.f32 = adamw_table_build<float>(g, weight_decay, g->grads, g->grads);
+    else if (bf16_moments) g->adam.bf16_g32 = adamw_table_build<__nv_bfloat16>(g, weight_decay, g->dp.grad32, g->dp.grad_shard);
+    else g->adam.f32_g32 = adamw_table_build<float>(g, weight_decay, g->dp.grad32, g->dp.grad_shard);
     if (g->dp.parallel) {
-        if (bf16_moments) g->dp.adam_bf16 = adamw_table_build_dp<__nv_bfloat16>(g, weight_decay);
-        else g->dp.adam_f32 = adamw_table_build_dp<float>(g, weight_decay);
         cudaCheck(cudaMemcpy(g->dp.norm_ranges, g->dp.norm_ranges_host.data(), g->dp.norm_ranges_host.size() * sizeof(size_t),
                              cudaMemcpyHostToDevice));
         for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->dp.ev_staging_free[0], &g->dp.ev_staging_free[1], &g->pp.ev_pp,
@@ -557,10 +519,6 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
             cudaCheck(cudaEventCreateWithFlags(&g->dp.ev_gathered[i], cudaEventDisableTiming));
             cudaCheck(cudaEventCreateWithFlags(&g->dp.ev_gather_done[i], cudaEventDisableTiming));
         }
-    } else if (bf16_moments) {
-        g->adam_bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay);
-    } else {
-        g->adam_f32 = adamw_table_build<float>(g, weight_decay);
     }
     cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
 }
@@ -569,19 +527,14 @@ static void gpt_free(GPT* g) {
     for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
                     (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
+    adamw_tables_free(&g->adam);
     if (g->dp.parallel) {
-        if (g->bf16_moments) adamw_table_free(&g->dp.adam_bf16);
-        else adamw_table_free(&g->dp.adam_f32);
         for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->dp.ev_staging_free[0], g->dp.ev_staging_free[1], g->pp.ev_pp, g->pp.ev_emb})
             cudaCheck(cudaEventDestroy(e));
         for (int i = 0; i < GATHER_BUFFERS; i++) {
             cudaCheck(cudaEventDestroy(g->dp.ev_gathered[i]));
             cudaCheck(cudaEventDestroy(g->dp.ev_gather_done[i]));
         }
-    } else if (g->bf16_moments) {
-        adamw_table_free(&g->adam_bf16);
-    } else {
-        adamw_table_free(&g->adam_f32);
     }
     embedding_plan_free(&g->plan);
     if (g->fp8.opt.recipe != FP8_NONE)
