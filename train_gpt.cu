@@ -1,13 +1,11 @@
 // train_gpt.cu: the CUDA trainer of GPT-3 and LLaMA models, read top to bottom as the one-GPU story: the model
-// (struct GPT), one layer's forward, the classifier, the backward, the update, train_step, generate and main. The same
-// model as train_gpt_cpu.cpp and train_gpt.py (every switch of llmc/model_config.h), the same flags, checkpoints and
-// logs; bf16 weights and activations with fp32 accumulation, fp32 master weights and AdamW moments (make
-// PRECISION=FP32: floatX = float and the CUDA-core attention, for tight tests).
-// Read first: train_gpt.py's model, then docs/reading.md's path. Each parallel axis lives in a file of its own, included
-// below and described in its header: llmc/gpt/tensor_parallel.cuh (--tp, --sp), llmc/gpt/data_parallel.cuh (--dp,
-// --zero 0-3), llmc/gpt/pipeline.cuh (--pp, --vpp), llmc/gpt/fp8_linear.cuh (--fp8); llmc/gpt/memory.cuh holds the
-// buffer table, the memory estimate and gpt_build, llmc/gpt/weights.cuh the weights in and out, llmc/gpt/options.cuh
-// this trainer's flags. On one GPU every one of them reduces to nothing: one rank is the trainer described here.
+// (struct GPT), one layer's forward, the classifier, the backward, the update, train_step, generate and main; the model,
+// flags, checkpoints and logs of train_gpt_cpu.cpp and train_gpt.py; bf16 weights and activations, fp32 accumulation,
+// master weights and AdamW moments (make PRECISION=FP32: floatX = float, for tight tests). Read train_gpt.py's model
+// first, then docs/reading.md. Each parallel axis lives in a file of its own, described in its header:
+// llmc/gpt/tensor_parallel.cuh (--tp, --sp), data_parallel.cuh (--dp, --zero 0-3), pipeline.cuh (--pp, --vpp),
+// fp8_linear.cuh (--fp8); memory.cuh holds the buffer table, the memory estimate and gpt_build, weights.cuh the weights
+// in and out, options.cuh this trainer's flags. On one GPU each reduces to nothing: one rank is the trainer told here.
 //
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
@@ -40,15 +38,12 @@
 #include "llmc/adamw.cuh"
 #include "llmc/grad_norm.cuh"
 #include "llmc/run/guard.h"
-#include "llmc/sampling.h"
 #include "llmc/parallel/layout.h"
 #ifdef USE_NCCL
 #include "llmc/parallel/comm_nccl.cuh"
 #else
 #include "llmc/parallel/comm_one_rank.cuh"  // built without NCCL: one rank
 #endif
-#include "llmc/parallel/comms.h"    // Comms, make_layout, layout_error, plan_or_pick
-#include "llmc/parallel/assemble.h"  // part_of_full, assemble_full
 #include "llmc/run/test_hooks.h"
 #include "llmc/gpt/options.cuh"
 #include "llmc/gpt/axes.cuh"
@@ -687,6 +682,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 
 #include "llmc/init.h"
 #include "llmc/flops.h"
+#include "llmc/sampling.h"
 #include "llmc/run/flags.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/logger.h"

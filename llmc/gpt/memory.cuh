@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include "llmc/parallel/comms.h"
 #include "llmc/parallel/planner.h"
 #include "llmc/parallel/pp_exec.h"
 #include "llmc/parallel/pp_schedule.h"

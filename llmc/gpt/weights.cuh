@@ -5,6 +5,10 @@
 // whose fields it reads and writes.
 #pragma once
 
+#include "llmc/parallel/assemble.h"
+#include "llmc/run/checkpoint.h"
+#include "llmc/run/test_hooks.h"
+
 // params[i] = floatX(master[i])
 __global__ void floatX_from_f32_kernel(floatX* dst, const float* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
