@@ -14,6 +14,9 @@
 #      --comm-timeout 2; the other rank waits for it under --io-timeout (default 7200 s), so dp2 with a checkpoint
 #      every step finishes with every checkpoint complete (DONE), on the CPU trainer and on the CUDA trainer
 #      (emulated, --comm-timeout 3 and a delay of 6 s); with --io-timeout 1 the CPU run ends, naming --io-timeout.
+#      The emulated NCCL completes a collective inside the call (its own EMU_NCCL_TIMEOUT bounds the wait), so on the
+#      CUDA trainer this shows the hook and a complete run, not which timeout a wait runs under: real NCCL's waits
+#      poll through comm_stream_wait, which nothing here exercises.
 set -u
 d=build/t_hangs.$$
 rm -rf "$d" && mkdir -p "$d"
