@@ -14,6 +14,8 @@ STEPS=4
 LOSS_TOL=1e-5
 NORM_TOL=3e-5
 WEIGHT_TOL=1e-3
+LR=1e-3            # the trainers' default -l, which these runs keep: no AdamW step moves an element further
+WEIGHT_STEP_TOL=0.5
 norm_tol_1() { awk -v n="$1" 'BEGIN { printf "%.3g", sqrt(n) * 2^-24 }'; }  # N tokens per step
 # bf16: L = 2
 TOL_LOGITS=$(awk 'BEGIN { printf "%.6g", (3 + 5 * 2) / 256 }')
@@ -125,13 +127,12 @@ fp32() {
     l=$(diff_of "$name" $base 1 loss 0)
     n1=$(diff_of "$name" $base 1 grad_norm 1 1)
     n=$(diff_of "$name" $base 2 grad_norm 1)
-    # the final weights against WEIGHTS_BASE's when set (a run of the same build: see the caller), else the CPU run's
-    weights compare "$(ckpt "$name" $STEPS model)" "$(ckpt "${WEIGHTS_BASE:-$base}" $STEPS model)" $WEIGHT_TOL
+    weights steps "$(ckpt "$name" $STEPS model)" "$(ckpt $base $STEPS model)" $LR $WEIGHT_STEP_TOL
     within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
     within "$n1" "$n1tol" || fail+=" step-1 gradient norm $n1 > $n1tol;"
     within "$n" $NORM_TOL || fail+=" steps 2-$STEPS gradient norms $n > $NORM_TOL;"
-    [ $wok = 1 ] || fail+=" final weights $wout > $WEIGHT_TOL;"
-    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout ($WEIGHT_TOL${WEIGHTS_BASE:+, against $WEIGHTS_BASE}); $mem"
+    [ $wok = 1 ] || fail+=" final weights $wout steps of lr apart > $WEIGHT_STEP_TOL;"
+    local figures="losses $l (tolerance $LOSS_TOL), gradient norms step 1 $n1 ($n1tol) steps 2-$STEPS $n ($NORM_TOL), final weights $wout steps of lr ($WEIGHT_STEP_TOL); $mem"
     if [ -z "$fail" ]; then echo "[PASS] fp32 $label ($ranks, $took s) equals one process: $figures"
     else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
 }

@@ -4,6 +4,9 @@
 # /usr/bin/python3). Run from the repository root as: /usr/bin/python3 tests/weights_checks.py COMMAND ARGS...
 # The comparisons print "WORST at TENSOR" (the worst tensor's value and name) and exit 0 when WORST <= TOL, else 1:
 #   compare A B TOL             per tensor max |a - b| / (max |b| + 1e-3), the metric of build/test_parallel compare
+#   steps A B LR TOL            per tensor ||a - b|| (L2 over the tensor) in AdamW steps of one element (LR): a
+#                               difference that adds up over the tensor to less than TOL of the one step an element
+#                               takes at most per update (|m / sqrt(v)| <= 1 near that size)
 #   update INIT A B TOL         per tensor the relative L2 error of A's update against B's, ||(a - init) - (b - init)|| /
 #                               ||b - init|| (tests/ref_state.h's update_err_parts); INIT is an --export-init file
 #                               (Hugging Face GPT-2 names, Conv1D weights [in, out]), mapped onto the checkpoint's names
@@ -114,6 +117,22 @@ def compare(pa, pb, tol):
     return report(worst, at, tol)
 
 
+def steps(pa, pb, lr, tol):
+    a, ma = read_st(pa)
+    b, _ = read_st(pb)
+    if sorted(a) != sorted(b) or any(a[k].size != b[k].size for k in a):
+        print("tensors differ in names or sizes")
+        return 1
+    masks = key_bias_masks(config(ma), a)
+    worst, at = 0.0, ""
+    for k in a:
+        x, y = kept(a[k], masks.get(k)), kept(b[k], masks.get(k))
+        r = np.sqrt(np.sum((x - y) ** 2)) / float(lr) if np.all(np.isfinite(x)) else np.inf
+        if not (r <= worst) or not at:
+            worst, at = r, k
+    return report(worst, at, tol)
+
+
 def update(pi, pa, pb, tol):
     a, ma = read_st(pa)
     b, _ = read_st(pb)
@@ -154,8 +173,10 @@ if __name__ == "__main__":
     cmd, args = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
     if cmd == "compare" and len(args) == 3:
         sys.exit(compare(*args))
+    if cmd == "steps" and len(args) == 4:
+        sys.exit(steps(*args))
     if cmd == "update" and len(args) == 4:
         sys.exit(update(*args))
     if cmd == "logit_bound" and len(args) >= 2:
         sys.exit(logit_bound(args[0], args[1:]))
-    sys.exit("usage: tests/weights_checks.py compare A B TOL | update INIT A B TOL | logit_bound INIT CKPT...")
+    sys.exit("usage: tests/weights_checks.py compare A B TOL | steps A B LR TOL | update INIT A B TOL | logit_bound INIT CKPT...")
