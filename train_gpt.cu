@@ -823,11 +823,15 @@ static void run_files_open(RunFiles* f, const ModelConfig& mc, const TrainConfig
 // This rank among the ranks, its GPU and its part of the layout: the ranks start (one: no NCCL communicator), the
 // device is checked, the planner picks the layout when no layout flag is given (every rank computes the same choice,
 // for the smallest free memory of the ranks, or --gpu-mem), the groups' communicators are made, and the memory
-// estimate is printed and checked against the free device memory.
+// estimate is printed and checked against the free device memory. NCCL allocates a communicator's buffers at its
+// first operations: every communicator does one of each kind (comm_warm_up) before free memory is read, the world's
+// before the plan (which leaves --nccl-mem to each communicator, the world's included: it is added back to what
+// the world left free), the groups' before the estimate is checked, so a layout whose buffers do not fit stops here
+// with the plan's message, not inside NCCL in the first step.
 struct RankSetup {
     Comm world;
     cudaDeviceProp prop;
-    size_t free_b = 0, total_b = 0;  // device memory, free before anything is allocated
+    size_t free_b = 0, total_b = 0;  // device memory free before anything is allocated, NCCL's buffers taken
     Layout layout;
     Comms comms;
     int accum = 1;                   // micro-batches per step on this rank
@@ -842,15 +846,19 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
     if (r->prop.major < 8)
         die("%s has compute capability %d.%d; train_gpt needs 8.0 or newer (bf16 tensor cores, cp.async)", r->prop.name,
             r->prop.major, r->prop.minor);
+    size_t free_start = 0;
+    cudaCheck(cudaMemGetInfo(&free_start, &r->total_b));
+    comm_warm_up(world, false);
     cudaCheck(cudaMemGetInfo(&r->free_b, &r->total_b));
     if (!tc->layout_given && !opt->recompute_given && world.size > 1 && tc->gpu_mem_gib <= 0) {
         double neg_free = -(double)r->free_b;
         comm_host_max(world, &neg_free, 1);
-        tc->gpu_mem_gib = -neg_free / 1073741824.0;
+        tc->gpu_mem_gib = -neg_free / 1073741824.0 + opt->nccl_gib;
         if (world.rank == 0)
             printf("no layout flag on %d ranks: planning for the smallest free device memory of the ranks, %.2f GiB "
-                   "(--gpu-mem sets it; any of --dp --zero -b --recompute fixes the layout)\n", world.size,
-                   tc->gpu_mem_gib);
+                   "once the world's communicator is made, + --nccl-mem %g for it (--gpu-mem sets the figure; any of "
+                   "--dp --zero -b --recompute fixes the layout)\n", world.size, -neg_free / 1073741824.0,
+                   opt->nccl_gib);
     }
     int recompute = (int)opt->recompute;
     plan_or_pick(*mc, tc, &recompute, cuda_plan_space(*opt), world.size, world.rank);
@@ -865,11 +873,20 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
     if (tc->total_batch == 0) tc->total_batch = (long)B * T * (world.size / std::max(1, tc->tp * tc->pp));  // B*T per dp rank
     r->layout = make_layout(world, *mc, *tc, tc->total_batch, &r->comms);
     const Layout& L = r->layout;
+    // the groups' first operations (a group equal to the world is the world's communicator, already warm but for the
+    // pipeline's sends and receives)
+    for (const Comm* c : {&r->comms.dp, &r->comms.tp, &r->comms.pp, &r->comms.emb})
+        if (c->size < world.size || c == &r->comms.pp) comm_warm_up(*c, c == &r->comms.pp);
+    cudaCheck(cudaMemGetInfo(&r->free_b, &r->total_b));
     r->accum = (int)(tc->total_batch / ((long)B * T * L.topo.dp));
     r->est = estimate_memory(*mc, B, T, opt->recompute, opt->bf16_moments, L, r->accum, opt->fp8);
     if (world.rank == 0) {
         printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", r->prop.name, r->prop.major,
                r->prop.minor, r->total_b / 1073741824.0, r->free_b / 1073741824.0);
+        if (world.size > 1)
+            printf("NCCL: %d communicators on rank 0; since the world's was made, the groups and their first operations "
+                   "took %.3f GiB (--nccl-mem leaves %g GiB to each in the plan)\n", layout_communicators(L),
+                   ((double)free_start - (double)r->free_b) / 1073741824.0, opt->nccl_gib);
         print_memory_estimate(r->est, opt->recompute, L, (double)r->total_b);
     }
     require_memory(r->est, opt->recompute, opt->bf16_moments, L, (double)r->free_b);

@@ -24,9 +24,16 @@
 # Tolerances, fp32 (tests/t_parallel.sh's, whose derivations hold here: the emulated fp32 kernels are one more fp32
 # summation order, and the observed one-rank differences are loss 8e-8, norm 1.6e-8 at step 1, weights 2.5e-4):
 #   losses LOSS_TOL = 1e-5 absolute; gradient norms at step 1 sqrt(N) 2^-24 relative (N = 256 tokens per step, 384 at
-#   dp 3: each gradient element a sum over them, reordered), steps 2-4 NORM_TOL = 3e-5; final weights and moments per
-#   tensor max |a-b| / (max |b| + 1e-3) <= WEIGHT_TOL = 1e-3, leaving out the key biases (exact gradient 0: their steps
-#   are rounding noise that AdamW amplifies to about lr; tests/weights_checks.py).
+#   dp 3: each gradient element a sum over them, reordered), steps 2-4 NORM_TOL = 3e-5. Final weights: per tensor the
+#   L2 norm of the difference, in AdamW steps of one element (lr = 1e-3, the default these runs keep; an element's step
+#   is lr m / sqrt(v), at most about lr), within WEIGHT_STEP_TOL = 0.5, leaving out the key biases (exact gradient 0:
+#   their steps are rounding noise that AdamW amplifies to about lr; tests/weights_checks.py). Any layout fault that
+#   gets one element's update wrong moves the tensor by about a step or more; fp32 reordering moves whole tensors by
+#   0.01-0.03 of a step (observed: tp2 pp4, tp8, dp2 tp4 pp4), even where one element of a tensor, its gradient near
+#   zero at the first step (where AdamW's step is lr g / (|g| + eps)), moves 1e-3 of its tensor's largest weight: the
+#   element-wise metric of tests/t_parallel.sh (max |a-b| / (max |b| + 1e-3) <= 1e-3) measures that one element and
+#   not the layout. Resumed runs continue the same build, and their weights and moments keep the element-wise metric
+#   (WEIGHT_TOL = 1e-3).
 # Tolerances, bf16 against the fp32 CPU run: tests/test_gpt.cu's chain at L = 2 layers, tol_logits = (3 + 5L) 2^-8 of the
 # largest logit (the roundings on a path through the model), gradients 2 tol_logits (norms, relative), losses 2 x 2
 # tol_logits x max |logit| absolute (the loss moves at most twice a logit's error, doubled for the drift over the steps;
@@ -153,6 +160,52 @@ else
         else echo "[FAIL] bf16 dp2 zero3 vs the bf16 one-rank run:$fail ($figures)"; status=1; fi
     fi
 fi
+# Device memory that runs out as a GPU's does (tests/cuda_emu: EMU_DEVICE_MIB, and NCCL's buffers, EMU_NCCL_INIT_MIB
+# when a communicator is made and EMU_NCCL_USE_MIB at its first operation). Two ranks hold one communicator in every
+# layout (a group of both ranks is the world's), so a layout needs its estimate (the plan's row less its nccl column)
+# + INIT + USE on the device. The trainer warms the world up before it reads free memory, plans for that + --nccl-mem
+# (the plan charges the world's allowance again), and checks the estimate against what is free once every group has
+# done its first operations; so on a device of that need + 1 MiB (the communicators' 2 KiB scratch buffers) the
+# planner's pick for unlimited memory runs to the end, on need - 1 MiB with no layout flag it picks another layout
+# that fits and runs it, and that pick given as flags on need - 1 MiB stops before step 1 with the estimate's message,
+# exit 1, never an out-of-memory inside NCCL or a kernel.
+INIT_MIB=48; USE_MIB=80; NCCL_GIB=0.125
+oom_run() {  # oom_run NAME DEVICE_MIB FLAGS...: 2 ranks, logs in $d/NAME.log; sets rc
+    local name=$1 mib=$2; shift 2
+    EMU_DEVICE_MIB=$mib EMU_NCCL_INIT_MIB=$INIT_MIB EMU_NCCL_USE_MIB=$USE_MIB EMU_NCCL_TIMEOUT=90 timeout 600 \
+        "${MPIRUN[@]}" -x EMU_DEVICE_MIB -x EMU_NCCL_INIT_MIB -x EMU_NCCL_USE_MIB -np 2 build/train_gpt_fp32_emu \
+        "${MODEL[@]}" -t 64 -d 256 -x 2 -v 0 -g 0 -i data/mobydick.txt -j "" --nccl-mem $NCCL_GIB -o "$d/$name" "$@" \
+        > "$d/$name.log" 2>&1
+    rc=$?
+}
+chosen_of() { sed -n 's/^chosen: \(.*\) (the fastest.*/\1/p' "$1"; }
+as_flags() { awk '{ for (i = 1; i < NF; i += 2) if ($i == "b") printf "-b %s ", $(i + 1); else printf "--%s %s ", $i, $(i + 1) }'; }
+build/train_gpt_fp32_emu --plan --world 2 "${MODEL[@]}" -t 64 -d 256 --gpu-mem 80 --nccl-mem $NCCL_GIB > "$d/oom.plan" 2>&1
+fastest=$(chosen_of "$d/oom.plan")
+need=$(awk -v i=$INIT_MIB -v u=$USE_MIB '/^plan bytes stage/ { for (k = 1; k < NF; k++) { if ($k == "nccl") n = $(k + 1);
+       if ($k == "total") t = $(k + 1) } if (t - n > m) m = t - n } END { if (m > 0) printf "%.6f", m / 2^20 + i + u }' "$d/oom.plan")
+if [ -z "$fastest" ] || [ -z "$need" ]; then echo "[FAIL] device memory: no pick or plan rows in --plan's output: $(tail -1 "$d/oom.plan")"; status=1
+else
+    above=$(awk -v n="$need" 'BEGIN { printf "%.6f", n + 1 }'); below=$(awk -v n="$need" 'BEGIN { printf "%.6f", n - 1 }')
+    oom_run oom.above "$above"
+    lines=$(wc -l 2> /dev/null < "$d/oom.above/metrics.jsonl" || echo 0)
+    if [ $rc -eq 0 ] && [ "$(chosen_of "$d/oom.above.log")" = "$fastest" ] && [ "$lines" = 2 ] && grep -q "^NCCL: 1 communicators" "$d/oom.above.log"; then
+        echo "[PASS] device memory: on $above MiB (the pick's need + 1 MiB; NCCL $INIT_MIB + $USE_MIB MiB) no layout flag picks '$fastest' and runs to the end"
+    else echo "[FAIL] device memory, $above MiB, no layout flag: exit $rc, chose '$(chosen_of "$d/oom.above.log")' (expected '$fastest'), $lines steps: $(why oom.above)"; status=1; fi
+    oom_run oom.below "$below"
+    other=$(chosen_of "$d/oom.below.log")
+    lines=$(wc -l 2> /dev/null < "$d/oom.below/metrics.jsonl" || echo 0)
+    if [ $rc -eq 0 ] && [ -n "$other" ] && [ "$other" != "$fastest" ] && [ "$lines" = 2 ]; then
+        echo "[PASS] device memory: on $below MiB no layout flag picks '$other' instead and runs to the end"
+    else echo "[FAIL] device memory, $below MiB, no layout flag: exit $rc, chose '$other' (not '$fastest' expected), $lines steps: $(why oom.below)"; status=1; fi
+    # shellcheck disable=SC2046
+    oom_run oom.flags "$below" $(as_flags <<< "$fastest")
+    if [ $rc -eq 1 ] && grep -q "this run needs about .* GiB are free on the device" "$d/oom.flags.log" &&
+       ! grep -qE "^step |out of (device )?memory|NCCL (error|failure)|ncclSystemError" "$d/oom.flags.log"; then
+        echo "[PASS] device memory: '$fastest' given as flags on $below MiB stops before step 1 with the estimate's message (exit 1), not inside NCCL"
+    else echo "[FAIL] device memory, '$fastest' as flags on $below MiB: exit $rc (expected 1 before step 1, the estimate's message): $(grep -m 2 -E 'error|memory|step ' "$d/oom.flags.log")"; status=1; fi
+fi
+
 bad "world size 3 is not --dp 2" 3 "--dp 2" --dp 2
 EMU_DEVICES=1 bad "2 ranks on a node of one GPU" 2 "2 ranks on this node (local rank 0, from mpirun (OMPI_COMM_WORLD_*)) but 1 visible GPU" --dp 2
 bad "dp 2 does not divide 3 micro-batches" 2 "-d 192" --dp 2 -d 192

@@ -164,7 +164,8 @@ fi
 #    (FlagPerf's PP1DP4TP2 with sp, GPT-3 6.7B tp2 zero1) plan with --estimate-memory's bytes; --pp is planned per stage
 #    (GPT-3 6.7B's TP2PP4 with ZeRO 1 on 8 ranks: four stage rows, stage 0's bytes --estimate-memory's for that layout).
 plan() { CUDA_VISIBLE_DEVICES= ./train_gpt --plan "$@" 2>&1; }
-plan_total() { sed -n 's/^plan bytes stage 0: .* total \([0-9]*\)$/\1/p'; }
+# stage 0's bytes less the nccl column (NCCL's buffers are no allocation of the trainer's, so not in the estimate)
+plan_total() { sed -n 's/^plan bytes stage 0: .* nccl \([0-9]*\) total \([0-9]*\)$/\1 \2/p' | awk '{ printf "%.0f\n", $2 - $1 }'; }
 for lay in "" "--dp 4 --zero 1" "--dp 4 --zero 2 --recompute selective" "--dp 3 --zero 3 --recompute full"; do
     dp=$(sed -n 's/.*--dp \([0-9]*\).*/\1/p' <<< "$lay"); dp=${dp:-1}
     out=$(plan -c gpt3_125m -b 4 -t 1024 $lay); rc=$?
@@ -230,6 +231,23 @@ e=$(./train_gpt -c gpt3_6.7b --tp 2 --pp 4 --dp 1 --zero 1 --estimate-memory 80 
 if [ $rc -eq 0 ] && [ "$rows" = 4 ] && [ -n "$p" ] && [ "$p" = "$e" ]; then
     pass "--plan --world 8 -c gpt3_6.7b --tp 2 --pp 4 --zero 1: 4 stage rows; stage 0's bytes are the estimate's ($p)"
 else fail "--plan --world 8 -c gpt3_6.7b --tp 2 --pp 4 --zero 1" "rc $rc, $rows stage rows, plan total '$p', --estimate-memory total '$e': $(tail -3 <<< "$out")"; fi
+# NCCL's buffers: the plan leaves --nccl-mem to each communicator a rank holds: the world's (more than one rank), and
+# one per group of dp, tp, pp with more than one rank and fewer than the world (a group of every rank is the world's
+# communicator), and stage 0's embedding group (first and last stage) when pp > 1 and pp < the world
+for lay in "1 1 1" "8 1 1" "4 2 1" "1 2 4" "2 1 4" "1 8 1" "1 1 8"; do
+    read -r dp tp pp <<< "$lay"
+    W=$((dp * tp * pp))
+    n=$(( (W > 1) + (dp > 1 && dp < W) + (tp > 1 && tp < W) + (pp > 1 && pp < W) + (pp > 1 && 2 < W) ))
+    out=$(plan --world $W -c gpt3_6.7b -t 2048 -d $((2048 * 4 * dp)) -b 4 --dp $dp --tp $tp --pp $pp --nccl-mem 0.75); rc=$?
+    got=$(sed -n 's/^plan bytes stage 0: .* nccl \([0-9]*\) total .*/\1/p' <<< "$out")
+    want=$(awk -v n=$n 'BEGIN { printf "%.0f", n * 0.75 * 2^30 }')
+    if [ $rc -eq 0 ] && [ "$got" = "$want" ]; then
+        pass "--plan dp $dp tp $tp pp $pp --nccl-mem 0.75: stage 0 leaves NCCL $n x 0.75 GiB"
+    else fail "--plan dp $dp tp $tp pp $pp --nccl-mem 0.75" "rc $rc, nccl column '$got', expected $n communicators x 0.75 GiB = $want: $(tail -1 <<< "$out")"; fi
+done
+out=$(./train_gpt --plan -c gpt3_tiny --nccl-mem -1 2>&1); rc=$?
+if [ $rc -eq 1 ] && grep -q "\-\-nccl-mem" <<< "$out"; then pass "--nccl-mem -1: exit 1 naming the flag"
+else fail "--nccl-mem -1" "rc $rc: $(tail -1 <<< "$out")"; fi
 for lay in "-c flagperf_llama3_8b -b 1 -t 8192 --tp 2 --dp 4 --sp 1" "-c gpt3_6.7b -b 4 -t 2048 --tp 2 --dp 4 --zero 1"; do
     out=$(plan --world 8 $lay); rc=$?
     p=$(plan_total <<< "$out")

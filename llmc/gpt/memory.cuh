@@ -383,7 +383,7 @@ static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout&
 // Pipeline stages (L's pp_rank) hold their layers and the activations their schedule over n_mb micro-batches keeps.
 // The step-time model stays the bf16 one under --fp8 (the planner prices no fp8 GEMM).
 static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute,
-                                 bool bf16_moments, const Fp8Options& fp8) {
+                                 bool bf16_moments, const Fp8Options& fp8, double nccl_bytes) {
     const MemoryEstimate e = estimate_memory(c, B, T, (Recompute)recompute, bf16_moments, L, n_mb, fp8);
     PlanBytes b;
     b.weights = e.params;
@@ -392,13 +392,15 @@ static PlanBytes cuda_plan_bytes(const ModelConfig& c, const Layout& L, int B, i
     b.acts = e.acts_layers + e.acts_shared;
     b.buckets = e.dp_buffers;
     b.workspace = e.scratch + e.workspace + e.reserve + e.fp8;
+    b.nccl = nccl_bytes * layout_communicators(L);  // NCCL's buffers, outside the estimate: rank_setup measures them
     b.err = tp_shape_error(c, L.topo.tp, fp8.recipe != FP8_NONE);  // the planner skips a layout the kernels cannot run
     return b;
 }
 
-static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments, const Fp8Options& fp8 = {}) {
-    return [bf16_moments, fp8](const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int r) {
-        return cuda_plan_bytes(c, L, B, T, n_mb, r, bf16_moments, fp8);
+// nccl_bytes: --nccl-mem, the allowance per communicator
+static PlanBytesFn cuda_plan_bytes_fn(bool bf16_moments, const Fp8Options& fp8 = {}, double nccl_bytes = 0) {
+    return [bf16_moments, fp8, nccl_bytes](const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int r) {
+        return cuda_plan_bytes(c, L, B, T, n_mb, r, bf16_moments, fp8, nccl_bytes);
     };
 }
 
@@ -554,7 +556,7 @@ static PlanSpace cuda_plan_space(const CudaOptions& opt) {
     s.recomputes = {0, 1, 2};
     s.may_pick = !opt.recompute_given;
     s.wire = PLAN_COMM;
-    s.bytes = cuda_plan_bytes_fn(opt.bf16_moments, opt.fp8);
+    s.bytes = cuda_plan_bytes_fn(opt.bf16_moments, opt.fp8, opt.nccl_gib * 1073741824.0);
     s.intro = "train_gpt plans the layouts it runs: data, tensor and pipeline parallel with ZeRO 0-3, --sp, --vpp, "
               "--recompute, -b; with no layout flag it picks among them (vpp 1)";
     return s;

@@ -13,6 +13,8 @@
 
 // Flags of the CUDA trainer only (the rest are llmc/run/flags.h's, shared with train_gpt_cpu).
 
+static const double NCCL_MEM_DEFAULT_GIB = 1.5;
+
 enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
 
 static const char* recompute_name(Recompute r) {
@@ -34,6 +36,10 @@ struct CudaOptions {
     std::string print_config;      // write the model config JSON (train_gpt.py --config) and exit
     double estimate_gib = -1;      // >= 0: print the memory estimate against this many GiB and exit
     Fp8Options fp8;
+    // --nccl-mem: the device memory the plan leaves to each NCCL communicator a rank holds (its channel, peer and,
+    // on NVSwitch machines, NVLS buffers; docs/plan.md). Published figures: about 1.6 GB for one communicator and
+    // up to about 6 GB for a rank in three or more (NVIDIA/nccl issues 864 and 986), hence 1.5 GiB each by default.
+    double nccl_gib = NCCL_MEM_DEFAULT_GIB;
 };
 
 static void print_cuda_usage() {
@@ -51,8 +57,10 @@ static void print_cuda_usage() {
            "                       (delayed) or from the tensor's own amax (current); embeddings, LM head, norms\n"
            "                       and attention stay bf16 (docs/fp8.md)\n"
            "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
-           "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n\n",
-           FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN);
+           "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n"
+           "  --nccl-mem GIB       device memory the plan leaves to each NCCL communicator of a rank (default %g;\n"
+           "                       NCCL_NVLS_ENABLE=0 makes NCCL take far less on NVSwitch machines: docs/plan.md)\n\n",
+           FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN, NCCL_MEM_DEFAULT_GIB);
 }
 
 // Takes the CUDA-only flags out of argv (the rest go to parse_args). Returns the remaining argv.
@@ -63,7 +71,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         std::string a = argv[i];
         if (a == "-h" || a == "--help") print_cuda_usage();
         const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
-                          a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin";
+                          a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin" || a == "--nccl-mem";
         if (!ours) { rest.push_back(argv[i]); continue; }
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
@@ -90,6 +98,11 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
                 die("flag %s expects an integer in [%ld, %ld], got '%s'", a.c_str(), lo, hi, v.c_str());
             (hist ? o->fp8.history : o->fp8.margin) = (int)x;
             (hist ? history_given : margin_given) = true;
+        } else if (a == "--nccl-mem") {
+            char* end = nullptr;
+            o->nccl_gib = strtod(v.c_str(), &end);
+            if (v.empty() || *end || !(o->nccl_gib >= 0 && o->nccl_gib <= 1024))
+                die("flag --nccl-mem expects GiB per communicator in [0, 1024], got '%s'", v.c_str());
         } else {
             char* end = nullptr;
             o->estimate_gib = strtod(v.c_str(), &end);

@@ -141,7 +141,9 @@ static inline void comm_finalize() {
 
 // Sub-group of `parent` holding the world ranks `members`, in group-rank order; this rank must be one
 // of them. Collective over parent: every rank of it calls this with its own group's list. name: the group's
-// name in messages (a string that outlives the Comm).
+// name in messages (a string that outlives the Comm). A group of all the parent's ranks is the parent itself (its
+// communicator, stream and scratch under another name: a communicator of its own would take its own device
+// buffers, hundreds of MiB to GiB, for nothing); every rank sees the same list then, so all take this branch.
 static inline Comm comm_group(const Comm& parent, const std::vector<int>& members, const char* name = "sub") {
     if (comm_registry().empty()) die("comm_group: comm_init first");
     int me = comm_registry()[0].rank, rank = -1;
@@ -149,6 +151,11 @@ static inline Comm comm_group(const Comm& parent, const std::vector<int>& member
         if (members[i] == me) rank = (int)i;
     if (rank < 0) die("comm_group: world rank %d is not in the group it asked for (first member %d)", me,
                       members.empty() ? -1 : members[0]);
+    if ((int)members.size() == parent.size && rank == parent.rank) {
+        Comm same = parent;
+        same.name = name;
+        return same;
+    }
     ncclComm_t nccl = nullptr;
     if (parent.size > 1)  // collective over the parent even for a group of one (which gets no communicator)
         ncclCheck(ncclCommSplit(parent.nccl, members.size() > 1 ? members[0] : NCCL_SPLIT_NOCOLOR, rank, &nccl, nullptr));
@@ -247,6 +254,25 @@ static inline void comm_host_max(const Comm& c, double* v, size_t n) { comm_host
 // The host waits for everything enqueued on c.stream (its collectives, and copies ordered after them): dies with NCCL's
 // message if the communicator failed meanwhile, and past --comm-timeout names `op`, as every wait of this file.
 static inline void comm_stream_sync(const Comm& c, const char* op) { comm_stream_wait(c.nccl, c.stream, op, c.name, c.size); }
+
+// One small operation of each kind the trainer runs on c (all-reduce, reduce-scatter, all-gather, and with `p2p` a
+// send to the next group rank and a receive from the previous one, as pipeline stages exchange), waited for. NCCL
+// connects a communicator's channels and peers, and allocates their device buffers, at its first operation of each
+// kind: after this the free device memory counts them, and the step has nothing left to allocate inside NCCL.
+static inline void comm_warm_up(const Comm& c, bool p2p) {
+    if (c.size == 1) return;
+    const size_t n = COMM_SCRATCH / c.size;  // doubles per rank
+    ncclCheck(ncclAllReduce(c.scratch, c.scratch, n, ncclDouble, ncclSum, c.nccl, c.stream));
+    ncclCheck(ncclReduceScatter(c.scratch, c.scratch + c.rank * n, n, ncclDouble, ncclSum, c.nccl, c.stream));
+    ncclCheck(ncclAllGather(c.scratch + c.rank * n, c.scratch, n, ncclDouble, c.nccl, c.stream));
+    if (p2p) {
+        ncclCheck(ncclGroupStart());
+        ncclCheck(ncclSend(c.scratch, 1, ncclDouble, (c.rank + 1) % c.size, c.nccl, c.stream));
+        ncclCheck(ncclRecv(c.scratch + 1, 1, ncclDouble, (c.rank + c.size - 1) % c.size, c.nccl, c.stream));
+        ncclCheck(ncclGroupEnd());
+    }
+    comm_stream_wait(c.nccl, c.stream, "the first operations (warm-up)", c.name, c.size);
+}
 
 // Every rank of the group has reached this point, and everything enqueued on c.stream before it is done.
 static inline void comm_barrier(const Comm& c) {

@@ -83,6 +83,19 @@ static inline std::vector<int> layout_emb_members(const Layout& L) {
     return end_stage ? L.topo.emb_group : std::vector<int>{L.topo.rank};
 }
 
+// How many communicators of their own this rank's groups take (the CUDA trainer's NCCL buffers, llmc/parallel/
+// comm_nccl.cuh): the world's when it has more than one rank, and each of dp, tp, pp and emb with more than one rank
+// but fewer than the world (a group of all the ranks is the world's communicator; a group of one has none).
+static inline int layout_communicators(const Layout& L) {
+    const int W = L.topo.world;
+    int n = W > 1;
+    for (const std::vector<int>* g : {&L.topo.dp_group, &L.topo.tp_group, &L.topo.pp_group})
+        n += (int)g->size() > 1 && (int)g->size() < W;
+    const size_t emb = layout_emb_members(L).size();
+    n += emb > 1 && (int)emb < W;
+    return n;
+}
+
 // The tensors a rank of pipeline stage `stage` and tp rank `tp_rank` holds (llmc/parallel/tp.h), with
 // offsets padded into ZeRO buckets for L's dp (llmc/parallel/zero.h).
 static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable& full, const Layout& L, int stage, int tp_rank) {

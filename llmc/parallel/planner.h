@@ -75,8 +75,10 @@ struct PlanBytes {
     double acts = 0;       // activations at their peak (recompute, flash attention, 1F1B in flight)
     double buckets = 0;    // communication buffers the trainer keeps apart from the above
     double workspace = 0;  // scratch, GEMM workspace, reserve
+    double nccl = 0;       // the communication library's own device buffers (the CUDA trainer: --nccl-mem per
+                           // communicator, layout_communicators; 0 for MPI on the host)
     std::string err;       // non-empty: the trainer cannot run this layout (its kernels' limits), why
-    double total() const { return weights + grads + optim + acts + buckets + workspace; }
+    double total() const { return weights + grads + optim + acts + buckets + workspace + nccl; }
 };
 
 // The trainer's bytes for one rank of layout L: the rank of L.topo (its stage is L.topo.pp_rank),
@@ -308,11 +310,11 @@ static inline void plan_print(const Plan& p, const ModelConfig& c, const PlanHar
            p.tc.sp && p.tc.tp > 1 ? ", sp" : "", p.tc.vpp > 1 ? layout_fmt(", vpp %d", p.tc.vpp).c_str() : "", p.tc.B,
            p.tc.T, p.n_mb, p.tc.total_batch, plan_recompute_name(p.recompute));
     printf("memory per rank (%s)%s:\n", un, hw.mem_bytes > 0 ? layout_fmt(", limit %.2f %s (--gpu-mem)", hw.mem_bytes / u, un).c_str() : "");
-    printf("  stage ranks |   weights     grads  optimizer  activations   buckets  workspace |     total | fits\n");
+    printf("  stage ranks |   weights     grads  optimizer  activations   buckets  workspace      nccl |     total | fits\n");
     for (const PlanRow& r : p.rows) {
         const PlanBytes& b = r.bytes;
-        printf("  %5d %5d | %9.3f %9.3f %10.3f %12.3f %9.3f %10.3f | %9.3f | %s\n", r.stage, r.ranks, b.weights / u, b.grads / u,
-               b.optim / u, b.acts / u, b.buckets / u, b.workspace / u, b.total() / u,
+        printf("  %5d %5d | %9.3f %9.3f %10.3f %12.3f %9.3f %10.3f %9.3f | %9.3f | %s\n", r.stage, r.ranks, b.weights / u,
+               b.grads / u, b.optim / u, b.acts / u, b.buckets / u, b.workspace / u, b.nccl / u, b.total() / u,
                hw.mem_bytes <= 0 ? "-" : b.total() <= hw.mem_bytes ? "yes" : "NO");
     }
     if (p.max_B > 0) printf("largest micro-batch that fits: -b %d (-b dividing the %ld sequences per rank)\n", p.max_B,
@@ -330,8 +332,9 @@ static inline void plan_print(const Plan& p, const ModelConfig& c, const PlanHar
     printf("\n");
     printf("predicted throughput: %.0f tokens/s per rank\n", (double)p.tc.total_batch / p.step_s / p.world);
     for (const PlanRow& r : p.rows)
-        printf("plan bytes stage %d: weights %.0f grads %.0f optimizer %.0f activations %.0f buckets %.0f workspace %.0f total %.0f\n",
-               r.stage, r.bytes.weights, r.bytes.grads, r.bytes.optim, r.bytes.acts, r.bytes.buckets, r.bytes.workspace, r.bytes.total());
+        printf("plan bytes stage %d: weights %.0f grads %.0f optimizer %.0f activations %.0f buckets %.0f workspace %.0f "
+               "nccl %.0f total %.0f\n", r.stage, r.bytes.weights, r.bytes.grads, r.bytes.optim, r.bytes.acts, r.bytes.buckets,
+               r.bytes.workspace, r.bytes.nccl, r.bytes.total());
     fflush(stdout);
 }
 

@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <unordered_map>
 #include <vector>
 #include <sys/mman.h>
 
@@ -417,7 +418,9 @@ typedef struct EmuEvent { double t; }* cudaEvent_t;
 static inline double emu_now_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-static inline const char* cudaGetErrorString(cudaError_t e) { return e ? "emulated error" : "no error"; }
+static inline const char* cudaGetErrorString(cudaError_t e) {
+    return e == cudaErrorMemoryAllocation ? "out of memory" : e ? "emulated error" : "no error";
+}
 static inline const char* cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorEmulated" : "cudaSuccess"; }
 static inline cudaError_t cudaGetLastError() {
     if (g_emu.errors) {
@@ -427,19 +430,40 @@ static inline cudaError_t cudaGetLastError() {
     return cudaSuccess;
 }
 static inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
+// Device memory runs out as a GPU's does: the emulated device holds EMU_DEVICE_MIB MiB (default 80 GiB, an H100's),
+// cudaMalloc past it fails with cudaErrorMemoryAllocation ("out of memory"), cudaFree gives an allocation back, and
+// cudaMemGetInfo reports what is left. emu_device_take / emu_device_give charge memory that no cudaMalloc returns
+// (the NCCL emulation's buffers, nccl.h).
+inline double g_emu_device_bytes = getenv("EMU_DEVICE_MIB") ? atof(getenv("EMU_DEVICE_MIB")) * 1048576.0 : 80.0 * 1073741824.0;
 inline double g_emu_alloc_bytes = 0;
+inline std::unordered_map<void*, size_t> g_emu_allocs;  // the size of every live allocation
 inline int g_emu_fill = getenv("EMU_FILL") ? atoi(getenv("EMU_FILL")) : 0xff;
+static inline bool emu_device_take(double n) {
+    if (g_emu_alloc_bytes + n > g_emu_device_bytes) return false;
+    g_emu_alloc_bytes += n;
+    return true;
+}
+static inline void emu_device_give(double n) { g_emu_alloc_bytes -= n; }
 static inline cudaError_t cudaMalloc(void** p, size_t n) {
     if (g_emu.in_kernel) emu_error("cudaMalloc inside a kernel");
+    if (!emu_device_take((double)n)) return cudaErrorMemoryAllocation;
     void* q = nullptr;
-    if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
+    if (posix_memalign(&q, 256, n ? n : 1)) { emu_device_give((double)n); return cudaErrorMemoryAllocation; }
     memset(q, g_emu_fill, n);  // 0xff: NaN in bf16 and fp32, to expose reads of unwritten memory
-    g_emu_alloc_bytes += n;
+    g_emu_allocs[q] = n;
     *p = q;
     return cudaSuccess;
 }
 template <typename T> static inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
-static inline cudaError_t cudaFree(void* p) { free(p); return cudaSuccess; }
+static inline cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    auto it = g_emu_allocs.find(p);
+    if (it == g_emu_allocs.end()) { fprintf(stderr, "EMU: cudaFree of %p, which cudaMalloc did not return\n", p); return cudaErrorInvalidValue; }
+    emu_device_give((double)it->second);
+    g_emu_allocs.erase(it);
+    free(p);
+    return cudaSuccess;
+}
 static inline cudaError_t cudaMallocHost(void** p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
 static inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 static inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) memmove(d, s, n); return cudaSuccess; }
@@ -490,7 +514,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     const char* cc = getenv("EMU_CC");
     if (cc && sscanf(cc, "%d.%d", &p->major, &p->minor) != 2) { fprintf(stderr, "EMU_CC='%s': expected major.minor\n", cc); exit(1); }
     p->multiProcessorCount = 132;
-    p->totalGlobalMem = 80ull << 30;
+    p->totalGlobalMem = (size_t)g_emu_device_bytes;
     p->l2CacheSize = 50 << 20;
     return cudaSuccess;
 }
@@ -504,8 +528,8 @@ static inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) 
     return cudaSuccess;
 }
 static inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
-    *total_b = 80ull << 30;
-    *free_b = *total_b - (size_t)g_emu_alloc_bytes;
+    *total_b = (size_t)g_emu_device_bytes;
+    *free_b = (size_t)(g_emu_device_bytes - g_emu_alloc_bytes);
     return cudaSuccess;
 }
 static inline cudaError_t cudaDriverGetVersion(int* v) { *v = 12040; return cudaSuccess; }

@@ -15,6 +15,10 @@
 // once, which differs from a GPU by at most a few bf16 ulps for more than 2 ranks (max is exact in both).
 // Types: float, bfloat16 and double (what the trainer moves). Counts up to INT_MAX elements (MPI's int
 // counts; the call fails with a message above that).
+// Device memory, as real NCCL takes it: each communicator charges the emulated device (cuda_emu.h's EMU_DEVICE_MIB)
+// EMU_NCCL_INIT_MIB MiB when ncclCommInitRank or ncclCommSplit makes it, and EMU_NCCL_USE_MIB more at its first
+// operation (NCCL connects channels and peers lazily); both default to 0. A charge past the device fails the call
+// with ncclSystemError and "out of device memory" in ncclGetLastError, as a GPU's NCCL fails its cudaMalloc.
 #pragma once
 #include <cstdarg>
 #include <cstdint>
@@ -44,6 +48,8 @@ typedef struct { int unused; } ncclConfig_t;  // split configurations are not em
 struct EmuNcclComm {
     MPI_Comm mpi;
     int rank, size;
+    double charged = 0;  // device bytes this communicator holds (EMU_NCCL_INIT_MIB, then EMU_NCCL_USE_MIB)
+    bool used = false;   // its first operation has run
 };
 typedef EmuNcclComm* ncclComm_t;
 
@@ -119,8 +125,22 @@ static inline ncclResult_t emu_nccl_post(EmuNcclOp op) {
     g_emu_nccl.pending.push_back(std::move(op));
     return g_emu_nccl.group_depth > 0 ? ncclSuccess : emu_nccl_wait_all();
 }
+// Charges the emulated device EMU_NCCL_INIT_MIB or EMU_NCCL_USE_MIB (env, MiB) for communicator c.
+static inline ncclResult_t emu_nccl_charge(EmuNcclComm* c, const char* env, const char* what) {
+    const double n = getenv(env) ? atof(getenv(env)) * 1048576.0 : 0.0;
+    if (!emu_device_take(n))
+        return emu_nccl_fail(ncclSystemError, "%s: out of device memory: %.0f MiB (%s) with %.0f MiB free of the "
+                             "emulated device's %.0f (EMU_DEVICE_MIB)", what, n / 1048576.0, env,
+                             (g_emu_device_bytes - g_emu_alloc_bytes) / 1048576.0, g_emu_device_bytes / 1048576.0);
+    c->charged += n;
+    return ncclSuccess;
+}
 static inline ncclResult_t emu_nccl_check_args(const char* what, size_t count, ncclComm_t comm) {
     if (!comm) return emu_nccl_fail(ncclInvalidArgument, "%s: null communicator", what);
+    if (!comm->used) {
+        comm->used = true;
+        if (ncclResult_t r = emu_nccl_charge(comm, "EMU_NCCL_USE_MIB", what)) return r;
+    }
     if (count > (size_t)INT_MAX / 8)
         return emu_nccl_fail(ncclInvalidArgument, "%s: %zu elements: the emulation's counts stop at INT_MAX / 8", what, count);
     return ncclSuccess;
@@ -179,6 +199,7 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUn
         if (memcmp(&all[r], &id, sizeof(id)) != 0)
             return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank: rank %d holds another unique id than rank %d", r, rank);
     EmuNcclComm* c = new EmuNcclComm{MPI_COMM_NULL, wrank, wsize};
+    if (ncclResult_t r = emu_nccl_charge(c, "EMU_NCCL_INIT_MIB", "ncclCommInitRank")) { delete c; return r; }
     if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Comm_dup failed");
     g_emu_nccl.live_comms++;
     *comm = c;
@@ -195,6 +216,7 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
     EmuNcclComm* c = new EmuNcclComm{m, 0, 0};
     MPI_Comm_rank(m, &c->rank);
     MPI_Comm_size(m, &c->size);
+    if (ncclResult_t r = emu_nccl_charge(c, "EMU_NCCL_INIT_MIB", "ncclCommSplit")) { MPI_Comm_free(&m); delete c; return r; }
     g_emu_nccl.live_comms++;
     *newcomm = c;
     return ncclSuccess;
@@ -204,6 +226,7 @@ static inline ncclResult_t ncclCommUserRank(ncclComm_t comm, int* r) { *r = comm
 static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
     MPI_Comm_free(&comm->mpi);
+    emu_device_give(comm->charged);
     delete comm;
     if (--g_emu_nccl.live_comms == 0) MPI_Finalize();
     return ncclSuccess;
