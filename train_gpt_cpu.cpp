@@ -913,17 +913,18 @@ int main(int argc, char** argv) {
     const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
 
-    // weights: every rank makes the whole model (seeded init, --init-from, a checkpoint of any
-    // layout) and keeps its part
+    // weights: every rank makes the whole model (seeded init and --init-from, or when resuming a
+    // checkpoint of any layout, which holds every value) and keeps its part
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     {
         std::vector<float> p(g.full.total), m, v;
-        const double init_s = params_init_full(mc, g.full, p.data(), tc.seed);
-        if (rank0) print_init_time((int64_t)g.full.total, init_s);
-        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
-        if (!resume_dir.empty()) {
+        if (resume_dir.empty()) {
+            const double init_s = params_init_full(mc, g.full, p.data(), tc.seed);
+            if (rank0) print_init_time((int64_t)g.full.total, init_s);
+            if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
+        } else {
             m.assign(g.full.total, 0.0f);
             v.assign(g.full.total, 0.0f);
             checkpoint_load(resume_dir, mc, g.full, p.data(), m.data(), v.data(), &state);

@@ -139,8 +139,9 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
     assemble_full(g->cfg, full, g->L, mine, dst, m ? 3 : 1, (size_t)piece, io);
 }
 
-// The weights at the start of a run: every rank makes the whole model (the seeded init, then --init-from, then the
-// checkpoint resume_dir of any layout, with AdamW's moments and the run's state into *state) and keeps its part; --fp8:
+// The weights at the start of a run: every rank makes the whole model (the seeded init, then --init-from; or, when
+// resuming, the checkpoint resume_dir of any layout, which holds every value, with AdamW's moments and the run's state
+// into *state) and keeps its part; --fp8:
 // the weights' scales and fp8 copies, and delayed scaling's state from the checkpoint when it holds one of this history.
 static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, const std::string& resume_dir,
                      TrainState* state) {
@@ -148,10 +149,11 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
     const bool rank0 = g->world.rank == 0;
     std::vector<float> p(table.total), m, v;
     Fp8State fp8_state;
-    const double init_s = params_init_full(mc, table, p.data(), tc.seed);
-    if (rank0) print_init_time((int64_t)table.total, init_s);
-    if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
-    if (!resume_dir.empty()) {
+    if (resume_dir.empty()) {
+        const double init_s = params_init_full(mc, table, p.data(), tc.seed);
+        if (rank0) print_init_time((int64_t)table.total, init_s);
+        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
+    } else {
         m.assign(table.total, 0.0f);
         v.assign(table.total, 0.0f);
         checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), state, &fp8_state);
