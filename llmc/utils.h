@@ -210,7 +210,7 @@ static inline void fclose_check_(FILE* f, const char* what, const char* file, in
 // a directory (EINVAL) is let be.
 static inline void fsync_path(const std::string& path) {
     int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) die("cannot sync '%s' to disk: %s", path.c_str(), strerror(errno));
+    if (fd < 0 || (fsync(fd) != 0 && errno != EINVAL)) die("cannot sync %s to disk: %s", path_label(path).c_str(), strerror(errno));
     close(fd);
 }
 

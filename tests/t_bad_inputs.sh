@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Bad input stops with exit status 1 and a clear message naming the file or flag, never a crash
-# (a signal) or a hang; a damaged checkpoint is refused, never trained from.
+# Bad input stops with exit status 1 and a clear message naming the file or flag, before any step is
+# trained, never a crash (a signal) or a hang; a damaged checkpoint is refused, never trained from. A
+# process the environment calls one of several ranks but no MPI launcher started as one (RANK and
+# WORLD_SIZE, Slurm's variables, another MPI's mpiexec, or a build without MPI) would train alone: it stops,
+# saying how to start it (llmc/parallel/comm_mpi.h's comm_check_world).
 set -u
 d=build/t_bad
 rm -rf "$d" && mkdir -p "$d"
@@ -8,16 +11,16 @@ status=0
 tiny=(-c gpt3_tiny --layers 1 -b 2 -t 16 -x 2 -v 0 -g 0 -o "")
 
 # expect_fail NAME NAMED PATTERN CMD...: CMD must exit with status exactly 1 (the trainers' die(): not a
-# crash, a signal, an abort or a timeout) within 60 s, and print NAMED (the file or flag at fault, as a
-# fixed string) and PATTERN (the problem, an extended regular expression)
+# crash, a signal, an abort or a timeout) within 60 s, train no step, and print NAMED (the file or flag at
+# fault, as a fixed string) and PATTERN (the problem, an extended regular expression)
 expect_fail() {
     local name=$1 named=$2 pattern=$3; shift 3
     timeout 60 "$@" > "$d/out.txt" 2>&1
     local rc=$?
-    if [ $rc -eq 1 ] && grep -qF -- "$named" "$d/out.txt" && grep -qE -- "$pattern" "$d/out.txt"; then
+    if [ $rc -eq 1 ] && grep -qF -- "$named" "$d/out.txt" && grep -qE -- "$pattern" "$d/out.txt" && ! grep -q "^step " "$d/out.txt"; then
         echo "[PASS] $name"
     else
-        echo "[FAIL] $name: want exit 1 and a message naming '$named' and matching '$pattern'; got exit $rc: $(head -c 300 "$d/out.txt" | tr '\n' ' ')"
+        echo "[FAIL] $name: want exit 1, no step and a message naming '$named' and matching '$pattern'; got exit $rc: $(head -c 300 "$d/out.txt" | tr '\n' ' ')"
         status=1
     fi
 }
@@ -71,4 +74,18 @@ expect_fail "half-written checkpoint is refused by path" "$d/ck/ckpt_00000006" "
 timeout 60 ./train_gpt_cpu "${ck[@]}" -x 6 --resume auto > "$d/out.txt" 2>&1
 if grep -q "resumed from $d/ck/ckpt_00000004 at step 4" "$d/out.txt"; then echo "[PASS] auto-resume skips the half-written checkpoint"; else echo "[FAIL] auto-resume skips the half-written checkpoint"; status=1; fi
 expect_fail "checkpoint of another model is refused" "$d/ck/ckpt_00000004" "written for a different model" ./train_gpt_cpu "${ck[@]}" --ffn 256 -x 6 --resume "$d/ck/ckpt_00000004"
+
+# one of several ranks by the environment, not by MPI: every such process stops, naming the variables and the way to
+# start it (mpirun -np N); the CPU trainer's ranks are MPI's (train_gpt's may start from RANK and WORLD_SIZE alone)
+txt=(./train_gpt_cpu "${tiny[@]}" -o "$d/ranks" -i data/mobydick.txt)
+for r in 0 1; do
+    expect_fail "RANK=$r WORLD_SIZE=2 without mpirun" "RANK, WORLD_SIZE" "rank $r of 2 .*mpirun -np 2 \./train_gpt_cpu" env RANK=$r WORLD_SIZE=2 "${txt[@]}"
+done
+expect_fail "Slurm's SLURM_PROCID and SLURM_NTASKS=4 without an MPI launch" "SLURM_" "rank 3 of 4 .*mpirun -np 4" env SLURM_PROCID=3 SLURM_NTASKS=4 "${txt[@]}"
+expect_fail "MPICH's PMI_SIZE=2 (another MPI's mpiexec)" "PMI_SIZE" "rank 1 of 2 .*mpirun -np 2" env PMI_SIZE=2 PMI_RANK=1 "${txt[@]}"
+if [ -e "$d/ranks" ]; then echo "[FAIL] one of several ranks by the environment writes nothing: $d/ranks exists"; status=1
+else echo "[PASS] one of several ranks by the environment writes nothing"; fi
+if timeout 60 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "${txt[@]}" > "$d/out.txt" 2>&1 && grep -q "^step " "$d/out.txt"; then
+    echo "[PASS] RANK=0 WORLD_SIZE=1 trains as one process"
+else echo "[FAIL] RANK=0 WORLD_SIZE=1 trains as one process: $(tail -2 "$d/out.txt" | tr '\n' ' ')"; status=1; fi
 exit $status

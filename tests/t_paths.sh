@@ -5,9 +5,13 @@
 # needed, a missing parent directory, an unwritable directory, a FIFO in the way (outputs): each
 # must exit with status 1 within 10 s (a FIFO must not hang the open), dump no core, and print a
 # message naming the flag and the path (llmc/utils.h's open_input / read_file_bytes /
-# fopen_check / check_output_dir). About a minute.
+# fopen_check / check_output_dir), before any step is trained. About a minute.
 # train_gpt checks every path of a training run before it looks for a GPU, so its classes are checked
 # here with or without one.
+# A path flag the run does not open is checked all the same, at start (llmc/run/flags.h's check_given_paths):
+# --tokenizer with -g 0 or several ranks, the data, -o, --resume and --save-safetensors under --export-init,
+# --plan or train_gpt's --print-config and --estimate-memory: exit 1 naming the flag and the path, nothing
+# trained, nothing written. A tokenizer's name (gpt2, llama3) is no path and is not checked.
 set -u
 d=build/t_paths
 rm -rf "$d" && mkdir -p "$d"
@@ -23,21 +27,32 @@ if [ "$(id -u)" = 0 ]; then
     else as_user=(SKIP); fi
 fi
 
-# expect_fail NAME FLAG PATH PATTERN CMD...: exit status exactly 1 within 10 s, no core file, and
-# a message holding "FLAG 'PATH'" (fixed string) and PATTERN (extended regular expression)
+# expect_fail NAME FLAG PATH PATTERN CMD...: exit status exactly 1 within 10 s, no core file, no step
+# trained, and a message holding "FLAG 'PATH'" (fixed string) and PATTERN (extended regular expression);
+# and $d/unused, where expect_unused's runs put their outputs, left empty
 expect_fail() {
     local name=$1 flag=$2 path=$3 pattern=$4; shift 4
     rm -f core core.*
     timeout 10 "$@" > "$d/out.txt" 2>&1 < /dev/null
     local rc=$?
+    local wrote; wrote=$(ls -A "$d/unused" 2> /dev/null)
     if [ $rc -eq 1 ] && ! ls core core.* > /dev/null 2>&1 && grep -qF -- "$flag '$path'" "$d/out.txt" &&
-       grep -qE -- "$pattern" "$d/out.txt"; then
+       grep -qE -- "$pattern" "$d/out.txt" && ! grep -q "^step " "$d/out.txt" && [ -z "$wrote" ]; then
         echo "[PASS] $name"
     else
-        echo "[FAIL] $name: want exit 1 and a message with \"$flag '$path'\" matching '$pattern'; got exit $rc: $(grep -m1 error "$d/out.txt" || tail -c 300 "$d/out.txt")"
+        echo "[FAIL] $name: want exit 1, no step and a message with \"$flag '$path'\" matching '$pattern'; got exit $rc$(grep -q "^step " "$d/out.txt" && echo ", trained")${wrote:+, wrote $wrote}: $(grep -m1 error "$d/out.txt" || tail -c 300 "$d/out.txt")"
         status=1
     fi
 }
+
+# expect_unused NAME FLAG PATH PATTERN CMD...: expect_fail for a path flag the run does not open; the
+# run's own outputs go to $d/unused, which must stay empty
+expect_unused() {
+    rm -rf "$d/unused" && mkdir -p "$d/unused"
+    expect_fail "$@"
+    rm -rf "$d/unused"
+}
+u="$d/unused"
 
 # input fixtures, one folder per file name ending (a Megatron prefix X must not find an X.bin
 # beside it): $(in_dir EXT)/CLASS$EXT
@@ -142,6 +157,37 @@ grow_check "train_gpt_cpu -i a growing file" -i "$d/grow.txt" "${tiny[@]}"
 head -c 30000000 /dev/zero > "$d/grow.safetensors"
 grow_check "train_gpt_cpu --init-from a growing file" --init-from "$d/grow.safetensors" "${tiny[@]}"
 
+# path flags the run does not open: checked all the same, before any work
+echo "== train_gpt_cpu: path flags the run does not open"
+mkdir -p "$d/ck_nodone"  # a checkpoint directory without its DONE marker
+exp=(./train_gpt_cpu -c gpt3_tiny --vocab 256 --layers 1 --export-init "$u/init.safetensors")  # reads --init-from only
+plan=(./train_gpt_cpu -c gpt3_tiny --vocab 256 --layers 1 -b 2 -t 16 --plan)                   # reads nothing
+expect_unused "train_gpt_cpu -g 0: --tokenizer missing" --tokenizer "$d/none.tiktoken" "no such file" "${tiny[@]}" -o "$u/o" --tokenizer "$d/none.tiktoken"
+expect_unused "train_gpt_cpu -g 0: --tokenizer a directory" --tokenizer "$(in_dir .tiktoken)/dir.tiktoken" "is a directory" "${tiny[@]}" -o "$u/o" --tokenizer "$(in_dir .tiktoken)/dir.tiktoken"
+if command -v mpirun > /dev/null; then  # several ranks draw no sample
+    expect_unused "train_gpt_cpu on 2 ranks: --tokenizer missing" --tokenizer "$d/none.tiktoken" "no such file" \
+        mpirun --oversubscribe --allow-run-as-root -np 2 "${tiny[@]}" -o "$u/o" -g 4 --tokenizer "$d/none.tiktoken"
+else echo "[SKIP] train_gpt_cpu on 2 ranks: no mpirun"; fi
+expect_unused "train_gpt_cpu --export-init: -i missing" -i "$d/none.bin" "no llm.c shard matches it" "${exp[@]}" -i "$d/none.bin"
+expect_unused "train_gpt_cpu --export-init: -i a directory" -i "$(in_dir .txt)/dir.txt" "is a directory" "${exp[@]}" -i "$(in_dir .txt)/dir.txt"
+expect_unused "train_gpt_cpu --export-init: -j a FIFO" -j "$(in_dir .bin)/fifo.bin" "is a FIFO" "${exp[@]}" -j "$(in_dir .bin)/fifo.bin"
+expect_unused "train_gpt_cpu --export-init: --resume missing" --resume "$d/none" "no such checkpoint directory" "${exp[@]}" --resume "$d/none"
+expect_unused "train_gpt_cpu --export-init: --resume incomplete" --resume "$d/ck_nodone" "no DONE marker" "${exp[@]}" --resume "$d/ck_nodone"
+expect_unused "train_gpt_cpu --export-init: -o a file" -o "$d/a_file" "is a file; a directory is needed" "${exp[@]}" -o "$d/a_file"
+expect_unused "train_gpt_cpu --export-init: --save-safetensors missing parent" --save-safetensors "$d/none/x.out" "does not exist" "${exp[@]}" --save-safetensors "$d/none/x.out"
+expect_unused "train_gpt_cpu --resume: --init-from missing (a resumed run reads no --init-from)" --init-from "$d/none.safetensors" "cannot open: No such file" "${tiny[@]}" -x 4 --resume "$ck" --init-from "$d/none.safetensors"
+expect_unused "train_gpt_cpu --plan: --init-from missing" --init-from "$d/none.safetensors" "cannot open: No such file" "${plan[@]}" --init-from "$d/none.safetensors"
+expect_unused "train_gpt_cpu --plan: --init-from a dangling link" --init-from "$(in_dir .safetensors)/dangling.safetensors" "dangling symbolic link" "${plan[@]}" --init-from "$(in_dir .safetensors)/dangling.safetensors"
+expect_unused "train_gpt_cpu --plan: --export-init through a file" --export-init "$d/a_file/x.out" "has a file in its path|is a file, not a directory" "${plan[@]}" --export-init "$d/a_file/x.out"
+expect_unused "train_gpt_cpu --plan: -i a dangling link" -i "$(in_dir .txt)/dangling.txt" "dangling symbolic link" "${plan[@]}" -i "$(in_dir .txt)/dangling.txt"
+expect_unused "train_gpt_cpu: --save-safetensors missing parent, before the first step" --save-safetensors "$d/none/x.out" "does not exist" "${tiny[@]}" --save-safetensors "$d/none/x.out"
+# a tokenizer's name is no path: -g 0 --tokenizer llama3 trains where data/tokenizers is not
+mkdir -p "$d/elsewhere"
+if (cd "$d/elsewhere" && timeout 60 "$OLDPWD/train_gpt_cpu" "${tiny[@]:1}" -i "$OLDPWD/data/mobydick.txt" --tokenizer llama3 > out.txt 2>&1) &&
+   grep -q "^step " "$d/elsewhere/out.txt"; then
+    echo "[PASS] train_gpt_cpu -g 0: --tokenizer llama3 is a name, unchecked (no data/tokenizers here)"
+else echo "[FAIL] train_gpt_cpu -g 0: --tokenizer llama3 is a name, unchecked: $(tail -c 300 "$d/elsewhere/out.txt")"; status=1; fi
+
 # build/prepare: inputs (positional), --tokenizer, --out
 echo "== build/prepare"
 prep=(build/prepare --tokenizer bytes --out "$d/prep/x")
@@ -186,8 +232,23 @@ if [ -x ./train_gpt ]; then
     done
     check_outputs train_gpt -o dir "${run[@]}"
     check_outputs train_gpt --save-safetensors file "${run[@]}"
+    # path flags the run does not open: the host modes read none of the training run's paths; -g 0 no tokenizer
+    expect_unused "train_gpt --print-config: -i missing" -i "$d/none.bin" "no llm.c shard matches it" "${gpu[@]}" --print-config "$u/config.json" -i "$d/none.bin"
+    expect_unused "train_gpt --print-config: --init-from a FIFO" --init-from "$d/in/fifo" "is a FIFO" "${gpu[@]}" --print-config "$u/config.json" --init-from "$d/in/fifo"
+    expect_unused "train_gpt --estimate-memory: --resume missing" --resume "$d/none" "no such checkpoint directory" "${gpu[@]}" --estimate-memory 80 --resume "$d/none"
+    expect_unused "train_gpt --export-init: -o a file" -o "$d/a_file" "is a file; a directory is needed" "${gpu[@]}" --export-init "$u/init.safetensors" -o "$d/a_file"
+    expect_unused "train_gpt --plan: -j a directory" -j "$(in_dir .txt)/dir.txt" "is a directory" "${gpu[@]}" --plan -j "$(in_dir .txt)/dir.txt"
+    expect_unused "train_gpt -g 0: --tokenizer missing" --tokenizer "$d/none.tiktoken" "no such file" "${run[@]}" --tokenizer "$d/none.tiktoken"
 else
     echo "[SKIP] train_gpt: not built (make train_gpt)"
+fi
+# the emulated CUDA trainer trains here: -g 0 with a missing rank file stops before its first step
+if [ -x build/train_gpt_emu ]; then
+    expect_unused "train_gpt_emu -g 0: --tokenizer missing" --tokenizer "$d/none.tiktoken" "no such file" \
+        build/train_gpt_emu -c gpt3_tiny --vocab 256 --layers 1 --heads 2 --kv-heads 2 -b 1 -t 64 -x 1 -v 0 -g 0 -o "$u/o" \
+        -i data/mobydick.txt --tokenizer "$d/none.tiktoken"
+else
+    echo "[SKIP] train_gpt_emu: not built (make build/train_gpt_emu)"
 fi
 chmod -R u+rwx "$d" 2> /dev/null
 exit $status

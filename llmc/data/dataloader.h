@@ -37,16 +37,24 @@ static inline void loader_open(DataLoader* dl, const std::string& path, int T, d
         dl->text.assign(b.begin() + lo, b.begin() + hi);
         dl->desc = path + " (bytes " + std::to_string(lo) + ".." + std::to_string(hi) + ")";
         if (dl->text.size() < (size_t)T + 1)
-            die("data '%s': %zu bytes, fewer than one sequence of %d + 1", path.c_str(), dl->text.size(), T);
+            die("data %s: %zu bytes, fewer than one sequence of %d + 1", path_label(path).c_str(), dl->text.size(), T);
         dl->num_samples = (dl->text.size() - 1) / T;
         dl->max_token = *std::max_element(dl->text.begin(), dl->text.end());
     } else {
         dataset_open(&dl->ds, path.c_str(), T, 0, false);
         dl->num_samples = dataset_num_samples(&dl->ds);
-        if (dl->num_samples == 0) die("data '%s': fewer tokens than one sequence of %d + 1", path.c_str(), T);
+        if (dl->num_samples == 0) die("data %s: fewer tokens than one sequence of %d + 1", path_label(path).c_str(), T);
         dl->max_token = dataset_max_token(&dl->ds);
         dl->desc = path + " (" + std::to_string(dl->num_samples) + " samples)";
     }
+}
+
+// loader_open's checks of `path` alone, nothing read (a .txt file: open_input's; token files: dataset_check's), with
+// the same messages: for a data flag the run may not open (llmc/run/flags.h).
+static inline void loader_check(const std::string& path) {
+    struct stat st;
+    if (ends_with(path, ".txt")) close(open_input(path, nullptr, true, &st));
+    else dataset_check(path);
 }
 
 // Fills inputs[B*T] and targets[B*T] with samples first, first+1, ... (wrapping around the
@@ -74,8 +82,11 @@ static inline bool loader_open_train_val(DataLoader* train, DataLoader* val, con
     if (split_text) loader_open(val, train_path, T, 0.9, 1.0);
     else if (!val_path.empty()) loader_open(val, val_path, T);
     const bool have_val = val->num_samples > 0;
-    if ((int64_t)train->max_token >= vocab_size || (have_val && (int64_t)val->max_token >= vocab_size))
-        die("data '%s' holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
-            train_path.c_str(), std::max(train->max_token, val->max_token), vocab_size);
+    if ((int64_t)train->max_token >= vocab_size)
+        die("data %s holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
+            path_label(train_path).c_str(), train->max_token, vocab_size);
+    if (have_val && (int64_t)val->max_token >= vocab_size)
+        die("data %s holds token %u but the model's vocabulary is %d (set --vocab or pick another preset)",
+            path_label(split_text ? train_path : val_path).c_str(), val->max_token, vocab_size);
     return have_val;
 }

@@ -258,7 +258,7 @@ static MappedFile map_file(const std::string& path) {
     MappedFile m = {path, nullptr, (size_t)st.st_size};
     if (m.size > 0) {
         void* p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) die("cannot mmap '%s' (%zu bytes): %s", path.c_str(), m.size, strerror(errno));
+        if (p == MAP_FAILED) die("cannot mmap %s (%zu bytes): %s", path_label(path).c_str(), m.size, strerror(errno));
         m.data = (uint8_t*)p;
         mapped_register(m.data, m.size, path_label(path));
     }
@@ -296,10 +296,17 @@ struct TokenDataset {
     std::vector<uint32_t> order;     // [num_samples] window read by each sample; empty = in order
 };
 
-static void dataset_open_megatron(TokenDataset* d, const std::string& prefix) {
+// check_only (dataset_check): a file is opened as map_file opens it (a regular, readable file), never read.
+static void dataset_check_file(const std::string& path) {
+    struct stat st;
+    close(open_input(path, nullptr, false, &st));
+}
+
+static void dataset_open_megatron(TokenDataset* d, const std::string& prefix, bool check_only) {
     std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
     if (!file_exists(idx_path)) die("Megatron data set %s: index file '%s' not found (the .bin needs its .idx beside it)", path_label(prefix).c_str(), idx_path.c_str());
     if (!file_exists(bin_path)) die("Megatron data set %s: data file '%s' not found (the .idx needs its .bin beside it)", path_label(prefix).c_str(), bin_path.c_str());
+    if (check_only) { dataset_check_file(bin_path); dataset_check_file(idx_path); return; }
     d->format = "megatron";
     d->files.push_back(map_file(bin_path));
     MappedFile idx = map_file(idx_path);
@@ -308,10 +315,11 @@ static void dataset_open_megatron(TokenDataset* d, const std::string& prefix) {
     if (!err.empty()) die("Megatron index %s (data '%s'): %s", path_label(idx_path).c_str(), bin_path.c_str(), err.c_str());
 }
 
-static void dataset_open_paddle(TokenDataset* d, const std::string& prefix) {
+static void dataset_open_paddle(TokenDataset* d, const std::string& prefix, bool check_only) {
     std::string ids_path = prefix + "_ids.npy", idx_path = prefix + "_idx.npz";
     if (!file_exists(ids_path)) die("PaddleNLP data set %s: token file '%s' not found", path_label(prefix).c_str(), ids_path.c_str());
     if (!file_exists(idx_path)) die("PaddleNLP data set %s: index file '%s' not found (the _ids.npy needs its _idx.npz beside it)", path_label(prefix).c_str(), idx_path.c_str());
+    if (check_only) { dataset_check_file(ids_path); dataset_check_file(idx_path); return; }
     d->format = "paddlenlp";
     d->files.push_back(map_file(ids_path));
     std::string err = paddle_parse_ids(d->files[0].data, d->files[0].size, 0, &d->pieces);
@@ -323,13 +331,14 @@ static void dataset_open_paddle(TokenDataset* d, const std::string& prefix) {
     if (!err.empty()) die("PaddleNLP index %s (tokens '%s'): %s", path_label(idx_path).c_str(), ids_path.c_str(), err.c_str());
 }
 
-static void dataset_open_llmc(TokenDataset* d, const std::string& pattern) {
+static void dataset_open_llmc(TokenDataset* d, const std::string& pattern, bool check_only) {
     glob_t g;
     int rc = glob(pattern.c_str(), 0, nullptr, &g);  // sorted by name
     if (rc == GLOB_NOMATCH) die("%s: no llm.c shard matches it (check the path or glob)", path_label(pattern).c_str());
     if (rc != 0) die("cannot expand '%s' (glob error %d)", pattern.c_str(), rc);
     d->format = "llmc";
     for (size_t i = 0; i < g.gl_pathc; i++) {
+        if (check_only) { dataset_check_file(g.gl_pathv[i]); continue; }
         d->files.push_back(map_file(g.gl_pathv[i]));
         const MappedFile& f = d->files.back();
         std::string err = llmc_parse_shard(f.data, f.size, (int)i, &d->pieces);
@@ -358,6 +367,23 @@ static void dataset_shuffle(TokenDataset* d, uint64_t seed) {
     for (uint64_t k = d->num_samples; k-- > 1;) std::swap(d->order[k], d->order[random_below(&state, k + 1)]);
 }
 
+// The format's files of `p` (the rules below): mapped and parsed, or with check_only only opened (dataset_check).
+static void dataset_find(TokenDataset* d, const std::string& p, bool check_only) {
+    if (p.find_first_of("*?[") != std::string::npos) dataset_open_llmc(d, p, check_only);
+    else if (ends_with(p, ".bin") && file_exists(p.substr(0, p.size() - 4) + ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4), check_only);
+    else if (ends_with(p, ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4), check_only);
+    else if (ends_with(p, ".bin")) dataset_open_llmc(d, p, check_only);
+    else if (ends_with(p, "_ids.npy") || ends_with(p, "_idx.npz")) dataset_open_paddle(d, p.substr(0, p.size() - 8), check_only);
+    else if (file_exists(p + ".idx") || file_exists(p + ".bin")) dataset_open_megatron(d, p, check_only);
+    else if (file_exists(p + "_ids.npy") || file_exists(p + "_idx.npz")) dataset_open_paddle(d, p, check_only);
+    else {
+        struct stat st;
+        if (file_exists(p)) close(open_input(p, nullptr, true, &st));  // a directory, FIFO, dangling link: said so
+        die("%s: cannot find a data set there: expected X.bin + X.idx (Megatron), X_ids.npy + X_idx.npz (PaddleNLP), "
+             "or llm.c shards (a .bin file or a glob such as 'data/name_train_*.bin')", path_label(p).c_str());
+    }
+}
+
 // Opens a data set, detecting the format from the path:
 //   X.bin with X.idx beside it, X.idx, or the prefix X           Megatron
 //   X_ids.npy, X_idx.npz, or the prefix X with X_ids.npy beside it PaddleNLP
@@ -367,25 +393,20 @@ static void dataset_open(TokenDataset* d, const char* path_or_glob, int seq, uin
     *d = TokenDataset();
     d->seq = seq;
     std::string p = path_or_glob;
-    if (p.find_first_of("*?[") != std::string::npos) dataset_open_llmc(d, p);
-    else if (ends_with(p, ".bin") && file_exists(p.substr(0, p.size() - 4) + ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4));
-    else if (ends_with(p, ".idx")) dataset_open_megatron(d, p.substr(0, p.size() - 4));
-    else if (ends_with(p, ".bin")) dataset_open_llmc(d, p);
-    else if (ends_with(p, "_ids.npy") || ends_with(p, "_idx.npz")) dataset_open_paddle(d, p.substr(0, p.size() - 8));
-    else if (file_exists(p + ".idx") || file_exists(p + ".bin")) dataset_open_megatron(d, p);
-    else if (file_exists(p + "_ids.npy") || file_exists(p + "_idx.npz")) dataset_open_paddle(d, p);
-    else {
-        struct stat st;
-        if (file_exists(p)) close(open_input(p, nullptr, true, &st));  // a directory, FIFO, dangling link: said so
-        die("%s: cannot find a data set there: expected X.bin + X.idx (Megatron), X_ids.npy + X_idx.npz (PaddleNLP), "
-             "or llm.c shards (a .bin file or a glob such as 'data/name_train_*.bin')", path_label(p).c_str());
-    }
+    dataset_find(d, p, false);
     for (const MappedFile& m : d->files) check_unchanged(m);
     d->num_tokens = d->pieces.empty() ? 0 : d->pieces.back().start + d->pieces.back().count;
     if (d->num_tokens < (uint64_t)seq + 1)
         die("data set %s holds %" PRIu64 " tokens, fewer than one sample of seq+1 = %d tokens", path_label(p).c_str(), d->num_tokens, seq + 1);
     d->num_samples = (d->num_tokens - 1) / (uint64_t)seq;
     if (shuffle) dataset_shuffle(d, seed);
+}
+
+// dataset_open's checks of the paths alone, nothing read: the files the path names are there, each a regular, readable
+// file; the same messages, naming the flag (a path flag the run may not open is checked with it, llmc/run/flags.h).
+static void dataset_check(const std::string& path_or_glob) {
+    TokenDataset d;
+    dataset_find(&d, path_or_glob, true);
 }
 
 static size_t dataset_num_samples(const TokenDataset* d) { return (size_t)d->num_samples; }
@@ -395,8 +416,8 @@ static inline int32_t dataset_check_token(const TokenDataset* d, const TokenPiec
     if (v < 0 || v > INT32_MAX) {
         const MappedFile& f = d->files[p.file];
         uint64_t offset = (uint64_t)(p.data - f.data) + j * (uint64_t)token_type_bytes[p.type];
-        die("'%s': the %s token at byte offset %" PRIu64 " has value %" PRId64 ", outside [0, 2^31): corrupt file or wrong dtype",
-            f.path.c_str(), token_type_names[p.type], offset, v);
+        die("%s: the %s token at byte offset %" PRIu64 " has value %" PRId64 ", outside [0, 2^31): corrupt file or wrong dtype",
+            path_label(f.path).c_str(), token_type_names[p.type], offset, v);
     }
     return (int32_t)v;
 }

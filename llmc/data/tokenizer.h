@@ -407,28 +407,28 @@ static void tok_read_ranks(Tokenizer* t, const char* path, TokenizerKind kind) {
         while (eol < file.size() && file[eol] != '\n') eol++;
         size_t sp = pos;
         while (sp < eol && file[sp] != ' ') sp++;
-        if (sp == eol) die("tokenizer: '%s' line %zu: no space between token and rank; %s", path, line, hint);
+        if (sp == eol) die("tokenizer: %s line %zu: no space between token and rank; %s", path_label(path).c_str(), line, hint);
         if (!tok_base64_decode(&file[pos], sp - pos, &token))
-            die("tokenizer: '%s' line %zu: token is not valid base64; %s", path, line, hint);
+            die("tokenizer: %s line %zu: token is not valid base64; %s", path_label(path).c_str(), line, hint);
         uint64_t rank = 0;
-        if (sp + 1 == eol) die("tokenizer: '%s' line %zu: missing rank; %s", path, line, hint);
+        if (sp + 1 == eol) die("tokenizer: %s line %zu: missing rank; %s", path_label(path).c_str(), line, hint);
         for (size_t k = sp + 1; k < eol; k++) {
             if (file[k] < '0' || file[k] > '9' || rank > 0xFFFFFFFFull)
-                die("tokenizer: '%s' line %zu: rank is not a number; %s", path, line, hint);
+                die("tokenizer: %s line %zu: rank is not a number; %s", path_label(path).c_str(), line, hint);
             rank = rank * 10 + (file[k] - '0');
         }
         if (rank != t->vocab_size)
-            die("tokenizer: '%s' line %zu: rank %llu, expected %u (ranks must be 0, 1, 2, ... in order); %s",
-                path, line, (unsigned long long)rank, t->vocab_size, hint);
+            die("tokenizer: %s line %zu: rank %llu, expected %u (ranks must be 0, 1, 2, ... in order); %s",
+                path_label(path).c_str(), line, (unsigned long long)rank, t->vocab_size, hint);
         if (!tok_append(t, token.data(), token.size(), true))
-            die("tokenizer: '%s' line %zu: token repeats an earlier one; %s", path, line, hint);
+            die("tokenizer: %s line %zu: token repeats an earlier one; %s", path_label(path).c_str(), line, hint);
         pos = eol + 1;
         line++;
     }
-    if (t->vocab_size == 0) die("tokenizer: '%s' is empty; %s", path, hint);
+    if (t->vocab_size == 0) die("tokenizer: %s is empty; %s", path_label(path).c_str(), hint);
     for (int b = 0; b < 256; b++)
         if (t->byte_id[b] == TOK_NONE)
-            die("tokenizer: '%s' has no token for the single byte 0x%02x (byte-level BPE needs all 256); %s", path, b, hint);
+            die("tokenizer: %s has no token for the single byte 0x%02x (byte-level BPE needs all 256); %s", path_label(path).c_str(), b, hint);
     t->n_ranks = t->vocab_size;
 }
 
@@ -463,16 +463,15 @@ static void tokenizer_load(Tokenizer* t, const char* rank_file, TokenizerKind ki
     tok_add_specials(t);
 }
 
-// Loads "bytes", "gpt2" (data/tokenizers/r50k_base.tiktoken), "llama3"
-// (data/tokenizers/llama3.tiktoken), or a rank file path whose kind follows from its number of
-// ranks (50256: GPT-2, 128000: Llama 3). Paths are relative to the working directory (the repo
-// root). Returns the kind (a TokenizerKind).
-static int tokenizer_load_auto(Tokenizer* t, const char* name_or_path) {
-    std::string name = name_or_path;
-    if (name == "bytes") {
-        tokenizer_init_bytes(t);
-        return TOK_BYTES;
-    }
+// Whether a tokenizer's name is one of the names below (bytes, gpt2, llama3) rather than the path of a rank file.
+static bool tokenizer_is_name(const std::string& name) {
+    return name == "bytes" || name == "gpt2" || name == "llama3";
+}
+
+// The rank file of a tokenizer: "gpt2" data/tokenizers/r50k_base.tiktoken, "llama3" data/tokenizers/llama3.tiktoken,
+// any other name but "bytes" (which has none: "") the path itself. Dies when it is not there.
+static std::string tokenizer_file(const std::string& name) {
+    if (name == "bytes") return "";
     std::string path = name;
     if (name == "gpt2") path = "data/tokenizers/r50k_base.tiktoken";
     if (name == "llama3") path = "data/tokenizers/llama3.tiktoken";
@@ -481,11 +480,32 @@ static int tokenizer_load_auto(Tokenizer* t, const char* name_or_path) {
             die("tokenizer %s: '%s' not found; run 'bash dev/data/fetch_tokenizers.sh' from the repo root", path_label(name).c_str(), path.c_str());
         die("tokenizer %s: no such file; expected bytes, gpt2, llama3 or the path of a tiktoken rank file", path_label(name).c_str());
     }
+    return path;
+}
+
+// tokenizer_load_auto's checks of the rank file alone, nothing read: there, regular, readable, not empty; the same
+// messages, naming the flag (a --tokenizer the run may not open is checked with it, llmc/run/flags.h).
+static void tokenizer_check(const std::string& name) {
+    const std::string path = tokenizer_file(name);
+    struct stat st;
+    if (!path.empty()) close(open_input(path, nullptr, true, &st));
+}
+
+// Loads "bytes", "gpt2", "llama3" (tokenizer_file), or a rank file path whose kind follows from its number of
+// ranks (50256: GPT-2, 128000: Llama 3). Paths are relative to the working directory (the repo
+// root). Returns the kind (a TokenizerKind).
+static int tokenizer_load_auto(Tokenizer* t, const char* name_or_path) {
+    std::string name = name_or_path;
+    if (name == "bytes") {
+        tokenizer_init_bytes(t);
+        return TOK_BYTES;
+    }
+    const std::string path = tokenizer_file(name);
     tok_read_ranks(t, path.c_str(), TOK_GPT2);
     if (t->n_ranks == 50256) t->kind = TOK_GPT2;
     else if (t->n_ranks == 128000) t->kind = TOK_LLAMA3;
-    else die("tokenizer '%s': %u ranks, so its pre-tokenization rules are unknown (50256 is GPT-2's r50k_base, "
-             "128000 is Llama 3's); call tokenizer_load with an explicit kind", path.c_str(), t->n_ranks);
+    else die("tokenizer %s: %u ranks, so its pre-tokenization rules are unknown (50256 is GPT-2's r50k_base, "
+             "128000 is Llama 3's); call tokenizer_load with an explicit kind", path_label(path).c_str(), t->n_ranks);
     tok_add_specials(t);
     return t->kind;
 }

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 #include "llmc/parallel/comm_timeout.h"
+#include "llmc/parallel/launch.h"
 #include "llmc/utils.h"
 #ifdef USE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only
@@ -82,18 +83,44 @@ struct CommRequest {
 #endif
 };
 
+// The world must be the one the environment names (llmc/parallel/launch.h's variables: mpirun's, srun's, or RANK and
+// WORLD_SIZE; or MPICH's PMI_SIZE). A process told it is one of N > 1 ranks that is not one of N MPI ranks (a build
+// without MPI, RANK and WORLD_SIZE with no mpirun, or another MPI's mpirun) would train alone, N times over one -o: it
+// stops, saying how to start it.
+static inline void comm_check_world(const Comm& w, const char* prog) {
+    LaunchInfo li = launch_info();
+    if (li.world == 1 && getenv("PMI_SIZE")) {  // MPICH's mpiexec
+        li.world = launch_env_int("PMI_SIZE", 1);
+        li.rank = launch_env_int("PMI_RANK", 0);
+        li.source = "PMI_SIZE, PMI_RANK";
+    }
+    if (li.world == 1 || w.size == li.world) return;
+#ifndef USE_MPI
+    const std::string why = "was built without MPI (rebuild it with mpicxx on PATH and NO_MPI unset)";
+#else
+    const std::string why = w.mpi == MPI_COMM_NULL
+        ? "was not started by an MPI launcher (its ranks are MPI processes; RANK and WORLD_SIZE alone start train_gpt's)"
+        : "sees an MPI world of " + std::to_string(w.size) + " (started by another MPI's mpirun than the one it was built with?)";
+#endif
+    die("the environment says this process is rank %d of %d (from %s), but %s %s, so it would train alone: start it "
+        "with mpirun -np %d %s ..., or unset those variables to train in one process", li.rank, li.world, li.source, prog,
+        why.c_str(), li.world, prog);
+}
+
 // The world. Without MPI, or when the program was not started by a launcher (mpirun, srun),
-// one process that never initialises MPI (no start-up cost).
+// one process that never initialises MPI (no start-up cost); comm_check_world's check either way.
 static inline Comm comm_init(int* argc, char*** argv) {
     Comm w;
 #ifdef USE_MPI
-    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE") && !getenv("PMIX_RANK")) return w;
-    mpi_check(MPI_Init(argc, argv));
-    w.mpi = MPI_COMM_WORLD;
-    mpi_check(MPI_Comm_size(w.mpi, &w.size));
-    mpi_check(MPI_Comm_rank(w.mpi, &w.rank));
-    comm_world_rank() = w.rank;
+    if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) {
+        mpi_check(MPI_Init(argc, argv));
+        w.mpi = MPI_COMM_WORLD;
+        mpi_check(MPI_Comm_size(w.mpi, &w.size));
+        mpi_check(MPI_Comm_rank(w.mpi, &w.rank));
+        comm_world_rank() = w.rank;
+    }
 #endif
+    comm_check_world(w, (*argv)[0]);
     return w;
 }
 

@@ -118,8 +118,8 @@ static inline std::string ckpt_parse_state(const char* text, size_t len, TrainSt
 
 static inline void write_text(const std::string& path, const std::string& text) {
     FILE* f = fopen_check(path.c_str(), "wb");
-    fwrite_check(text.data(), 1, text.size(), f, path.c_str());
-    fclose_check(f, path.c_str());
+    fwrite_check(text.data(), 1, text.size(), f, path_label(path).c_str());
+    fclose_check(f, path_label(path).c_str());
 }
 
 // Whether dir/DONE is a JSON object with a hash for each of the three files, and those files are
@@ -160,10 +160,10 @@ static inline void ckpt_remove(const std::string& dir) {
     std::error_code ec;
     if (!fs::exists(dir, ec)) return;
     fs::remove(fs::path(dir) / "DONE", ec);
-    if (ec) die("cannot remove '%s/DONE': %s", dir.c_str(), ec.message().c_str());
+    if (ec) die("cannot remove %s: %s", path_label(dir + "/DONE").c_str(), ec.message().c_str());
     fsync_path(dir);
     fs::remove_all(dir, ec);
-    if (ec) die("cannot remove checkpoint '%s': %s", dir.c_str(), ec.message().c_str());
+    if (ec) die("cannot remove checkpoint %s: %s", path_label(dir).c_str(), ec.message().c_str());
 }
 
 static inline void checkpoint_save(const std::string& out_dir, const ModelConfig& c, const ParamTable& t,
@@ -175,7 +175,7 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
     for (const auto& e : fs::directory_iterator(out_dir, ec))  // leftovers of interrupted writes
         if (e.path().filename().string().rfind(".tmp_ckpt_", 0) == 0) fs::remove_all(e.path(), ec);
     fs::create_directories(tmp, ec);
-    if (ec) die("cannot create checkpoint directory '%s': %s", tmp.c_str(), ec.message().c_str());
+    if (ec) die("cannot create checkpoint directory %s: %s", path_label(tmp).c_str(), ec.message().c_str());
 
     StWriter wm, wo;
     wm.metadata["config"] = config_to_json(c);
@@ -221,10 +221,24 @@ static inline void checkpoint_save(const std::string& out_dir, const ModelConfig
 
     ckpt_remove(final_dir);
     fs::rename(tmp, final_dir, ec);
-    if (ec) die("cannot rename checkpoint '%s' to '%s': %s", tmp.c_str(), final_dir.c_str(), ec.message().c_str());
+    if (ec) die("cannot rename checkpoint %s to '%s': %s", path_label(tmp).c_str(), final_dir.c_str(), ec.message().c_str());
     fsync_path(out_dir);
     std::vector<std::string> all = ckpt_list(out_dir);
     for (size_t i = 0; i + (size_t)keep_last < all.size(); i++) ckpt_remove(all[i]);
+}
+
+// Dies unless `resume` (--resume's value) is a checkpoint directory with its DONE marker.
+static inline void checkpoint_check_dir(const std::string& resume) {
+    struct stat st;
+    if (stat(resume.c_str(), &st) != 0) {
+        if (lstat(resume.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+            die("--resume '%s': does not exist (dangling symbolic link)", resume.c_str());
+        die("--resume '%s': no such checkpoint directory: %s", resume.c_str(), strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) die("--resume '%s': is %s; a checkpoint directory was expected", resume.c_str(), file_kind(st.st_mode));
+    if (!file_exists(resume + "/DONE"))
+        die("--resume '%s': checkpoint is incomplete (no DONE marker; it was interrupted while being written). "
+            "Use an earlier checkpoint or --resume auto.", resume.c_str());
 }
 
 // Finds the checkpoint to resume: "auto" means the newest complete one in out_dir (none: returns
@@ -236,16 +250,7 @@ static inline std::string checkpoint_resolve(const std::string& resume, const st
         std::vector<std::string> all = ckpt_list(out_dir);
         return all.empty() ? "" : all.back();
     }
-    struct stat st;
-    if (stat(resume.c_str(), &st) != 0) {
-        if (lstat(resume.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
-            die("--resume '%s': does not exist (dangling symbolic link)", resume.c_str());
-        die("--resume '%s': no such checkpoint directory: %s", resume.c_str(), strerror(errno));
-    }
-    if (!S_ISDIR(st.st_mode)) die("--resume '%s': is %s; a checkpoint directory was expected", resume.c_str(), file_kind(st.st_mode));
-    if (!file_exists(resume + "/DONE"))
-        die("--resume %s: checkpoint is incomplete (no DONE marker; it was interrupted while being written). "
-            "Use an earlier checkpoint or --resume auto.", resume.c_str());
+    checkpoint_check_dir(resume);
     return resume;
 }
 
@@ -256,27 +261,27 @@ static inline void checkpoint_load(const std::string& dir, const ModelConfig& c,
     std::vector<uint8_t> db = read_file_bytes(dir + "/DONE");
     std::string hashes[3];
     std::string err = ckpt_parse_done((const char*)db.data(), db.size(), hashes);
-    if (!err.empty()) die("%s/DONE: corrupt checkpoint marker (%s)", dir.c_str(), err.c_str());
+    if (!err.empty()) die("%s: corrupt checkpoint marker (%s)", path_label(dir + "/DONE").c_str(), err.c_str());
     for (int i = 0; i < 3; i++) {
         const char* f = kCkptFiles[i];
         std::string path = dir + "/" + f;
-        if (!file_exists(path)) die("checkpoint %s: missing file %s", dir.c_str(), f);
+        if (!file_exists(path)) die("checkpoint %s: missing file %s", path_label(dir).c_str(), f);
         if (std::to_string(fnv1a(read_file_bytes(path))) != hashes[i])
-            die("checkpoint %s: %s is corrupt (its hash differs from the one recorded in DONE)", dir.c_str(), f);
+            die("checkpoint %s: %s is corrupt (its hash differs from the one recorded in DONE)", path_label(dir).c_str(), f);
     }
     std::vector<uint8_t> sb = read_file_bytes(dir + "/state.json");
     err = ckpt_parse_state((const char*)sb.data(), sb.size(), s);
-    if (!err.empty()) die("%s/state.json: %s", dir.c_str(), err.c_str());
+    if (!err.empty()) die("%s: %s", path_label(dir + "/state.json").c_str(), err.c_str());
 
     SafeTensors sm, so;
     st_open(&sm, dir + "/model.safetensors");
     st_open(&so, dir + "/optim.safetensors");
     auto it = sm.metadata.find("config");
-    if (it == sm.metadata.end()) die("%s/model.safetensors: no config in metadata", dir.c_str());
-    ModelConfig fc = config_from_json(it->second, (dir + "/model.safetensors").c_str());
+    if (it == sm.metadata.end()) die("%s: no config in metadata", path_label(dir + "/model.safetensors").c_str());
+    ModelConfig fc = config_from_json(it->second, path_label(dir + "/model.safetensors").c_str());
     fc.padded_vocab = c.padded_vocab;
     if (config_to_json(fc) != config_to_json(c))
-        die("checkpoint %s was written for a different model:\n  checkpoint: %s\n  this run:   %s", dir.c_str(),
+        die("checkpoint %s was written for a different model:\n  checkpoint: %s\n  this run:   %s", path_label(dir).c_str(),
             config_to_json(fc).c_str(), config_to_json(c).c_str());
     for (const ParamSpec& p : t.specs) {
         const int64_t live = p.live_rows * p.cols;
@@ -296,7 +301,7 @@ static inline void checkpoint_load(const std::string& dir, const ModelConfig& c,
     const Json* pos = f->kind == Json::OBJ ? f->get("pos") : nullptr;
     if (!h || !pos || h->kind != Json::NUM || pos->kind != Json::NUM || !(h->num >= 1 && h->num <= 65536) ||
         h->num != (double)(int)h->num || !(pos->num >= 0 && pos->num < h->num) || pos->num != (double)(int)pos->num)
-        die("%s/state.json: fp8 is not {\"history\": an integer in [1, 65536], \"pos\": an integer below it}", dir.c_str());
+        die("%s: fp8 is not {\"history\": an integer in [1, 65536], \"pos\": an integer below it}", path_label(dir + "/state.json").c_str());
     fp8->history = (int)h->num;
     fp8->pos = (int)pos->num;
     const int64_t count = (3 + (int64_t)fp8->history) * 4 * c.n_layer;
@@ -308,6 +313,6 @@ static inline void checkpoint_load(const std::string& dir, const ModelConfig& c,
     for (const std::vector<float>* a : {&fp8->x, &fp8->dy})
         for (int64_t e = 0; e < count; e++)
             if (e < 2 * n ? !((*a)[e] > 0 && std::isfinite((*a)[e])) : !((*a)[e] >= 0))
-                die("%s/optim.safetensors: fp8 state value %g at [%lld, %lld] is not a valid %s", dir.c_str(), (*a)[e],
+                die("%s: fp8 state value %g at [%lld, %lld] is not a valid %s", path_label(dir + "/optim.safetensors").c_str(), (*a)[e],
                     (long long)(e / n), (long long)(e % n), e < 2 * n ? "scale (finite, > 0)" : "amax (>= 0)");
 }

@@ -10,6 +10,9 @@
 #include <string>
 #include "llmc/model_config.h"
 #include "llmc/flops.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/tokenizer.h"
+#include "llmc/run/checkpoint.h"
 #include "llmc/run/logger.h"
 #include "llmc/run/lr_schedule.h"
 #include "llmc/param_table.h"
@@ -149,8 +152,31 @@ static inline void print_usage(const char* prog) {
     print_presets();
 }
 
-// Parses argv into the model and training configs. Unknown flags, missing values and bad
-// numbers stop with a message naming the flag.
+// Every path a flag was given is checked as the flags are read, by the check of the code that opens it (the same
+// message, naming the flag): a run that never opens it still stops on a bad one before any work. Such runs: --tokenizer
+// with -g 0 or several ranks (no sample); --export-init (only --init-from is read); --plan; the CUDA trainer's
+// --print-config and --estimate-memory. A run that opens it later says nothing new. Names are not paths (--tokenizer
+// auto, bytes, gpt2 or llama3; --resume auto), and a default is checked where it is used.
+static inline bool path_flag_given(const char* flag, const std::string& value) {
+    if (value.empty()) return false;
+    for (const PathFlag& f : path_flags())
+        if (f.flag == flag) return true;
+    return false;
+}
+static inline void check_given_paths(const TrainConfig& tc) {
+    struct stat st;
+    if (path_flag_given("-i", tc.train_data)) loader_check(tc.train_data);
+    if (path_flag_given("-j", tc.val_data)) loader_check(tc.val_data);
+    if (path_flag_given("--tokenizer", tc.tokenizer) && !tokenizer_is_name(tc.tokenizer)) tokenizer_check(tc.tokenizer);
+    if (path_flag_given("--init-from", tc.init_from)) close(open_input(tc.init_from, "--init-from", true, &st));
+    if (path_flag_given("--resume", tc.resume) && tc.resume != "auto") checkpoint_check_dir(tc.resume);
+    if (path_flag_given("-o", tc.out_dir)) check_output_dir(tc.out_dir, "-o");
+    if (path_flag_given("--export-init", tc.export_init)) check_output_file(tc.export_init, "--export-init");
+    if (path_flag_given("--save-safetensors", tc.save_safetensors)) check_output_file(tc.save_safetensors, "--save-safetensors");
+}
+
+// Parses argv into the model and training configs. Unknown flags, missing values, bad
+// numbers and bad paths (check_given_paths) stop with a message naming the flag.
 static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfig* tc) {
     bool data_given = false, val_given = false;
     // first pass: the preset, so later switches override it
@@ -297,4 +323,5 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
     if (tc->min_lr < 0) tc->min_lr = tc->lr / 10.0;
     if (tc->warmup < 0) tc->warmup = std::min(20, tc->steps / 10);
     if (tc->warmup > tc->steps) die("flag --warmup %d exceeds the number of steps -x %d", tc->warmup, tc->steps);
+    check_given_paths(*tc);
 }

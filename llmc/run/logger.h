@@ -182,7 +182,7 @@ static inline void log_paddle_result(Logger* lg, const ModelConfig& c, bool fail
     std::string p = lg->out_dir + "/paddle_result.json";
     FILE* f = fopen_check(p.c_str(), "wb");
     fprintf(f, "%s\n", b);
-    fclose_check(f, p.c_str());
+    fclose_check(f, path_label(p).c_str());
 }
 
 // A run that stops on a non-finite loss: the Paddle result with JOB_FAIL_FLAG 1 (other formats: nothing more).
@@ -236,7 +236,7 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
                "\"memory_bytes_per_rank\":%s,\"final_loss\":%.9g,\"val_loss\":%s,\"steps\":%zu}\n",
             c.name.c_str(), (long long)n_params, lg->n_devices, med, tok_s, mfu, nominal_mfu, lg->flops_per_token,
             peak_mem_bytes, ranks.c_str(), final_loss, val_json, lg->step_ms.size());
-    fclose_check(f, p.c_str());
+    fclose_check(f, path_label(p).c_str());
 }
 
 // Memory of one rank: bytes measured (buffers held, peaks of the gathered ZeRO-3 weights, the

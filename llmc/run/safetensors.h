@@ -112,9 +112,9 @@ static inline const StTensor* st_find(const SafeTensors* st, const std::string& 
 
 static inline const StTensor* st_require(const SafeTensors* st, const std::string& name, int64_t numel) {
     const StTensor* t = st_find(st, name);
-    if (!t) die("%s: tensor '%s' not found", st->path.c_str(), name.c_str());
+    if (!t) die("%s: tensor '%s' not found", path_label(st->path).c_str(), name.c_str());
     if (numel >= 0 && t->numel() != numel)
-        die("%s: tensor '%s' has %lld elements, expected %lld", st->path.c_str(), name.c_str(),
+        die("%s: tensor '%s' has %lld elements, expected %lld", path_label(st->path).c_str(), name.c_str(),
             (long long)t->numel(), (long long)numel);
     return t;
 }
@@ -144,7 +144,7 @@ static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* 
     else if (t->dtype == "BF16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_bf16_to_f32(h); }
     else if (t->dtype == "F16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_f16_to_f32(h); }
     else if (t->dtype == "F64") for (int64_t i = 0; i < n; i++) { double d; memcpy(&d, p + 8 * i, 8); out[i] = (float)d; }
-    else die("%s: tensor '%s' has dtype %s, expected a float type", st->path.c_str(), t->name.c_str(), t->dtype.c_str());
+    else die("%s: tensor '%s' has dtype %s, expected a float type", path_label(st->path).c_str(), t->name.c_str(), t->dtype.c_str());
 }
 
 // Reads an integer tensor (I32, I64) into out[numel] as int32.
@@ -153,7 +153,7 @@ static inline void st_read_i32(const SafeTensors* st, const StTensor* t, int32_t
     const int64_t n = t->numel();
     if (t->dtype == "I32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }
     else if (t->dtype == "I64") for (int64_t i = 0; i < n; i++) { int64_t v; memcpy(&v, p + 8 * i, 8); out[i] = (int32_t)v; }
-    else die("%s: tensor '%s' has dtype %s, expected I32 or I64", st->path.c_str(), t->name.c_str(), t->dtype.c_str());
+    else die("%s: tensor '%s' has dtype %s, expected I32 or I64", path_label(st->path).c_str(), t->name.c_str(), t->dtype.c_str());
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -195,9 +195,9 @@ static inline void st_write(const StWriter* w, const std::string& path) {
     while (h.size() % 8 != 0) h += ' ';  // keep the data section 8-byte aligned
     FILE* f = fopen_check(path.c_str(), "wb");
     uint64_t n = h.size();
-    fwrite_check(&n, 8, 1, f, path.c_str());
-    fwrite_check(h.data(), 1, h.size(), f, path.c_str());
+    fwrite_check(&n, 8, 1, f, path_label(path).c_str());
+    fwrite_check(h.data(), 1, h.size(), f, path_label(path).c_str());
     for (const StWriter::Entry& e : w->entries)
-        if (e.bytes) fwrite_check(e.data, 1, e.bytes, f, path.c_str());
-    fclose_check(f, path.c_str());
+        if (e.bytes) fwrite_check(e.data, 1, e.bytes, f, path_label(path).c_str());
+    fclose_check(f, path_label(path).c_str());
 }

@@ -65,7 +65,7 @@ static inline void hf_read_tensors(const SafeTensors* st, const ParamTable& t, c
             const StTensor* x = st_require(st, prefix + p.name, p.rows * s.cols);
             std::vector<int64_t> want = hf_shape(s, p);
             if (x->shape != want)
-                die("%s: tensor '%s' has shape [%s], expected [%lld%s%lld]", st->path.c_str(), x->name.c_str(),
+                die("%s: tensor '%s' has shape [%s], expected [%lld%s%lld]", path_label(st->path).c_str(), x->name.c_str(),
                     [&] { std::string r; for (size_t i = 0; i < x->shape.size(); i++) r += (i ? "," : "") + std::to_string(x->shape[i]); return r; }().c_str(),
                     (long long)want[0], want.size() > 1 ? "," : "", want.size() > 1 ? (long long)want[1] : 0LL);
             buf.resize((size_t)x->numel());
@@ -81,11 +81,11 @@ static inline void hf_import(const std::string& path, const ModelConfig& c, cons
     st_open(&st, path);
     auto it = st.metadata.find("config");
     if (it != st.metadata.end()) {
-        ModelConfig fc = config_from_json(it->second, path.c_str());
+        ModelConfig fc = config_from_json(it->second, path_label(path).c_str());
         fc.name = c.name;
         fc.padded_vocab = c.padded_vocab;
         if (config_to_json(fc) != config_to_json(c))
-            die("%s: the file's model config differs from the requested one:\n  file: %s\n  run:  %s", path.c_str(),
+            die("%s: the file's model config differs from the requested one:\n  file: %s\n  run:  %s", path_label(path).c_str(),
                 config_to_json(fc).c_str(), config_to_json(c).c_str());
     }
     hf_read_tensors(&st, t, "", params);
