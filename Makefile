@@ -20,6 +20,8 @@
 #   make devcuda           the kernel playground dev/cuda (its own Makefile lists the programs) into
 #                          build/devcuda/; make build/devcuda/norm builds one (tests/t_devcuda_build.sh)
 #   make devcuda-attn-resources   ptxas registers / spills per kernel of the attention and classifier programs
+#   make resources         per kernel of train_gpt.cu, for sm_80 and sm_90a: registers, spills, shared memory and
+#                          blocks per SM (ptxas -v; blocks per SM computed, docs/resources.md; tests/t_resources.sh)
 #   make build/ceilings    probe: copy bandwidth and cuBLASLt bf16/fp8 GEMM ceilings (dev/probe/)
 #   make build/nccl_ranks  probe: NCCL collectives with several ranks on one GPU (only when NCCL is found)
 #   make probe-config      prints the nvcc and NCCL this Makefile found (tests/t_probe_build.sh)
@@ -99,7 +101,6 @@ HEADERS := $(wildcard llmc/*.h llmc/*/*.h)
 CUDA_HEADERS := $(wildcard llmc/*.cuh llmc/*/*.cuh)
 DATASETS_HEADERS := llmc/data/datasets.h llmc/data/dataloader.h llmc/data/zip_npy.h llmc/rng.h llmc/utils.h
 TOKENIZER_HEADERS := llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/utils.h
-PARALLEL_HEADERS := llmc/parallel/topology.h llmc/parallel/pp_schedule.h llmc/parallel/pp_exec.h llmc/parallel/layout.h llmc/run/flags.h llmc/parallel/zero.h llmc/parallel/tp.h llmc/parallel/comm_mpi.h llmc/param_table.h llmc/model_config.h llmc/run/safetensors.h llmc/parallel/assemble.h llmc/parallel/comms.h llmc/parallel/planner.h llmc/flops.h
 
 .PHONY: all deps test test_all test-quick clean
 all: train_gpt_cpu test_gpt_cpu
@@ -140,7 +141,7 @@ $(BUILD)/test_datasets: tests/test_datasets.cpp $(DATASETS_HEADERS)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
 # tests/t_parallel.sh runs it, and runs train_gpt_cpu under mpirun in every parallel layout of its matrix
-$(BUILD)/test_parallel: tests/test_parallel.cpp tests/check.h $(PARALLEL_HEADERS)
+$(BUILD)/test_parallel: tests/test_parallel.cpp tests/check.h $(HEADERS)
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
@@ -201,6 +202,30 @@ devcuda-attn-resources:
 	    grep -E "Compiling entry|registers|spill" $(BUILD)/devcuda/$$f.resources.log | sed -e 's/ptxas info *: //'; \
 	done
 
+# ---- resources: what ptxas gives each kernel of the trainer -------------------------------------------
+# train_gpt.cu compiled as the trainer is (NVCC_FLAGS and TRAIN_GPT_FLAGS), but to an object only, one architecture
+# at a time (RESOURCE_ARCHS, not GENCODE's list) and with -Xptxas -v; the log and the PTX nvcc kept (for the kernels'
+# __launch_bounds__) go to $(RESOURCES)/<arch>.log and .ptx. scripts/resources.py prints, per architecture and kernel,
+# the registers, spills and static shared memory ptxas gave it, the block size and dynamic shared memory of its
+# launch, and the blocks per SM those allow (computed from the documented per-SM limits, not measured);
+# tests/t_resources.sh holds that no kernel the presets use spills. The table as of now: docs/resources.md.
+RESOURCE_ARCHS := sm_80 sm_90a
+RESOURCES := $(BUILD)/resources/$(if $(filter FP32,$(PRECISION)),fp32,bf16)
+RESOURCE_LOGS := $(RESOURCE_ARCHS:%=$(RESOURCES)/%.log)
+RESOURCE_FLAGS = $(filter-out $(GENCODE),$(NVCC_FLAGS)) $(TRAIN_GPT_FLAGS) -Xptxas -v
+
+.PHONY: resources
+resources: $(RESOURCE_LOGS)
+	@$(PYTHON) scripts/resources.py $(RESOURCE_LOGS:.log=)
+
+$(RESOURCES)/sm_%.log: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	@rm -rf $(RESOURCES)/keep_sm_$* && mkdir -p $(RESOURCES)/keep_sm_$*
+	@echo "$(NVCC) $(RESOURCE_FLAGS) -gencode arch=compute_$*,code=sm_$* -c $< > $@"
+	@$(NVCC) $(RESOURCE_FLAGS) -gencode arch=compute_$*,code=sm_$* --keep --keep-dir $(RESOURCES)/keep_sm_$* \
+	    -c $< -o $(RESOURCES)/sm_$*.o > $@.tmp 2>&1 || { cat $@.tmp; exit 1; }
+	@mv $(RESOURCES)/keep_sm_$*/train_gpt.ptx $(RESOURCES)/sm_$*.ptx && rm -rf $(RESOURCES)/keep_sm_$* && mv $@.tmp $@
+
 # ---- GPU probes (dev/probe/) ---------------------------------------------------------------------
 PROBE_DEPS := llmc/cuda_common.cuh llmc/utils.h
 
@@ -231,21 +256,23 @@ ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datas
                  $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
-                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit
+                   $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit $(RESOURCE_LOGS)
 endif
-# the tests that take seconds (t_attention and t_matmul_emulated about half a minute each on 2 cores)
-QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_comm t_comm_mpi
+# the tests that take seconds (t_attention, t_matmul_emulated and t_widths about half a minute each on 2 cores)
+QUICK_TESTS := t_cpu_units t_datasets t_tokenizer t_bad_inputs t_resume t_attention t_matmul_emulated t_widths t_comm t_comm_mpi
 
 deps:
 	@bash scripts/install_deps.sh
 
 # `make test` first installs missing dependencies (or names the command), then re-reads this
-# Makefile so that MPI and NCCL detection sees them.
+# Makefile so that MPI and NCCL detection sees them; it builds with TEST_JOBS jobs and runs up to
+# TEST_JOBS test scripts at once (scripts/run_tests.sh -j; default: the machine's cores).
+TEST_JOBS ?= $(shell nproc 2> /dev/null || echo 1)
 test: deps
-	@$(MAKE) --no-print-directory test_all
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test_all
 
 test_all: $(ALL_TEST_DEPS)
-	@bash scripts/run_tests.sh
+	@bash scripts/run_tests.sh -j $(TEST_JOBS)
 
 test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_tokenizer
 	@bash scripts/run_tests.sh $(QUICK_TESTS)

@@ -116,6 +116,25 @@ __global__ void __launch_bounds__(LANES == 32 ? NORM_FWD_THREADS : NORM_FWD_ROW_
     }
 }
 
+// The instantiation a width C selects (the launchers' dispatch; tests/t_resources.sh lists each preset's): the
+// forward's V vectors of 8 per thread and LANES threads per row, the backward's V.
+struct NormFwdVariant {
+    int V, lanes;
+};
+static NormFwdVariant norm_forward_variant(int C) {
+    const int nvec = C / 8;
+    if (nvec <= 32 * 4) return {4, 32};
+    if (nvec <= 32 * 8) return {8, 32};
+    if (nvec <= 32 * 16) return {16, 32};
+    if (nvec <= NORM_FWD_ROW_THREADS * 4) return {4, NORM_FWD_ROW_THREADS};
+    return {6, NORM_FWD_ROW_THREADS};
+}
+
+static int norm_backward_variant(int C) {
+    const int V = (int)ceil_div(C / 8, NORM_BWD_THREADS);
+    return V <= 1 ? 1 : V <= 2 ? 2 : V <= 4 ? 4 : 6;
+}
+
 static void norm_check_shape(const char* what, int N, int C) {
     if (N <= 0 || C <= 0 || C % 8 != 0 || C > NORM_MAX_C)
         die("%s: needs N > 0 and C a multiple of 8 up to %d, got N %d C %d", what, NORM_MAX_C, N, C);
@@ -125,14 +144,14 @@ static void fused_residual_norm_forward(floatX* resid, floatX* out, float* mean,
                                         const floatX* x, const floatX* y, const floatX* w,
                                         const floatX* b, int N, int C, float eps, bool rms, cudaStream_t stream) {
     norm_check_shape("fused_residual_norm_forward", N, C);
-    const int nvec = C / 8;
+    const NormFwdVariant f = norm_forward_variant(C);
 #define NORM_FWD_LAUNCH(VV, LANES, GRID, THREADS) \
     fused_residual_norm_forward_kernel<VV, LANES><<<GRID, THREADS, 0, stream>>>(resid, out, mean, rstd, x, y, w, b, N, C, eps, rms)
     const int warp_grid = (int)ceil_div(N, NORM_FWD_THREADS / 32);
-    if (nvec <= 32 * 4) NORM_FWD_LAUNCH(4, 32, warp_grid, NORM_FWD_THREADS);
-    else if (nvec <= 32 * 8) NORM_FWD_LAUNCH(8, 32, warp_grid, NORM_FWD_THREADS);
-    else if (nvec <= 32 * 16) NORM_FWD_LAUNCH(16, 32, warp_grid, NORM_FWD_THREADS);
-    else if (nvec <= NORM_FWD_ROW_THREADS * 4) NORM_FWD_LAUNCH(4, NORM_FWD_ROW_THREADS, N, NORM_FWD_ROW_THREADS);
+    if (f.lanes == 32 && f.V == 4) NORM_FWD_LAUNCH(4, 32, warp_grid, NORM_FWD_THREADS);
+    else if (f.lanes == 32 && f.V == 8) NORM_FWD_LAUNCH(8, 32, warp_grid, NORM_FWD_THREADS);
+    else if (f.lanes == 32) NORM_FWD_LAUNCH(16, 32, warp_grid, NORM_FWD_THREADS);
+    else if (f.V == 4) NORM_FWD_LAUNCH(4, NORM_FWD_ROW_THREADS, N, NORM_FWD_ROW_THREADS);
     else NORM_FWD_LAUNCH(6, NORM_FWD_ROW_THREADS, N, NORM_FWD_ROW_THREADS);
 #undef NORM_FWD_LAUNCH
     cudaCheck(cudaGetLastError());
@@ -144,6 +163,16 @@ static void fused_residual_norm_forward(floatX* resid, floatX* out, float* mean,
 // row is read once. The two row sums (mean of dn and of dn * xhat) are block reductions.
 
 static size_t norm_backward_scratch_floats(int N, int C) { return ceil_div(N, NORM_BWD_ROWS) * 2 * (size_t)C; }
+
+// An empty asm that "may change" the packed row: after it the compiler must convert the row from the packed words
+// again instead of keeping the first pass's fp32 values (twice the registers) across the row sum. No instruction:
+// the second pass computes the same operations on the same values. Only the V = 6 instantiation (C > 8192) uses
+// it: without it ptxas of nvcc 13 spills that kernel on sm_90a (255 registers; `make resources`).
+__device__ __forceinline__ void norm_opaque(Pack8& p) {
+    uint32_t* u = reinterpret_cast<uint32_t*>(&p);
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(Pack8) / 4); i++) asm volatile("" : "+r"(u[i]));
+}
 
 template <int V>
 __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
@@ -183,6 +212,13 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
             }
         }
         float2 tot = block_sum2(s_dn, s_dnx, red, row & 1);
+        if (V > 4) {
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                norm_opaque(dv[k]);
+                norm_opaque(xv[k]);
+            }
+        }
         const float m_dn = rms ? 0.0f : tot.x / C, m_dnx = tot.y / C;
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -240,11 +276,11 @@ static void norm_backward(floatX* dres, floatX* dw, floatX* db, float* scratch,
                           const float* rstd, int N, int C, bool rms, cudaStream_t stream) {
     norm_check_shape("norm_backward", N, C);
     const int grid = (int)ceil_div(N, NORM_BWD_ROWS);
-    const int V = (int)ceil_div(C / 8, NORM_BWD_THREADS);
+    const int V = norm_backward_variant(C);
 #define NORM_BWD_LAUNCH(VV) norm_backward_kernel<VV><<<grid, NORM_BWD_THREADS, 0, stream>>>(dres, scratch, dout, x, w, mean, rstd, N, C, rms)
-    if (V <= 1) NORM_BWD_LAUNCH(1);
-    else if (V <= 2) NORM_BWD_LAUNCH(2);
-    else if (V <= 4) NORM_BWD_LAUNCH(4);
+    if (V == 1) NORM_BWD_LAUNCH(1);
+    else if (V == 2) NORM_BWD_LAUNCH(2);
+    else if (V == 4) NORM_BWD_LAUNCH(4);
     else NORM_BWD_LAUNCH(6);
 #undef NORM_BWD_LAUNCH
     cudaCheck(cudaGetLastError());

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/cuda_emu/build.sh SOURCE OUTPUT [FLAG...] [-- LIB...]: builds a CUDA source of this repository with g++ against
 # the host emulation of CUDA, cuBLASLt and NCCL. The one recipe of every emulated build: the Makefile's (build/test_comm_emu,
-# build/train_gpt_emu, build/train_gpt_fp32_emu) and the tests' (t_attention, t_fp8, t_gpu_emulated, t_matmul_emulated).
+# build/train_gpt_emu, build/train_gpt_fp32_emu) and the tests' (t_attention, t_fp8, t_gpu_emulated, t_matmul_emulated, t_widths).
 #   SOURCE   a file that rewrite.py copies, relative to the repository root: train_gpt.cu, test_gpt.cu, tests/NAME.cu
 #   OUTPUT   the program to write; the rewritten copy of the sources goes to OUTPUT_src/ (emptied first)
 #   FLAG...  the compiler flags of this build (optimisation, warnings, -fopenmp, -D...), LIB... what it links
