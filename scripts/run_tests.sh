@@ -15,6 +15,8 @@
 # anything failed.
 set -u
 cd "$(dirname "$0")/.."
+# run from `make test -jN`: the scripts' own make calls start afresh (no parent jobserver, whose absence make warns of)
+unset MAKEFLAGS MFLAGS MAKELEVEL
 jobs=1
 if [ "${1:-}" = -j ]; then
     jobs=${2:-}
