@@ -24,6 +24,7 @@
 #include <vector>
 #include "llmc/matmul.cuh"
 #include "tests/check.h"
+#include "tests/device_io.h"
 
 static const int N = 64, IC = 48, OC = 40, PASSES = 3;
 
@@ -37,24 +38,7 @@ static std::vector<float> make_values(size_t n, uint32_t seed) {
     return v;
 }
 
-template <typename T>
-static T* upload(const std::vector<float>& h) {
-    std::vector<T> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = (T)h[i];
-    T* d = nullptr;
-    cudaCheck(cudaMalloc(&d, t.size() * sizeof(T)));
-    cudaCheck(cudaMemcpy(d, t.data(), t.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
 
-template <typename T>
-static std::vector<float> download(const T* d, size_t n) {
-    std::vector<T> t(n);
-    cudaCheck(cudaMemcpy(t.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    std::vector<float> f(n);
-    for (size_t i = 0; i < n; i++) f[i] = (float)t[i];
-    return f;
-}
 
 struct Results {
     std::vector<float> out_bias, out, dinp, dw, dbias, dw32;

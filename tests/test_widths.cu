@@ -33,6 +33,7 @@
 #endif
 #include "llmc/ref_ops.h"
 #include "tests/check.h"
+#include "tests/device_io.h"
 
 // Rounding units. A floatX store rounds to nearest: relative error at most the unit roundoff 2^-8 in bf16 (8
 // significant bits: half an ulp, 2^-8 of a value just above a power of two; the bound tests/test_matmul_emu.cu
@@ -59,23 +60,6 @@ static std::vector<float> make_values(size_t n, double scale, double shift = 0.0
     return v;
 }
 
-template <typename T>
-static T* upload(const std::vector<float>& h) {
-    std::vector<T> t(h.size());
-    for (size_t i = 0; i < h.size(); i++) t[i] = (T)h[i];
-    T* d = nullptr;
-    cudaCheck(cudaMalloc(&d, t.size() * sizeof(T)));
-    cudaCheck(cudaMemcpy(d, t.data(), t.size() * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-}
-template <typename T>
-static std::vector<float> download(const T* d, size_t n) {
-    std::vector<T> t(n);
-    cudaCheck(cudaMemcpy(t.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-    std::vector<float> f(n);
-    for (size_t i = 0; i < n; i++) f[i] = (float)t[i];
-    return f;
-}
 
 // max over i of |a - ref| / bound, +inf when a value is not finite
 static double worst_ratio(const std::vector<float>& a, const std::vector<double>& ref, const std::vector<double>& bound) {

@@ -101,7 +101,8 @@ def report(worst, at, tol):
     return 0 if worst <= float(tol) else 1
 
 
-def compare(pa, pb, tol):
+def per_tensor(pa, pb, tol, metric):
+    """The worst over the tensors of metric(a, b) (the key biases left out), reported against tol."""
     a, ma = read_st(pa)
     b, _ = read_st(pb)
     if sorted(a) != sorted(b) or any(a[k].size != b[k].size for k in a):
@@ -111,26 +112,18 @@ def compare(pa, pb, tol):
     worst, at = 0.0, ""
     for k in a:
         x, y = kept(a[k], masks.get(k)), kept(b[k], masks.get(k))
-        r = np.max(np.abs(x - y)) / (np.max(np.abs(y)) + 1e-3) if np.all(np.isfinite(x)) else np.inf
+        r = metric(x, y) if np.all(np.isfinite(x)) else np.inf
         if not (r <= worst) or not at:
             worst, at = r, k
     return report(worst, at, tol)
+
+
+def compare(pa, pb, tol):
+    return per_tensor(pa, pb, tol, lambda x, y: np.max(np.abs(x - y)) / (np.max(np.abs(y)) + 1e-3))
 
 
 def steps(pa, pb, lr, tol):
-    a, ma = read_st(pa)
-    b, _ = read_st(pb)
-    if sorted(a) != sorted(b) or any(a[k].size != b[k].size for k in a):
-        print("tensors differ in names or sizes")
-        return 1
-    masks = key_bias_masks(config(ma), a)
-    worst, at = 0.0, ""
-    for k in a:
-        x, y = kept(a[k], masks.get(k)), kept(b[k], masks.get(k))
-        r = np.sqrt(np.sum((x - y) ** 2)) / float(lr) if np.all(np.isfinite(x)) else np.inf
-        if not (r <= worst) or not at:
-            worst, at = r, k
-    return report(worst, at, tol)
+    return per_tensor(pa, pb, tol, lambda x, y: np.sqrt(np.sum((x - y) ** 2)) / float(lr))
 
 
 def update(pi, pa, pb, tol):
