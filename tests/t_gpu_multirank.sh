@@ -197,7 +197,7 @@ else
     lines=$(wc -l 2> /dev/null < "$d/oom.below/metrics.jsonl" || echo 0)
     if [ $rc -eq 0 ] && [ -n "$other" ] && [ "$other" != "$fastest" ] && [ "$lines" = 2 ]; then
         echo "[PASS] device memory: on $below MiB no layout flag picks '$other' instead and runs to the end"
-    else echo "[FAIL] device memory, $below MiB, no layout flag: exit $rc, chose '$other' (not '$fastest' expected), $lines steps: $(why oom.below)"; status=1; fi
+    else echo "[FAIL] device memory, $below MiB, no layout flag: exit $rc, chose '$other' (expected a layout other than '$fastest'), $lines steps: $(why oom.below)"; status=1; fi
     # shellcheck disable=SC2046
     oom_run oom.flags "$below" $(as_flags <<< "$fastest")
     if [ $rc -eq 1 ] && grep -q "this run needs about .* GiB are free on the device" "$d/oom.flags.log" &&
