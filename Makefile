@@ -16,6 +16,7 @@
 #   make build/test_fp8    the fp8 casts, scales and GEMMs (llmc/fp8.cuh, llmc/matmul_fp8.cuh) with nvcc (tests/t_fp8.sh)
 # Tools:
 #   make build/prepare     text / JSONL -> llm.c shards or a Megatron indexed data set (docs/data_formats.md)
+#   make build/ckpt_convert  a checkpoint -> one Hugging Face file, or whole tensors (docs/checkpoints.md)
 # GPU (programs built with nvcc for sm_80, sm_90a and sm_100a, GENCODE below):
 #   make devcuda           the kernel playground dev/cuda (its own Makefile lists the programs) into
 #                          build/devcuda/; make build/devcuda/norm builds one (tests/t_devcuda_build.sh)
@@ -180,6 +181,10 @@ $(BUILD)/prepare: dev/data/prepare.cpp llmc/data/tokenizer.h llmc/data/unicode_t
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
+$(BUILD)/ckpt_convert: dev/ckpt_convert.cpp $(HEADERS)
+	@mkdir -p $(BUILD)
+	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
+
 # ---- dev/cuda, the kernel playground ---------------------------------------------------------------
 # dev/cuda/Makefile lists the programs and builds them; here with this Makefile's nvcc and flags, into
 # $(BUILD)/devcuda/ (each binary's compile log beside it, <binary>.log).
@@ -251,7 +256,7 @@ $(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
 # ---- test tooling: make test, test-quick -------------------------------------------------------
 # what `make test` builds before it runs tests/t_*.sh: every program of this Makefile that this machine can
 # build, but the fuzzers and the sanitized copies
-ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
+ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/ckpt_convert $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
                  $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
 ifneq ($(NVCC),)

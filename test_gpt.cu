@@ -403,7 +403,7 @@ static void test_reference(const char* path) {
     {
         std::vector<float> p, m, v;
         gpt_get_weights(&g, &p, &m, &v);
-        checkpoint_save(dir, c, table, p.data(), m.data(), v.data(), state, 1);
+        checkpoint_save_whole(dir, c, table, p.data(), m.data(), v.data(), state, 1);
     }
     run_steps(&g, ref, half, S, &l1, &n1, nullptr);
     std::vector<float> pa, ma, va;
@@ -414,7 +414,7 @@ static void test_reference(const char* path) {
     {
         std::vector<float> p(table.total), m(table.total), v(table.total);
         TrainState rs;
-        checkpoint_load(checkpoint_resolve("auto", dir), c, table, p.data(), m.data(), v.data(), &rs);
+        checkpoint_load_whole(checkpoint_resolve("auto", dir), c, table, p.data(), m.data(), v.data(), &rs);
         check(rs.step == half, tag + " checkpoint step", "%d vs %d", rs.step, half);
         gpt_set_weights(&r, p.data(), m.data(), v.data());
     }

@@ -913,35 +913,38 @@ int main(int argc, char** argv) {
     const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
 
-    // weights: every rank makes the whole model (seeded init and --init-from, or when resuming a
-    // checkpoint of any layout, which holds every value) and keeps its part
+    // weights: a fresh run makes the whole model on every rank (seeded init and --init-from) and keeps its part; a
+    // resumed one reads its part from the checkpoint of any layout (llmc/run/checkpoint.h, part_read)
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
-    {
-        std::vector<float> p(g.full.total), m, v;
-        if (resume_dir.empty()) {
-            const double init_s = params_init_full(mc, g.full, p.data(), tc.seed);
-            if (rank0) print_init_time((int64_t)g.full.total, init_s);
-            if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
-        } else {
-            m.assign(g.full.total, 0.0f);
-            v.assign(g.full.total, 0.0f);
-            checkpoint_load(resume_dir, mc, g.full, p.data(), m.data(), v.data(), &state);
-            if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
-        }
-        comm_io_wait([&] { comm_barrier(world); });  // the slowest rank's reading, under --io-timeout
-        gpt_set_full(&g, p.data(), m.empty() ? nullptr : m.data(), v.empty() ? nullptr : v.data());
+    const bool sharded[3] = {layout.zero >= 3, layout.zero >= 1, layout.zero >= 1};  // params, m, v
+    std::vector<float>* bufs[3] = {&g.params, &g.m, &g.v};
+    const char* kinds[3] = {"p", "m", "v"};
+    if (resume_dir.empty()) {
+        std::vector<float> p(g.full.total);
+        const double init_s = params_init_full(mc, g.full, p.data(), tc.seed);
+        if (rank0) print_init_time((int64_t)g.full.total, init_s);
+        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
+        gpt_set_full(&g, p.data(), (const float*)nullptr, (const float*)nullptr);
+    } else {
+        CkptReader R;
+        ckpt_open(&R, resume_dir, mc, g.full, &state);
+        for (int i = 0; i < 3; i++) part_read(&R, kinds[i], g.full, g.table, g.global, g.slice, g.buckets, layout, sharded[i], bufs[i]->data());
+        ckpt_close(&R);
+        if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
     }
-    // whole-model buffers on rank 0 for checkpoints and exports
+    comm_io_wait([&] { comm_barrier(world); });  // the slowest rank's reading, under --io-timeout
+    // a checkpoint: every rank writes the parts it owns (part_write), all at once
     auto save_checkpoint = [&]() {
-        std::vector<float> p, m, v;
-        gpt_get_full(&g, &p, &m, &v);
-        if (rank0) {
-            test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
-            checkpoint_save(tc.out_dir, mc, g.full, p.data(), m.data(), v.data(), state, tc.keep_last);
-        }
-        comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
+        auto barrier = [&] { comm_io_wait([&] { comm_barrier(world); }); };  // another rank's disk work: --io-timeout
+        checkpoint_save(tc.out_dir, mc, g.full, layout_json(layout), world.rank, world.size, state, tc.keep_last, nullptr, barrier,
+                        [&](CkptShardWriter* w) {
+                            if (rank0) test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
+                            for (int i = 0; i < 3; i++)
+                                part_write(w, kinds[i], g.full, g.table, g.global, g.slice, g.buckets, layout, sharded[i],
+                                           [&](size_t pos, size_t) { return bufs[i]->data() + pos; });
+                        });
     };
     if (rank0 && !tc.out_dir.empty()) {
         std::error_code ec;

@@ -62,7 +62,16 @@ within() { $PY tests/metrics_checks.py within "$1" "$2"; }
 weights() {
     wout=$($PY tests/weights_checks.py "$@" 2>&1) && wok=1 || wok=0
 }
-ckpt() { echo "$d/$1/ckpt_$(printf %08d "$2")/$3.safetensors"; }
+# ckpt NAME STEP FILE: run NAME's step-STEP checkpoint in the single-file form, FILE (model or optim).safetensors: the
+# sharded checkpoint's whole tensors by table name (build/ckpt_convert --single, once per checkpoint written)
+ckpt() {
+    local step; step=$(printf %08d "$2")
+    local dir="$d/$1/ckpt_$step" out="$d/$1.whole"
+    if [ ! "$out/ckpt_$step/DONE" -nt "$dir/DONE" ]; then
+        ./build/ckpt_convert "$dir" --single "$out" > /dev/null 2> "$out.err" || { cat "$out.err" >&2; echo "$out/ckpt_$step/$3.safetensors"; return 1; }
+    fi
+    echo "$out/ckpt_$step/$3.safetensors"
+}
 # opt_bytes NAME: master weights + AdamW moments of the run's first "memory estimate (bytes)" line (rank 0's)
 opt_bytes() {
     sed -n 's/^memory estimate (bytes):.* master \([0-9]*\) moments \([0-9]*\) .*/\1 \2/p' "$d/$1.log" | head -1 |

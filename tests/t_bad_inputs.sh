@@ -67,8 +67,8 @@ expect_fail "safetensors of another model is refused" "$d/init.safetensors" "dif
 ck=(-c gpt3_tiny --layers 1 -b 2 -t 16 -v 0 -g 0 -o "$d/ck" -n 2)
 ./train_gpt_cpu "${ck[@]}" -x 4 > /dev/null 2>&1
 cp -r "$d/ck/ckpt_00000004" "$d/ck_corrupt"
-printf '\x01' | dd of="$d/ck_corrupt/model.safetensors" bs=1 seek=5000 conv=notrunc status=none
-expect_fail "corrupt checkpoint is refused" "$d/ck_corrupt" "model.safetensors is corrupt" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_corrupt"
+printf '\x01' | dd of="$d/ck_corrupt/shard_00000.bin" bs=1 seek=5000 conv=notrunc status=none
+expect_fail "corrupt checkpoint is refused" "$d/ck_corrupt" "shard_00000.bin is corrupt" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_corrupt"
 cp -r "$d/ck/ckpt_00000004" "$d/ck/ckpt_00000006" && rm "$d/ck/ckpt_00000006/DONE"
 expect_fail "half-written checkpoint is refused by path" "$d/ck/ckpt_00000006" "incomplete \(no DONE marker" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck/ckpt_00000006"
 timeout 60 ./train_gpt_cpu "${ck[@]}" -x 6 --resume auto > "$d/out.txt" 2>&1

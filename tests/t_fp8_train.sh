@@ -71,7 +71,7 @@ done
 CKPT_EVERY=1 run fp8.one build/train_gpt_emu 1 4 --fp8 delayed --fp8-history 3
 if [ $rc -ne 0 ]; then echo "[FAIL] fp8 delayed one rank: exit $rc: $(why fp8.one)"; exit 1; fi
 for s in 1 2 3 4; do
-    if out=$($PY $CHK state "$d/fp8.one/ckpt_0000000$s" 0 2>&1); then echo "[PASS] delayed scaling's state at step $s follows the rule: $out"
+    if out=$($PY $CHK state "$(dirname "$(ckpt fp8.one $s optim)")" 0 2>&1); then echo "[PASS] delayed scaling's state at step $s follows the rule: $out"
     else echo "[FAIL] delayed scaling's state at step $s: $out"; status=1; fi
 done
 
@@ -111,7 +111,7 @@ layout() {  # layout NAME LABEL ONE FLAGS...
     l=$(diff_of "$name" "$one" 1 loss 1)
     within "$l" $LAYOUT_TOL || fail+=" losses $l > $LAYOUT_TOL relative;"
     if [[ " $* " == *" delayed "* ]]; then
-        st=$($PY $CHK state "$d/$name/ckpt_00000004" 0 2>&1) || fail+=" step-4 state: $st;"
+        st=$($PY $CHK state "$(dirname "$(ckpt "$name" 4 optim)")" 0 2>&1) || fail+=" step-4 state: $st;"
         st="; step-4 state follows the rule"
     fi
     if [ -z "$fail" ]; then echo "[PASS] fp8 $label (2 ranks, $took s): the ranks' scaling states agree at 4 checkpoints$st; losses within $l of one rank's ($LAYOUT_TOL); $mem"

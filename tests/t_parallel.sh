@@ -46,6 +46,8 @@ fi
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
 
 # run NAME MODEL NP FLAGS...: 10 steps (or STEPS) into $d/NAME, log in $d/NAME.log
+# whole CKPT: CKPT (a sharded checkpoint directory) in the single-file form, whole tensors by table name (build/ckpt_convert)
+whole() { ./build/ckpt_convert "$1" --single "$1.whole" > /dev/null && echo "$1.whole/$(basename "$1")"; }
 run() {
     local name=$1 model=$2 np=$3; shift 3
     local args=(-c "$model" -b 2 -t 32 -d 512 -x "${STEPS:-10}" -v 0 -g 0 -i data/mobydick.txt -j "" -o "$d/$name")
@@ -115,7 +117,7 @@ for model in gpt3_tiny llama_tiny; do
         else
             echo "[FAIL] $model $name ($np ranks): relative gradient-norm difference step 1 $n1 (tolerance $NORM_TOL_1), steps 2-10 $n (tolerance $NORM_TOL)"; status=1
         fi
-        out=$(./build/test_parallel compare "$d/$model.$name/ckpt_00000010/model.safetensors" "$d/$model.base/ckpt_00000010/model.safetensors" \
+        out=$(./build/test_parallel compare "$(whole "$d/$model.$name/ckpt_00000010")/model.safetensors" "$(whole "$d/$model.base/ckpt_00000010")/model.safetensors" \
               $WEIGHT_TOL "$model $name: final weights within $WEIGHT_TOL of one process") || status=1
         echo "$out"
         w=$(echo "$out" | sed -n 's/.*worst \([0-9.e+-]*\) at.*/\1/p')
@@ -157,7 +159,7 @@ if grep -q "resumed from .*ckpt_00000005 at step 5" "$d/res1.log" && within "$l"
 else
     echo "[FAIL] checkpoint of tp2 pp2 zero1 resumed in one process: worst loss difference $l, relative gradient-norm difference $n"; status=1
 fi
-./build/test_parallel compare "$d/res1/ckpt_00000010/model.safetensors" "$d/gpt3_tiny.base/ckpt_00000010/model.safetensors" \
+./build/test_parallel compare "$(whole "$d/res1/ckpt_00000010")/model.safetensors" "$(whole "$d/gpt3_tiny.base/ckpt_00000010")/model.safetensors" \
     $WEIGHT_TOL "resumed in one process: final weights within $WEIGHT_TOL" || status=1
 run res2 gpt3_tiny 8 --resume auto --tp 2 --pp 2 --vpp 2 --zero 3 --sp 1
 l=$(losses res2 gpt3_tiny.base 6)
@@ -167,7 +169,7 @@ if grep -q "resumed from .*ckpt_00000005 at step 5" "$d/res2.log" && within "$l"
 else
     echo "[FAIL] one-process checkpoint resumed at tp2 pp2 vpp2 dp2 zero3 sp: worst loss difference $l, relative gradient-norm difference $n"; status=1
 fi
-./build/test_parallel compare "$d/res2/ckpt_00000010/optim.safetensors" "$d/gpt3_tiny.base/ckpt_00000010/optim.safetensors" \
+./build/test_parallel compare "$(whole "$d/res2/ckpt_00000010")/optim.safetensors" "$(whole "$d/gpt3_tiny.base/ckpt_00000010")/optim.safetensors" \
     $WEIGHT_TOL "resumed at tp2 pp2 vpp2 dp2 zero3 sp: final AdamW moments within $WEIGHT_TOL" || status=1
 
 # bad layouts: exit 1 on every rank within 60 s, the message once, naming the number

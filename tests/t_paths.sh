@@ -107,11 +107,12 @@ ck="$d/run/ckpt_00000002"
 expect_fail "train_gpt_cpu --resume a file" --resume "$ck/DONE" "is a file; a checkpoint directory was expected" "${tiny[@]}" --resume "$ck/DONE"
 expect_fail "train_gpt_cpu --resume a FIFO" --resume "$d/in/fifo" "is a FIFO" "${tiny[@]}" --resume "$d/in/fifo"
 expect_fail "train_gpt_cpu --resume a dangling link" --resume "$d/in/dangling" "dangling symbolic link" "${tiny[@]}" --resume "$d/in/dangling"
-for f in DONE model.safetensors; do
+for f in DONE shard_00000.json shard_00000.bin; do
     for c in fifo empty dir; do
-        bad="$d/ck_${c}_${f%%.*}"
+        bad="$d/ck_${c}_${f//./_}"
         cp -r "$ck" "$bad" && rm "$bad/$f"
         case $c in fifo) mkfifo "$bad/$f"; pat="is a FIFO" ;; empty) : > "$bad/$f"; pat="is empty" ;; dir) mkdir "$bad/$f"; pat="is a directory" ;; esac
+        [ "$c$f" = emptyshard_00000.bin ] && pat="shard_00000.bin is 0 bytes, shard_00000.json records"  # raw data: its size is checked
         expect_fail "train_gpt_cpu --resume with $f a $c" --resume "$bad" "$pat" "${tiny[@]}" -x 4 --resume "$bad"
     done
 done

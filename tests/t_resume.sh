@@ -17,7 +17,8 @@ mkdir -p "$d/cut" && cp -r "$d/full/ckpt_00000004" "$d/cut/"
 ok "resume finds the step-4 checkpoint" "grep -q 'resumed from .*ckpt_00000004 at step 4' $d/cut.log"
 # the checkpoint holds every value: a resumed run makes no seeded initialisation (minutes at 7B on one thread)
 ok "the fresh run initialises, the resumed run does not" "grep -q '^initialised ' $d/full.log && ! grep -q '^initialised ' $d/cut.log"
-for f in model.safetensors optim.safetensors state.json; do
+ok "the checkpoint holds a shard, its index, the index and the state" "[ \"\$(ls $d/full/ckpt_00000008 | tr '\n' ' ')\" = 'DONE index.json shard_00000.bin shard_00000.json state.json ' ]"
+for f in DONE index.json shard_00000.bin shard_00000.json state.json; do
     ok "resumed $f identical to the uninterrupted run" "cmp -s $d/full/ckpt_00000008/$f $d/cut/ckpt_00000008/$f"
 done
 grep -E '^step +[5-8]/8' "$d/full.log" | sed 's/| [0-9.]* ms.*//' > "$d/full.steps"

@@ -61,8 +61,7 @@ resumed() {
     else EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np "$np" "$prog" "$@" -o "$d/$name" --resume auto > "$d/$name.resume.log" 2>&1; fi
     local rc=$? last
     last=$(ls -d "$d/$ref"/ckpt_* | tail -1 | xargs basename)
-    [ $rc = 0 ] && cmp -s "$d/$ref/$last/model.safetensors" "$d/$name/$last/model.safetensors" &&
-        cmp -s "$d/$ref/$last/optim.safetensors" "$d/$name/$last/optim.safetensors"
+    [ $rc = 0 ] && diff -r "$d/$ref/$last" "$d/$name/$last" > /dev/null  # every file: shards, indexes, state, DONE
 }
 
 cpu=(-c gpt3_tiny --vocab 301 -b 4 -t 32 -d 256 -x 60 -v 0 -g 0 -i data/mobydick.txt -j "")

@@ -8,9 +8,10 @@
 //                                       exactly numel elements, so AddressSanitizer catches a
 //                                       tensor that points outside the file or the buffer
 //   2 (build/fuzz_formats_ckpt)         the input is both a DONE marker (ckpt_parse_done) and a
-//                                       state.json (ckpt_parse_state), the parsers checkpoint_load
-//                                       and --resume auto use; an accepted state is checked to
-//                                       hold the ranges ckpt_parse_state promises
+//                                       state.json (ckpt_parse_state), the parsers ckpt_open
+//                                       and --resume auto use; an accepted marker names plain
+//                                       files only, an accepted state holds the ranges
+//                                       ckpt_parse_state promises
 //   3 (build/fuzz_formats_json)         json_parse; every string of an accepted value, and the raw
 //                                       input itself, must come back unchanged through json_escape
 //                                       and json_parse (the writers' escaping)
@@ -50,8 +51,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
     }
 #elif FUZZ_FORMAT == 2
-    std::string hashes[3];
-    (void)ckpt_parse_done((const char*)data, size, hashes);
+    std::vector<std::pair<std::string, std::string>> files;
+    if (ckpt_parse_done((const char*)data, size, &files).empty())
+        for (const auto& f : files)  // an accepted marker names plain files inside the checkpoint directory only
+            if (f.first.empty() || f.first[0] == '.' || f.first.find('/') != std::string::npos) __builtin_trap();
     TrainState s;
     if (ckpt_parse_state((const char*)data, size, &s).empty() && (s.step < 0 || s.train_sample > (1ull << 53)))
         __builtin_trap();

@@ -36,16 +36,16 @@ static void params_from_master(GPT* g) {
     params_allgather(g);
 }
 
-// Uploads this rank's fp32 weights [P] (g->table's layout, part_of_full of llmc/parallel/assemble.h: its stage's tensors, its tp slices; and
-// moments, or zeros when m is null); params = floatX(master). Under ZeRO >= 1 each rank keeps its pieces
-// (zero_take_shard), so a checkpoint of any layout resumes at any tp, pp, dp and stage. Every rank calls it (ZeRO
-// 1/2 all-gather the params).
-static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v) {
+// Uploads this rank's fp32 weights (and moments, or zeros when m is null); params = floatX(master). Given whole over
+// the rank's table [P] (g->table's layout, part_of_full of llmc/parallel/assemble.h: its stage's tensors, its tp
+// slices), under ZeRO >= 1 each rank keeps its pieces (zero_take_shard); or, with `shards`, already as this rank's
+// elements (its ZeRO shard under ZeRO >= 1: part_read). Every rank calls it (ZeRO 1/2 all-gather the params).
+static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v, bool shards = false) {
     const int zero = g->L.zero;
     const size_t n = zero >= 1 ? g->dp.shard : g->table.total;  // master and moments: this rank's elements
     std::vector<float> pieces[3];
     const float* src[3] = {p, m, v};
-    for (int i = 0; i < 3 && zero >= 1; i++) {
+    for (int i = 0; i < 3 && zero >= 1 && !shards; i++) {
         if (!src[i]) continue;
         pieces[i].resize(n);
         zero_take_shard(g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, src[i], pieces[i].data());
@@ -139,35 +139,37 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
     assemble_full(g->cfg, full, g->L, mine, dst, m ? 3 : 1, (size_t)piece, io);
 }
 
-// The weights at the start of a run: every rank makes the whole model (the seeded init, then --init-from; or, when
-// resuming, the checkpoint resume_dir of any layout, which holds every value, with AdamW's moments and the run's state
-// into *state) and keeps its part; --fp8:
-// the weights' scales and fp8 copies, and delayed scaling's state from the checkpoint when it holds one of this history.
+// The weights at the start of a run: a fresh run makes the whole model on every rank (the seeded init, then
+// --init-from) and keeps its part; a resumed one reads its own elements from the checkpoint resume_dir of any layout
+// (part_read, llmc/parallel/assemble.h), with AdamW's moments and the run's state into *state; --fp8: the weights'
+// scales and fp8 copies, and delayed scaling's state from the checkpoint when it holds one of this history.
 static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, const std::string& resume_dir,
                      TrainState* state) {
     const ModelConfig& mc = g->cfg;
     const bool rank0 = g->world.rank == 0;
-    std::vector<float> p(table.total), m, v;
     Fp8State fp8_state;
     if (resume_dir.empty()) {
+        std::vector<float> p(table.total);
         const double init_s = params_init_full(mc, table, p.data(), tc.seed);
         if (rank0) print_init_time((int64_t)table.total, init_s);
         if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
+        std::vector<float> part(g->table.total, 0.0f);  // this rank's part: its stage's tensors, its tp slices
+        part_of_full(table, p.data(), g->table, g->global, g->slice, part.data());
+        comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
+        gpt_set_weights(g, part.data(), nullptr, nullptr);
     } else {
-        m.assign(table.total, 0.0f);
-        v.assign(table.total, 0.0f);
-        checkpoint_load(resume_dir, mc, table, p.data(), m.data(), v.data(), state, &fp8_state);
+        const bool sharded = g->L.zero >= 1;  // master and moments: the ZeRO shard, or the whole table
+        const size_t n = sharded ? g->dp.shard : g->table.total;
+        std::vector<float> w[3] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+        const char* kinds[3] = {"p", "m", "v"};
+        CkptReader R;
+        ckpt_open(&R, resume_dir, mc, table, state, &fp8_state);
+        for (int i = 0; i < 3; i++) part_read(&R, kinds[i], table, g->table, g->global, g->slice, g->dp.buckets, g->L, sharded, w[i].data());
+        ckpt_close(&R);
         if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state->step);
+        comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
+        gpt_set_weights(g, w[0].data(), w[1].data(), w[2].data(), true);
     }
-    comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
-    // this rank's part of each (llmc/parallel/assemble.h): its stage's tensors, its tp slices, bucket padding zero
-    auto part = [&](const std::vector<float>& w) {
-        std::vector<float> out(g->table.total, 0.0f);
-        part_of_full(table, w.data(), g->table, g->global, g->slice, out.data());
-        return out;
-    };
-    if (m.empty()) gpt_set_weights(g, part(p).data(), nullptr, nullptr);
-    else gpt_set_weights(g, part(p).data(), part(m).data(), part(v).data());
     fp8_weights_update(g);  // --fp8: the weights' scales and fp8 copies
     if (g->fp8.opt.recipe == FP8_DELAYED && !resume_dir.empty()) {
         const bool taken = fp8_state_set(g, fp8_state);
@@ -180,15 +182,33 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
     }
 }
 
-// A checkpoint of the run at state.step into tc.out_dir: every rank gathers the shards, the stages' parts reach rank 0,
-// which writes the whole tensors (llmc/run/checkpoint.h); --fp8: the ranks agree on their scaling state first.
+// A checkpoint of the run at state.step into tc.out_dir (llmc/run/checkpoint.h): every rank downloads and writes the
+// parts it owns (part_write: its ZeRO piece of its stage's tp slices, replicated tensors once), all at once, a tensor
+// part at a time; --fp8: the ranks agree on their scaling state first, which rank 0 writes.
 static void gpt_save_checkpoint(GPT* g, const ParamTable& table, const TrainConfig& tc, const TrainState& state) {
-    std::vector<float> p, m, v;
-    gpt_get_full(g, table, &p, &m, &v);
     const Fp8State fp8_state = fp8_state_gather(g);  // --fp8: the ranks agree; delayed: its state, whole-model
-    if (g->world.rank == 0) {
-        test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
-        checkpoint_save(tc.out_dir, g->cfg, table, p.data(), m.data(), v.data(), state, tc.keep_last, &fp8_state);
-    }
-    comm_io_wait([&] { comm_barrier(g->world); });  // rank 0's writing, under --io-timeout
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    const bool sharded = g->L.zero >= 1;
+    const void* src[3] = {g->master, g->m, g->v};
+    const char* kinds[3] = {"p", "m", "v"};
+    std::vector<float> host;
+    std::vector<__nv_bfloat16> h16;
+    auto barrier = [&] { comm_io_wait([&] { comm_barrier(g->world); }); };  // another rank's disk work: --io-timeout
+    checkpoint_save(tc.out_dir, g->cfg, table, layout_json(g->L), g->world.rank, g->world.size, state, tc.keep_last, &fp8_state, barrier,
+                    [&](CkptShardWriter* w) {
+                        if (g->world.rank == 0) test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
+                        for (int i = 0; i < 3; i++)
+                            part_write(w, kinds[i], table, g->table, g->global, g->slice, g->dp.buckets, g->L, sharded,
+                                       [&](size_t pos, size_t n) {
+                                           host.resize(n);
+                                           if (i == 0 || !g->bf16_moments) {
+                                               cudaCheck(cudaMemcpy(host.data(), (const float*)src[i] + pos, n * 4, cudaMemcpyDeviceToHost));
+                                           } else {
+                                               h16.resize(n);
+                                               cudaCheck(cudaMemcpy(h16.data(), (const __nv_bfloat16*)src[i] + pos, n * 2, cudaMemcpyDeviceToHost));
+                                               for (size_t e = 0; e < n; e++) host[e] = __bfloat162float(h16[e]);
+                                           }
+                                           return (const float*)host.data();
+                                       });
+                    });
 }

@@ -9,6 +9,11 @@
 //                   dp-rank-0 member of every (pipeline stage, tp rank) sends its part (assemble_senders). The
 //                   trainer first makes a sharded buffer whole over its dp group: for each bucket, an all-gather
 //                   of every dp rank's piece from its shard (zero_shard_offset, llmc/parallel/zero.h).
+//   part_write      a checkpoint's share of one of a rank's buffers (the weights or a moment): the parts it owns
+//                   (layout_owned_parts: its ZeRO piece, replicated tensors once), written as pieces of their
+//                   tensors' slices (llmc/run/checkpoint.h), every rank at once
+//   part_read       the inverse at any layout: the elements of a rank's buffer, whole over its table or its ZeRO
+//                   shard, read from whichever shards hold them
 #pragma once
 #include <algorithm>
 #include <functional>
@@ -18,6 +23,8 @@
 #include "llmc/parallel/layout.h"
 #include "llmc/parallel/topology.h"
 #include "llmc/parallel/tp.h"
+#include "llmc/parallel/zero.h"
+#include "llmc/run/checkpoint.h"
 
 // part[t.total] = this rank's slices of whole[full.total]: local tensor k is full tensor global[k], its blocks
 // slice[k]; bucket padding is left as it is (zeros in a fresh buffer).
@@ -81,4 +88,43 @@ static inline void assemble_full(const ModelConfig& c, const ParamTable& full, c
             if (me.rank == 0) part_into_full(lt.t, lt.global, lt.slice, r == 0 ? mine[i].data() : received.data(), full, whole[i]->data());
         }
     }
+}
+
+// Writes buffer `kind` ("p", "m", "v") of this rank's part (local table t, tensor k being full tensor global[k], its
+// blocks slice[k]) into its shard: the elements of layout_owned_parts. data(pos, n) returns n floats of the buffer
+// from position pos (a shard position when `sharded`: the buffer holds only this rank's ZeRO pieces), valid until
+// the next call: a host pointer, or a download from the device.
+static inline void part_write(CkptShardWriter* w, const char* kind, const ParamTable& full, const ParamTable& t, const std::vector<int>& global,
+                              const std::vector<std::vector<TpBlock>>& slice, const std::vector<Bucket>& bs, const Layout& L, bool sharded,
+                              const std::function<const float*(size_t pos, size_t n)>& data) {
+    for (const ZeroPart& p : layout_owned_parts(t, bs, L)) {
+        const ParamSpec& s = t.specs[p.spec];
+        const size_t pos = p.flat.lo - (sharded ? p.shift : 0);
+        ckpt_shard_put(w, kind, full.specs[global[p.spec]].name, slice[p.spec], (int64_t)(p.flat.lo - s.offset),
+                       (int64_t)(p.flat.hi - s.offset), data(pos, p.flat.size()));
+    }
+}
+
+// Fills buffer `kind` of this rank's part from an open checkpoint of any layout: dst [t.total] whole over the local
+// table, or [t.total / dp] its ZeRO shard when `sharded` (the pieces of every bucket, zero_parts); bucket padding is
+// left as it is.
+static inline void part_read(CkptReader* R, const char* kind, const ParamTable& full, const ParamTable& t, const std::vector<int>& global,
+                             const std::vector<std::vector<TpBlock>>& slice, const std::vector<Bucket>& bs, const Layout& L, bool sharded,
+                             float* dst) {
+    if (!sharded) {
+        for (size_t k = 0; k < t.specs.size(); k++)
+            ckpt_read(R, kind, full.specs[global[k]].name, slice[k], 0, (int64_t)t.specs[k].numel(), dst + t.specs[k].offset);
+        return;
+    }
+    for (const ZeroPart& p : zero_parts(t, bs, L.topo.dp, L.topo.dp_rank, false)) {
+        const ParamSpec& s = t.specs[p.spec];
+        ckpt_read(R, kind, full.specs[global[p.spec]].name, slice[p.spec], (int64_t)(p.flat.lo - s.offset), (int64_t)(p.flat.hi - s.offset),
+                  dst + (p.flat.lo - p.shift));
+    }
+}
+
+// The writer's layout, for index.json.
+static inline std::string layout_json(const Layout& L) {
+    return "{\"world\":" + std::to_string(L.topo.world) + ",\"dp\":" + std::to_string(L.topo.dp) + ",\"tp\":" + std::to_string(L.topo.tp) +
+           ",\"pp\":" + std::to_string(L.topo.pp) + ",\"zero\":" + std::to_string(L.zero) + "}";
 }

@@ -120,15 +120,27 @@ static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable&
     return lt;
 }
 
+// The parts of its tensors this rank alone answers for among the ranks that hold the same values: within its dp
+// piece of each bucket (zero_parts; dp ranks hold equal values), replicated tensors (TP_NONE) on tp rank 0 only, the
+// tied embedding on the first stage only. Each element of the model is in exactly one rank's parts: what the global
+// norm sums and what a checkpoint's shards hold (llmc/parallel/assemble.h).
+static inline std::vector<ZeroPart> layout_owned_parts(const ParamTable& t, const std::vector<Bucket>& bs, const Layout& L) {
+    std::vector<ZeroPart> out;
+    for (const ZeroPart& p : zero_parts(t, bs, L.topo.dp, L.topo.dp_rank, false)) {
+        if (t.specs[p.spec].tp == TP_NONE && L.topo.tp_rank != 0) continue;
+        if (p.spec == t.wte && L.topo.pp_rank != 0) continue;
+        out.push_back(p);
+    }
+    return out;
+}
+
 // The ranges of gradient elements this rank adds to the squared global norm: within its dp
 // piece of each bucket (reduced gradients are equal across dp), replicated tensors (TP_NONE) on
 // tp rank 0 only, the tied embedding on the first stage only. In flat-buffer positions, or in
 // shard-buffer positions when in_shard (ZeRO-2/3 gradients). Adjacent ranges are merged.
 static inline std::vector<Range> layout_norm_ranges(const ParamTable& t, const std::vector<Bucket>& bs, const Layout& L, bool in_shard) {
     std::vector<Range> out;
-    for (const ZeroPart& p : zero_parts(t, bs, L.topo.dp, L.topo.dp_rank, false)) {
-        if (t.specs[p.spec].tp == TP_NONE && L.topo.tp_rank != 0) continue;
-        if (p.spec == t.wte && L.topo.pp_rank != 0) continue;
+    for (const ZeroPart& p : layout_owned_parts(t, bs, L)) {
         const size_t shift = in_shard ? p.shift : 0;
         const Range r = {p.flat.lo - shift, p.flat.hi - shift};
         if (!out.empty() && out.back().hi == r.lo) out.back().hi = r.hi;

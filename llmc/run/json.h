@@ -169,3 +169,24 @@ static inline std::string json_escape(const std::string& s) {
     }
     return o + "\"";
 }
+
+// The text of a parsed value (numbers as %.17g, so every double comes back exactly).
+static inline std::string json_dump(const Json& j) {
+    switch (j.kind) {
+        case Json::NUL: return "null";
+        case Json::BOOL: return j.b ? "true" : "false";
+        case Json::NUM: { char b[32]; snprintf(b, sizeof(b), "%.17g", j.num); return b; }
+        case Json::STR: return json_escape(j.str);
+        case Json::ARR: {
+            std::string o = "[";
+            for (size_t i = 0; i < j.arr.size(); i++) o += (i ? "," : "") + json_dump(j.arr[i]);
+            return o + "]";
+        }
+        case Json::OBJ: {
+            std::string o = "{";
+            for (size_t i = 0; i < j.obj.size(); i++) o += (i ? "," : "") + json_escape(j.obj[i].first) + ":" + json_dump(j.obj[i].second);
+            return o + "}";
+        }
+    }
+    return "null";
+}
