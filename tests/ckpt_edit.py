@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""tests/ckpt_edit.py SRC DST KEY=VALUE...: a copy of checkpoint directory SRC at DST with state.json's integer
-fields KEY set to VALUE (step also in index.json and every shard's .json) and the DONE hashes of the files it rewrote
+"""tests/ckpt_edit.py SRC DST [KEY=VALUE...]: a copy of checkpoint directory SRC at DST with state.json's integer
+fields KEY set to VALUE (step also in index.json and every shard's .json) and DONE's hash of every file it names
 renewed (llmc/run/checkpoint.h: FNV-1a 64 over 8-byte little-endian words, then the tail bytes; the single-file form's
-DONE FNV-1a 64 over bytes), so that --resume takes it. For tests that build the state a run would have had
-(tests/t_guard.sh)."""
+DONE: FNV-1a 64 over bytes), so that --resume takes it past the hashes. For tests that build the state a run would
+have had (tests/t_guard.sh), or a checkpoint damaged behind its hashes (tests/t_bad_inputs.sh)."""
 import json, shutil, struct, sys
 
 P, M, B = 1099511628211, 0xFFFFFFFFFFFFFFFF, 1469598103934665603
@@ -35,15 +35,16 @@ for kv in sys.argv[3:]:
     k, v = kv.split("=", 1)
     if k not in state: sys.exit(f"tests/ckpt_edit.py: state.json has no field {k}")
     state[k] = int(v)
-changed["state.json"] = state
-if sharded and "step" in state:
+    changed["state.json"] = state
+if sharded and any(kv.startswith("step=") for kv in sys.argv[3:]):
     for name in done:
         if name == "index.json" or name.startswith("shard_"):
             j = json.load(open(dst + "/" + name))
             j["step"] = state["step"]
             changed[name] = j
 for name, j in changed.items():
-    text = (json.dumps(j, separators=(",", ":")) + "\n").encode()
-    open(dst + "/" + name, "wb").write(text)
+    open(dst + "/" + name, "wb").write((json.dumps(j, separators=(",", ":")) + "\n").encode())
+for name in done:
+    text = open(dst + "/" + name, "rb").read()
     done[name] = str(ckpt_hash(text) if sharded else fnv1a(text))
 open(dst + "/DONE", "w").write(json.dumps(done, separators=(",", ":")) + "\n")

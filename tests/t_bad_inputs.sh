@@ -8,6 +8,7 @@ set -u
 d=build/t_bad
 rm -rf "$d" && mkdir -p "$d"
 status=0
+PY=/usr/bin/python3
 tiny=(-c gpt3_tiny --layers 1 -b 2 -t 16 -x 2 -v 0 -g 0 -o "")
 
 # expect_fail NAME NAMED PATTERN CMD...: CMD must exit with status exactly 1 (the trainers' die(): not a
@@ -69,6 +70,20 @@ ck=(-c gpt3_tiny --layers 1 -b 2 -t 16 -v 0 -g 0 -o "$d/ck" -n 2)
 cp -r "$d/ck/ckpt_00000004" "$d/ck_corrupt"
 printf '\x01' | dd of="$d/ck_corrupt/shard_00000.bin" bs=1 seek=5000 conv=notrunc status=none
 expect_fail "corrupt checkpoint is refused" "$d/ck_corrupt" "shard_00000.bin is corrupt" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_corrupt"
+# a sharded checkpoint damaged: a shard missing or truncated, the index naming a file that is not there, shards of two
+# steps, a piece missing behind renewed hashes: exit 1 naming the file before anything is loaded
+bad_ck() { rm -rf "$d/ck_$1" && cp -r "$d/ck/ckpt_00000004" "$d/ck_$1"; }
+bad_ck nobin && rm "$d/ck_nobin/shard_00000.bin"
+expect_fail "checkpoint without its shard's data is refused" "$d/ck_nobin" "missing file shard_00000.bin" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_nobin"
+bad_ck short && truncate -s -4096 "$d/ck_short/shard_00000.bin"
+expect_fail "truncated shard is refused" "$d/ck_short" "shard_00000.bin is [0-9]* bytes, shard_00000.json records [0-9]* \(truncated" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_short"
+bad_ck nojson && rm "$d/ck_nojson/shard_00000.json"
+expect_fail "index naming a missing shard is refused" "$d/ck_nojson" "missing file shard_00000.json" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_nojson"
+bad_ck mixed && cp "$d/ck/ckpt_00000002"/shard_00000.* "$d/ck_mixed/" && $PY tests/ckpt_edit.py "$d/ck_mixed" "$d/ck_mixed2"
+expect_fail "shards of two steps are refused" "$d/ck_mixed2" "shard_00000.json is of step 2, index.json of step 4" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_mixed2"
+bad_ck hole && $PY -c "import json,sys; p=sys.argv[1]+'/shard_00000.json'; j=json.load(open(p)); j['pieces']=j['pieces'][:-1]; open(p,'w').write(json.dumps(j))" "$d/ck_hole" &&
+    $PY tests/ckpt_edit.py "$d/ck_hole" "$d/ck_hole2"
+expect_fail "a piece missing from every shard is refused" "$d/ck_hole2" "is incomplete or inconsistent: no v of tensor [a-z0-9_.]*" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck_hole2"
 cp -r "$d/ck/ckpt_00000004" "$d/ck/ckpt_00000006" && rm "$d/ck/ckpt_00000006/DONE"
 expect_fail "half-written checkpoint is refused by path" "$d/ck/ckpt_00000006" "incomplete \(no DONE marker" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck/ckpt_00000006"
 timeout 60 ./train_gpt_cpu "${ck[@]}" -x 6 --resume auto > "$d/out.txt" 2>&1

@@ -24,6 +24,12 @@ done
 grep -E '^step +[5-8]/8' "$d/full.log" | sed 's/| [0-9.]* ms.*//' > "$d/full.steps"
 grep -E '^step +[5-8]/8' "$d/cut.log" | sed 's/| [0-9.]* ms.*//' > "$d/cut.steps"
 ok "steps 5-8 print identical loss, lr and norm" "[ -s $d/full.steps ] && cmp -s $d/full.steps $d/cut.steps"
+# the single-file form of earlier checkpoints (whole tensors in model.safetensors and optim.safetensors, made here
+# by build/ckpt_convert) still resumes, to the same bits
+./build/ckpt_convert "$d/full/ckpt_00000004" --single "$d/single" > "$d/convert.log" 2>&1
+./train_gpt_cpu "${args[@]}" -o "$d/single" --resume auto > "$d/single.log" 2>&1
+ok "a single-file checkpoint resumes to the same step-8 weights and moments" \
+    "[ -f $d/single/ckpt_00000004/model.safetensors ] && grep -q 'resumed from .*single/ckpt_00000004 at step 4' $d/single.log && cmp -s $d/full/ckpt_00000008/shard_00000.bin $d/single/ckpt_00000008/shard_00000.bin"
 # resuming a finished run changes nothing and says so
 ./train_gpt_cpu "${args[@]}" -o "$d/cut" --resume "$d/cut/ckpt_00000008" > "$d/again.log" 2>&1
 ok "resume at the final step trains no further" "grep -q 'at step 8' $d/again.log && ! grep -qE '^step +[0-9]+/8' $d/again.log"

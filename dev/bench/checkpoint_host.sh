@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Checkpoint cost on the host, for the record before the checkpoint format is rewritten (docs/checkpoints.md,
-# "Measured"). A benchmark, not a test: it prints figures and judges nothing; it is not part of `make test`.
+# Checkpoint cost on the host, of the sharded format (llmc/run/checkpoint.h: a shard_*.bin and shard_*.json per rank,
+# index.json, state.json, DONE). The figures of the earlier single-file format (model.safetensors, optim.safetensors,
+# a whole-model gather on rank 0) are kept in docs/checkpoints.md, "Measured". A benchmark, not a test: it prints
+# figures and judges nothing; it is not part of `make test`.
 #
 # What it measures, for both trainers (train_gpt_cpu and train_gpt.cu through the host emulation,
 # build/train_gpt_emu: bf16, as the CUDA trainer runs) on a model of about 83M parameters (gpt3_125m's width,
@@ -15,31 +17,45 @@
 #        const  = none's peak - own: everything else a rank holds without a checkpoint (gradients, activations,
 #                 bf16 copies in the emulated device memory, init buffers, MPI and the runtime), taken from the
 #                 "none" run of the same trainer and layout (its highest rank)
-#        ratio  = measured / (1.5 own + large + const), the new format's goal being <= 1
+#        ratio  = measured / (1.5 own + large + const), the sharded format's goal being <= 1
 #   2. Throughput against the same disk's raw figures, measured in the same run (before and after the trainers):
 #        raw write: dd if=/dev/zero bs=1M count=DD_MIB conv=fsync; raw read: dd of the same file, bs=1M, after
 #        evicting it from the page cache (posix_fadvise DONTNEED through dd iflag=nocache count=0: per file, no
 #        root needed and other users' caches stay; fincore checks that nothing stayed resident).
 #        save: rank 0's output lines are time-stamped as they arrive (stdbuf -oL); the save phase runs from the
-#        last line before the checkpoint (the step line / memory table) to the mtime of DONE, split at the birth
-#        time of model.safetensors (gather: the whole model collected on rank 0 and buffers built) and the mtime
-#        of state.json (write: the data written; then sync+hash: fsync and the FNV hashes read back for DONE).
-#        load: from the first read of DONE to rank 0's "resumed from" line (checkpoint_load: every rank reads the
-#        whole checkpoint, each file twice: once for the hash, once to parse), split at the first read of
-#        state.json; first reads are the files' atimes, reset to 0 before the run (on relatime mounts the next read
-#        then sets them), and the checkpoint is evicted from the page cache before the run.
-#        Throughput = checkpoint bytes / that time; vs_raw = the ratio to the mean of the two raw figures.
+#        last line before the checkpoint (the last one stamped before DONE's mtime: the step line / memory table)
+#        to the mtime of DONE, split at the newest mtime among the shard_*.json (write: rank 0 makes .tmp_ckpt_N,
+#        a barrier, every rank's pieces written, its .bin fsynced, then its .json written; then commit: rank 0's
+#        index.json and state.json, the hashes of the small files (no .bin is read back), DONE, the rename and the
+#        syncs). There is no gather phase now, and the short preparation (.tmp_ckpt_N and a barrier) is not split
+#        off: it takes less than the stamps lag behind the prints (some milliseconds, tens on a busy host; mpirun
+#        forwards the ranks' output), so every phase is good to a few hundredths of a second.
+#        load: from the first read of any *.json to rank 0's "resumed from" line, split at the first read of any
+#        shard_*.bin (open: ckpt_open, every rank reading DONE and the small files it names, each hashed and parsed:
+#        index.json, state.json, every shard_*.json; then read: part_read, each rank's pread of the byte ranges it
+#        needs from the .bin files, 4 MiB chunks, each hash-checked). Not from the first read of DONE: train_gpt.cu
+#        reads DONE among its input checks, before the model is built, and ckpt_open's own read of it comes
+#        microseconds before the .json files it names. First reads are the files' atimes, reset to 0 before the
+#        run (on relatime mounts the next read then sets them), the earliest of every rank's; every file of the
+#        checkpoint is evicted from the page cache before the run.
+#        Checkpoint bytes = the sizes of all the files in the checkpoint directory; throughput = those bytes / the
+#        phase's time (on load a rank reads only what it needs: under ZeRO 0 the whole checkpoint; under ZeRO 1 its
+#        piece of the moments, and all the weights in the CPU trainer, its piece of them in the emulated one; so at
+#        dp > 1 the ranks together may read more than that size); vs_raw = the ratio to the mean of the two raw
+#        figures.
 # The trainers are built with make, then copied into $W/bin and run from there (a rebuild by someone else mid-run
 # changes nothing). The load average at the start and the end says how busy the host was (timings, not peaks, move).
 # Usage: bash dev/bench/checkpoint_host.sh   (from the repository root; KEEP=1 keeps build/bench_checkpoint_host)
 # Knobs: LAYERS (6), T (64), DD_MIB (1024), CASES_CPU / CASES_EMU (NP:ZERO lists, "1:0 2:1 2:0 4:1" / "1:0 2:1 4:1").
 # The emulated trainer's 2-rank ZeRO 0 case is left out by default to keep the run short; add it with
-# CASES_EMU="1:0 2:1 2:0 4:1" (about 4 minutes more).
+# CASES_EMU="1:0 2:1 2:0 4:1".
 # Needs: GNU time (/usr/bin/time; apt-get install -y time), OpenMPI (mpirun), coreutils' stdbuf and dd,
-# util-linux's fincore (optional). Peak memory about 4 ranks x 4 GiB.
-# Took 19 minutes on 2 cores (AMD EPYC, 2026-11-25) that others' tests shared (load average 5-6), 27 under heavier load;
-# the emulated trainer's 4 ranks are half of it (its step takes 23 s on one core, the CPU trainer's 3 s).
-# CASES_EMU="1:0 4:1" saves about 4 minutes.
+# util-linux's fincore (optional), a file system that keeps atimes (relatime or strictatime, not noatime). Peak
+# memory at most about 4 ranks x 4 GiB (the single-file format's figure).
+# Run time: not yet measured for the sharded format. With the single-file format it took 19 minutes on 2 cores (AMD
+# EPYC, 2026-11-25) that others' tests shared (load average 5-6), 27 under heavier load; the emulated trainer's
+# 4 ranks were half of it (its step takes 23 s on one core, the CPU trainer's 3 s), and CASES_EMU="1:0 4:1" saved
+# about 4 minutes.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 W=build/bench_checkpoint_host
@@ -109,7 +125,6 @@ rss() {
 stamp_of() { awk -v p="$2" 'index($0, p) { print $1; exit }' "$W/$1.log"; }   # first line containing P
 mtime() { stat -c %.9Y "$1"; }
 atime() { local a; a=$(stat -c %.9X "$1"); awk -v a="$a" 'BEGIN { exit !(a > 1e9) }' && echo "$a"; }   # "" if never read
-birth() { local b; b=$(stat -c %.9W "$1" 2> /dev/null); case $b in ""|-|0|0.000000000) echo "";; *) echo "$b";; esac; }
 resident() {   # bytes of the files in the page cache
     if [ $HAVE_FINCORE = 1 ]; then fincore -b -n -o RES "$@" | awk '{ s += $1 } END { print s + 0 }'; else echo "?"; fi
 }
@@ -196,12 +211,15 @@ for tr in cpu emu; do
         # throughput
         if [ "$rc_save" = 0 ] && [ -f "$ck/DONE" ]; then
             bytes=$(stat -c %s "$ck"/* | awk '{ s += $1 } END { print s }')
-            t_done=$(mtime "$ck/DONE"); t_state=$(mtime "$ck/state.json"); t_create=$(birth "$ck/model.safetensors")
-            t_lim=${t_create:-$t_done}
-            t_pre=$(awk -v lim="$t_lim" '$1 < lim { t = $1 } END { print t }' "$W/$n.save.log")
+            t_done=$(mtime "$ck/DONE")
+            t_shards=$(for f in "$ck"/shard_*.json; do mtime "$f"; done | sort -g | tail -n 1)   # the newest
+            t_pre=$(awk -v lim="$t_done" '$1 < lim { t = $1 } END { print t }' "$W/$n.save.log")
             t_resumed=$(stamp_of "$n.resume" "resumed from ")
-            t_r0=$(atime "$ck/DONE"); t_r1=$(atime "$ck/state.json")
-            TDATA+=("$tr|$np|$lay|$bytes|$t_pre|$t_create|$t_state|$t_done|$t_r0|$t_r1|$t_resumed|$res_before")
+            # the first reads: of any *.json (index, state, shards), of any shard_*.bin (a file never read keeps
+            # atime 0 and is left out)
+            t_r0=$(for f in "$ck"/*.json; do atime "$f"; done | sort -g | head -n 1)
+            t_r1=$(for f in "$ck"/shard_*.bin; do atime "$f"; done | sort -g | head -n 1)
+            TDATA+=("$tr|$np|$lay|$bytes|$t_pre|$t_shards|$t_done|$t_r0|$t_r1|$t_resumed|$res_before")
         fi
         rm -rf "$W/$n.out"
     done
@@ -212,15 +230,14 @@ RAW_WM=$(echo "${RAW_W[@]}" | awk '{ printf "%.0f", ($1 + $2) / 2 }'); RAW_RM=$(
 TROWS=()
 for e in "${TDATA[@]}"; do
     TROWS+=("$(echo "$e" | awk -F'|' -v rw="$RAW_WM" -v rr="$RAW_RM" '{
-                tr = $1; np = $2; lay = $3; B = $4; pre = $5; cr = $6; st = $7; dn = $8; r0 = $9; r1 = $10; rsm = $11; cached = $12
+                tr = $1; np = $2; lay = $3; B = $4; pre = $5; sh = $6; dn = $7; r0 = $8; r1 = $9; rsm = $10; cached = $11
                 save = dn - pre
-                if (cr != "") split(sprintf("%.2f %.2f %.2f", cr - pre, st - cr, dn - st), p, " "); else { p[1] = "-"; p[2] = "-"; p[3] = "-" }
                 wt = B / save / 1e6
                 ok = r0 != "" && r1 != "" && rsm != ""
                 lt = ok ? sprintf("%.2f", rsm - r0) : "-"; h = ok ? sprintf("%.2f", r1 - r0) : "-"; q = ok ? sprintf("%.2f", rsm - r1) : "-"
                 rt = ok ? sprintf("%.0f", B / (rsm - r0) / 1e6) : "-"; rv = ok ? sprintf("%.2f", B / (rsm - r0) / 1e6 / rr) : "-"
-                printf "%-4s %5s %-11s %7.0f %7.2f %6s %6s %6s %8.0f %6.2f %7s %6s %6s %8s %6s %8s\n", tr, np, lay, B / 1e6, save,
-                    p[1], p[2], p[3], wt, wt / rw, lt, h, q, rt, rv, cached }')")
+                printf "%-4s %5s %-11s %7.0f %7.2f %6.2f %6.2f %8.0f %6.2f %7s %6s %6s %8s %6s %8s\n", tr, np, lay, B / 1e6, save,
+                    sh - pre, dn - sh, wt, wt / rw, lt, h, q, rt, rv, cached }')")
 done
 
 echo
@@ -232,13 +249,15 @@ for r in "${ROWS[@]}"; do echo "$r"; done
 echo
 echo "== checkpoint throughput (MB = 1e6 bytes); raw disk in this run: write ${RAW_W[*]} MB/s, read ${RAW_R[*]} MB/s (before, after):"
 echo "   vs_raw against their means, $RAW_WM and $RAW_RM MB/s"
-echo "   save_s = rank 0's last line before the checkpoint -> DONE's mtime = gather (-> model.safetensors created: the whole"
-echo "   model on rank 0) + write (-> state.json's mtime: the data written) + sync (fsync, and the files read back for DONE's"
-echo "   hashes); load_s = the first read of DONE (its atime) -> rank 0's 'resumed from' line = verify (-> state.json's first"
-echo "   read: model and optim read and hashed) + parse (read again, copied into full buffers); atimes are the first reader's"
-echo "   (every rank reads the whole checkpoint); cached = checkpoint bytes in the page cache when the resume started"
-printf "%-4s %5s %-11s %7s %7s %6s %6s %6s %8s %6s %7s %6s %6s %8s %6s %8s\n" trainer ranks layout MB save_s gather write sync \
-    save_MB/s vs_raw load_s verify parse load_MB/s vs_raw cached
+echo "   MB = all the files of the checkpoint directory; save_s = rank 0's last line before the checkpoint -> DONE's mtime ="
+echo "   write (-> the newest shard_*.json's mtime: every rank's shard written and its .bin synced) + commit (index.json,"
+echo "   state.json, the small files' hashes, DONE, the rename);"
+echo "   load_s = the first read of any *.json (its atime) -> rank 0's 'resumed from' line = open (-> the first read of any"
+echo "   shard_*.bin: DONE's files hashed, index.json, state.json and every shard_*.json parsed) + read (each rank's ranges"
+echo "   of the .bin files, chunk hashes checked); atimes are the first reader's; cached = checkpoint bytes in the page cache"
+echo "   when the resume started"
+printf "%-4s %5s %-11s %7s %7s %6s %6s %8s %6s %7s %6s %6s %8s %6s %8s\n" trainer ranks layout MB save_s write commit \
+    save_MB/s vs_raw load_s open read load_MB/s vs_raw cached
 for r in "${TROWS[@]}"; do echo "$r"; done
 echo
 echo "== load average at the end: $(cut -d' ' -f1-3 /proc/loadavg); took $((SECONDS - T_START)) s"

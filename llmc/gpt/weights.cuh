@@ -1,6 +1,6 @@
 // llmc/gpt/weights.cuh: weights in and out of the CUDA trainer: fp32 weights and moments uploaded into a rank's
-// params, master and moments (its stage, its tp slices, its ZeRO pieces), and gathered back into whole tensors
-// for checkpoints and exports.
+// params, master and moments (its stage, its tp slices, its ZeRO pieces) from the init or a checkpoint of any layout,
+// a rank's share written into a checkpoint, and whole tensors gathered back for exports.
 // Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
 // whose fields it reads and writes.
 #pragma once
@@ -108,7 +108,7 @@ static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m
     }
 }
 
-// The inverse of gpt_load's parts, for checkpoints and exports: every rank calls it; world rank 0 receives the whole
+// The inverse of gpt_load's parts, for exports (--save-safetensors): every rank calls it; world rank 0 receives the whole
 // model's weights (and with m, the moments) [full.total], the others nothing. Each rank gathers its ZeRO shards over
 // dp (gpt_get_weights); then the dp-rank-0 member of every other (stage, tp rank) sends its part to world rank 0
 // (assemble_full, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces that fit every rank's grad32.
