@@ -764,13 +764,7 @@ static bool run_host_mode(const ModelConfig& mc, TrainConfig* tc, CudaOptions* o
         return true;
     }
     if (!tc->export_init.empty()) {
-        ParamTable t = build_param_table(mc);
-        std::vector<float> p(t.total);
-        print_init_time((int64_t)t.total, params_init_full(mc, t, p.data(), tc->seed));
-        if (!tc->init_from.empty()) hf_import(tc->init_from, mc, t, p.data());
-        hf_export(tc->export_init, mc, t, p.data());
-        printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(t),
-               tc->export_init.c_str());
+        hf_export_init(tc->export_init, mc, build_param_table(mc), tc->seed, tc->init_from);
         return true;
     }
     check_shapes(mc, tc->B, tc->T);
@@ -1040,12 +1034,8 @@ int main(int argc, char** argv) {
     // the end: a sample, the weights as safetensors, the peak memory and the summary
     print_sample();
     if (!tc.save_safetensors.empty()) {
-        std::vector<float> p;
-        gpt_get_full(&g, table, &p, nullptr, nullptr);
-        if (rank0) {
-            hf_export(tc.save_safetensors, mc, table, p.data());
-            printf("wrote %s\n", tc.save_safetensors.c_str());
-        }
+        gpt_export(&g, table, tc.save_safetensors);
+        if (rank0) printf("wrote %s\n", tc.save_safetensors.c_str());
         comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
     }
     double peak_all = peak_used;  // the largest over the ranks

@@ -168,60 +168,49 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
     g->pool.resize(L.chunk_first.size() - 1);
 }
 
-// Takes this rank's part of whole-model buffers [full.total] (params, and moments or nullptr
-// for zeros): its tensors, its tp slices (part_of_full, llmc/parallel/assemble.h), its ZeRO shards (bucket padding
-// stays zero).
+// This rank's initial weights, one whole tensor at a time (part_init, llmc/parallel/assemble.h): the seeded init of
+// llmc/init.h (independent of threads and layout), or --init-from's file when hf is open; its ZeRO shard under
+// ZeRO 3; the moments zero. Returns the seconds it took; *n_made: the values made (the whole tensors it holds).
 template <typename real>
-void gpt_set_full(GPT<real>* g, const real* params, const real* m, const real* v) {
-    std::vector<real> local(g->table.total, (real)0);
-    auto take = [&](const real* src, std::vector<real>* dst, bool sharded) {
-        if (!src) { std::fill(dst->begin(), dst->end(), (real)0); return; }
-        part_of_full(g->full, src, g->table, g->global, g->slice, local.data());
-        if (sharded) zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, local.data(), dst->data());
-        else std::copy(local.begin(), local.end(), dst->begin());
-    };
-    take(params, &g->params, g->L.zero >= 3);
-    take(m, &g->m, g->L.zero >= 1);
-    take(v, &g->v, g->L.zero >= 1);
+double gpt_init(GPT<real>* g, uint64_t seed, const SafeTensors* hf = nullptr, int64_t* n_made = nullptr) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<real> part(g->table.total, (real)0);
+    const int64_t n = part_init(g->cfg, g->full, g->table, g->global, g->slice, seed, hf, part.data());
+    if (g->L.zero >= 3) zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, part.data(), g->params.data());
+    else std::copy(part.begin(), part.end(), g->params.begin());
+    std::fill(g->m.begin(), g->m.end(), (real)0);
+    std::fill(g->v.begin(), g->v.end(), (real)0);
+    if (n_made) *n_made = n;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Seeded init of the whole model (llmc/init.h, independent of threads and layout), this rank's part.
-// Returns the seconds the init took.
+// The weights whole over this rank's table [t.total]: its buffer, or under ZeRO 3 its shard all-gathered over dp per
+// bucket. Every rank of the dp group calls it.
 template <typename real>
-double gpt_init(GPT<real>* g, uint64_t seed) {
-    std::vector<real> full(g->full.total);
-    const double seconds = params_init_full(g->cfg, g->full, full.data(), seed);
-    gpt_set_full(g, full.data(), (const real*)nullptr, (const real*)nullptr);
-    return seconds;
+std::vector<real> gpt_params_whole(GPT<real>* g) {
+    if (g->L.zero < 3) return g->params;
+    const int dp = g->L.topo.dp;
+    std::vector<real> out(g->table.total);
+    for (const Bucket& b : g->buckets)
+        comm_all_gather(g->cm.dp, g->params.data() + zero_shard_offset(b, dp), out.data() + b.range.lo, b.range.size() / dp);
+    return out;
 }
 
-// The inverse, for checkpoints and exports: every rank calls it; world rank 0 receives the whole
-// model's params, m and v [full.total] (vocabulary padding rows zero). Each rank first gathers its
-// ZeRO shards over dp; then the dp-rank-0 member of every (stage, tp rank) sends its part to world rank 0
-// (assemble_full, llmc/parallel/assemble.h), one MPI message per buffer.
+// The weights as a Hugging Face file (--save-safetensors), one whole tensor at a time on world rank 0, the others
+// sending their slices (assemble_tensor, llmc/parallel/assemble.h). Every rank calls it.
 template <typename real>
-void gpt_get_full(GPT<real>* g, std::vector<real>* params, std::vector<real>* m, std::vector<real>* v) {
-    const Layout& L = g->L;
-    const Comms& cm = g->cm;
-    const int dp = L.topo.dp;
-    auto whole = [&](const std::vector<real>& buf, bool sharded) {
-        std::vector<real> out(g->table.total);
-        if (!sharded) std::copy(buf.begin(), buf.end(), out.begin());
-        else
-            for (const Bucket& b : g->buckets)
-                comm_all_gather(cm.dp, buf.data() + zero_shard_offset(b, dp), out.data() + b.range.lo, b.range.size() / dp);
-        return out;
-    };
-    const std::vector<real> mine[3] = {whole(g->params, L.zero >= 3), whole(g->m, L.zero >= 1), whole(g->v, L.zero >= 1)};
-    std::vector<real>* dst[3] = {params, m, v};
+void gpt_export(GPT<real>* g, const std::string& path) {
+    const std::vector<real> mine = gpt_params_whole(g);
+    const AssemblePlan plan = assemble_plan(g->cfg, g->full, g->L);
     AssembleTransport<real> io;
-    io.send = [&](int i, const real* data, size_t n) {
+    io.send = [&](int, const real* data, size_t n) {
         CommRequest req;
-        comm_send(cm.world, data, n, 0, 100 + i, &req);
+        comm_send(g->cm.world, data, n, 0, 100, &req);
         comm_wait(&req);
     };
-    io.recv = [&](int i, int from, real* data, size_t n) { comm_recv(cm.world, data, n, from, 100 + i); };
-    assemble_full(g->cfg, g->full, L, mine, dst, 3, 0, io);
+    io.recv = [&](int, int from, real* data, size_t n) { comm_recv(g->cm.world, data, n, from, 100); };
+    if (g->L.topo.rank != 0) assemble_send(plan, g->L.topo.rank, mine.data(), 0, io);
+    else hf_export_stream(path, g->cfg, g->full, [&](size_t k, float* dst) { assemble_tensor(plan, g->full, mine.data(), k, 0, io, dst); });
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -879,16 +868,7 @@ int main(int argc, char** argv) {
     }
 
     if (!tc.export_init.empty()) {
-        GPT<float> g;
-        gpt_build(&g, mc);
-        const double init_s = gpt_init(&g, tc.seed);
-        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.table, g.params.data());
-        if (rank0) {
-            print_init_time((int64_t)g.full.total, init_s);
-            hf_export(tc.export_init, mc, g.table, g.params.data());
-            printf("wrote initial weights of %s (%lld params) to %s\n", mc.name.c_str(), (long long)param_count(g.table),
-                   tc.export_init.c_str());
-        }
+        if (rank0) hf_export_init(tc.export_init, mc, build_param_table(mc), tc.seed, tc.init_from);
         comm_finalize();
         return 0;
     }
@@ -913,7 +893,7 @@ int main(int argc, char** argv) {
     const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
 
-    // weights: a fresh run makes the whole model on every rank (seeded init and --init-from) and keeps its part; a
+    // weights: a fresh run makes its part one whole tensor at a time (seeded init, or --init-from's file: gpt_init); a
     // resumed one reads its part from the checkpoint of any layout (llmc/run/checkpoint.h, part_read)
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);
@@ -922,11 +902,12 @@ int main(int argc, char** argv) {
     std::vector<float>* bufs[3] = {&g.params, &g.m, &g.v};
     const char* kinds[3] = {"p", "m", "v"};
     if (resume_dir.empty()) {
-        std::vector<float> p(g.full.total);
-        const double init_s = params_init_full(mc, g.full, p.data(), tc.seed);
-        if (rank0) print_init_time((int64_t)g.full.total, init_s);
-        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, g.full, p.data());
-        gpt_set_full(&g, p.data(), (const float*)nullptr, (const float*)nullptr);
+        SafeTensors hf;
+        if (!tc.init_from.empty()) hf_open(&hf, tc.init_from, mc);
+        int64_t n_made = 0;
+        const double init_s = gpt_init(&g, tc.seed, tc.init_from.empty() ? nullptr : &hf, &n_made);
+        st_close(&hf);
+        if (rank0 && tc.init_from.empty()) print_init_time(n_made, init_s);
     } else {
         CkptReader R;
         ckpt_open(&R, resume_dir, mc, g.full, &state);
@@ -1038,12 +1019,8 @@ int main(int argc, char** argv) {
     }
     print_sample();
     if (!tc.save_safetensors.empty()) {
-        std::vector<float> p, m, v;
-        gpt_get_full(&g, &p, &m, &v);
-        if (rank0) {
-            hf_export(tc.save_safetensors, mc, g.full, p.data());
-            printf("wrote %s\n", tc.save_safetensors.c_str());
-        }
+        gpt_export(&g, tc.save_safetensors);
+        if (rank0) printf("wrote %s\n", tc.save_safetensors.c_str());
         comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
     }
     if (rank0) log_summary(&lg, mc, n_params, loss, val_loss, logger_peak_bytes(&lg));

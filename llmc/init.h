@@ -24,28 +24,31 @@
 #include "llmc/param_table.h"
 #include "llmc/rng.h"
 
+// dst [numel] <- the initial weights of table tensor k (a whole tensor: a rank keeps its slice of it).
+template <typename real>
+void param_init_tensor(const ModelConfig& c, const ParamTable& t, size_t k, real* dst, uint64_t seed) {
+    const ParamSpec& s = t.specs[k];
+    const double sigma = s.init == INIT_NORMAL_RESID ? c.init_std / std::sqrt(2.0 * c.n_layer) : c.init_std;
+    const int64_t live = s.live_rows * s.cols, n = (int64_t)s.numel();
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n >= 65536)
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        if (s.init == INIT_ONES) dst[i] = 1;
+        else if (s.init == INIT_ZEROS || i >= live) dst[i] = 0;
+        else dst[i] = (real)(sigma * normal_at(seed, k, (uint64_t)i));
+    }
+}
+
 // params [t.total] <- the initial weights of every tensor of the table. Returns the seconds it took.
 template <typename real>
 double params_init_full(const ModelConfig& c, const ParamTable& t, real* params, uint64_t seed) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (size_t k = 0; k < t.specs.size(); k++) {
-        const ParamSpec& s = t.specs[k];
-        real* p = params + s.offset;
-        const double sigma = s.init == INIT_NORMAL_RESID ? c.init_std / std::sqrt(2.0 * c.n_layer) : c.init_std;
-        const int64_t live = s.live_rows * s.cols, n = (int64_t)s.numel();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= 65536)
-#endif
-        for (int64_t i = 0; i < n; i++) {
-            if (s.init == INIT_ONES) p[i] = 1;
-            else if (s.init == INIT_ZEROS || i >= live) p[i] = 0;
-            else p[i] = (real)(sigma * normal_at(seed, k, (uint64_t)i));
-        }
-    }
+    for (size_t k = 0; k < t.specs.size(); k++) param_init_tensor(c, t, k, params + t.specs[k].offset, seed);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// One line on how long params_init_full took for n values.
+// One line on how long the initialisation of n values took.
 static inline void print_init_time(int64_t n, double seconds) {
 #ifdef _OPENMP
     const int threads = omp_get_max_threads();

@@ -551,10 +551,12 @@ static void test_norm_ranges() {
           " layouts (dp, tp, pp, vpp; tied and untied)", "%s", err.c_str());
 }
 
-// A rank's part of the whole model and back (llmc/parallel/assemble.h), in every layout: each rank's part
-// (part_of_full) assembled on world rank 0 (assemble_full; the transport hands rank 0 what each sender sent) gives the
-// whole model back exactly, for two buffers at once, in one message per buffer or in pieces; the senders are the
-// dp-rank-0 ranks, each send matched by a receive of the same buffer and count, and no rank but 0 gets a result.
+// A rank's part of the whole model and back (llmc/parallel/assemble.h), in every layout: each rank's part of the
+// initial weights made one tensor at a time (part_init) equals its part of the whole init (part_of_full of
+// params_init_full); the parts assembled on world rank 0 one tensor at a time (assemble_send on every other rank,
+// assemble_tensor on rank 0; the transport hands rank 0 what each sender sent) give every tensor back exactly, in one
+// message per slice or in pieces; the senders are the dp-rank-0 ranks, each send matched by a receive of the same
+// tensor and count, a replicated tensor and the tied embedding sent once.
 static void test_assemble() {
     std::string err;
     int n_layouts = 0;
@@ -568,59 +570,59 @@ static void test_assemble() {
                                           std::to_string(y.pp) + " vpp" + std::to_string(y.vpp) + " piece " + std::to_string(piece) + ": ";
                 const ModelConfig c = preset(name, y.tp);
                 const ParamTable full = build_param_table(c);
-                std::vector<float> whole[2] = {std::vector<float>(full.total), std::vector<float>(full.total)};
-                for (size_t e = 0; e < full.total; e++) whole[0][e] = (float)(e + 1), whole[1][e] = -(float)(e + 1);
+                std::vector<float> whole(full.total);
+                params_init_full(c, full, whole.data(), 5);
                 const int W = y.dp * y.tp * y.pp;
                 n_layouts++;
                 std::vector<Layout> Ls(W);
-                std::vector<std::vector<float>> parts[2];
-                struct Msg { int i; size_t n; std::vector<float> data; };
+                std::vector<std::vector<float>> parts;
+                struct Msg { int k; size_t n; std::vector<float> data; };
                 std::vector<std::vector<Msg>> sent(W);
                 for (int r = 0; r < W; r++) {
                     Ls[r].topo = topo_make(y.dp, y.tp, y.pp, r);
                     Ls[r].vpp = y.vpp;
                     pp_layer_layout(c.n_layer, y.pp, y.vpp, "", &Ls[r].chunk_first);
                     const LocalTable lt = gpt_local_table(c, full, Ls[r], Ls[r].topo.pp_rank, Ls[r].topo.tp_rank);
-                    for (int i = 0; i < 2; i++) {
-                        parts[i].emplace_back(lt.t.total, 0.0f);
-                        part_of_full(full, whole[i].data(), lt.t, lt.global, lt.slice, parts[i].back().data());
-                    }
+                    parts.emplace_back(lt.t.total, 0.0f);
+                    part_of_full(full, whole.data(), lt.t, lt.global, lt.slice, parts.back().data());
+                    std::vector<float> made(lt.t.total, 0.0f);
+                    part_init(c, full, lt.t, lt.global, lt.slice, 5, nullptr, made.data());
+                    if (made != parts.back()) fail(where + "rank " + std::to_string(r) + ": part_init differs from its part of the whole init");
                 }
                 // every rank but 0: what it sends
                 for (int r = 1; r < W; r++) {
                     AssembleTransport<float> io;
-                    io.send = [&](int i, const float* d, size_t n) { sent[r].push_back({i, n, std::vector<float>(d, d + n)}); };
+                    io.send = [&](int k, const float* d, size_t n) { sent[r].push_back({k, n, std::vector<float>(d, d + n)}); };
                     io.recv = [&](int, int, float*, size_t) { fail(where + "rank " + std::to_string(r) + " received"); };
-                    std::vector<float> out[2];
-                    std::vector<float>* dst[2] = {&out[0], &out[1]};
-                    const std::vector<float> mine[2] = {parts[0][r], parts[1][r]};
-                    assemble_full(c, full, Ls[r], mine, dst, 2, piece, io);
-                    if (!out[0].empty() || !out[1].empty()) fail(where + "rank " + std::to_string(r) + " got a whole buffer");
+                    assemble_send(assemble_plan(c, full, Ls[r]), r, parts[r].data(), piece, io);
                     if ((Ls[r].topo.dp_rank == 0) != !sent[r].empty()) fail(where + "rank " + std::to_string(r) + " sent, or did not");
                     for (const Msg& m : sent[r])
                         if (piece > 0 && m.n > piece) fail(where + "a message larger than the piece");
                 }
-                // world rank 0: receives, in order, what each sender sent, and assembles
+                // world rank 0: receives, in order, what each sender sent, and assembles each tensor
                 std::vector<size_t> next(W, 0);
                 AssembleTransport<float> io;
                 io.send = [&](int, const float*, size_t) { fail(where + "rank 0 sent"); };
-                io.recv = [&](int i, int from, float* d, size_t n) {
+                io.recv = [&](int k, int from, float* d, size_t n) {
                     if (next[from] >= sent[from].size()) return fail(where + "a receive from rank " + std::to_string(from) + " never sent");
                     const Msg& m = sent[from][next[from]++];
-                    if (m.i != i || m.n != n) return fail(where + "a receive does not match its send");
+                    if (m.k != k || m.n != n) return fail(where + "a receive does not match its send");
                     std::copy(m.data.begin(), m.data.end(), d);
                 };
-                std::vector<float> out[2];
-                std::vector<float>* dst[2] = {&out[0], &out[1]};
-                const std::vector<float> mine[2] = {parts[0][0], parts[1][0]};
-                assemble_full(c, full, Ls[0], mine, dst, 2, piece, io);
+                const AssemblePlan plan = assemble_plan(c, full, Ls[0]);
+                for (size_t k = 0; k < full.specs.size(); k++) {
+                    const ParamSpec& f = full.specs[k];
+                    std::vector<float> got(f.numel(), -1.0f);
+                    assemble_tensor(plan, full, parts[0].data(), k, piece, io, got.data());
+                    if (!std::equal(got.begin(), got.end(), whole.begin() + f.offset)) fail(where + "tensor " + f.name + " differs from the whole one");
+                }
                 for (int r = 0; r < W; r++)
                     if (next[r] != sent[r].size()) fail(where + "rank " + std::to_string(r) + "'s sends not all received");
-                if (out[0] != whole[0] || out[1] != whole[1]) fail(where + "the assembled model differs from the whole one");
             }
-    check(err.empty(), "assemble: every rank's part (part_of_full) assembled on rank 0 (assemble_full) is the whole model, in " +
+    check(err.empty(), "assemble: every rank's part of the init made a tensor at a time (part_init) is its part of the whole "
+          "init; every tensor assembled on rank 0 one at a time (assemble_send, assemble_tensor) is the whole one, in " +
           std::to_string(n_layouts) + " (layout, piece) cases (dp, tp, pp, vpp; tied and untied); dp-rank-0 ranks send, "
-          "every send received in order", "%s", err.c_str());
+          "every send received in order, nothing sent twice", "%s", err.c_str());
 }
 
 // The executor over every stage's list: each (micro-batch, chunk) acquired once before its use,

@@ -17,7 +17,7 @@
 // row-parallel one. The replicated tensors' gradients (norms, row-parallel biases, position embedding: from each
 // rank's rows, the biases and position embedding from tp rank 0) are summed over tp in fp32 with the bucket's
 // reduction. Without SP they are equal on every tp rank. The global norm counts replicated tensors on tp rank 0
-// (layout_norm_ranges) and sums over dp and tp. Checkpoints gather the tp slices (gpt_get_full) into whole tensors.
+// (layout_norm_ranges) and sums over dp and tp. Exports gather the tp slices into whole tensors (gpt_export); checkpoints keep them as they are.
 #pragma once
 
 #include "llmc/parallel/tp.h"

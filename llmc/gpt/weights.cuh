@@ -1,6 +1,6 @@
 // llmc/gpt/weights.cuh: weights in and out of the CUDA trainer: fp32 weights and moments uploaded into a rank's
 // params, master and moments (its stage, its tp slices, its ZeRO pieces) from the init or a checkpoint of any layout,
-// a rank's share written into a checkpoint, and whole tensors gathered back for exports.
+// a rank's share written into a checkpoint, and whole tensors sent one at a time to rank 0 for exports.
 // Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
 // whose fields it reads and writes.
 #pragma once
@@ -93,7 +93,7 @@ static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float
 }
 
 // Downloads the fp32 master weights and the moments (as fp32) of this rank's part: buffers [P] in g->table's layout
-// (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it). gpt_get_full assembles the whole model.
+// (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it).
 static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
     const bool sharded = g->L.zero >= 1;
     cudaCheck(cudaStreamSynchronize(g->stream));
@@ -108,16 +108,14 @@ static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m
     }
 }
 
-// The inverse of gpt_load's parts, for exports (--save-safetensors): every rank calls it; world rank 0 receives the whole
-// model's weights (and with m, the moments) [full.total], the others nothing. Each rank gathers its ZeRO shards over
-// dp (gpt_get_weights); then the dp-rank-0 member of every other (stage, tp rank) sends its part to world rank 0
-// (assemble_full, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces that fit every rank's grad32.
-static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, std::vector<float>* m,
-                         std::vector<float>* v) {
+// The weights as a Hugging Face file (--save-safetensors), one whole tensor at a time on world rank 0: every rank
+// downloads its part (gathered over dp under ZeRO: gpt_get_weights); the dp-rank-0 member of every other (stage, tp
+// rank) sends its slices (assemble_tensor, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces
+// that fit every rank's grad32. Every rank calls it.
+static void gpt_export(GPT* g, const ParamTable& full, const std::string& path) {
     const Topology& me = g->L.topo;
-    std::vector<float> mine[3];
-    gpt_get_weights(g, &mine[0], m ? &mine[1] : nullptr, m ? &mine[2] : nullptr);
-    std::vector<float>* dst[3] = {p, m, v};
+    std::vector<float> mine;
+    gpt_get_weights(g, &mine, nullptr, nullptr);
     double piece = 0;  // the smallest grad32 of the ranks (minus the largest negative)
     if (me.world > 1) {
         piece = -(double)g->dp.n_grad32;
@@ -125,22 +123,24 @@ static void gpt_get_full(GPT* g, const ParamTable& full, std::vector<float>* p, 
         piece = -piece;
     }
     AssembleTransport<float> io;
-    io.send = [&](int i, const float* data, size_t n) {
+    io.send = [&](int k, const float* data, size_t n) {
         CommRequest req;
         cudaCheck(cudaMemcpy(g->dp.grad32, data, n * sizeof(float), cudaMemcpyHostToDevice));
-        comm_send(g->world, (const float*)g->dp.grad32, n, 0, i, &req);
+        comm_send(g->world, (const float*)g->dp.grad32, n, 0, k, &req);
         comm_wait(&req);
     };
-    io.recv = [&](int i, int from, float* data, size_t n) {
-        comm_recv(g->world, g->dp.grad32, n, from, i);
+    io.recv = [&](int k, int from, float* data, size_t n) {
+        comm_recv(g->world, g->dp.grad32, n, from, k);
         cudaCheck(cudaMemcpyAsync(data, g->dp.grad32, n * sizeof(float), cudaMemcpyDeviceToHost, g->world.stream));
-        comm_stream_sync(g->world, "receive of a checkpoint's part");
+        comm_stream_sync(g->world, "receive of an export's tensor");
     };
-    assemble_full(g->cfg, full, g->L, mine, dst, m ? 3 : 1, (size_t)piece, io);
+    const AssemblePlan plan = assemble_plan(g->cfg, full, g->L);
+    if (me.rank != 0) assemble_send(plan, me.rank, mine.data(), (size_t)piece, io);
+    else hf_export_stream(path, g->cfg, full, [&](size_t k, float* dst) { assemble_tensor(plan, full, mine.data(), k, (size_t)piece, io, dst); });
 }
 
-// The weights at the start of a run: a fresh run makes the whole model on every rank (the seeded init, then
-// --init-from) and keeps its part; a resumed one reads its own elements from the checkpoint resume_dir of any layout
+// The weights at the start of a run: a fresh run makes its part one whole tensor at a time (the seeded init, or
+// --init-from's file: part_init, llmc/parallel/assemble.h); a resumed one reads its own elements from the checkpoint resume_dir of any layout
 // (part_read, llmc/parallel/assemble.h), with AdamW's moments and the run's state into *state; --fp8: the weights'
 // scales and fp8 copies, and delayed scaling's state from the checkpoint when it holds one of this history.
 static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, const std::string& resume_dir,
@@ -149,12 +149,13 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
     const bool rank0 = g->world.rank == 0;
     Fp8State fp8_state;
     if (resume_dir.empty()) {
-        std::vector<float> p(table.total);
-        const double init_s = params_init_full(mc, table, p.data(), tc.seed);
-        if (rank0) print_init_time((int64_t)table.total, init_s);
-        if (!tc.init_from.empty()) hf_import(tc.init_from, mc, table, p.data());
+        SafeTensors hf;
+        if (!tc.init_from.empty()) hf_open(&hf, tc.init_from, mc);
         std::vector<float> part(g->table.total, 0.0f);  // this rank's part: its stage's tensors, its tp slices
-        part_of_full(table, p.data(), g->table, g->global, g->slice, part.data());
+        const auto t0 = std::chrono::steady_clock::now();
+        const int64_t n = part_init(mc, table, g->table, g->global, g->slice, tc.seed, tc.init_from.empty() ? nullptr : &hf, part.data());
+        st_close(&hf);
+        if (rank0 && tc.init_from.empty()) print_init_time(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
         gpt_set_weights(g, part.data(), nullptr, nullptr);
     } else {

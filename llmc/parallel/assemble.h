@@ -1,14 +1,16 @@
 // llmc/parallel/assemble.h: a rank's part of the whole model and back, for weights in (init, --init-from, a
 // checkpoint of any layout) and out (checkpoints, exports), shared by both trainers. Bookkeeping only: the trainer
-// moves the bytes (host copies and MPI, or device copies and NCCL) through the callables it passes.
+// moves the bytes (host copies and MPI, or device copies and NCCL) through the callables it passes. No rank holds
+// the whole model: whole tensors travel one at a time.
 //   part_of_full    a whole-model buffer [full.total] (build_param_table's layout, the one files use) -> this
 //                   rank's part [t.total] in its local table's layout: its stage's tensors, its tp slices
 //                   (llmc/parallel/tp.h), bucket padding zero. ZeRO then keeps its pieces (zero_take_shard).
-//   part_into_full  the inverse, for one rank's part (any rank's: its LocalTable from gpt_local_table)
-//   assemble_full   every rank's part reaches world rank 0, which inserts them into whole-model buffers: the
-//                   dp-rank-0 member of every (pipeline stage, tp rank) sends its part (assemble_senders). The
-//                   trainer first makes a sharded buffer whole over its dp group: for each bucket, an all-gather
-//                   of every dp rank's piece from its shard (zero_shard_offset, llmc/parallel/zero.h).
+//   part_init       this rank's part of the initial weights (the seeded init, or --init-from's file), made one
+//                   whole tensor at a time
+//   assemble_tensor whole tensors on world rank 0, one at a time in table order, for exports: the dp-rank-0 member
+//                   of every (pipeline stage, tp rank) sends its slice of each (assemble_send; a replicated tensor
+//                   and the tied embedding once). The trainer first makes a sharded buffer whole over its dp
+//                   group: for each bucket, an all-gather of every dp rank's piece (llmc/parallel/zero.h).
 //   part_write      a checkpoint's share of one of a rank's buffers (the weights or a moment): the parts it owns
 //                   (layout_owned_parts: its ZeRO piece, replicated tensors once), written as pieces of their
 //                   tensors' slices (llmc/run/checkpoint.h), every rank at once
@@ -24,7 +26,9 @@
 #include "llmc/parallel/topology.h"
 #include "llmc/parallel/tp.h"
 #include "llmc/parallel/zero.h"
+#include "llmc/init.h"
 #include "llmc/run/checkpoint.h"
+#include "llmc/run/weights_io.h"
 
 // part[t.total] = this rank's slices of whole[full.total]: local tensor k is full tensor global[k], its blocks
 // slice[k]; bucket padding is left as it is (zeros in a fresh buffer).
@@ -37,14 +41,28 @@ static inline void part_of_full(const ParamTable& full, const T* whole, const Pa
     }
 }
 
-// whole[full.total] gets a rank's part[t.total] (its slices; the rest of whole is left as it is).
-template <typename T>
-static inline void part_into_full(const ParamTable& t, const std::vector<int>& global, const std::vector<std::vector<TpBlock>>& slice,
-                                  const T* part, const ParamTable& full, T* whole) {
+// part [t.total] = this rank's slices of the initial weights: each tensor it holds made whole (the seeded init of
+// llmc/init.h, or read from `hf`, an open --init-from file, when not null), then its slice kept; bucket padding left
+// as it is. Host memory: one whole tensor. Returns the number of values made (whole tensors).
+template <typename real>
+static inline int64_t part_init(const ModelConfig& c, const ParamTable& full, const ParamTable& t, const std::vector<int>& global,
+                                const std::vector<std::vector<TpBlock>>& slice, uint64_t seed, const SafeTensors* hf, real* part) {
+    std::vector<real> w;
+    std::vector<float> file;
+    int64_t n = 0;
     for (size_t k = 0; k < t.specs.size(); k++) {
         const ParamSpec& f = full.specs[global[k]];
-        tp_insert(part + t.specs[k].offset, slice[k], f.cols, whole + f.offset);
+        w.resize(f.numel());
+        if (!hf) param_init_tensor(c, full, (size_t)global[k], w.data(), seed);
+        else {
+            file.resize(f.numel());
+            hf_read_tensor(hf, f, "", file.data());
+            std::copy(file.begin(), file.end(), w.begin());
+        }
+        tp_extract(w.data(), f.cols, slice[k], part + t.specs[k].offset);
+        n += (int64_t)f.numel();
     }
+    return n;
 }
 
 // The world ranks whose parts make up the whole model, in world-rank order (world rank 0 first): the dp-rank-0 member
@@ -56,37 +74,72 @@ static inline std::vector<int> assemble_senders(const Topology& me) {
     return out;
 }
 
-// How assemble_full moves buffer i's elements: send on a sender (to world rank 0; returns when data may be reused),
-// recv on world rank 0 (from world rank `from`). Each send is matched by one recv of the same count, in order.
+// Who sends which slice of each tensor: the senders' local tables, and per full tensor the (sender, local tensor)
+// pairs whose slices make it up, in sender order: a replicated tensor from tp rank 0 only, the tied embedding from the
+// first stage only.
+struct AssemblePlan {
+    std::vector<int> senders;                             // assemble_senders
+    std::vector<LocalTable> tables;                       // each sender's
+    std::vector<std::vector<std::pair<int, int>>> from;   // [full tensor]: (index into senders, local tensor)
+};
+static inline AssemblePlan assemble_plan(const ModelConfig& c, const ParamTable& full, const Layout& L) {
+    AssemblePlan a;
+    a.senders = assemble_senders(L.topo);
+    a.from.resize(full.specs.size());
+    for (size_t s = 0; s < a.senders.size(); s++) {
+        const Topology o = topo_make(L.topo.dp, L.topo.tp, L.topo.pp, a.senders[s]);
+        a.tables.push_back(gpt_local_table(c, full, L, o.pp_rank, o.tp_rank));
+        const LocalTable& lt = a.tables.back();
+        for (size_t k = 0; k < lt.t.specs.size(); k++) {
+            const int g = lt.global[k];
+            if ((full.specs[g].tp == TP_NONE && o.tp_rank != 0) || (g == full.wte && o.pp_rank != 0)) continue;
+            a.from[g].push_back({(int)s, (int)k});
+        }
+    }
+    return a;
+}
+
+// How assemble_send / assemble_tensor move a slice of full tensor k: send on a sender (to world rank 0; returns when
+// data may be reused), recv on world rank 0 (from world rank `from`). Each send is matched by one recv of the same
+// count, in order.
 template <typename T>
 struct AssembleTransport {
-    std::function<void(int i, const T* data, size_t n)> send;
-    std::function<void(int i, int from, T* data, size_t n)> recv;
+    std::function<void(int k, const T* data, size_t n)> send;
+    std::function<void(int k, int from, T* data, size_t n)> recv;
 };
 
-// Every rank calls it, mine[i] (i < n_bufs) being this rank's buffer i whole over its table [its t.total] (ZeRO shards
-// gathered). World rank 0 gets *whole[i] [full.total], the others nothing. Each part travels in messages of at most
-// `piece` elements (0: one message per buffer), world rank 0 receiving senders in assemble_senders' order.
+// Every sender but world rank 0 (others return at once): its slices of the tensors the plan takes from it, in table
+// order, in messages of at most `piece` elements (0: one per slice). mine: its weights whole over its table.
 template <typename T>
-static inline void assemble_full(const ModelConfig& c, const ParamTable& full, const Layout& L, const std::vector<T>* mine,
-                                 std::vector<T>* const* whole, int n_bufs, size_t piece, const AssembleTransport<T>& io) {
-    const Topology& me = L.topo;
-    if (me.rank == 0)
-        for (int i = 0; i < n_bufs; i++) whole[i]->assign(full.total, (T)0);
-    for (int r : assemble_senders(me)) {
-        if (me.rank != 0 && me.rank != r) continue;
-        const Topology o = topo_make(me.dp, me.tp, me.pp, r);
-        const LocalTable lt = gpt_local_table(c, full, L, o.pp_rank, o.tp_rank);
-        const size_t total = lt.t.total, step = piece > 0 ? piece : std::max<size_t>(total, 1);
-        for (int i = 0; i < n_bufs; i++) {
-            std::vector<T> received(r != 0 && me.rank == 0 ? total : 0);
-            for (size_t at = 0; r != 0 && at < total; at += step) {
-                const size_t n = std::min(step, total - at);
-                if (me.rank == r) io.send(i, mine[i].data() + at, n);
-                else io.recv(i, r, received.data() + at, n);
-            }
-            if (me.rank == 0) part_into_full(lt.t, lt.global, lt.slice, r == 0 ? mine[i].data() : received.data(), full, whole[i]->data());
+static inline void assemble_send(const AssemblePlan& a, int rank, const T* mine, size_t piece, const AssembleTransport<T>& io) {
+    for (size_t g = 0; g < a.from.size() && rank != 0; g++)
+        for (const std::pair<int, int>& sk : a.from[g]) {
+            if (a.senders[sk.first] != rank) continue;
+            const ParamSpec& s = a.tables[sk.first].t.specs[sk.second];
+            const size_t n = s.numel(), step = piece > 0 ? piece : std::max<size_t>(n, 1);
+            for (size_t at = 0; at < n; at += step) io.send((int)g, mine + s.offset + at, std::min(step, n - at));
         }
+}
+
+// World rank 0, for k = 0, 1, ... in order: dst [full.specs[k].numel()] = whole tensor k (vocabulary padding rows
+// zero), from its own slices (mine, its weights whole over its table) and the senders'.
+template <typename T>
+static inline void assemble_tensor(const AssemblePlan& a, const ParamTable& full, const T* mine, size_t k, size_t piece,
+                                   const AssembleTransport<T>& io, T* dst) {
+    const ParamSpec& f = full.specs[k];
+    std::fill(dst, dst + f.numel(), (T)0);
+    std::vector<T> got;
+    for (const std::pair<int, int>& sk : a.from[k]) {
+        const LocalTable& lt = a.tables[sk.first];
+        const ParamSpec& s = lt.t.specs[sk.second];
+        const T* src = mine + s.offset;
+        if (a.senders[sk.first] != 0) {
+            got.resize(s.numel());
+            const size_t n = s.numel(), step = piece > 0 ? piece : std::max<size_t>(n, 1);
+            for (size_t at = 0; at < n; at += step) io.recv((int)k, a.senders[sk.first], got.data() + at, std::min(step, n - at));
+            src = got.data();
+        }
+        tp_insert(src, lt.slice[sk.second], f.cols, dst);
     }
 }
 

@@ -74,10 +74,20 @@ static inline uint64_t ckpt_hash(const void* data, size_t n) {
     for (; i < n; i++) { h ^= p[i]; h *= 1099511628211ull; }
     return h;
 }
-// FNV-1a over bytes: the hashes in the DONE of a single-file checkpoint.
-static inline uint64_t fnv1a(const std::vector<uint8_t>& b) {
+// FNV-1a over bytes: the hashes in the DONE of a single-file checkpoint, of a whole file read in blocks.
+static inline uint64_t fnv1a_file(const std::string& path) {
+    struct stat sb;
+    const int fd = open_input(path, nullptr, true, &sb);
     uint64_t h = 1469598103934665603ull;
-    for (uint8_t x : b) { h ^= x; h *= 1099511628211ull; }
+    std::vector<uint8_t> b(1 << 22);
+    for (;;) {
+        const ssize_t r = read(fd, b.data(), b.size());
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) die("%s: read failed: %s", path_label(path).c_str(), strerror(errno));
+        if (r == 0) break;
+        for (ssize_t i = 0; i < r; i++) { h ^= b[i]; h *= 1099511628211ull; }
+    }
+    close(fd);
     return h;
 }
 
@@ -372,9 +382,10 @@ struct CkptReader {
     struct File {
         std::string name;
         int fd = -1;
-        uint64_t bytes = 0;
+        uint64_t bytes = 0;              // a shard's size
+        bool single = false;             // a single-file checkpoint's file: no chunk hashes (it is hashed whole)
+        uint64_t data_start = 0;         // where its data section starts
         std::vector<uint64_t> hashes;    // per chunk
-        const uint8_t* mem = nullptr;    // a single-file checkpoint's data section (held in `whole`)
         int64_t cached = -1;             // the chunk in buf
         std::vector<uint8_t> buf;
     };
@@ -389,7 +400,6 @@ struct CkptReader {
     std::vector<File> files;
     std::map<std::string, Tensor> tensors;
     std::map<std::string, std::vector<Slice>> slices;  // by kind + ":" + name
-    SafeTensors whole[2];                // a single-file checkpoint's files
     std::string state_text;
 };
 
@@ -415,7 +425,7 @@ static inline std::string ckpt_add_piece(CkptReader* R, int file, const std::str
     }
     if (!(0 <= a && a < b && b <= numel)) return "elements outside its slice of " + name;
     const CkptReader::File& f = R->files[file];
-    if (at > f.bytes || (uint64_t)(b - a) * 4 > f.bytes - at) return "bytes past the end of " + f.name;
+    if (!f.single && (at > f.bytes || (uint64_t)(b - a) * 4 > f.bytes - at)) return "bytes past the end of " + f.name;
     std::vector<CkptReader::Slice>& ss = R->slices[kind + ":" + name];
     CkptReader::Slice* s = nullptr;
     for (CkptReader::Slice& x : ss) {
@@ -473,7 +483,15 @@ static inline std::string ckpt_check_cover(CkptReader* R, const ParamTable& full
 // read whole with pread once and checked against its hash.
 static inline void ckpt_pread(CkptReader* R, int i, uint64_t at, size_t n, uint8_t* dst) {
     CkptReader::File& f = R->files[i];
-    if (f.mem) { memcpy(dst, f.mem + at, n); return; }
+    if (f.single) {  // offsets are into its data section
+        for (size_t got = 0; got < n;) {
+            const ssize_t r = pread(f.fd, dst + got, n - got, (off_t)(f.data_start + at + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) die("checkpoint %s: cannot read %s: %s", path_label(R->dir).c_str(), f.name.c_str(), r < 0 ? strerror(errno) : "the file ends early");
+            got += (size_t)r;
+        }
+        return;
+    }
     while (n > 0) {
         const int64_t ci = (int64_t)(at / CKPT_CHUNK_BYTES);
         if (f.cached != ci) {
@@ -573,6 +591,7 @@ static inline ModelConfig ckpt_config(const std::string& dir) {
     }
     SafeTensors st;
     st_open(&st, dir + "/model.safetensors");
+    st_close(&st);
     auto it = st.metadata.find("config");
     if (it == st.metadata.end()) die("%s: no config in metadata", path_label(dir + "/model.safetensors").c_str());
     return config_from_json(it->second, path_label(dir + "/model.safetensors").c_str());
@@ -597,29 +616,32 @@ static inline void ckpt_open(CkptReader* R, const std::string& dir, const ModelC
         if (!file_exists(path)) die("checkpoint %s: missing file %s", where.c_str(), f.first.c_str());
         if (f.first == "index.json") sharded = true;
     }
-    for (const auto& f : done) {
+    for (const auto& f : done) {  // the single-file form's files are hashed whole, in blocks
         const std::string path = dir + "/" + f.first;
-        std::vector<uint8_t> b = read_file_bytes(path);  // none of them is ever empty
-        if (std::to_string(sharded ? ckpt_hash(b.data(), b.size()) : fnv1a(b)) != f.second)
+        std::vector<uint8_t> b;
+        if (sharded || f.first == "state.json") b = read_file_bytes(path);  // small; none of them is ever empty
+        if (std::to_string(!sharded ? fnv1a_file(path) : ckpt_hash(b.data(), b.size())) != f.second)
             die("checkpoint %s: %s is corrupt (its hash differs from the one recorded in DONE)", where.c_str(), f.first.c_str());
-        if (sharded || f.first == "state.json") small[f.first] = std::move(b);
+        if (!b.empty()) small[f.first] = std::move(b);
     }
     R->state_text.assign(small["state.json"].begin(), small["state.json"].end());
     err = ckpt_parse_state(R->state_text.data(), R->state_text.size(), s);
     if (!err.empty()) die("%s: %s", path_label(dir + "/state.json").c_str(), err.c_str());
 
     if (!sharded) {  // the single-file form: two safetensors files of whole tensors
-        st_open(&R->whole[0], dir + "/model.safetensors");
-        st_open(&R->whole[1], dir + "/optim.safetensors");
-        auto it = R->whole[0].metadata.find("config");
-        if (it == R->whole[0].metadata.end()) die("%s: no config in metadata", path_label(dir + "/model.safetensors").c_str());
+        SafeTensors whole[2];
+        st_open(&whole[0], dir + "/model.safetensors");
+        st_open(&whole[1], dir + "/optim.safetensors");
+        auto it = whole[0].metadata.find("config");
+        if (it == whole[0].metadata.end()) die("%s: no config in metadata", path_label(dir + "/model.safetensors").c_str());
         ckpt_check_config(dir, it->second, path_label(dir + "/model.safetensors").c_str(), c);
         for (int i = 0; i < 2; i++) {
-            SafeTensors& st = R->whole[i];
+            SafeTensors& st = whole[i];
             CkptReader::File f;
             f.name = i ? "optim.safetensors" : "model.safetensors";
-            f.bytes = st.bytes.size() - st.data_start;
-            f.mem = st.bytes.data() + st.data_start;
+            f.fd = st.fd;  // the reader's now, closed by ckpt_close
+            f.single = true;
+            f.data_start = st.data_start;
             R->files.push_back(f);
             for (const StTensor& t : st.tensors) {
                 if (t.dtype != "F32" || t.shape.size() != 2 || t.numel() == 0)
@@ -786,7 +808,7 @@ static inline void checkpoint_save_single(const std::string& out_dir, const Mode
     for (int i = 0; i < 3; i++) {
         const std::string path = tmp + "/" + kCkptFiles[i];
         fsync_path(path);
-        done += std::string(i ? "," : "") + "\"" + kCkptFiles[i] + "\":\"" + std::to_string(fnv1a(read_file_bytes(path))) + "\"";
+        done += std::string(i ? "," : "") + "\"" + kCkptFiles[i] + "\":\"" + std::to_string(fnv1a_file(path)) + "\"";
     }
     write_text(tmp + "/DONE", done + "}\n");
     fsync_path(tmp + "/DONE");

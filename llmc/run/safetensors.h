@@ -4,7 +4,8 @@
 //    "data_offsets": [begin, end]}, ...}
 // then the raw little-endian tensor bytes; offsets are relative to the end of the header.
 // Reading converts F32 / F16 / BF16 to float and I32 / I64 to int32; every inconsistency
-// (truncated file, offsets out of range, size not matching shape) names the file.
+// (truncated file, offsets out of range, size not matching shape) names the file. st_open reads the
+// header only and each tensor when asked (pread), so a reader holds one tensor at a time, not the file.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -24,7 +25,9 @@ struct StTensor {
 
 struct SafeTensors {
     std::string path;
-    std::vector<uint8_t> bytes;       // the whole file
+    std::vector<uint8_t> bytes;       // a whole file image (st_parse's input), or st_open's first 8 + header bytes
+    int fd = -1;                      // st_open: the open file, read per tensor
+    uint64_t file_size = 0;           // st_open: its size
     size_t data_start = 0;
     std::vector<StTensor> tensors;
     std::map<std::string, std::string> metadata;
@@ -39,18 +42,20 @@ static inline int st_dtype_size(const std::string& dt) {
 }
 
 // Parses the file image already in st->bytes; returns an error message, empty on success.
+// Parses the header in st->bytes: a whole file image, or (st->fd open) the file's first bytes, its size file_size.
 static inline std::string st_parse(SafeTensors* st) {
     const std::vector<uint8_t>& b = st->bytes;
-    if (b.size() < 8) return "file is shorter than the 8-byte header size";
+    const uint64_t size = st->fd >= 0 ? st->file_size : b.size();
+    if (size < 8 || b.size() < 8) return "file is shorter than the 8-byte header size";
     uint64_t n = 0;
     memcpy(&n, b.data(), 8);
-    if (n > b.size() - 8) return "header size " + std::to_string(n) + " runs past the end of the file (truncated?)";
+    if (n > size - 8 || n > b.size() - 8) return "header size " + std::to_string(n) + " runs past the end of the file (truncated?)";
     Json j;
     std::string err;
     if (!json_parse((const char*)b.data() + 8, (size_t)n, &j, &err)) return "header is not valid JSON: " + err;
     if (j.kind != Json::OBJ) return "header is not a JSON object";
     st->data_start = 8 + (size_t)n;
-    const size_t data_size = b.size() - st->data_start;
+    const size_t data_size = (size_t)(size - st->data_start);
     for (const auto& kv : j.obj) {
         if (kv.first == "__metadata__") {
             if (kv.second.kind != Json::OBJ) return "__metadata__ is not an object";
@@ -97,11 +102,52 @@ static inline std::string st_parse(SafeTensors* st) {
     return "";
 }
 
+// Opens a safetensors file: its header now, each tensor's bytes when read (st_read_f32, st_read_i32).
 static inline void st_open(SafeTensors* st, const std::string& path) {
     st->path = path;
-    st->bytes = read_file_bytes(path);
+    struct stat sb;
+    st->fd = open_input(path, nullptr, true, &sb);
+    st->file_size = (uint64_t)sb.st_size;
+    auto read_at = [&](uint64_t at, size_t n) {
+        const size_t have = st->bytes.size();
+        st->bytes.resize(have + n);
+        size_t got = 0;
+        while (got < n) {
+            const ssize_t r = pread(st->fd, st->bytes.data() + have + got, n - got, (off_t)(at + got));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) die("%s: read failed: %s", path_label(path).c_str(), r < 0 ? strerror(errno) : "the file ends early");
+            got += (size_t)r;
+        }
+    };
+    uint64_t n = 0;
+    if (st->file_size >= 8) {
+        read_at(0, 8);
+        memcpy(&n, st->bytes.data(), 8);
+        if (n <= st->file_size - 8 && n <= (100ull << 20)) read_at(8, (size_t)n);  // safetensors caps headers at 100 MB
+    }
     std::string err = st_parse(st);
     if (!err.empty()) die("%s: not a valid safetensors file: %s", path_label(path).c_str(), err.c_str());
+}
+
+static inline void st_close(SafeTensors* st) {
+    if (st->fd >= 0) close(st->fd);
+    st->fd = -1;
+}
+
+// The bytes of tensor t: in the image, or read into *tmp.
+static inline const uint8_t* st_data(const SafeTensors* st, const StTensor* t, std::vector<uint8_t>* tmp) {
+    if (st->fd < 0) return st->bytes.data() + st->data_start + t->begin;
+    const size_t n = t->end - t->begin;
+    tmp->resize(n);
+    size_t got = 0;
+    while (got < n) {
+        const ssize_t r = pread(st->fd, tmp->data() + got, n - got, (off_t)(st->data_start + t->begin + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) die("%s: cannot read tensor '%s': %s", path_label(st->path).c_str(), t->name.c_str(),
+                        r < 0 ? strerror(errno) : "the file ends early (changed since it was opened?)");
+        got += (size_t)r;
+    }
+    return tmp->data();
 }
 
 static inline const StTensor* st_find(const SafeTensors* st, const std::string& name) {
@@ -138,7 +184,8 @@ static inline float st_f16_to_f32(uint16_t h) {
 
 // Reads a float tensor (F32, F16, BF16, F64) into out[numel].
 static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* out) {
-    const uint8_t* p = st->bytes.data() + st->data_start + t->begin;
+    std::vector<uint8_t> tmp;
+    const uint8_t* p = st_data(st, t, &tmp);
     const int64_t n = t->numel();
     if (t->dtype == "F32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }  // out may be null when n is 0
     else if (t->dtype == "BF16") for (int64_t i = 0; i < n; i++) { uint16_t h; memcpy(&h, p + 2 * i, 2); out[i] = st_bf16_to_f32(h); }
@@ -149,7 +196,8 @@ static inline void st_read_f32(const SafeTensors* st, const StTensor* t, float* 
 
 // Reads an integer tensor (I32, I64) into out[numel] as int32.
 static inline void st_read_i32(const SafeTensors* st, const StTensor* t, int32_t* out) {
-    const uint8_t* p = st->bytes.data() + st->data_start + t->begin;
+    std::vector<uint8_t> tmp;
+    const uint8_t* p = st_data(st, t, &tmp);
     const int64_t n = t->numel();
     if (t->dtype == "I32") { if (n > 0) memcpy(out, p, (size_t)n * 4); }
     else if (t->dtype == "I64") for (int64_t i = 0; i < n; i++) { int64_t v; memcpy(&v, p + 8 * i, 8); out[i] = (int32_t)v; }
@@ -171,7 +219,9 @@ static inline void st_add(StWriter* w, const std::string& name, const char* dtyp
     w->entries.push_back({name, dtype, shape, data, (size_t)n * (size_t)st_dtype_size(dtype)});
 }
 
-static inline void st_write(const StWriter* w, const std::string& path) {
+// Writes the header of w's tensors (the data section's offsets follow their sizes) and returns the open file, for the
+// caller to write their data in order (hf_export_stream); st_write writes the data of w's pointers.
+static inline FILE* st_write_header(const StWriter* w, const std::string& path) {
     std::string h = "{";
     if (!w->metadata.empty()) {
         h += "\"__metadata__\":{";
@@ -197,6 +247,11 @@ static inline void st_write(const StWriter* w, const std::string& path) {
     uint64_t n = h.size();
     fwrite_check(&n, 8, 1, f, path_label(path).c_str());
     fwrite_check(h.data(), 1, h.size(), f, path_label(path).c_str());
+    return f;
+}
+
+static inline void st_write(const StWriter* w, const std::string& path) {
+    FILE* f = st_write_header(w, path);
     for (const StWriter::Entry& e : w->entries)
         if (e.bytes) fwrite_check(e.data, 1, e.bytes, f, path_label(path).c_str());
     fclose_check(f, path_label(path).c_str());

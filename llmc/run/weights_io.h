@@ -2,10 +2,13 @@
 // with Hugging Face names (GPT2LMHeadModel or LlamaForCausalLM), driven by the parameter
 // table: fused QKV and gate/up split into their HF pieces, GPT-2 Conv1D weights transposed,
 // vocabulary padding rows dropped on export and zeroed on import. The model config travels
-// in the metadata under "config".
+// in the metadata under "config". Both directions move one table tensor at a time (hf_export_stream,
+// hf_read_tensor), so a rank holds the tensor it works on, not the model.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
+#include "llmc/init.h"
 #include "llmc/model_config.h"
 #include "llmc/param_table.h"
 #include "llmc/run/safetensors.h"
@@ -32,55 +35,65 @@ static inline std::vector<int64_t> hf_shape(const ParamSpec& s, const HfPiece& p
     return {p.rows, s.cols};
 }
 
-// Writes params[table.total] as a safetensors file. `prefix` is prepended to every name
-// (the reference state uses it for gradients); extra metadata entries are added as given.
-// `storage` keeps the packed copies alive until the write.
-static inline void hf_add_tensors(StWriter* w, const ParamTable& t, const float* params, const std::string& prefix,
-                                  std::vector<std::vector<float>>* storage) {
+// Writes the model as a Hugging Face safetensors file one table tensor at a time: fill(k, dst) puts whole tensor k
+// [numel] into dst, in table order; host memory is one tensor and its pieces, not the model.
+static inline void hf_export_stream(const std::string& path, const ModelConfig& c, const ParamTable& t,
+                                    const std::function<void(size_t k, float* dst)>& fill) {
+    StWriter w;  // the header: every piece's name and shape (no data yet)
+    w.metadata["config"] = config_to_json(c);
+    w.metadata["format"] = "pt";
     for (const ParamSpec& s : t.specs)
+        for (const HfPiece& p : s.hf) st_add(&w, p.name, "F32", hf_shape(s, p), nullptr);
+    FILE* f = st_write_header(&w, path);
+    std::vector<float> whole, piece;
+    for (size_t k = 0; k < t.specs.size(); k++) {
+        const ParamSpec& s = t.specs[k];
+        whole.assign(s.numel(), 0.0f);
+        fill(k, whole.data());
         for (const HfPiece& p : s.hf) {
-            storage->emplace_back((size_t)(p.rows * s.cols));
-            hf_pack(params + s.offset, p.row0, p.rows, s.cols, p.transpose, storage->back().data());
-            st_add(w, prefix + p.name, "F32", hf_shape(s, p), storage->back().data());
+            piece.resize((size_t)(p.rows * s.cols));
+            hf_pack(whole.data(), p.row0, p.rows, s.cols, p.transpose, piece.data());
+            if (!piece.empty()) fwrite_check(piece.data(), 4, piece.size(), f, path_label(path).c_str());
         }
+    }
+    fclose_check(f, path_label(path).c_str());
 }
 
 static inline void hf_export(const std::string& path, const ModelConfig& c, const ParamTable& t, const float* params) {
-    StWriter w;
-    std::vector<std::vector<float>> storage;
-    storage.reserve(t.specs.size() * 3);
-    w.metadata["config"] = config_to_json(c);
-    w.metadata["format"] = "pt";
-    hf_add_tensors(&w, t, params, "", &storage);
-    st_write(&w, path);
+    hf_export_stream(path, c, t, [&](size_t k, float* dst) {
+        std::copy(params + t.specs[k].offset, params + t.specs[k].offset + t.specs[k].numel(), dst);
+    });
 }
 
-// Reads every tensor of the table from an open safetensors file (names with `prefix`).
-// Padding rows are zeroed. Missing or mis-shaped tensors stop with the file and name.
-static inline void hf_read_tensors(const SafeTensors* st, const ParamTable& t, const std::string& prefix, float* params) {
+// Reads table tensor s from an open safetensors file (names with `prefix`) into dst [numel]; padding rows zero. A
+// missing or mis-shaped tensor stops with the file and name.
+static inline void hf_read_tensor(const SafeTensors* st, const ParamSpec& s, const std::string& prefix, float* dst) {
     std::vector<float> buf;
-    for (const ParamSpec& s : t.specs) {
-        std::fill(params + s.offset, params + s.offset + s.numel(), 0.0f);
-        for (const HfPiece& p : s.hf) {
-            const StTensor* x = st_require(st, prefix + p.name, p.rows * s.cols);
-            std::vector<int64_t> want = hf_shape(s, p);
-            if (x->shape != want)
-                die("%s: tensor '%s' has shape [%s], expected [%lld%s%lld]", path_label(st->path).c_str(), x->name.c_str(),
-                    [&] { std::string r; for (size_t i = 0; i < x->shape.size(); i++) r += (i ? "," : "") + std::to_string(x->shape[i]); return r; }().c_str(),
-                    (long long)want[0], want.size() > 1 ? "," : "", want.size() > 1 ? (long long)want[1] : 0LL);
-            buf.resize((size_t)x->numel());
-            st_read_f32(st, x, buf.data());
-            hf_unpack(buf.data(), p.row0, p.rows, s.cols, p.transpose, params + s.offset);
-        }
+    std::fill(dst, dst + s.numel(), 0.0f);
+    for (const HfPiece& p : s.hf) {
+        const StTensor* x = st_require(st, prefix + p.name, p.rows * s.cols);
+        std::vector<int64_t> want = hf_shape(s, p);
+        if (x->shape != want)
+            die("%s: tensor '%s' has shape [%s], expected [%lld%s%lld]", path_label(st->path).c_str(), x->name.c_str(),
+                [&] { std::string r; for (size_t i = 0; i < x->shape.size(); i++) r += (i ? "," : "") + std::to_string(x->shape[i]); return r; }().c_str(),
+                (long long)want[0], want.size() > 1 ? "," : "", want.size() > 1 ? (long long)want[1] : 0LL);
+        buf.resize((size_t)x->numel());
+        st_read_f32(st, x, buf.data());
+        hf_unpack(buf.data(), p.row0, p.rows, s.cols, p.transpose, dst);
     }
 }
 
-// Imports weights for model c. If the file carries a config, it must describe the same model.
-static inline void hf_import(const std::string& path, const ModelConfig& c, const ParamTable& t, float* params) {
-    SafeTensors st;
-    st_open(&st, path);
-    auto it = st.metadata.find("config");
-    if (it != st.metadata.end()) {
+// Reads every tensor of the table (hf_read_tensor) into params [t.total].
+static inline void hf_read_tensors(const SafeTensors* st, const ParamTable& t, const std::string& prefix, float* params) {
+    for (const ParamSpec& s : t.specs) hf_read_tensor(st, s, prefix, params + s.offset);
+}
+
+// Opens a Hugging Face file of weights for model c (hf_read_tensor reads them). If the file carries a config, it must
+// describe the same model.
+static inline void hf_open(SafeTensors* st, const std::string& path, const ModelConfig& c) {
+    st_open(st, path);
+    auto it = st->metadata.find("config");
+    if (it != st->metadata.end()) {
         ModelConfig fc = config_from_json(it->second, path_label(path).c_str());
         fc.name = c.name;
         fc.padded_vocab = c.padded_vocab;
@@ -88,5 +101,30 @@ static inline void hf_import(const std::string& path, const ModelConfig& c, cons
             die("%s: the file's model config differs from the requested one:\n  file: %s\n  run:  %s", path_label(path).c_str(),
                 config_to_json(fc).c_str(), config_to_json(c).c_str());
     }
+}
+
+// Imports weights for model c into params [t.total].
+static inline void hf_import(const std::string& path, const ModelConfig& c, const ParamTable& t, float* params) {
+    SafeTensors st;
+    hf_open(&st, path, c);
     hf_read_tensors(&st, t, "", params);
+    st_close(&st);
+}
+
+// --export-init: the initial weights (the seeded init of llmc/init.h, or --init-from's file when init_from is given)
+// as a Hugging Face file, one tensor at a time; prints the init's time and what it wrote.
+static inline void hf_export_init(const std::string& path, const ModelConfig& c, const ParamTable& t, uint64_t seed,
+                                  const std::string& init_from) {
+    SafeTensors hf;
+    if (!init_from.empty()) hf_open(&hf, init_from, c);
+    double init_s = 0;
+    hf_export_stream(path, c, t, [&](size_t k, float* dst) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (init_from.empty()) param_init_tensor(c, t, k, dst, seed);
+        else hf_read_tensor(&hf, t.specs[k], "", dst);
+        init_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    st_close(&hf);
+    if (init_from.empty()) print_init_time((int64_t)t.total, init_s);
+    printf("wrote initial weights of %s (%lld params) to %s\n", c.name.c_str(), (long long)param_count(t), path.c_str());
 }
