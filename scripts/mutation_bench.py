@@ -60,8 +60,8 @@ CHECKS = {
     # every kernel variant the presets' widths and vocabularies select, a few rows each, against CPU references
     "widths": ("true", "bash tests/t_widths.sh"),
     # every parallel layout of the CPU trainer against one process
-    "parallel": ("make -s train_gpt_cpu build/test_parallel", "bash tests/t_parallel.sh"),
-    "resume": ("make -s train_gpt_cpu", "bash tests/t_resume.sh"),
+    "parallel": ("make -s train_gpt_cpu build/test_parallel build/ckpt_convert", "bash tests/t_parallel.sh"),
+    "resume": ("make -s train_gpt_cpu build/ckpt_convert", "bash tests/t_resume.sh"),
     "datasets": ("make -s train_gpt_cpu build/test_datasets build/prepare", "bash tests/t_datasets.sh"),
     "tokenizer": ("make -s build/test_tokenizer", "bash tests/t_tokenizer.sh"),
     "bad_inputs": ("make -s train_gpt_cpu", "bash tests/t_bad_inputs.sh"),
@@ -73,11 +73,11 @@ CHECKS = {
     # the CUDA trainer's host-only modes: --plan, the layout planner, --estimate-memory
     "train_gpt_host": ("make -s train_gpt train_gpt_fp32", "bash tests/t_train_gpt_host.sh"),
     # tensor and sequence parallel layouts of the CUDA trainer on emulated GPUs against the CPU trainer
-    "gpu_tp": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_tp.sh"),
+    "gpu_tp": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_tp.sh"),
     # train_gpt --fp8 on emulated GPUs: against bf16, its checkpointed state, resume, layouts
-    "fp8_train": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
+    "fp8_train": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
     # data parallel of the CUDA trainer on emulated GPUs, bad layouts and rank counts
-    "gpu_multirank": ("make -s train_gpt_cpu build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_multirank.sh"),
+    "gpu_multirank": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_multirank.sh"),
     # stalled ranks and slow storage under --comm-timeout / --io-timeout, both trainers
     "hangs": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_hangs.sh"),
 }
@@ -286,6 +286,12 @@ MUTANTS = [
     ("ckpt_read_block_start", "reader", "llmc/run/checkpoint.h",
      "int64_t pos = s->start[k] + (r - b.row0) * b.cols + (c - b.col0);", "int64_t pos = (r - b.row0) * b.cols + (c - b.col0);",
      "parallel", "resharding reads a multi-block slice (tp's fused QKV, gate/up) as if every block started the slice"),
+    ("init_part_local_index", "parallel", "llmc/parallel/assemble.h",
+     "if (!hf) param_init_tensor(c, full, (size_t)global[k], w.data(), seed);", "if (!hf) param_init_tensor(c, full, k, w.data(), seed);",
+     "cpu_units", "a rank's part of the init seeds each tensor by its local index (another tensor's values under tp/pp)"),
+    ("export_tensor_slice", "parallel", "llmc/parallel/assemble.h",
+     "        tp_insert(src, lt.slice[sk.second], f.cols, dst);\n", "        tp_insert(src, a.tables[0].slice[std::min<size_t>(sk.second, a.tables[0].slice.size() - 1)], f.cols, dst);\n",
+     "cpu_units", "an export places every sender's slice where world rank 0's slice goes"),
     # --- the numerics guard (llmc/run/guard.h) ---------------------------------------------------------------------
     ("guard_adam_count", "trainer", "llmc/run/guard.h",
      "{ return step + 1 - s.skipped; }", "{ return step + 1; }",
