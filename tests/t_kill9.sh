@@ -6,7 +6,8 @@
 #     written (a .tmp_ckpt_* directory is left behind). After every kill, the resume must start
 #     from the newest ckpt_* directory whose DONE marker exists (never a .tmp_* one), and the final
 #     weights, optimizer state and step-30 metrics must be bit-identical to an uninterrupted run.
-#     Done for one process, and for 2 ranks (dp 2, ZeRO 1) under mpirun.
+#     Done for one process, and for 2 ranks (dp 2, ZeRO 1) under mpirun, each rank writing its own shard
+#     while the other may be anywhere in its write (the kill lands on both at once).
 #  2. A full disk during a checkpoint write (LLMC_FAIL_WRITE_AFTER_BYTES, a test-only fault in
 #     fwrite_check): exit status 1, a message naming the file and "No space left on device", the
 #     previous checkpoint untouched, and `--resume auto` from it finishes bit-identically.
