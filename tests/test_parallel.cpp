@@ -1,5 +1,6 @@
 // tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/parallel/topology.h,
-// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, assemble.h, comms.h and comm_mpi.h without MPI) and a weight
+// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, assemble.h, comms.h and comm_mpi.h without MPI; checkpoints
+// written at one layout and read at another, llmc/run/checkpoint.h) and a weight
 // comparer for the parity runs.
 //   build/test_parallel units                 every unit check, one [PASS]/[FAIL] line each
 //   build/test_parallel compare A B TOL NAME  tensor-by-tensor max |a-b| / (max|b| + 1e-3) of two
@@ -625,6 +626,109 @@ static void test_assemble() {
           "every send received in order, nothing sent twice", "%s", err.c_str());
 }
 
+// Checkpoints reshard (llmc/run/checkpoint.h, part_write and part_read of llmc/parallel/assemble.h): a model whose
+// every value says where it is written by every rank of one layout (each rank its owned parts, from the buffers a
+// trainer keeps: whole or its ZeRO shard), then read back by every rank of another layout, gives each reader rank
+// exactly its part of the model (part_of_full, and its shard under ZeRO), padding rows zero, for writers and readers
+// over dp, tp, pp, vpp and ZeRO 0-3 (the CPU trainer's buffers: params sharded under ZeRO 3, moments from ZeRO 1),
+// with a vocabulary whose padding differs between tp 1 and tp 2.
+static void test_checkpoint_reshard() {
+    struct Lay { int dp, tp, pp, vpp, zero; };
+    const std::vector<Lay> lays = {{1, 1, 1, 1, 0}, {2, 1, 1, 1, 1}, {2, 2, 1, 1, 0}, {1, 2, 2, 1, 0}, {2, 1, 2, 2, 3},
+                                   {3, 1, 1, 1, 2}, {2, 2, 2, 1, 1}};
+    std::string err;
+    int n_cases = 0;
+    auto fail = [&](const std::string& e) { if (err.empty()) err = e; };
+    // whole [full.total]: value f(kind, tensor, row, column) in live rows, zero in padding rows
+    auto whole_of = [](const ParamTable& full, int kind) {
+        std::vector<float> w(full.total, 0.0f);
+        for (size_t k = 0; k < full.specs.size(); k++) {
+            const ParamSpec& s = full.specs[k];
+            for (int64_t e = 0; e < s.live_rows * s.cols; e++) w[s.offset + e] = (float)(kind * 2000000 + (int64_t)k * 1000 + e + 1);
+        }
+        return w;
+    };
+    auto layout_of = [](const ModelConfig& c, Lay y, int r) {
+        Layout L;
+        L.topo = topo_make(y.dp, y.tp, y.pp, r);
+        L.vpp = y.vpp;
+        L.zero = y.zero;
+        pp_layer_layout(c.n_layer, y.pp, y.vpp, "", &L.chunk_first);
+        return L;
+    };
+    auto preset300 = [](const char* name, int tp) {  // a vocabulary of 300: padded to 384 at tp 1, 512 at tp 2
+        ModelConfig c;
+        find_preset(name, &c);
+        c.vocab_size = 300;
+        config_finalize(c, tp);
+        return c;
+    };
+    const char* kinds[3] = {"p", "m", "v"};
+    for (const char* name : {"gpt3_tiny", "llama_tiny"})
+        for (size_t wi = 0; wi < lays.size(); wi++) {
+            const Lay wy = lays[wi];
+            const ModelConfig wc = preset300(name, wy.tp);
+            const ParamTable wfull = build_param_table(wc);
+            const std::string dir = "build/test_parallel_ckpt";
+            std::error_code ec;
+            fs::remove_all(dir, ec);
+            fs::create_directories(dir, ec);
+            TrainState st;
+            st.step = 7;
+            const int W = wy.dp * wy.tp * wy.pp;
+            ckpt_prepare(dir, st.step);
+            for (int r = 0; r < W; r++) {
+                const Layout L = layout_of(wc, wy, r);
+                const LocalTable lt = gpt_local_table(wc, wfull, L, L.topo.pp_rank, L.topo.tp_rank);
+                const std::vector<Bucket> bs = zero_buckets(lt.t, wy.dp);
+                CkptShardWriter w;
+                ckpt_shard_open(&w, dir, st.step, r);
+                for (int i = 0; i < 3; i++) {
+                    const bool sharded = wy.zero >= (i == 0 ? 3 : 1);
+                    std::vector<float> part(lt.t.total, 0.0f), shard(lt.t.total / wy.dp, 0.0f);
+                    part_of_full(wfull, whole_of(wfull, i).data(), lt.t, lt.global, lt.slice, part.data());
+                    zero_take_shard(bs, wy.dp, L.topo.dp_rank, part.data(), shard.data());
+                    const float* buf = sharded ? shard.data() : part.data();
+                    part_write(&w, kinds[i], wfull, lt.t, lt.global, lt.slice, bs, L, sharded, [&](size_t pos, size_t) { return buf + pos; });
+                }
+                ckpt_shard_close(&w);
+            }
+            ckpt_commit(dir, wc, wfull, "{}", W, st, 1);
+            const std::string ck = dir + "/" + ckpt_dir_name(st.step);
+            for (const Lay ry : lays) {
+                const ModelConfig rc = preset300(name, ry.tp);
+                const ParamTable rfull = build_param_table(rc);
+                const std::string where = std::string(name) + " written at dp" + std::to_string(wy.dp) + " tp" + std::to_string(wy.tp) +
+                                          " pp" + std::to_string(wy.pp) + " zero" + std::to_string(wy.zero) + ", read at dp" + std::to_string(ry.dp) +
+                                          " tp" + std::to_string(ry.tp) + " pp" + std::to_string(ry.pp) + " vpp" + std::to_string(ry.vpp) +
+                                          " zero" + std::to_string(ry.zero) + ": ";
+                n_cases++;
+                for (int r = 0; r < ry.dp * ry.tp * ry.pp; r++) {
+                    const Layout L = layout_of(rc, ry, r);
+                    const LocalTable lt = gpt_local_table(rc, rfull, L, L.topo.pp_rank, L.topo.tp_rank);
+                    const std::vector<Bucket> bs = zero_buckets(lt.t, ry.dp);
+                    CkptReader R;
+                    TrainState got_state;
+                    ckpt_open(&R, ck, rc, rfull, &got_state);
+                    if (got_state.step != st.step) fail(where + "state.json's step");
+                    for (int i = 0; i < 3; i++) {
+                        const bool sharded = ry.zero >= (i == 0 ? 3 : 1);
+                        std::vector<float> want(lt.t.total, 0.0f), want_shard(lt.t.total / ry.dp, 0.0f);
+                        part_of_full(rfull, whole_of(rfull, i).data(), lt.t, lt.global, lt.slice, want.data());
+                        zero_take_shard(bs, ry.dp, L.topo.dp_rank, want.data(), want_shard.data());
+                        std::vector<float> got(sharded ? want_shard.size() : want.size(), 0.0f);
+                        part_read(&R, kinds[i], rfull, lt.t, lt.global, lt.slice, bs, L, sharded, got.data());
+                        if (got != (sharded ? want_shard : want)) fail(where + "rank " + std::to_string(r) + "'s " + kinds[i] + " differs");
+                    }
+                    ckpt_close(&R);
+                }
+            }
+        }
+    check(err.empty(), "checkpoints reshard: written by every rank of " + std::to_string(lays.size()) + " layouts and read by every rank of each, " +
+          std::to_string(n_cases) + " (writer, reader) cases over dp, tp, pp, vpp and ZeRO 0-3 (GPT and LLaMA): every reader rank gets "
+          "exactly its part and shard (vocabulary padded differently by writer and reader)", "%s", err.c_str());
+}
+
 // The executor over every stage's list: each (micro-batch, chunk) acquired once before its use,
 // released once after its last use, receives and sends with matching tags.
 static void test_pp_exec() {
@@ -790,6 +894,7 @@ int main(int argc, char** argv) {
     test_zero_part_offset();
     test_norm_ranges();
     test_assemble();
+    test_checkpoint_reshard();
     test_pp_exec();
     test_tp();
     test_comm_single();

@@ -527,11 +527,12 @@ static inline void ckpt_read(CkptReader* R, const char* kind, const std::string&
     auto it = R->slices.find(std::string(kind) + ":" + name);
     if (it == R->slices.end()) die("checkpoint %s holds no %s of tensor %s", path_label(R->dir).c_str(), kind, name.c_str());
     const std::vector<CkptReader::Slice>& ss = it->second;
-    const int64_t live = R->tensors[name].live;
-    // one row's run, full-tensor row r, columns [c, c1), into out
-    auto run = [&](int64_t r, int64_t c, int64_t c1, float* out) {
-        if (r >= live) { std::fill(out, out + (c1 - c), 0.0f); return; }
-        while (c < c1) {
+    const int64_t live = R->tensors[name].live, cols = R->tensors[name].cols;
+    // n elements of the whole tensor from row r, column c on, into out: within the row, or (when the reader's block
+    // is whole rows: `rows`) across rows; each stretch read from the writer's block that holds it
+    auto run = [&](int64_t r, int64_t c, int64_t n, bool rows, float* out) {
+        while (n > 0) {
+            if (r >= live) { std::fill(out, out + n, 0.0f); return; }  // padding rows, and every row after them
             const CkptReader::Slice* s = nullptr;
             size_t k = 0;
             for (size_t si = 0; si < ss.size() && !s; si++)
@@ -543,26 +544,35 @@ static inline void ckpt_read(CkptReader* R, const char* kind, const std::string&
                         (long long)c, kind, name.c_str());
             const TpBlock& b = s->blocks[k];
             int64_t pos = s->start[k] + (r - b.row0) * b.cols + (c - b.col0);
-            int64_t n = std::min(c1, b.col0 + b.cols) - c;
-            c += n;
-            while (n > 0) {  // the pieces tile the slice: the one holding pos, by bisection
+            const bool whole_rows = rows && b.col0 == 0 && b.cols == cols;  // contiguous across rows on both sides
+            int64_t m = whole_rows ? std::min((b.row0 + b.rows - r) * cols - c, (live - r) * cols - c) : b.col0 + b.cols - c;
+            m = std::min(m, n);
+            n -= m;
+            c += m;
+            r += c / cols;
+            c %= cols;
+            while (m > 0) {  // the pieces tile the slice: the one holding pos, by bisection
                 auto p = std::upper_bound(s->pieces.begin(), s->pieces.end(), pos,
                                           [](int64_t x, const CkptReader::Piece& q) { return x < q.a; }) - 1;
-                const int64_t m = std::min(n, p->b - pos);
-                ckpt_pread(R, p->file, p->at + (uint64_t)(pos - p->a) * 4, (size_t)m * 4, (uint8_t*)out);
-                out += m;
-                pos += m;
-                n -= m;
+                const int64_t q = std::min(m, p->b - pos);
+                ckpt_pread(R, p->file, p->at + (uint64_t)(pos - p->a) * 4, (size_t)q * 4, (uint8_t*)out);
+                out += q;
+                pos += q;
+                m -= q;
             }
         }
     };
     int64_t start = 0;
     for (const TpBlock& b : blocks) {
         const int64_t n = b.rows * b.cols, from = std::max(lo, start), to = std::min(hi, start + n);
-        for (int64_t e = from; e < to;) {  // e: a slice position inside this block
-            const int64_t i = (e - start) / b.cols, j = (e - start) % b.cols, j1 = std::min<int64_t>(b.cols, j + (to - e));
-            run(b.row0 + i, b.col0 + j, b.col0 + j1, dst + (e - lo));
-            e += j1 - j;
+        if (from < to && b.col0 == 0 && b.cols == cols) {  // whole rows: one run
+            run(b.row0 + (from - start) / cols, (from - start) % cols, to - from, true, dst + (from - lo));
+        } else {
+            for (int64_t e = from; e < to;) {  // e: a slice position inside this block; one run per row
+                const int64_t i = (e - start) / b.cols, j = (e - start) % b.cols, j1 = std::min<int64_t>(b.cols, j + (to - e));
+                run(b.row0 + i, b.col0 + j, j1 - j, false, dst + (e - lo));
+                e += j1 - j;
+            }
         }
         start += n;
     }
