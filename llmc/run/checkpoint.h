@@ -332,11 +332,25 @@ static inline void ckpt_shard_close(CkptShardWriter* w) {
     fsync_path(w->dir + "/" + w->name + ".json");
 }
 
+// The last act of a write: DONE (`done`, its text) into the step's temporary directory, synced, then the directory
+// renamed to its final name (replacing one of the same step) and out_dir synced.
+static inline void ckpt_seal(const std::string& out_dir, int step, const std::string& done) {
+    const std::string final_dir = out_dir + "/" + ckpt_dir_name(step), tmp = ckpt_tmp_dir(out_dir, step);
+    write_text(tmp + "/DONE", done);
+    fsync_path(tmp + "/DONE");
+    fsync_path(tmp);
+    ckpt_remove(final_dir);
+    std::error_code ec;
+    fs::rename(tmp, final_dir, ec);
+    if (ec) die("cannot rename checkpoint %s to '%s': %s", path_label(tmp).c_str(), final_dir.c_str(), ec.message().c_str());
+    fsync_path(out_dir);
+}
+
 // Rank 0, after every rank's ckpt_shard_close: index.json, state.json, DONE, the rename; then old checkpoints beyond
 // keep_last go. layout: the writer's layout as a JSON object (for the reader's messages; reading does not need it).
 static inline void ckpt_commit(const std::string& out_dir, const ModelConfig& c, const ParamTable& full, const std::string& layout,
                                int world, const TrainState& s, int keep_last, const Fp8State* fp8 = nullptr) {
-    const std::string final_dir = out_dir + "/" + ckpt_dir_name(s.step), tmp = ckpt_tmp_dir(out_dir, s.step);
+    const std::string tmp = ckpt_tmp_dir(out_dir, s.step);
     std::string tensors, shards;
     for (const ParamSpec& p : full.specs)
         tensors += (tensors.empty() ? "\n  " : ",\n  ") + json_escape(p.name) + ":[" + std::to_string(p.rows) + "," +
@@ -362,14 +376,7 @@ static inline void ckpt_commit(const std::string& out_dir, const ModelConfig& c,
     add_done("index.json");
     add_done("state.json");
     for (int r = 0; r < world; r++) add_done(ckpt_shard_name(r) + ".json");
-    write_text(tmp + "/DONE", done + "}\n");
-    fsync_path(tmp + "/DONE");
-    fsync_path(tmp);
-    ckpt_remove(final_dir);
-    std::error_code ec;
-    fs::rename(tmp, final_dir, ec);
-    if (ec) die("cannot rename checkpoint %s to '%s': %s", path_label(tmp).c_str(), final_dir.c_str(), ec.message().c_str());
-    fsync_path(out_dir);
+    ckpt_seal(out_dir, s.step, done + "}\n");
     std::vector<std::string> all = ckpt_list(out_dir);
     for (size_t i = 0; i + (size_t)keep_last < all.size(); i++) ckpt_remove(all[i]);
 }
@@ -797,7 +804,7 @@ static inline void checkpoint_load_whole(const std::string& dir, const ModelConf
 // ckpt_open still reads: written by dev/ckpt_convert.cpp for tools that compare whole tensors.
 static inline void checkpoint_save_single(const std::string& out_dir, const ModelConfig& c, const ParamTable& t, const float* params,
                                           const float* m, const float* v, const TrainState& s, const Fp8State* fp8 = nullptr) {
-    const std::string final_dir = out_dir + "/" + ckpt_dir_name(s.step), tmp = ckpt_tmp_dir(out_dir, s.step);
+    const std::string tmp = ckpt_tmp_dir(out_dir, s.step);
     ckpt_prepare(out_dir, s.step);
     StWriter wm, wo;
     wm.metadata["config"] = config_to_json(c);
@@ -820,14 +827,7 @@ static inline void checkpoint_save_single(const std::string& out_dir, const Mode
         fsync_path(path);
         done += std::string(i ? "," : "") + "\"" + kCkptFiles[i] + "\":\"" + std::to_string(fnv1a_file(path)) + "\"";
     }
-    write_text(tmp + "/DONE", done + "}\n");
-    fsync_path(tmp + "/DONE");
-    fsync_path(tmp);
-    ckpt_remove(final_dir);
-    std::error_code ec;
-    fs::rename(tmp, final_dir, ec);
-    if (ec) die("cannot rename checkpoint %s to '%s': %s", path_label(tmp).c_str(), final_dir.c_str(), ec.message().c_str());
-    fsync_path(out_dir);
+    ckpt_seal(out_dir, s.step, done + "}\n");
 }
 
 // Dies unless `resume` (--resume's value) is a checkpoint directory with its DONE marker.
