@@ -14,6 +14,8 @@
 #      --comm-timeout 2; the other rank waits for it under --io-timeout (default 7200 s), so dp2 with a checkpoint
 #      every step finishes with every checkpoint complete (DONE), on the CPU trainer and on the CUDA trainer
 #      (emulated, --comm-timeout 3 and a delay of 6 s); with --io-timeout 1 the CPU run ends, naming --io-timeout.
+#      The export at the end (--save-safetensors) on tp2: tp rank 1's sends wait for rank 0's writing, under
+#      --io-timeout, so a 4 s delay under --comm-timeout 2 finishes.
 #      The emulated NCCL completes a collective inside the call (its own EMU_NCCL_TIMEOUT bounds the wait), so on the
 #      CUDA trainer this shows the hook and a complete run, not which timeout a wait runs under: real NCCL's waits
 #      poll through comm_stream_wait, which nothing here exercises.
@@ -93,6 +95,15 @@ slow_ok() {  # LABEL NAME: exit 0, both checkpoints complete, no timeout
 }
 slow cpu_slow ./train_gpt_cpu 2 4
 slow_ok "CPU trainer, dp2: checkpoint writes of 4 s under --comm-timeout 2" cpu_slow
+# the export at the end: tp rank 1 sends its slices while rank 0 writes (4 s late): under --io-timeout too
+LLMC_TEST_WRITE_DELAY=4 timeout 120 "${MPIRUN[@]}" -np 2 ./train_gpt_cpu -c llama_tiny -b 2 -t 64 -x 1 -v 0 -g 0 -i data/mobydick.txt \
+    -j "" -o "" --tp 2 --comm-timeout 2 --save-safetensors "$d/export.safetensors" > "$d/export.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ -s "$d/export.safetensors" ] && ! grep -q "did not complete" "$d/export.log"; then
+    echo "[PASS] CPU trainer, tp2: --save-safetensors written 4 s late under --comm-timeout 2 (tp rank 1 waits under --io-timeout)"
+else
+    echo "[FAIL] CPU trainer, tp2, a 4 s late export under --comm-timeout 2: exit $rc: $(tail -c 600 "$d/export.log" | tr '\n' ' ')"; status=1
+fi
 slow cpu_slow_io ./train_gpt_cpu 2 4 --io-timeout 1
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "did not complete within 1 s (--io-timeout)" "$d/cpu_slow_io.log"; then
     echo "[PASS] CPU trainer, dp2, --io-timeout 1: the wait on a 4 s checkpoint write ends the run (exit $rc): $(grep -m1 "did not complete" "$d/cpu_slow_io.log")"
