@@ -6,7 +6,8 @@
 # -b 1 -t 64, 4 micro-batches per step):
 #   1. gpt3_tiny with 2 layers and 2 heads of 64 (the lib's MODEL; vocabulary 301, padded to 384 at one rank and 512 at
 #      tp 2), fp32 build: one rank, then tp2, tp2 sp, tp2 dp2 zero1 sp, tp2 dp2 zero3, and FlagPerf's PP1DP4TP2 with sp
-#      (--tp 2 --dp 4 --sp 1, 8 ranks): every step's loss and gradient norm and the final weights.
+#      (--tp 2 --dp 4 --sp 1, 8 ranks): every step's loss and gradient norm and the final weights; tp2 dp2 zero3's
+#      --save-safetensors (assembled on rank 0 a tensor at a time) equals its last checkpoint converted offline.
 #   2. resume across layouts: tp2's step-2 checkpoint continued at one rank, and the one-rank run's step-2 checkpoint
 #      continued at tp2 sp, each against the run that continued it (steps 3-4, final weights and moments).
 #   3. bf16 build: tp2 sp against the fp32 CPU run (test_gpt.cu's chain, tests/t_gpu_multirank.sh's header).
@@ -36,7 +37,13 @@ fp32 one_rank "one rank" 1 4
 fp32 tp2 "tp2" 2 4 --tp 2
 fp32 tp2_sp "tp2 sp" 2 4 --tp 2 --sp 1
 fp32 tp2_dp2_zero1_sp "tp2 dp2 zero1 sp" 4 4 --tp 2 --dp 2 --zero 1 --sp 1
-fp32 tp2_dp2_zero3 "tp2 dp2 zero3" 4 4 --tp 2 --dp 2 --zero 3
+fp32 tp2_dp2_zero3 "tp2 dp2 zero3" 4 4 --tp 2 --dp 2 --zero 3 --save-safetensors "$d/tp2_dp2_zero3.safetensors"
+# its --save-safetensors (whole tensors assembled on rank 0 one at a time from the tp slices, the ZeRO-3 shards
+# gathered) holds the values of its final checkpoint, converted offline (build/ckpt_convert --hf), exactly
+./build/ckpt_convert "$d/fp32.tp2_dp2_zero3/ckpt_$(printf %08d $STEPS)" --hf "$d/tp2_dp2_zero3.converted.safetensors" > "$d/convert.log" 2>&1
+weights compare "$d/tp2_dp2_zero3.safetensors" "$d/tp2_dp2_zero3.converted.safetensors" 0
+if [ $wok = 1 ]; then echo "[PASS] fp32 tp2 dp2 zero3: --save-safetensors equals its last checkpoint converted to Hugging Face names (worst $wout)"
+else echo "[FAIL] fp32 tp2 dp2 zero3: --save-safetensors differs from its last checkpoint converted: $wout $(tail -1 "$d/convert.log")"; status=1; fi
 fp32 tp2_dp4_sp "PP1DP4TP2 with sp (--tp 2 --dp 4 --sp 1)" 8 4 --tp 2 --dp 4 --sp 1
 
 # 2. checkpoints are layout-independent: tp -> one rank, one rank -> tp
