@@ -805,13 +805,7 @@ static void run_files_open(RunFiles* f, const ModelConfig& mc, const TrainConfig
     sampler_open(&f->sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
     f->resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     struct stat st;
-    if (!f->resume_dir.empty()) {  // the files its DONE names are regular (ckpt_open checks their hashes later)
-        std::vector<uint8_t> done = read_file_bytes(f->resume_dir + "/DONE");
-        std::vector<std::pair<std::string, std::string>> files;
-        const std::string err = ckpt_parse_done((const char*)done.data(), done.size(), &files);
-        if (!err.empty()) die("%s: corrupt checkpoint marker (%s)", path_label(f->resume_dir + "/DONE").c_str(), err.c_str());
-        for (const auto& file : files) close(open_input(f->resume_dir + "/" + file.first, nullptr, false, &st));
-    }
+    if (!f->resume_dir.empty()) ckpt_check_files(f->resume_dir);  // its files are there (ckpt_open checks their hashes later)
     if (!tc.init_from.empty()) close(open_input(tc.init_from, "--init-from", true, &st));
     if (!tc.save_safetensors.empty()) check_output_file(tc.save_safetensors, "--save-safetensors");
     f->have_val = loader_open_train_val(&f->train, &f->val, tc.train_data, tc.val_data, tc.T, mc.vocab_size);

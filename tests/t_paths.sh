@@ -155,7 +155,8 @@ grow_check() {  # NAME FLAG FILE CMD...
 echo "== files that change while read"
 head -c 30000000 /dev/zero | tr '\0' 'a' > "$d/grow.txt"
 grow_check "train_gpt_cpu -i a growing file" -i "$d/grow.txt" "${tiny[@]}"
-head -c 30000000 /dev/zero > "$d/grow.safetensors"
+# (safetensors files are read a tensor at a time: a valid file of the run's model, appended to while its tensors are read)
+./train_gpt_cpu -c gpt3_tiny --vocab 256 --layers 1 --export-init "$d/grow.safetensors" > /dev/null 2>&1
 grow_check "train_gpt_cpu --init-from a growing file" --init-from "$d/grow.safetensors" "${tiny[@]}"
 
 # path flags the run does not open: checked all the same, before any work
@@ -225,9 +226,10 @@ if [ -x ./train_gpt ]; then
     expect_fail "train_gpt --resume a file" --resume "$ck/DONE" "is a file; a checkpoint directory was expected" "${run[@]}" --resume "$ck/DONE"
     expect_fail "train_gpt --resume a FIFO" --resume "$d/in/fifo" "is a FIFO" "${run[@]}" --resume "$d/in/fifo"
     expect_fail "train_gpt --resume a dangling link" --resume "$d/in/dangling" "dangling symbolic link" "${run[@]}" --resume "$d/in/dangling"
-    for f in DONE model; do
+    for f in DONE shard_00000_json shard_00000_bin; do  # the directories made for train_gpt_cpu above
         for c in fifo empty dir; do
             case $c in fifo) pat="is a FIFO" ;; empty) pat="is empty" ;; dir) pat="is a directory" ;; esac
+            [ "$c$f" = emptyshard_00000_bin ] && pat="shard_00000.bin is 0 bytes, shard_00000.json records"
             expect_fail "train_gpt --resume with $f a $c" --resume "$d/ck_${c}_$f" "$pat" "${run[@]}" -x 4 --resume "$d/ck_${c}_$f"
         done
     done

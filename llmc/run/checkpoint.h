@@ -594,6 +594,31 @@ static inline void ckpt_check_config(const std::string& dir, const std::string& 
             config_to_json(fc).c_str(), config_to_json(c).c_str());
 }
 
+// The files of checkpoint `dir` before a run builds anything (train_gpt.cu checks every path before it looks for a
+// device): DONE parses, every file it names is a regular file with content, and each shard's .bin is there at the size
+// its .json records. ckpt_open checks all of it again, and the hashes. Stops the run naming the file.
+static inline void ckpt_check_files(const std::string& dir) {
+    const std::vector<uint8_t> db = read_file_bytes(dir + "/DONE");
+    std::vector<std::pair<std::string, std::string>> files;
+    const std::string err = ckpt_parse_done((const char*)db.data(), db.size(), &files);
+    if (!err.empty()) die("%s: corrupt checkpoint marker (%s)", path_label(dir + "/DONE").c_str(), err.c_str());
+    struct stat sb;
+    for (const auto& f : files) {
+        if (!file_exists(dir + "/" + f.first)) die("checkpoint %s: missing file %s", path_label(dir).c_str(), f.first.c_str());
+        close(open_input(dir + "/" + f.first, nullptr, true, &sb));
+        if (f.first.rfind("shard_", 0) != 0 || !ends_with(f.first, ".json")) continue;
+        const std::vector<uint8_t> jb = read_file_bytes(dir + "/" + f.first);
+        Json j;
+        const Json* bytes = json_parse((const char*)jb.data(), jb.size(), &j, nullptr) && j.kind == Json::OBJ ? j.get("bytes") : nullptr;
+        const std::string bin = f.first.substr(0, f.first.size() - 5) + ".bin";
+        if (!file_exists(dir + "/" + bin)) die("checkpoint %s: missing file %s (named in %s)", path_label(dir).c_str(), bin.c_str(), f.first.c_str());
+        close(open_input(dir + "/" + bin, nullptr, false, &sb));
+        if (bytes && bytes->kind == Json::NUM && bytes->num != (double)sb.st_size)
+            die("checkpoint %s: %s is %lld bytes, %s records %.0f (truncated?)", path_label(dir).c_str(), bin.c_str(), (long long)sb.st_size,
+                f.first.c_str(), bytes->num);
+    }
+}
+
 // The model config a checkpoint (either form) was written for, vocabulary padded as its writer's: for tools that read
 // a checkpoint without a run's flags (dev/ckpt_convert.cpp).
 static inline ModelConfig ckpt_config(const std::string& dir) {

@@ -28,6 +28,7 @@ struct SafeTensors {
     std::vector<uint8_t> bytes;       // a whole file image (st_parse's input), or st_open's first 8 + header bytes
     int fd = -1;                      // st_open: the open file, read per tensor
     uint64_t file_size = 0;           // st_open: its size
+    struct timespec mtime = {};       // st_open: its modification time (a file that changes is reported)
     size_t data_start = 0;
     std::vector<StTensor> tensors;
     std::map<std::string, std::string> metadata;
@@ -102,6 +103,16 @@ static inline std::string st_parse(SafeTensors* st) {
     return "";
 }
 
+// Stops the run when st_open's file has changed size or been written since it was opened (read_file_bytes's rule for
+// whole files, here for a file read a tensor at a time).
+static inline void st_check_unchanged(const SafeTensors* st) {
+    struct stat now;
+    if (fstat(st->fd, &now) != 0 || (uint64_t)now.st_size != st->file_size || now.st_mtim.tv_sec != st->mtime.tv_sec ||
+        now.st_mtim.tv_nsec != st->mtime.tv_nsec)
+        die("%s: changed size while being read (%llu bytes when opened, %lld now); is another program writing it?",
+            path_label(st->path).c_str(), (unsigned long long)st->file_size, (long long)now.st_size);
+}
+
 // Opens a safetensors file: its header now, each tensor's bytes when read (st_read_f32, st_read_i32).
 static inline void st_open(SafeTensors* st, const std::string& path) {
     st->path = path;
@@ -125,6 +136,8 @@ static inline void st_open(SafeTensors* st, const std::string& path) {
         memcpy(&n, st->bytes.data(), 8);
         if (n <= st->file_size - 8 && n <= (100ull << 20)) read_at(8, (size_t)n);  // safetensors caps headers at 100 MB
     }
+    st->mtime = sb.st_mtim;
+    st_check_unchanged(st);
     std::string err = st_parse(st);
     if (!err.empty()) die("%s: not a valid safetensors file: %s", path_label(path).c_str(), err.c_str());
 }
@@ -147,6 +160,7 @@ static inline const uint8_t* st_data(const SafeTensors* st, const StTensor* t, s
                         r < 0 ? strerror(errno) : "the file ends early (changed since it was opened?)");
         got += (size_t)r;
     }
+    st_check_unchanged(st);
     return tmp->data();
 }
 
