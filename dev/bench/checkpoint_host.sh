@@ -30,12 +30,12 @@
 #        syncs). There is no gather phase now, and the short preparation (.tmp_ckpt_N and a barrier) is not split
 #        off: it takes less than the stamps lag behind the prints (some milliseconds, tens on a busy host; mpirun
 #        forwards the ranks' output), so every phase is good to a few hundredths of a second.
-#        load: from the first read of any *.json to rank 0's "resumed from" line, split at the first read of any
+#        load: from the first read of index.json to rank 0's "resumed from" line, split at the first read of any
 #        shard_*.bin (open: ckpt_open, every rank reading DONE and the small files it names, each hashed and parsed:
 #        index.json, state.json, every shard_*.json; then read: part_read, each rank's pread of the byte ranges it
-#        needs from the .bin files, 4 MiB chunks, each hash-checked). Not from the first read of DONE: train_gpt.cu
-#        reads DONE among its input checks, before the model is built, and ckpt_open's own read of it comes
-#        microseconds before the .json files it names. First reads are the files' atimes, reset to 0 before the
+#        needs from the .bin files, 4 MiB chunks, each hash-checked). Not from the first read of DONE or a shard's
+#        .json: train_gpt.cu reads those among its input checks (ckpt_check_files), before the model is built;
+#        index.json is read by ckpt_open alone, microseconds after DONE. First reads are the files' atimes, reset to 0 before the
 #        run (on relatime mounts the next read then sets them), the earliest of every rank's; every file of the
 #        checkpoint is evicted from the page cache before the run.
 #        Checkpoint bytes = the sizes of all the files in the checkpoint directory; throughput = those bytes / the
@@ -215,9 +215,9 @@ for tr in cpu emu; do
             t_shards=$(for f in "$ck"/shard_*.json; do mtime "$f"; done | sort -g | tail -n 1)   # the newest
             t_pre=$(awk -v lim="$t_done" '$1 < lim { t = $1 } END { print t }' "$W/$n.save.log")
             t_resumed=$(stamp_of "$n.resume" "resumed from ")
-            # the first reads: of any *.json (index, state, shards), of any shard_*.bin (a file never read keeps
-            # atime 0 and is left out)
-            t_r0=$(for f in "$ck"/*.json; do atime "$f"; done | sort -g | head -n 1)
+            # the first reads: of index.json (ckpt_open's), of any shard_*.bin (a file never read keeps atime 0 and
+            # is left out)
+            t_r0=$(atime "$ck/index.json")
             t_r1=$(for f in "$ck"/shard_*.bin; do atime "$f"; done | sort -g | head -n 1)
             TDATA+=("$tr|$np|$lay|$bytes|$t_pre|$t_shards|$t_done|$t_r0|$t_r1|$t_resumed|$res_before")
         fi
@@ -252,7 +252,7 @@ echo "   vs_raw against their means, $RAW_WM and $RAW_RM MB/s"
 echo "   MB = all the files of the checkpoint directory; save_s = rank 0's last line before the checkpoint -> DONE's mtime ="
 echo "   write (-> the newest shard_*.json's mtime: every rank's shard written and its .bin synced) + commit (index.json,"
 echo "   state.json, the small files' hashes, DONE, the rename);"
-echo "   load_s = the first read of any *.json (its atime) -> rank 0's 'resumed from' line = open (-> the first read of any"
+echo "   load_s = the first read of index.json (its atime) -> rank 0's 'resumed from' line = open (-> the first read of any"
 echo "   shard_*.bin: DONE's files hashed, index.json, state.json and every shard_*.json parsed) + read (each rank's ranges"
 echo "   of the .bin files, chunk hashes checked); atimes are the first reader's; cached = checkpoint bytes in the page cache"
 echo "   when the resume started"

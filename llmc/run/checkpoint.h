@@ -503,6 +503,8 @@ static inline void ckpt_pread(CkptReader* R, int i, uint64_t at, size_t n, uint8
         const int64_t ci = (int64_t)(at / CKPT_CHUNK_BYTES);
         if (f.cached != ci) {
             const uint64_t lo = (uint64_t)ci * CKPT_CHUNK_BYTES, len = std::min(CKPT_CHUNK_BYTES, f.bytes - lo);
+            if (lo + len < f.bytes)  // the next chunk comes from the disk while this one is hashed and copied
+                posix_fadvise(f.fd, (off_t)(lo + len), (off_t)CKPT_CHUNK_BYTES, POSIX_FADV_WILLNEED);
             f.buf.resize(len);
             size_t got = 0;
             while (got < len) {
