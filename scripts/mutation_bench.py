@@ -289,9 +289,9 @@ MUTANTS = [
     ("init_part_width", "parallel", "llmc/parallel/assemble.h",
      "tp_extract(w.data(), f.cols, slice[k], part + t.specs[k].offset);", "tp_extract(w.data(), t.specs[k].cols, slice[k], part + t.specs[k].offset);",
      "cpu_units", "a rank cuts its slice of each initial tensor with its own width, not the whole tensor's (row-parallel tp)"),
-    ("export_tensor_slice", "parallel", "llmc/parallel/assemble.h",
-     "        tp_insert(src, lt.slice[sk.second], f.cols, dst);\n", "        tp_insert(src, a.tables[0].slice[std::min<size_t>(sk.second, a.tables[0].slice.size() - 1)], f.cols, dst);\n",
-     "cpu_units", "an export places every sender's slice where world rank 0's slice goes"),
+    ("export_piece_offset", "parallel", "llmc/parallel/assemble.h",
+     "io.send((int)g, mine + s.offset + at, std::min(step, n - at));", "io.send((int)g, mine + s.offset, std::min(step, n - at));",
+     "cpu_units", "an export's slice larger than one message sends its first piece again and again"),
     # --- the numerics guard (llmc/run/guard.h) ---------------------------------------------------------------------
     ("guard_adam_count", "trainer", "llmc/run/guard.h",
      "{ return step + 1 - s.skipped; }", "{ return step + 1; }",
