@@ -596,10 +596,10 @@ static inline void ckpt_check_config(const std::string& dir, const std::string& 
             config_to_json(fc).c_str(), config_to_json(c).c_str());
 }
 
-// The files of checkpoint `dir` before a run builds anything (train_gpt.cu checks every path before it looks for a
-// device): DONE parses, every file it names is a regular file with content, and each shard's .bin is there at the size
-// its .json records. ckpt_open checks all of it again, and the hashes. Stops the run naming the file.
-static inline void ckpt_check_files(const std::string& dir) {
+// The files of checkpoint `dir`: DONE parses, every file it names is a regular file with content, and each shard's .bin
+// is there at the size its .json records. Returns DONE's (file, hash) list; stops the run naming the file. ckpt_open
+// starts with it; train_gpt.cu calls it among its input checks, before it looks for a device.
+static inline std::vector<std::pair<std::string, std::string>> ckpt_check_files(const std::string& dir) {
     const std::vector<uint8_t> db = read_file_bytes(dir + "/DONE");
     std::vector<std::pair<std::string, std::string>> files;
     const std::string err = ckpt_parse_done((const char*)db.data(), db.size(), &files);
@@ -619,6 +619,7 @@ static inline void ckpt_check_files(const std::string& dir) {
             die("checkpoint %s: %s is %lld bytes, %s records %.0f (truncated?)", path_label(dir).c_str(), bin.c_str(), (long long)sb.st_size,
                 f.first.c_str(), bytes->num);
     }
+    return files;
 }
 
 // The model config a checkpoint (either form) was written for, vocabulary padded as its writer's: for tools that read
@@ -649,17 +650,11 @@ static inline void ckpt_open(CkptReader* R, const std::string& dir, const ModelC
                              Fp8State* fp8 = nullptr) {
     R->dir = dir;
     const std::string where = path_label(dir);
-    std::vector<uint8_t> db = read_file_bytes(dir + "/DONE");
-    std::vector<std::pair<std::string, std::string>> done;
-    std::string err = ckpt_parse_done((const char*)db.data(), db.size(), &done);
-    if (!err.empty()) die("%s: corrupt checkpoint marker (%s)", path_label(dir + "/DONE").c_str(), err.c_str());
+    const std::vector<std::pair<std::string, std::string>> done = ckpt_check_files(dir);
+    std::string err;
     bool sharded = false;
     std::map<std::string, std::vector<uint8_t>> small;  // the files DONE hashes, sharded form
-    for (const auto& f : done) {
-        const std::string path = dir + "/" + f.first;
-        if (!file_exists(path)) die("checkpoint %s: missing file %s", where.c_str(), f.first.c_str());
-        if (f.first == "index.json") sharded = true;
-    }
+    for (const auto& f : done) sharded = sharded || f.first == "index.json";
     for (const auto& f : done) {  // the single-file form's files are hashed whole, in blocks
         const std::string path = dir + "/" + f.first;
         std::vector<uint8_t> b;
@@ -746,13 +741,10 @@ static inline void ckpt_open(CkptReader* R, const std::string& dir, const ModelC
             CkptReader::File f;
             f.name = bin;
             struct stat st;
-            if (!file_exists(dir + "/" + bin)) die("checkpoint %s: missing file %s (named in %s)", where.c_str(), bin.c_str(), name.str.c_str());
-            f.fd = open_input(dir + "/" + bin, nullptr, false, &st);
+            f.fd = open_input(dir + "/" + bin, nullptr, false, &st);  // there at its size: ckpt_check_files
             f.bytes = (uint64_t)st.st_size;
             R->files.push_back(f);  // closed by ckpt_close, or at exit
-            if (bytes->num != (double)f.bytes)
-                die("checkpoint %s: %s is %llu bytes, %s records %.0f (truncated?)", where.c_str(), bin.c_str(), (unsigned long long)f.bytes,
-                    name.str.c_str(), bytes->num);
+            if (bytes->num != (double)f.bytes) die("checkpoint %s: %s changed size while being read", where.c_str(), bin.c_str());
             if (hs->arr.size() != (f.bytes + CKPT_CHUNK_BYTES - 1) / CKPT_CHUNK_BYTES) die("%s: the number of chunk hashes does not match its size", jpath.c_str());
             for (const Json& h : hs->arr) {
                 char* q = nullptr;
