@@ -197,12 +197,11 @@ std::vector<real> gpt_params_whole(GPT<real>* g) {
 }
 
 // The weights as a Hugging Face file (--save-safetensors), one whole tensor at a time on world rank 0, the others
-// sending their slices (assemble_tensor, llmc/parallel/assemble.h). Every rank calls it. A sender's wait covers rank
+// sending their slices (assemble_export, llmc/parallel/assemble.h). Every rank calls it. A sender's wait covers rank
 // 0's writing of the tensors before: under --io-timeout.
 template <typename real>
 void gpt_export(GPT<real>* g, const std::string& path) {
     const std::vector<real> mine = gpt_params_whole(g);
-    const AssemblePlan plan = assemble_plan(g->cfg, g->full, g->L);
     AssembleTransport<real> io;
     io.send = [&](int, const real* data, size_t n) {
         CommRequest req;
@@ -211,9 +210,8 @@ void gpt_export(GPT<real>* g, const std::string& path) {
     };
     io.recv = [&](int, int from, real* data, size_t n) { comm_recv(g->cm.world, data, n, from, 100); };
     comm_io_wait([&] {
-        if (g->L.topo.rank != 0) return assemble_send(plan, g->L.topo.rank, mine.data(), 0, io);
-        test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
-        hf_export_stream(path, g->cfg, g->full, [&](size_t k, float* dst) { assemble_tensor(plan, g->full, mine.data(), k, 0, io, dst); });
+        if (g->L.topo.rank == 0) test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
+        assemble_export(path, g->cfg, g->full, g->L, mine.data(), 0, io);
     });
 }
 

@@ -110,7 +110,7 @@ static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m
 
 // The weights as a Hugging Face file (--save-safetensors), one whole tensor at a time on world rank 0: every rank
 // downloads its part (gathered over dp under ZeRO: gpt_get_weights); the dp-rank-0 member of every other (stage, tp
-// rank) sends its slices (assemble_tensor, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces
+// rank) sends its slices (assemble_export, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces
 // that fit every rank's grad32. Every rank calls it. A sender's wait covers rank 0's writing of the tensors before:
 // under --io-timeout.
 static void gpt_export(GPT* g, const ParamTable& full, const std::string& path) {
@@ -135,11 +135,9 @@ static void gpt_export(GPT* g, const ParamTable& full, const std::string& path) 
         cudaCheck(cudaMemcpyAsync(data, g->dp.grad32, n * sizeof(float), cudaMemcpyDeviceToHost, g->world.stream));
         comm_stream_sync(g->world, "receive of an export's tensor");
     };
-    const AssemblePlan plan = assemble_plan(g->cfg, full, g->L);
     comm_io_wait([&] {
-        if (me.rank != 0) return assemble_send(plan, me.rank, mine.data(), (size_t)piece, io);
-        test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
-        hf_export_stream(path, g->cfg, full, [&](size_t k, float* dst) { assemble_tensor(plan, full, mine.data(), k, (size_t)piece, io, dst); });
+        if (me.rank == 0) test_hooks_write_delay();  // tests only: slow storage (llmc/run/test_hooks.h)
+        assemble_export(path, g->cfg, full, g->L, mine.data(), (size_t)piece, io);
     });
 }
 

@@ -7,9 +7,9 @@
 //                   (llmc/parallel/tp.h), bucket padding zero. ZeRO then keeps its pieces (zero_take_shard).
 //   part_init       this rank's part of the initial weights (the seeded init, or --init-from's file), made one
 //                   whole tensor at a time
-//   assemble_tensor whole tensors on world rank 0, one at a time in table order, for exports: the dp-rank-0 member
-//                   of every (pipeline stage, tp rank) sends its slice of each (assemble_send; a replicated tensor
-//                   and the tied embedding once). The trainer first makes a sharded buffer whole over its dp
+//   assemble_tensor whole tensors on world rank 0, one at a time in table order, for exports (assemble_export): the
+//                   dp-rank-0 member of every (pipeline stage, tp rank) sends its slice of each (assemble_send; a
+//                   replicated tensor and the tied embedding once). The trainer first makes a sharded buffer whole over its dp
 //                   group: for each bucket, an all-gather of every dp rank's piece (llmc/parallel/zero.h).
 //   part_write      a checkpoint's share of one of a rank's buffers (the weights or a moment): the parts it owns
 //                   (layout_owned_parts: its ZeRO piece, replicated tensors once), written as pieces of their
@@ -141,6 +141,17 @@ static inline void assemble_tensor(const AssemblePlan& a, const ParamTable& full
         }
         tp_insert(src, lt.slice[sk.second], f.cols, dst);
     }
+}
+
+// The export both trainers make (--save-safetensors): world rank 0 streams the Hugging Face file a tensor at a time
+// (hf_export_stream), each assembled from its own and the senders' slices; every other sender sends its slices. Every
+// rank calls it; mine: its weights whole over its table.
+template <typename T>
+static inline void assemble_export(const std::string& path, const ModelConfig& c, const ParamTable& full, const Layout& L, const T* mine,
+                                   size_t piece, const AssembleTransport<T>& io) {
+    const AssemblePlan plan = assemble_plan(c, full, L);
+    if (L.topo.rank != 0) return assemble_send(plan, L.topo.rank, mine, piece, io);
+    hf_export_stream(path, c, full, [&](size_t k, float* dst) { assemble_tensor(plan, full, mine, k, piece, io, dst); });
 }
 
 // Writes buffer `kind` ("p", "m", "v") of this rank's part (local table t, tensor k being full tensor global[k], its
