@@ -258,7 +258,7 @@ $(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
 # build, but the fuzzers and the sanitized copies
 ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/ckpt_convert $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
-                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu)
+                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu)
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit $(RESOURCE_LOGS)
@@ -288,7 +288,8 @@ test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $
 # their kernel launches rewritten (tests/cuda_emu/rewrite.py) into OUTPUT_src/ and compiles SOURCE's copy with the
 # emulation's headers first on the include path. The builds differ only in their flags.
 EMU_BUILD = CXX="$(CXX)" PYTHON="$(PYTHON)" bash tests/cuda_emu/build.sh
-EMU_DEPS := tests/cuda_emu/build.sh tests/cuda_emu/rewrite.py $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
+EMU_DEPS := tests/cuda_emu/build.sh tests/cuda_emu/rewrite.py tests/cuda_emu/streams.cpp \
+            $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
 
 # tests/t_comm.sh: llmc/parallel/comm_nccl.cuh's test program against the emulated CUDA runtime and NCCL (NCCL over
 # MPI), for mpirun on the CPU
@@ -310,6 +311,12 @@ $(BUILD)/train_gpt_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
 	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) -DENABLE_FP32 $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
+
+# tests/t_streams.sh: the bf16 build in the emulation's stream mode (streams run concurrently in a seeded order, a
+# happens-before checker on every access; tests/cuda_emu/include/cuda_emu_streams.h)
+$(BUILD)/train_gpt_streams_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
+	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) -DEMU_STREAMS $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
 
 # ---- fuzzing (clang's libFuzzer), not part of `make test` ----------------------------------------
 # The data set fuzzer is one source, the parser picked by FUZZ_PARSER (1 idx, 2 npy/npz, 3 llm.c shard);

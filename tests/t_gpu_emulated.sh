@@ -6,21 +6,23 @@
 # logits, loss, gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism,
 # resume. A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
 # in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the
-# shared-memory race detector (EMU_SCHED=random, tests/cuda_emu/include/cuda_emu.h). It checks the CUDA
+# shared-memory race detector (EMU_SCHED=random, tests/cuda_emu/include/cuda_emu.h). A third bf16 pass on
+# gpt3_tiny_hd64 runs the stream mode build (tests/cuda_emu/include/cuda_emu_streams.h): every kernel, copy and
+# product queued on its stream and run in a seeded order, with the happens-before checker on every access. It checks the CUDA
 # trainer's logic against PyTorch, not the GPU's arithmetic (exact host math instead of fast-math
 # intrinsics) or speed.
 # x86-64 only (the fiber switch). About 10 minutes on 2 cores.
-# A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race fp32" (default all
-# three); EMU_CASES, the states of the bf16 pass (default the four above; the fp32 pass takes the
-# head-dim-64 ones among them, the race pass gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
+# A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race streams fp32" (default all
+# four); EMU_CASES, the states of the bf16 pass (default the four above; the fp32 pass takes the
+# head-dim-64 ones among them, the race and streams passes gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
 # already holds NAME.safetensors for those cases (made from another tree), instead of making them here.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 [ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
-passes=${EMU_PASSES:-bf16 race fp32}
+passes=${EMU_PASSES:-bf16 race streams fp32}
 cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 gpt_hd80 llama_gqa_hd128}
 for p in $passes; do
-    case $p in bf16|race|fp32) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, fp32)"; exit 1 ;; esac
+    case $p in bf16|race|streams|fp32) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, streams, fp32)"; exit 1 ;; esac
 done
 has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 d=$(pwd)/build/t_gpu_emulated
@@ -32,10 +34,14 @@ flags=(-std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragma
 builds=()
 { has "$passes" bf16 || has "$passes" race; } && builds+=(bf16)
 has "$passes" fp32 && builds+=(fp32)
+has "$passes" streams && builds+=(streams)
 pids=()
 for b in "${builds[@]}"; do
-    if [ $b = bf16 ]; then bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_emu" "${flags[@]}" > "$d/build_bf16.log" 2>&1 &
-    else bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_fp32_emu" "${flags[@]}" -DENABLE_FP32 > "$d/build_fp32.log" 2>&1 & fi
+    case $b in
+        bf16) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_emu" "${flags[@]}" > "$d/build_bf16.log" 2>&1 & ;;
+        fp32) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_fp32_emu" "${flags[@]}" -DENABLE_FP32 > "$d/build_fp32.log" 2>&1 & ;;
+        streams) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_streams_emu" "${flags[@]}" -DEMU_STREAMS > "$d/build_streams.log" 2>&1 & ;;
+    esac
     pids+=($!)
 done
 for i in "${!builds[@]}"; do
@@ -86,6 +92,14 @@ if has "$passes" race; then
     if [ -n "$race_state" ]; then
         run_emu "$d/bf16_race.log" "race mode: " env EMU_ORDER=2 EMU_SCHED=random "$d/test_gpt_emu" ref "$race_state"
     else echo "[FAIL] the race pass runs on gpt3_tiny_hd64, which EMU_CASES does not name"; status=1; fi
+fi
+if has "$passes" streams; then
+    if [ -n "$race_state" ]; then
+        run_emu "$d/bf16_streams.log" "stream mode: " env EMU_STREAM_SEED=3 "$d/test_gpt_streams_emu" ref "$race_state"
+        if grep -q "EMU STREAM RACE" "$d/bf16_streams.log"; then
+            echo "[FAIL] stream mode: the happens-before checker reports: $(grep -m 1 'EMU STREAM RACE' "$d/bf16_streams.log")"; status=1
+        else echo "[PASS] stream mode: no unordered pair of accesses in any check of test_gpt"; fi
+    else echo "[FAIL] the streams pass runs on gpt3_tiny_hd64, which EMU_CASES does not name"; status=1; fi
 fi
 if has "$passes" fp32; then
     if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_states[@]}"

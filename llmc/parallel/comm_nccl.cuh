@@ -63,13 +63,14 @@ static inline std::vector<Comm>& comm_registry() {
     return all;
 }
 
-// The host waits for everything enqueued on `stream` so far, and dies with NCCL's message if the
-// communicator failed meanwhile (a peer died or a network error) instead of waiting forever; past the
-// timeout, it names `op` on the group `group` of `size` ranks, aborts the communicator and exits 1.
-static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream, const char* op, const char* group, int size) {
+// The host waits until query() answers cudaSuccess, and dies with NCCL's message if the communicator failed meanwhile (a
+// peer died or a network error) instead of waiting forever; past the timeout, it names `op` on the group `group` of
+// `size` ranks, aborts the communicator and exits 1.
+template <typename Query>
+static inline void comm_poll_wait(ncclComm_t nccl, Query query, const char* op, const char* group, int size) {
     CommPoll poll;
     while (true) {
-        cudaError_t e = cudaStreamQuery(stream);
+        cudaError_t e = query();
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) cudaCheck(e);
         if (nccl) {
@@ -89,6 +90,19 @@ static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream, const 
             exit(1);
         }
     }
+}
+// The host waits for everything enqueued on `stream` so far.
+static inline void comm_stream_wait(ncclComm_t nccl, cudaStream_t stream, const char* op, const char* group, int size) {
+    comm_poll_wait(nccl, [stream] { return cudaStreamQuery(stream); }, op, group, size);
+}
+// The host waits for everything enqueued on the device so far, on every stream: an event recorded on the legacy
+// default stream completes after all earlier work of the other (blocking) streams.
+static inline void comm_device_wait(ncclComm_t nccl, const char* op, const char* group, int size) {
+    cudaEvent_t ev;
+    cudaCheck(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(ev, 0));
+    comm_poll_wait(nccl, [ev] { return cudaEventQuery(ev); }, op, group, size);
+    cudaCheck(cudaEventDestroy(ev));
 }
 
 static inline Comm comm_make(int size, int rank, ncclComm_t nccl) {
@@ -238,8 +252,12 @@ static inline void comm_wait(CommRequest* req) {
 }
 
 // Host values through the device scratch: copied in, reduced, copied out, waited for.
+// First the device's earlier work, on every stream, is waited for: a communicator may serve two streams (a group of all
+// its parent's ranks is the parent, comm_group, and the tp group's collectives run on the compute stream), and NCCL
+// needs every rank to run one communicator's operations in one order, which only this wait gives the host's call.
 static inline void comm_host_reduce(const Comm& c, double* v, size_t n, ncclRedOp_t op, const char* what) {
     if (c.size == 1) return;
+    comm_device_wait(c.nccl, what, c.name, c.size);
     for (size_t i = 0; i < n; i += COMM_SCRATCH) {
         size_t k = n - i < COMM_SCRATCH ? n - i : COMM_SCRATCH;
         cudaCheck(cudaMemcpyAsync(c.scratch, v + i, k * sizeof(double), cudaMemcpyHostToDevice, c.stream));

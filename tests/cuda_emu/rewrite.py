@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/cuda_emu/rewrite.py SRC DST: copies train_gpt.cu, test_gpt.cu and the .h, .cuh and .cu files of llmc/ (and its
 subfolders) and tests/ from the repository SRC into DST (same relative paths), with the one change g++ needs to build them
-against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel)(args).
+against tests/cuda_emu/include: every launch kernel<<<cfg>>>(args) becomes EmuLaunch(cfg).go(kernel, "kernel", "file", line)(args) (the name and place
+name the launch in the stream mode's messages).
 Nothing else is edited: the inline PTX of llmc/mma.cuh and the dynamic shared memory (its DYNAMIC_SMEM) come
 from the emulation's own tests/cuda_emu/include/llmc/mma.cuh, which the builds find first on the include path.
 Prints the count of rewritten launches per file."""
@@ -33,7 +34,8 @@ def rewrite_launches(text, name):
         p = e + 3
         while text[p].isspace(): p += 1
         assert text[p] == '(', (name, text[j-40:p+10])
-        out.append(text[i:ks] + 'EmuLaunch(' + cfg + ').go(' + kernel + ')(')
+        line = text.count('\n', 0, j) + 1
+        out.append(text[i:ks] + 'EmuLaunch(' + cfg + ').go(' + kernel + ', "' + kernel.strip() + '", "' + name + '", ' + str(line) + ')(')
         i = p + 1; n += 1
     return ''.join(out), n
 total = 0
@@ -44,7 +46,7 @@ for root in roots:
         if not os.path.isfile(os.path.join(SRC, root, f)): continue
         if not (f.endswith('.cuh') or f.endswith('.h') or f.endswith('.cu')): continue
         t = open(os.path.join(SRC, root, f)).read()
-        t, n = rewrite_launches(t, f)
+        t, n = rewrite_launches(t, os.path.normpath(os.path.join(root, f)))
         total += n
         os.makedirs(os.path.join(DST, root), exist_ok=True)
         open(os.path.join(DST, root, f), 'w').write(t)

@@ -233,19 +233,14 @@ static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
     else ((float*)p)[i] = v;
 }
 
-// D = alpha op(A) op(B) + beta C (+ bias[i] per row: BIAS); BGRADB: bias[j] = sum_k op(B)[k, j] (stored)
-static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
-                                            cublasLtMatrixLayout_t la, const void* Bm, cublasLtMatrixLayout_t lb,
-                                            const void* beta, const void* Cm, cublasLtMatrixLayout_t lc, void* D,
-                                            cublasLtMatrixLayout_t ldd, const cublasLtMatmulAlgo_t*, void*, size_t,
-                                            cudaStream_t) {
-    int M, N, K;
-    cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
-    if (s != CUBLAS_STATUS_SUCCESS) return s;
+// D = alpha op(A) op(B) + beta C (+ bias[i] per row: BIAS); BGRADB: bias[j] = sum_k op(B)[k, j] (stored).
+// The shapes are checked and alpha, beta, the descriptor and the layouts read when the call is made; the product runs
+// on the stream (at once, or queued in the stream mode, cuda_emu_streams.h).
+static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const void* A, const EmuLtLayout* la,
+                                  const void* Bm, const EmuLtLayout* lb, void* D, const EmuLtLayout* ldd, int M, int N, int K) {
     g_emu_gemms++;
-    const float be = *(const float*)beta;
     // alpha times the fp8 operands' scales (1 where no pointer is set)
-    const float al = *(const float*)alpha * (d->a_scale ? *d->a_scale : 1.0f) * (d->b_scale ? *d->b_scale : 1.0f);
+    const float al = al0 * (d->a_scale ? *d->a_scale : 1.0f) * (d->b_scale ? *d->b_scale : 1.0f);
     // op(A) as rows of K, op(B) as columns of K, in fp32 (exact for bf16 and fp8)
     std::vector<float> a((size_t)M * K), b((size_t)N * K);
     const bool ta = d->ta == CUBLAS_OP_T, tb = d->tb == CUBLAS_OP_T;
@@ -259,10 +254,6 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
             b[(size_t)j * K + p] = emu_ld(Bm, lb->type, tb ? (size_t)j + (size_t)p * lb->ld : (size_t)p + (size_t)j * lb->ld);
     const cudaDataType_t dt = ldd->type;
     const bool bias = d->ep == CUBLASLT_EPILOGUE_BIAS;
-    if (Cm != D && be != 0.0f) {
-        fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    }
     std::vector<float> col_amax(N, 0.0f);
 #pragma omp parallel for schedule(dynamic, 4)
     for (int j = 0; j < N; j++) {
@@ -287,5 +278,22 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
             emu_st(d->bias, dt, j, acc);
         }
     }
+}
+static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
+                                            cublasLtMatrixLayout_t la, const void* Bm, cublasLtMatrixLayout_t lb,
+                                            const void* beta, const void* Cm, cublasLtMatrixLayout_t lc, void* D,
+                                            cublasLtMatrixLayout_t ldd, const cublasLtMatmulAlgo_t*, void*, size_t,
+                                            cudaStream_t stream, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    int M, N, K;
+    cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
+    if (s != CUBLAS_STATUS_SUCCESS) return s;
+    const float be = *(const float*)beta, al = *(const float*)alpha;
+    if (Cm != D && be != 0.0f) {
+        fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    const EmuLtDesc dc = *d;
+    const EmuLtLayout lac = *la, lbc = *lb, ldc = *ldd;
+    emu_submit(stream, "cublasLtMatmul", file, line, [=]() { emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K); });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -36,10 +36,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <numeric>
 #include <unordered_map>
 #include <vector>
 #include <sys/mman.h>
+#ifdef EMU_STREAMS
+#include "cuda_emu_streams.h"
+#endif
 
 #define __global__
 #define __device__
@@ -278,7 +283,9 @@ static inline void emu_shadow_access(const void* p, int n, bool write, bool asyn
 }
 
 // ---------------------------------------------------------------- launches
-typedef struct EmuStream* cudaStream_t;
+struct EmuStream { int idx; };  // the stream mode's index (cuda_emu_streams.h); 0 is the legacy default stream
+typedef EmuStream* cudaStream_t;
+static inline int emu_stream_index(cudaStream_t s) { return s ? s->idx : 0; }
 inline int g_emu_order = getenv("EMU_ORDER") ? atoi(getenv("EMU_ORDER")) : 0;
 inline long g_emu_launches = 0;
 
@@ -386,19 +393,34 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
     E.in_kernel = false;
 }
 
-template <typename F, typename... Args>
-static void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t, F f, Args... args) {
-    auto fn = [&]() { f(args...); };
-    emu_run_grid(grid, block, smem, fn);
+// Runs fn on the stream now (the default mode) or queues it (the stream mode, cuda_emu_streams.h); what, file and
+// line name the operation in the stream mode's messages.
+template <typename Fn>
+static inline void emu_submit(cudaStream_t st, const char* what, const char* file, int line, Fn fn) {
+#ifdef EMU_STREAMS
+    emu_streams::enqueue(emu_stream_index(st), what, file, line, std::function<void()>(fn));
+#else
+    (void)st, (void)what, (void)file, (void)line;
+    fn();
+#endif
 }
-// EmuLaunch(grid, block, smem, stream).go(kernel)(args...) stands for kernel<<<grid, block, smem, stream>>>(args...)
+template <typename F, typename... Args>
+static void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t st, const char* what, const char* file, int line,
+                       F f, Args... args) {
+    emu_submit(st, what, file, line, [=]() {
+        auto fn = [&]() { f(args...); };
+        emu_run_grid(grid, block, smem, fn);
+    });
+}
+// EmuLaunch(grid, block, smem, stream).go(kernel, "kernel", __FILE__, __LINE__)(args...) stands for
+// kernel<<<grid, block, smem, stream>>>(args...)
 struct EmuLaunch {
     dim3 g, b;
     size_t s;
     cudaStream_t st;
     EmuLaunch(dim3 g_, dim3 b_, size_t s_ = 0, cudaStream_t st_ = nullptr) : g(g_), b(b_), s(s_), st(st_) {}
-    template <typename K> auto go(K k) {
-        return [=, *this](auto... a) { emu_launch(g, b, s, st, k, a...); };
+    template <typename K> auto go(K k, const char* what = "kernel", const char* file = "", int line = 0) {
+        return [=, *this](auto... a) { emu_launch(g, b, s, st, what, file, line, k, a...); };
     }
 };
 
@@ -414,17 +436,20 @@ struct cudaDeviceProp {
     size_t totalGlobalMem;
     int l2CacheSize;
 };
-typedef struct EmuEvent { double t; }* cudaEvent_t;
-static inline double emu_now_ms() {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 static inline const char* cudaGetErrorString(cudaError_t e) {
     return e == cudaErrorMemoryAllocation ? "out of memory" : e ? "emulated error" : "no error";
 }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorEmulated" : "cudaSuccess"; }
+static inline long emu_errors() {
+#ifdef EMU_STREAMS
+    return g_emu.errors + emu_streams::errors();
+#else
+    return g_emu.errors;
+#endif
+}
 static inline cudaError_t cudaGetLastError() {
-    if (g_emu.errors) {
-        fprintf(stderr, "EMU: %ld emulation errors so far\n", g_emu.errors);
+    if (emu_errors()) {
+        fprintf(stderr, "EMU: %ld emulation errors so far\n", emu_errors());
         return cudaErrorInvalidValue;
     }
     return cudaSuccess;
@@ -444,49 +469,141 @@ static inline bool emu_device_take(double n) {
     return true;
 }
 static inline void emu_device_give(double n) { g_emu_alloc_bytes -= n; }
-static inline cudaError_t cudaMalloc(void** p, size_t n) {
+// cudaMalloc's file and line name the buffer in the stream mode's messages (the caller's, through GCC's builtins)
+static inline cudaError_t cudaMalloc(void** p, size_t n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (g_emu.in_kernel) emu_error("cudaMalloc inside a kernel");
     if (!emu_device_take((double)n)) return cudaErrorMemoryAllocation;
     void* q = nullptr;
+#ifdef EMU_STREAMS
+    q = emu_streams::alloc(n, false, file, line);  // filled with 0xff
+    if (!q) { emu_device_give((double)n); return cudaErrorMemoryAllocation; }
+#else
+    (void)file, (void)line;
     if (posix_memalign(&q, 256, n ? n : 1)) { emu_device_give((double)n); return cudaErrorMemoryAllocation; }
+#endif
     memset(q, g_emu_fill, n);  // 0xff: NaN in bf16 and fp32, to expose reads of unwritten memory
     g_emu_allocs[q] = n;
     *p = q;
     return cudaSuccess;
 }
-template <typename T> static inline cudaError_t cudaMalloc(T** p, size_t n) { return cudaMalloc((void**)p, n); }
+template <typename T> static inline cudaError_t cudaMalloc(T** p, size_t n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return cudaMalloc((void**)p, n, file, line);
+}
 static inline cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
     auto it = g_emu_allocs.find(p);
     if (it == g_emu_allocs.end()) { fprintf(stderr, "EMU: cudaFree of %p, which cudaMalloc did not return\n", p); return cudaErrorInvalidValue; }
     emu_device_give((double)it->second);
     g_emu_allocs.erase(it);
+#ifdef EMU_STREAMS
+    emu_streams::release(p);  // waits for the device first, as cudaFree does
+#else
     free(p);
+#endif
     return cudaSuccess;
 }
+#ifdef EMU_STREAMS
+static inline cudaError_t cudaMallocHost(void** p, size_t n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    *p = emu_streams::alloc(n, true, file, line);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaFreeHost(void* p) { if (p) emu_streams::release(p); return cudaSuccess; }
+#else
 static inline cudaError_t cudaMallocHost(void** p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
 static inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
-static inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { if (n) memmove(d, s, n); return cudaSuccess; }
-static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t = nullptr) { return cudaMemcpy(d, s, n, k); }
-static inline cudaError_t cudaMemset(void* d, int v, size_t n) { memset(d, v, n); return cudaSuccess; }
-static inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { memset(d, v, n); return cudaSuccess; }
-static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = (cudaStream_t)new char[1]; return cudaSuccess; }
-static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete[] (char*)s; return cudaSuccess; }
+#endif
+// Copies and memsets. The stream mode queues them: a device-to-device copy or a memset reads and writes its ranges
+// when it runs; a copy from pinned memory reads it when it runs, from pageable memory when queued (CUDA stages it);
+// a copy into pinned memory poisons the destination when queued, and into pageable memory returns when done; the
+// blocking cudaMemcpy is queued on the legacy default stream and waited for; cudaMemset is queued there.
+static inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st = nullptr,
+                                          const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    if (!n) return cudaSuccess;
+#ifdef EMU_STREAMS
+    const bool src_dev = emu_streams::in_arena(s), dst_dev = emu_streams::in_arena(d);
+    const bool src_pageable = !src_dev, dst_pageable = !dst_dev;
+    std::shared_ptr<std::vector<char>> staged;
+    if (src_pageable) staged = std::make_shared<std::vector<char>>((const char*)s, (const char*)s + n);
+    if (emu_streams::is_pinned(d)) emu_streams::poison_pinned(d, n);
+    const void* pinned_src = emu_streams::is_pinned(s) ? s : nullptr;
+    emu_streams::enqueue(emu_stream_index(st), "cudaMemcpyAsync", file, line, [d, s, n, staged]() {
+        emu_streams::access(s, n, false);
+        emu_streams::access(d, n, true);
+        memmove(d, staged ? (const void*)staged->data() : s, n);
+    }, {}, pinned_src, pinned_src ? n : 0);
+    if (dst_pageable) emu_streams::sync_last(emu_stream_index(st));
+#else
+    (void)k, (void)st, (void)file, (void)line;
+    memmove(d, s, n);
+#endif
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k, const char* file = __builtin_FILE(),
+                                     int line = __builtin_LINE()) {
+    if (!n) return cudaSuccess;
+#ifdef EMU_STREAMS
+    cudaMemcpyAsync(d, s, n, k, nullptr, file, line);
+    emu_streams::sync_last(0);
+#else
+    (void)k, (void)file, (void)line;
+    memmove(d, s, n);
+#endif
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st = nullptr, const char* file = __builtin_FILE(),
+                                          int line = __builtin_LINE()) {
+    if (!n) return cudaSuccess;
+    emu_submit(st, "cudaMemset", file, line, [d, v, n]() {
+#ifdef EMU_STREAMS
+        emu_streams::access(d, n, true);
+#endif
+        memset(d, v, n);
+    });
+    return cudaSuccess;
+}
+static inline cudaError_t cudaMemset(void* d, int v, size_t n, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return cudaMemsetAsync(d, v, n, nullptr, file, line);
+}
+// Streams and events. The default mode runs every kernel, copy and collective when it is called, so an event is
+// complete once recorded, a wait on it returns at once and a stream is always idle; flags and priorities are accepted
+// and change nothing. The stream mode (cuda_emu_streams.h) queues the work and orders it as a GPU does.
+typedef struct EmuEvent { double t; int idx; }* cudaEvent_t;
+static inline double emu_now_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+#ifdef EMU_STREAMS
+static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new EmuStream{emu_streams::stream_create()}; return cudaSuccess; }
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { emu_streams::stream_destroy(s->idx); delete s; return cudaSuccess; }
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { emu_streams::sync_stream(emu_stream_index(s)); return cudaSuccess; }
+static inline cudaError_t cudaStreamQuery(cudaStream_t s) { return emu_streams::query_stream(emu_stream_index(s)) ? cudaSuccess : cudaErrorNotReady; }
+static inline cudaError_t cudaDeviceSynchronize() { emu_streams::sync_device(); return cudaSuccess; }
+static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent{0, emu_streams::event_create()}; return cudaSuccess; }
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    emu_streams::event_record(e->idx, emu_stream_index(s), [e]() { e->t = emu_now_ms(); });
+    return cudaSuccess;
+}
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e) { emu_streams::event_sync(e->idx); return cudaSuccess; }
+static inline cudaError_t cudaEventQuery(cudaEvent_t e) { return emu_streams::event_query(e->idx) ? cudaSuccess : cudaErrorNotReady; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int = 0) {
+    emu_streams::event_wait(emu_stream_index(s), e->idx);
+    return cudaSuccess;
+}
+#else
+static inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = new EmuStream{0}; return cudaSuccess; }
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 static inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
-static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent{0}; return cudaSuccess; }
-static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+static inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new EmuEvent{0, 0}; return cudaSuccess; }
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) { e->t = emu_now_ms(); return cudaSuccess; }
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-// A second stream (the data-parallel reduction overlapped with the backward): every kernel, copy and collective
-// has finished when its call returns, so an event is complete once recorded, a wait on it returns at once and a
-// stream is always idle; flags and priorities are accepted and change nothing.
+static inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int = 0) { return cudaSuccess; }
+#endif
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
 enum { cudaEventDefault = 0, cudaEventBlockingSync = 1, cudaEventDisableTiming = 2 };
 static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
-static inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-static inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int = 0) { return cudaSuccess; }
-static inline cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) { return cudaStreamCreate(s); }
 static inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int, int) { return cudaStreamCreate(s); }
 static inline cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {

@@ -1,9 +1,16 @@
 // tests/cuda_emu/include/nccl.h: the NCCL calls of llmc/parallel/comm_nccl.cuh emulated over MPI, so that CUDA
 // programs built against this directory run several ranks under mpirun, each process one emulated GPU
 // (MPI_Init on the first call that needs it; MPI_Finalize when the last communicator is destroyed).
-// Streams: the emulated CUDA runtime (cuda_emu.h) runs everything at once on the host, so every call here
-// has finished when it returns, except inside ncclGroupStart/ncclGroupEnd, where the calls are posted and
-// ncclGroupEnd waits for them all. The communication is real NCCL's, in its ordering rules:
+// Streams: in the default mode the emulated CUDA runtime (cuda_emu.h) runs everything at once on the host, so every
+// call here has finished when it returns, except inside ncclGroupStart/ncclGroupEnd, where the calls are posted and
+// ncclGroupEnd waits for them all. In the stream mode (cuda_emu_streams.h) a call, or a group at ncclGroupEnd, is
+// queued on its stream: when its turn comes its MPI requests are posted (the send buffers read), and it holds the
+// stream until they complete (the receive buffers written); a group's calls must share one stream.
+// Sequences: each communicator keeps the sequence of collectives its rank issued (operation, count, type, root); at
+// ncclCommDestroy its ranks compare them, and a rank whose sequence differs fails the call naming the first
+// collective that differs (real NCCL hangs or mixes data there). A receive that matched a send of another size fails
+// (ncclSystemError, naming both sizes). EMU_NCCL_TRACE=1 prints each operation of the stream mode as it is posted.
+// The communication is real NCCL's, in its ordering rules:
 //   - a send does not finish until its matching receive is posted (MPI_Issend), so the programs that
 //     deadlock on GPUs (two ranks that both send first, outside a group) deadlock here too;
 //   - sends and receives between two ranks match in issue order (one MPI tag for all);
@@ -25,9 +32,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <climits>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 #include <unistd.h>
 #include "cuda_emu.h"
@@ -46,21 +55,30 @@ typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
 typedef struct { int unused; } ncclConfig_t;  // split configurations are not emulated (pass nullptr)
 struct EmuNcclComm {
-    MPI_Comm mpi;
-    int rank, size;
+    MPI_Comm mpi = MPI_COMM_NULL;
+    int rank = 0, size = 0;
     double charged = 0;  // device bytes this communicator holds (EMU_NCCL_INIT_MIB, then EMU_NCCL_USE_MIB)
     bool used = false;   // its first operation has run
+    std::vector<uint64_t> seq;          // a hash of each collective issued, in order
+    std::vector<std::string> seq_what;  // and its description
 };
 typedef EmuNcclComm* ncclComm_t;
 
 // ---------------------------------------------------------------- state
-struct EmuNcclOp {  // one posted operation
-    MPI_Request req;
-    const char* what;
-    int comm_rank, peer;  // peer: the other rank of a send/recv, the root of a broadcast, -1 otherwise
-    size_t bytes;
+struct EmuNcclOp {  // one operation: posted by start(), complete when its request is
+    MPI_Request req = MPI_REQUEST_NULL;
+    const char* what = "";
+    int comm_rank = 0, peer = -1;  // peer: the other rank of a send/recv, the root of a broadcast, -1 otherwise
+    size_t bytes = 0;
     std::function<void()> finish;  // after completion: bf16 results rounded into place
     std::shared_ptr<std::vector<char>> tmp;  // buffers the operation owns while in flight
+    std::function<int(MPI_Request*)> start;  // posts the MPI request (MPI's status)
+    const void* rd = nullptr;      // the bytes it reads and writes (the stream mode's checker)
+    size_t rn = 0;
+    void* wr = nullptr;
+    size_t wn = 0;
+    bool is_recv = false;
+    bool done = false;             // the stream mode: its request completed
 };
 struct EmuNcclState {
     int group_depth = 0;
@@ -69,6 +87,9 @@ struct EmuNcclState {
     char last_error[512] = "";
 };
 inline EmuNcclState g_emu_nccl;
+inline cudaStream_t g_emu_nccl_group_stream = nullptr;  // the stream mode: a group's stream and first call
+inline const char* g_emu_nccl_group_file = "";
+inline int g_emu_nccl_group_line = 0;
 
 __attribute__((format(printf, 2, 3))) static inline ncclResult_t emu_nccl_fail(ncclResult_t r, const char* fmt, ...) {
     va_list ap;
@@ -87,6 +108,23 @@ static inline double emu_nccl_timeout() {
     const char* v = getenv("EMU_NCCL_TIMEOUT");
     return v ? atof(v) : 600.0;
 }
+// Tests op's request; true when complete. A receive that matched a send of another size fails.
+static inline ncclResult_t emu_nccl_test(EmuNcclOp& op, int* flag) {
+    MPI_Status st;
+    if (MPI_Test(&op.req, flag, &st) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Test failed in %s", op.what);
+    if (*flag && op.is_recv) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if ((size_t)got != op.bytes)
+            return emu_nccl_fail(ncclSystemError, "ncclRecv of %zu bytes from rank %d matched its ncclSend of %d bytes "
+                                 "(the two sides disagree on the size; NCCL's result is undefined)", op.bytes, op.peer, got);
+    }
+    return ncclSuccess;
+}
+static inline ncclResult_t emu_nccl_start(EmuNcclOp& op) {
+    if (op.start(&op.req) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "%s: posting its MPI request failed", op.what);
+    return ncclSuccess;
+}
 
 // Waits for every posted operation, polling, under the timeout.
 static inline ncclResult_t emu_nccl_wait_all() {
@@ -98,8 +136,7 @@ static inline ncclResult_t emu_nccl_wait_all() {
         for (size_t i = 0; i < ops.size(); i++) {
             if (done[i]) continue;
             int flag = 0;
-            if (MPI_Test(&ops[i].req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                return emu_nccl_fail(ncclSystemError, "MPI_Test failed in %s", ops[i].what);
+            if (ncclResult_t r = emu_nccl_test(ops[i], &flag)) { ops.clear(); return r; }
             if (flag) { done[i] = 1; left--; }
         }
         if (left == 0) break;
@@ -121,9 +158,76 @@ static inline ncclResult_t emu_nccl_wait_all() {
     ops.clear();
     return ncclSuccess;
 }
-static inline ncclResult_t emu_nccl_post(EmuNcclOp op) {
+#ifdef EMU_STREAMS
+// the stream mode: the operations of a call or a group queued on their stream as one operation
+static inline ncclResult_t emu_nccl_queue(cudaStream_t st, const char* file, int line) {
+    auto ops = std::make_shared<std::vector<EmuNcclOp>>(std::move(g_emu_nccl.pending));
+    g_emu_nccl.pending.clear();
+    const char* what = (*ops)[0].what;
+    emu_streams::enqueue(emu_stream_index(st), what, file, line, [ops]() {
+        for (EmuNcclOp& op : *ops) {
+            if (getenv("EMU_NCCL_TRACE"))
+                fprintf(stderr, "nccl emulation: world rank %d posts %s of %zu bytes (group rank %d, peer/root %d)\n",
+                        emu_nccl_world_rank(), op.what, op.bytes, op.comm_rank, op.peer);
+            emu_streams::access(op.rd, op.rn, false);
+            if (ncclResult_t r = emu_nccl_start(op)) {
+                fprintf(stderr, "nccl emulation: %s\n", g_emu_nccl.last_error);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+                (void)r;
+            }
+        }
+    }, [ops]() {
+        for (EmuNcclOp& op : *ops) {
+            if (op.done) continue;
+            int flag = 0;
+            if (emu_nccl_test(op, &flag)) {
+                fprintf(stderr, "nccl emulation: %s\n", g_emu_nccl.last_error);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+            if (!flag) return false;
+            op.done = true;
+        }
+        for (EmuNcclOp& op : *ops) {
+            if (op.finish) op.finish();
+            emu_streams::access(op.wr, op.wn, true);
+        }
+        return true;
+    });
+    return ncclSuccess;
+}
+#endif
+static inline ncclResult_t emu_nccl_post(EmuNcclOp op, cudaStream_t st, const char* file, int line) {
+#ifdef EMU_STREAMS
+    const char* what = op.what;
+    g_emu_nccl.pending.push_back(std::move(op));
+    if (g_emu_nccl.group_depth > 0) {
+        if (g_emu_nccl.pending.size() == 1) g_emu_nccl_group_stream = st, g_emu_nccl_group_file = file, g_emu_nccl_group_line = line;
+        else if (st != g_emu_nccl_group_stream)
+            return emu_nccl_fail(ncclInvalidUsage, "%s: a group's calls on two streams (not emulated)", what);
+        return ncclSuccess;
+    }
+    return emu_nccl_queue(st, file, line);
+#else
+    (void)st, (void)file, (void)line;
+    if (ncclResult_t r = emu_nccl_start(op)) return r;
     g_emu_nccl.pending.push_back(std::move(op));
     return g_emu_nccl.group_depth > 0 ? ncclSuccess : emu_nccl_wait_all();
+#endif
+}
+static inline EmuNcclOp emu_nccl_op(const char* what, int comm_rank, int peer, size_t bytes) {
+    EmuNcclOp o;
+    o.what = what, o.comm_rank = comm_rank, o.peer = peer, o.bytes = bytes;
+    return o;
+}
+// A collective in its communicator's sequence (compared across its ranks at ncclCommDestroy).
+static inline void emu_nccl_sequence(EmuNcclComm* c, const char* what, size_t count, ncclDataType_t t, int root) {
+    char b[160];
+    if (root >= 0) snprintf(b, sizeof b, "%s of %zu elements of type %d, root %d", what, count, (int)t, root);
+    else snprintf(b, sizeof b, "%s of %zu elements of type %d", what, count, (int)t);
+    uint64_t h = 1469598103934665603ull;
+    for (const char* q = b; *q; q++) h = (h ^ (unsigned char)*q) * 1099511628211ull;
+    c->seq.push_back(h);
+    c->seq_what.push_back(b);
 }
 // Charges the emulated device EMU_NCCL_INIT_MIB or EMU_NCCL_USE_MIB (env, MiB) for communicator c.
 static inline ncclResult_t emu_nccl_charge(EmuNcclComm* c, const char* env, const char* what) {
@@ -198,7 +302,8 @@ static inline ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUn
     for (int r = 0; r < wsize; r++)
         if (memcmp(&all[r], &id, sizeof(id)) != 0)
             return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank: rank %d holds another unique id than rank %d", r, rank);
-    EmuNcclComm* c = new EmuNcclComm{MPI_COMM_NULL, wrank, wsize};
+    EmuNcclComm* c = new EmuNcclComm();
+    c->rank = wrank, c->size = wsize;
     if (ncclResult_t r = emu_nccl_charge(c, "EMU_NCCL_INIT_MIB", "ncclCommInitRank")) { delete c; return r; }
     if (MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Comm_dup failed");
     g_emu_nccl.live_comms++;
@@ -213,7 +318,8 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
         return emu_nccl_fail(ncclSystemError, "ncclCommSplit: MPI_Comm_split failed");
     *newcomm = nullptr;
     if (m == MPI_COMM_NULL) return ncclSuccess;
-    EmuNcclComm* c = new EmuNcclComm{m, 0, 0};
+    EmuNcclComm* c = new EmuNcclComm();
+    c->mpi = m;
     MPI_Comm_rank(m, &c->rank);
     MPI_Comm_size(m, &c->size);
     if (ncclResult_t r = emu_nccl_charge(c, "EMU_NCCL_INIT_MIB", "ncclCommSplit")) { MPI_Comm_free(&m); delete c; return r; }
@@ -223,8 +329,32 @@ static inline ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nc
 }
 static inline ncclResult_t ncclCommCount(ncclComm_t comm, int* n) { *n = comm->size; return ncclSuccess; }
 static inline ncclResult_t ncclCommUserRank(ncclComm_t comm, int* r) { *r = comm->rank; return ncclSuccess; }
+// The ranks of comm compare their sequences of collectives; a differing one fails naming the first that differs.
+static inline ncclResult_t emu_nccl_check_sequence(ncclComm_t comm) {
+    long n = (long)comm->seq.size();
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t x : comm->seq) h = (h ^ x) * 1099511628211ull;
+    std::vector<long> ns(comm->size);
+    std::vector<uint64_t> hs(comm->size);
+    MPI_Allgather(&n, 1, MPI_LONG, ns.data(), 1, MPI_LONG, comm->mpi);
+    MPI_Allgather(&h, 1, MPI_UINT64_T, hs.data(), 1, MPI_UINT64_T, comm->mpi);
+    bool same = true;
+    for (int r = 0; r < comm->size; r++) same &= ns[r] == n && hs[r] == h;
+    if (same) return ncclSuccess;
+    const long common = *std::min_element(ns.begin(), ns.end());
+    std::vector<uint64_t> all((size_t)common * comm->size + 1);
+    MPI_Allgather(comm->seq.data(), (int)common, MPI_UINT64_T, all.data(), (int)common, MPI_UINT64_T, comm->mpi);
+    long k = common;  // the first collective that differs between some two ranks
+    for (long i = 0; i < common && k == common; i++)
+        for (int r = 1; r < comm->size; r++)
+            if (all[(size_t)r * common + i] != all[i]) { k = i; break; }
+    return emu_nccl_fail(ncclInvalidUsage, "communicator of %d ranks: its ranks issued different sequences of collectives "
+                         "(NCCL hangs or mixes data): collective #%ld of rank %d (world rank %d) is %s", comm->size, k,
+                         comm->rank, emu_nccl_world_rank(), k < n ? comm->seq_what[k].c_str() : "none (it issued no more)");
+}
 static inline ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     if (!comm) return ncclSuccess;
+    if (ncclResult_t r = emu_nccl_check_sequence(comm)) return r;
     MPI_Comm_free(&comm->mpi);
     emu_device_give(comm->charged);
     delete comm;
@@ -239,80 +369,113 @@ static inline ncclResult_t ncclCommAbort(ncclComm_t comm) {
 static inline ncclResult_t ncclGroupStart() { g_emu_nccl.group_depth++; return ncclSuccess; }
 static inline ncclResult_t ncclGroupEnd() {
     if (g_emu_nccl.group_depth == 0) return emu_nccl_fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
-    return --g_emu_nccl.group_depth > 0 ? ncclSuccess : emu_nccl_wait_all();
+    if (--g_emu_nccl.group_depth > 0) return ncclSuccess;
+#ifdef EMU_STREAMS
+    return g_emu_nccl.pending.empty() ? ncclSuccess : emu_nccl_queue(g_emu_nccl_group_stream, g_emu_nccl_group_file, g_emu_nccl_group_line);
+#else
+    return emu_nccl_wait_all();
+#endif
 }
 
 // ---------------------------------------------------------------- collectives
+// Each call checks its arguments and enters its communicator's sequence when it is made; start posts the MPI request
+// (at once, or when its turn comes on the stream in the stream mode) and finish rounds bf16 results into place.
 static inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                                         ncclComm_t comm, cudaStream_t) {
+                                         ncclComm_t comm, cudaStream_t st,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (ncclResult_t r = emu_nccl_check_args("ncclAllReduce", count, comm)) return r;
     if (!emu_nccl_type_ok(t) || (op != ncclSum && op != ncclMax)) return emu_nccl_fail(ncclInvalidArgument, "ncclAllReduce: type or op not emulated");
-    EmuNcclOp o{MPI_REQUEST_NULL, op == ncclSum ? "ncclAllReduce(sum)" : "ncclAllReduce(max)", comm->rank, -1, count * emu_nccl_size(t), {}, {}};
+    EmuNcclOp o = emu_nccl_op(op == ncclSum ? "ncclAllReduce(sum)" : "ncclAllReduce(max)", comm->rank, -1, count * emu_nccl_size(t));
+    emu_nccl_sequence(comm, o.what, count, t, -1);
     o.tmp = std::make_shared<std::vector<char>>(count * emu_nccl_wide_size(t) + 1);
     char* w = o.tmp->data();
-    emu_nccl_widen(send, w, count, t);
-    if (MPI_Iallreduce(MPI_IN_PLACE, w, (int)count, emu_nccl_wide(t), op == ncclSum ? MPI_SUM : MPI_MAX, comm->mpi, &o.req) != MPI_SUCCESS)
-        return emu_nccl_fail(ncclSystemError, "ncclAllReduce: MPI_Iallreduce failed");
+    const MPI_Comm m = comm->mpi;
+    o.rd = send, o.rn = o.bytes, o.wr = recv, o.wn = o.bytes;
+    o.start = [w, send, count, t, op, m](MPI_Request* rq) {
+        emu_nccl_widen(send, w, count, t);
+        return MPI_Iallreduce(MPI_IN_PLACE, w, (int)count, emu_nccl_wide(t), op == ncclSum ? MPI_SUM : MPI_MAX, m, rq);
+    };
     o.finish = [w, recv, count, t]() { emu_nccl_narrow(w, recv, count, t); };
-    return emu_nccl_post(std::move(o));
+    return emu_nccl_post(std::move(o), st, file, line);
 }
 // send[size * count] summed; rank r receives piece r in recv[count]
 static inline ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                                             ncclComm_t comm, cudaStream_t) {
+                                             ncclComm_t comm, cudaStream_t st,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (ncclResult_t r = emu_nccl_check_args("ncclReduceScatter", count * (comm ? comm->size : 1), comm)) return r;
     if (!emu_nccl_type_ok(t) || op != ncclSum) return emu_nccl_fail(ncclInvalidArgument, "ncclReduceScatter: type or op not emulated");
-    EmuNcclOp o{MPI_REQUEST_NULL, "ncclReduceScatter", comm->rank, -1, count * emu_nccl_size(t), {}, {}};
+    EmuNcclOp o = emu_nccl_op("ncclReduceScatter", comm->rank, -1, count * emu_nccl_size(t));
+    emu_nccl_sequence(comm, o.what, count, t, -1);
     size_t ws = emu_nccl_wide_size(t);
-    o.tmp = std::make_shared<std::vector<char>>(count * ws * (comm->size + 1) + 1);
+    const int size = comm->size;
+    o.tmp = std::make_shared<std::vector<char>>(count * ws * (size + 1) + 1);
     char* w = o.tmp->data();
-    char* wr = w + count * ws * comm->size;
-    emu_nccl_widen(send, w, count * comm->size, t);
-    if (MPI_Ireduce_scatter_block(w, wr, (int)count, emu_nccl_wide(t), MPI_SUM, comm->mpi, &o.req) != MPI_SUCCESS)
-        return emu_nccl_fail(ncclSystemError, "ncclReduceScatter: MPI_Ireduce_scatter_block failed");
+    char* wr = w + count * ws * size;
+    const MPI_Comm m = comm->mpi;
+    o.rd = send, o.rn = o.bytes * size, o.wr = recv, o.wn = o.bytes;
+    o.start = [w, wr, send, count, t, size, m](MPI_Request* rq) {
+        emu_nccl_widen(send, w, count * size, t);
+        return MPI_Ireduce_scatter_block(w, wr, (int)count, emu_nccl_wide(t), MPI_SUM, m, rq);
+    };
     o.finish = [wr, recv, count, t]() { emu_nccl_narrow(wr, recv, count, t); };
-    return emu_nccl_post(std::move(o));
+    return emu_nccl_post(std::move(o), st, file, line);
 }
 // rank r's send[count] lands at recv + r * count on every rank; send may be that place (in place)
-static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t) {
+static inline ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t st,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (ncclResult_t r = emu_nccl_check_args("ncclAllGather", count * (comm ? comm->size : 1), comm)) return r;
     if (!emu_nccl_type_ok(t)) return emu_nccl_fail(ncclInvalidArgument, "ncclAllGather: type not emulated");
     size_t b = count * emu_nccl_size(t);
-    EmuNcclOp o{MPI_REQUEST_NULL, "ncclAllGather", comm->rank, -1, b, {}, {}};
+    EmuNcclOp o = emu_nccl_op("ncclAllGather", comm->rank, -1, b);
+    emu_nccl_sequence(comm, o.what, count, t, -1);
     const void* src = send == (const char*)recv + comm->rank * b ? MPI_IN_PLACE : send;
-    if (MPI_Iallgather(src, (int)b, MPI_BYTE, recv, (int)b, MPI_BYTE, comm->mpi, &o.req) != MPI_SUCCESS)
-        return emu_nccl_fail(ncclSystemError, "ncclAllGather: MPI_Iallgather failed");
-    return emu_nccl_post(std::move(o));
+    const MPI_Comm m = comm->mpi;
+    o.rd = send, o.rn = b, o.wr = recv, o.wn = b * comm->size;
+    o.start = [src, recv, b, m](MPI_Request* rq) { return MPI_Iallgather(src, (int)b, MPI_BYTE, recv, (int)b, MPI_BYTE, m, rq); };
+    return emu_nccl_post(std::move(o), st, file, line);
 }
 static inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root,
-                                         ncclComm_t comm, cudaStream_t) {
+                                         ncclComm_t comm, cudaStream_t st,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (ncclResult_t r = emu_nccl_check_args("ncclBroadcast", count, comm)) return r;
     if (!emu_nccl_type_ok(t) || root < 0 || root >= comm->size) return emu_nccl_fail(ncclInvalidArgument, "ncclBroadcast: type or root not valid");
     size_t b = count * emu_nccl_size(t);
-    if (comm->rank == root && send != recv) memmove(recv, send, b);
-    EmuNcclOp o{MPI_REQUEST_NULL, "ncclBroadcast", comm->rank, root, b, {}, {}};
-    if (MPI_Ibcast(recv, (int)b, MPI_BYTE, root, comm->mpi, &o.req) != MPI_SUCCESS)
-        return emu_nccl_fail(ncclSystemError, "ncclBroadcast: MPI_Ibcast failed");
-    return emu_nccl_post(std::move(o));
+    EmuNcclOp o = emu_nccl_op("ncclBroadcast", comm->rank, root, b);
+    emu_nccl_sequence(comm, o.what, count, t, root);
+    const bool is_root = comm->rank == root;
+    const MPI_Comm m = comm->mpi;
+    if (is_root) o.rd = send, o.rn = b;
+    o.wr = recv, o.wn = b;
+    o.start = [send, recv, b, root, is_root, m](MPI_Request* rq) {
+        if (is_root && send != recv) memmove(recv, send, b);
+        return MPI_Ibcast(recv, (int)b, MPI_BYTE, root, m, rq);
+    };
+    return emu_nccl_post(std::move(o), st, file, line);
 }
 
 // ---------------------------------------------------------------- point to point (no tags: issue order)
-static inline ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+static inline ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (ncclResult_t r = emu_nccl_check_args("ncclSend", count, comm)) return r;
     if (!emu_nccl_type_ok(t) || peer < 0 || peer >= comm->size || peer == comm->rank)
         return emu_nccl_fail(ncclInvalidArgument, "ncclSend: type or peer %d not valid", peer);
     size_t b = count * emu_nccl_size(t);
-    EmuNcclOp o{MPI_REQUEST_NULL, "ncclSend", comm->rank, peer, b, {}, {}};
-    if (MPI_Issend(buf, (int)b, MPI_BYTE, peer, 0, comm->mpi, &o.req) != MPI_SUCCESS)
-        return emu_nccl_fail(ncclSystemError, "ncclSend: MPI_Issend failed");
-    return emu_nccl_post(std::move(o));
+    EmuNcclOp o = emu_nccl_op("ncclSend", comm->rank, peer, b);
+    const MPI_Comm m = comm->mpi;
+    o.rd = buf, o.rn = b;
+    o.start = [buf, b, peer, m](MPI_Request* rq) { return MPI_Issend(buf, (int)b, MPI_BYTE, peer, 0, m, rq); };
+    return emu_nccl_post(std::move(o), st, file, line);
 }
-static inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t) {
+static inline ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     if (ncclResult_t r = emu_nccl_check_args("ncclRecv", count, comm)) return r;
     if (!emu_nccl_type_ok(t) || peer < 0 || peer >= comm->size || peer == comm->rank)
         return emu_nccl_fail(ncclInvalidArgument, "ncclRecv: type or peer %d not valid", peer);
     size_t b = count * emu_nccl_size(t);
-    EmuNcclOp o{MPI_REQUEST_NULL, "ncclRecv", comm->rank, peer, b, {}, {}};
-    if (MPI_Irecv(buf, (int)b, MPI_BYTE, peer, 0, comm->mpi, &o.req) != MPI_SUCCESS)
-        return emu_nccl_fail(ncclSystemError, "ncclRecv: MPI_Irecv failed");
-    return emu_nccl_post(std::move(o));
+    EmuNcclOp o = emu_nccl_op("ncclRecv", comm->rank, peer, b);
+    const MPI_Comm m = comm->mpi;
+    o.wr = buf, o.wn = b;
+    o.is_recv = true;
+    o.start = [buf, b, peer, m](MPI_Request* rq) { return MPI_Irecv(buf, (int)b, MPI_BYTE, peer, 0, m, rq); };
+    return emu_nccl_post(std::move(o), st, file, line);
 }
