@@ -31,6 +31,7 @@
 #   make test              deps, then build everything buildable and run every test (CI's command);
 #                          the last line is "N passed, N failed, N skipped"
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
+#   make coverage          the suite with every emulated program built for gcov: the device code's coverage
 #   make build/test_comm_emu   tests/test_comm.cu against the emulated CUDA runtime and NCCL (tests/t_comm.sh)
 #   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
 #                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh);
@@ -103,7 +104,7 @@ CUDA_HEADERS := $(wildcard llmc/*.cuh llmc/*/*.cuh)
 DATASETS_HEADERS := llmc/data/datasets.h llmc/data/dataloader.h llmc/data/zip_npy.h llmc/rng.h llmc/utils.h
 TOKENIZER_HEADERS := llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/utils.h
 
-.PHONY: all deps test test_all test-quick clean
+.PHONY: all deps test test_all test-quick coverage clean
 all: train_gpt_cpu test_gpt_cpu
 
 # ---- the trainers ------------------------------------------------------------------------------
@@ -281,6 +282,18 @@ test_all: $(ALL_TEST_DEPS)
 
 test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $(BUILD)/test_tokenizer
 	@bash scripts/run_tests.sh $(QUICK_TESTS)
+
+# `make coverage`: how much of the device code `make test` executes. Every emulated program is built with gcc's
+# --coverage (tests/cuda_emu/build.sh with EMU_COVERAGE), the suite runs (logs in $(BUILD)/coverage_logs), and
+# scripts/coverage.py sums the counts of all programs and processes: lines and branches of train_gpt.cu and of each
+# header under llmc/, the kernels' lines, and every line never executed ($(BUILD)/coverage/unexecuted.txt). The
+# instrumented programs are deleted afterwards, so the next build makes them plain. About as long as `make test`.
+EMU_PROGRAMS := $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu $(BUILD)/test_comm_emu
+coverage: deps
+	rm -rf $(BUILD)/coverage $(BUILD)/coverage_logs $(EMU_PROGRAMS)
+	-EMU_COVERAGE=$(abspath $(BUILD)/coverage) TEST_LOG_DIR=$(BUILD)/coverage_logs $(MAKE) --no-print-directory -j$(TEST_JOBS) test_all
+	rm -f $(EMU_PROGRAMS)
+	$(PYTHON) scripts/coverage.py $(BUILD)/coverage --unexecuted $(BUILD)/coverage/unexecuted.txt
 
 # ---- emulated builds: CUDA sources built with g++ against the host emulation ---------------------
 # tests/cuda_emu/build.sh SOURCE OUTPUT FLAGS... -- LIBS... is the one recipe of every emulated build, these and the

@@ -151,5 +151,23 @@ else
     fail "both ranks send first: status $rc after ${took} s, output: $(head -c 400 "$d/deadlock.log")"
 fi
 
+# 4. ranks that disagree: a communicator's collectives issued in different sequences (a max where the other rank sums),
+# and a receive matched by a send of another size, each stop the job naming what differs
+EMU_NCCL_TIMEOUT=30 "${MPIRUN[@]}" -np 2 build/test_comm_emu --mismatch > "$d/mismatch.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "different sequences of collectives.*collective #0 of rank [01] .* is ncclAllReduce(max) of 64 elements" "$d/mismatch.log" &&
+    ! grep -q "no error reported" "$d/mismatch.log"; then
+    pass "a sum on one rank, a max on the other: the job stops naming the first differing collective: $(grep -m 1 -o 'collective #0 of rank 1.*' "$d/mismatch.log" | cut -c1-90)"
+else
+    fail "a sum on one rank, a max on the other: status $rc, output: $(head -c 400 "$d/mismatch.log")"
+fi
+EMU_NCCL_TIMEOUT=30 "${MPIRUN[@]}" -np 2 build/test_comm_emu --mismatch p2p > "$d/mismatch_p2p.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "ncclRecv of 800 bytes from rank 1 matched its ncclSend of 400 bytes" "$d/mismatch_p2p.log"; then
+    pass "a receive of 200 values matched by a send of 100: the job stops naming both sizes"
+else
+    fail "a receive of 200 values matched by a send of 100: status $rc, output: $(head -c 400 "$d/mismatch_p2p.log")"
+fi
+
 [ $status -eq 0 ] && rm -rf "$d"
 exit $status

@@ -4,8 +4,9 @@
 # NCCL operation queued on its stream and run in a seeded random order that respects only stream order, events and
 # synchronisations, with a happens-before checker on every load and store. Each multi-rank layout of the emulated
 # tests (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh, t_gpu_layouts.sh, t_fp8_train.sh) runs 2 steps under
-# mpirun at two seeds and must:
+# mpirun, in the stream mode at one seed (seeds 1, 2 and 3 in turn over the layouts; the first few at two), and must:
 #   - finish (exit 0) with no report of the checker ("EMU STREAM RACE") and no other emulation error;
+#   - really reorder: some operations run before work queued earlier on another stream (EMU_STREAM_STATS's count);
 #   - compute bit for bit what the default build computes, where everything runs when called: the same loss and
 #     gradient norm at every step (metrics.jsonl) and byte-identical checkpoint shards at step 2. A missing
 #     ordering edge shows as a report of the checker, and where the drawn order runs the two sides the wrong way
@@ -15,7 +16,8 @@
 # Models: heads of 64 (the bf16 attention's head dims); GPT-3 shape for the dp, tp, pp and mixed layouts, a wider one
 # for tp8 and dp2 tp4 pp4, LLaMA with GQA for its layouts. OMP_NUM_THREADS=1, mpirun --oversubscribe.
 # A shorter run (scripts/mutation_bench.py): STREAMS_LAYOUTS, names (comma-separated) of the layouts to run;
-# STREAMS_SEEDS (default "1 2"); STREAMS_COMPARE=0 runs the stream mode only (the checker's verdict, no comparison).
+# STREAMS_SEEDS (the seeds of every layout, instead of the turns above); STREAMS_COMPARE=0 runs the stream mode only
+# (the checker's verdict, no comparison).
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
 d=build/t_streams
@@ -63,7 +65,8 @@ EOF
         cmp -s "$f" "$b/ckpt_00000002/$(basename "$f")" || { echo "$(basename "$f") differs"; return 1; }
     done
 }
-# layout NAME LABEL NP ACCUM MODEL-VAR FLAGS...: the default build, then the stream mode at seeds 1 and 2
+# layout NAME LABEL NP ACCUM MODEL-VAR FLAGS...: the default build, then the stream mode at the layout's seeds
+n_layouts=0
 layout() {
     local name=$1 label=$2 np=$3 accum=$4 model=$5; shift 5
     if [ -n "${STREAMS_LAYOUTS:-}" ] && [[ ",$STREAMS_LAYOUTS," != *",$name,"* ]]; then return; fi
@@ -71,21 +74,28 @@ layout() {
     if [ "$compare" = 1 ] && ! job "$name.default" build/train_gpt_emu "$np" "$accum" "$model" "$@"; then
         echo "[FAIL] $label: the default build's run: $(grep -m 1 -E 'error|EMU' "$d/$name.default.log")"; status=1; return
     fi
-    local seed out
-    for seed in ${STREAMS_SEEDS:-1 2}; do
-        if ! EMU_STREAM_SEED=$seed job "$name.s$seed" build/train_gpt_streams_emu "$np" "$accum" "$model" "$@"; then
+    local seed out seeds=$((n_layouts % 3 + 1)) ran ahead
+    [ $n_layouts -lt 4 ] && seeds="$seeds $((seeds + 3))"
+    n_layouts=$((n_layouts + 1))
+    for seed in ${STREAMS_SEEDS:-$seeds}; do
+        if ! EMU_STREAM_STATS=1 EMU_STREAM_SEED=$seed job "$name.s$seed" build/train_gpt_streams_emu "$np" "$accum" "$model" "$@"; then
             echo "[FAIL] $label, stream mode seed $seed: the run failed: $(grep -m 1 -E 'RACE|EMU|error|deadlock' "$d/$name.s$seed.log")"
             status=1; continue
         fi
         if grep -q -E 'EMU' "$d/$name.s$seed.log"; then
             echo "[FAIL] $label, stream mode seed $seed: $(grep -m 1 'EMU' "$d/$name.s$seed.log")"; status=1; continue
         fi
+        read -r ran ahead < <(awk '/^stream mode: / { r += $3; a += $9 } END { print r + 0, a + 0 }' "$d/$name.s$seed.log")
+        if [ "$ahead" -eq 0 ]; then
+            echo "[FAIL] $label, stream mode seed $seed: no operation ran before earlier-queued work of another stream ($ran run)"
+            status=1; continue
+        fi
         if [ "$compare" = 1 ] && ! out=$(same "$name.default" "$name.s$seed"); then
             echo "[FAIL] $label, stream mode seed $seed: not what the default build computes: $out"; status=1; continue
         fi
         if [ "$compare" = 1 ]; then
-            echo "[PASS] $label, stream mode seed $seed: no unordered accesses; loss, norm and step-2 shards bitwise the default build's ($((SECONDS - t0)) s)"
-        else echo "[PASS] $label, stream mode seed $seed: no unordered accesses ($((SECONDS - t0)) s)"; fi
+            echo "[PASS] $label, stream mode seed $seed: $ahead of $ran operations ran ahead of earlier-queued work, no unordered accesses; loss, norm and step-2 shards bitwise the default build's ($((SECONDS - t0)) s)"
+        else echo "[PASS] $label, stream mode seed $seed: $ahead of $ran operations ran ahead, no unordered accesses ($((SECONDS - t0)) s)"; fi
     done
 }
 

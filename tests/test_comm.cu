@@ -191,8 +191,28 @@ int main(int argc, char** argv) {
         printf("deadlock test: the sends completed (no deadlock)\n");
         comm_finalize();
         return 0;
+    } else if (argc > 1 && std::string(argv[1]) == "--mismatch") {
+        // rank 1 issues a max where rank 0 issues a sum, then one more: the emulated NCCL compares the sequences when
+        // the communicator is destroyed, and rank 1 sends 100 values that rank 0 receives as 200
+        if (world.size != 2) die("--mismatch needs 2 ranks");
+        size_t n = 64;
+        float* b = nullptr;
+        cudaCheck(cudaMalloc(&b, 200 * sizeof(float)));
+        cudaCheck(cudaMemset(b, 0, 200 * sizeof(float)));
+        if (std::string(argc > 2 ? argv[2] : "") == "p2p") {
+            CommRequest req;
+            if (world.rank == 1) comm_send(world, (const float*)b, 100, 0, 0, &req), comm_wait(&req);
+            else comm_recv(world, b, 200, 1, 0), comm_stream_sync(world, "the exchange");
+        } else {
+            if (world.rank == 0) comm_all_reduce_sum(world, b, n);
+            else comm_all_reduce_max(world, b, n);
+            comm_all_reduce_sum(world, b, n);
+        }
+        comm_finalize();
+        printf("mismatch test: no error reported\n");
+        return 0;
     } else if (argc > 1) {
-        die("usage: test_comm [--deadlock]");
+        die("usage: test_comm [--deadlock | --mismatch [p2p]]");
     }
 
     // host values first: every later verdict is agreed through comm_host_max

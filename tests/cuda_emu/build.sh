@@ -10,7 +10,8 @@
 # Two steps: tests/cuda_emu/rewrite.py copies the sources into OUTPUT_src/ with every kernel launch rewritten, then
 #   $CXX -I tests/cuda_emu/include -I OUTPUT_src FLAG... -x c++ OUTPUT_src/SOURCE -o OUTPUT LIB...
 # The emulation's include folder comes first (its llmc/mma.cuh replaces the inline PTX of llmc/mma.cuh), then the copy,
-# then any -I among the FLAGs. CXX defaults to g++, PYTHON to /usr/bin/python3. Exit status: the compiler's; 1 with a
+# then any -I among the FLAGs. EMU_COVERAGE=DIR adds gcc's --coverage (make coverage, scripts/coverage.py). CXX defaults
+# to g++, PYTHON to /usr/bin/python3. Exit status: the compiler's; 1 with a
 # line "error: ..." on stderr when the rewrite fails.
 set -u
 if [ $# -lt 2 ] || [ "$1" = --help ]; then
@@ -35,12 +36,31 @@ fi
 cxx=${CXX:-g++}
 streams=0
 for f in "${flags[@]}"; do [ "$f" = -DEMU_STREAMS ] && streams=1; done
+# EMU_COVERAGE=DIR (make coverage): gcc's --coverage; every process adds its counts to DIR (the .gcda files, at DIR
+# followed by the program's absolute path), and the compile's notes (.gcno) are copied beside them (scripts/coverage.py)
+cov=()
+if [ -n "${EMU_COVERAGE:-}" ]; then
+    mkdir -p "$EMU_COVERAGE" || exit 1
+    cov=(--coverage -fprofile-update=atomic -fprofile-dir="$EMU_COVERAGE")
+    output=$(cd "$(dirname "$output")" && pwd)/$(basename "$output")  # absolute: the counts go to DIR/<its path>
+fi
+keep_notes() {
+    [ -n "${EMU_COVERAGE:-}" ] || return 0
+    local n
+    for n in "$output"*.gcno; do
+        [ -f "$n" ] || continue
+        mkdir -p "$EMU_COVERAGE/$(dirname "$n")" && cp "$n" "$EMU_COVERAGE/$n"
+    done
+}
 if [ $streams = 0 ]; then
-    exec "$cxx" -I"$root/tests/cuda_emu/include" -I"$copy" "${flags[@]}" -x c++ "$copy/$source" -o "$output" "${libs[@]}"
+    "$cxx" -I"$root/tests/cuda_emu/include" -I"$copy" "${flags[@]}" "${cov[@]}" -x c++ "$copy/$source" -o "$output" "${libs[@]}" || exit $?
+    keep_notes
+    exit 0
 fi
 # the stream mode: every load and store of the program instrumented (GCC's -fsanitize=thread calls, without its runtime),
 # and the mode's runtime, tests/cuda_emu/streams.cpp, compiled without instrumentation and linked in
-"$cxx" -I"$root/tests/cuda_emu/include" -I"$copy" "${flags[@]}" -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
-    -c -x c++ "$copy/$source" -o "$output.o" || exit $?
+"$cxx" -I"$root/tests/cuda_emu/include" -I"$copy" "${flags[@]}" "${cov[@]}" -fsanitize=thread \
+    --param tsan-instrument-func-entry-exit=0 -c -x c++ "$copy/$source" -o "$output.o" || exit $?
+keep_notes
 "$cxx" -std=c++17 -O2 -Wall -Wextra -c "$root/tests/cuda_emu/streams.cpp" -o "$output.streams.o" || exit $?
-exec "$cxx" "${flags[@]}" "$output.o" "$output.streams.o" -o "$output" "${libs[@]}"
+exec "$cxx" "${flags[@]}" "${cov[@]}" "$output.o" "$output.streams.o" -o "$output" "${libs[@]}"

@@ -39,6 +39,7 @@ struct Op {
     bool started = false;
     const void* host_src = nullptr;
     size_t host_n = 0;
+    long seq = 0;  // the order of the calls that queued it
 };
 struct Stream {
     std::deque<Op*> q;
@@ -67,6 +68,7 @@ Clock* g_cur_vc = nullptr;
 uint32_t g_cur_epoch = 0;
 const char* g_cur_what = "host code";
 long g_errors = 0, g_pending = 0;
+long g_seq = 0, g_ran = 0, g_overtook = 0;  // operations queued, run, and run before earlier-queued work of another stream
 uint64_t g_rng = 0;
 std::set<std::pair<uint32_t, uint32_t>> g_reported;
 
@@ -86,6 +88,11 @@ void init() {
     g_s[0].live = g_s[1].live = true;
     g_s[0].vc[0] = 1;
     g_size = ARENA;
+    if (getenv("EMU_STREAM_STATS"))
+        atexit([] {
+            fprintf(stderr, "stream mode: %ld operations run on %d streams, %ld of them before work queued earlier on "
+                    "another stream; %ld unordered accesses\n", g_ran, g_ns - 1, g_overtook, g_errors);
+        });
 }
 
 const Name& name_of(uint32_t e) {
@@ -222,7 +229,11 @@ bool step() {
         if (runnable(o)) cand[nc++] = s;
     }
     if (nc == 0) return moved;
-    run_op(cand[rnd(nc)]);
+    const int pick = cand[rnd(nc)];
+    for (int s = 1; s < g_ns; s++)
+        if (!g_s[s].q.empty() && g_s[s].q.front()->seq < g_s[pick].q.front()->seq) { g_overtook++; break; }
+    g_ran++;
+    run_op(pick);
     return true;
 }
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -281,6 +292,7 @@ Op* push(int s, Op* o, bool clocked, const char* what, const char* file, int lin
     o->s = s;
     o->clock = clocked ? st.vc[s] : 0;
     o->vc = st.vc;
+    o->seq = ++g_seq;
     st.q.push_back(o);
     g_pending++;
     g_s[0].vc[0]++;  // the host's later accesses are not ordered before this operation
@@ -288,6 +300,7 @@ Op* push(int s, Op* o, bool clocked, const char* what, const char* file, int lin
         for (int t = 2; t < g_ns; t++)
             if (g_s[t].live) {
                 Op* w = new Op();
+                w->seq = o->seq;
                 w->deps.push_back({1, o->clock});
                 join(g_s[t].vc, st.vc);
                 w->s = t;

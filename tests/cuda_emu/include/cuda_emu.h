@@ -24,7 +24,9 @@
 // a misaligned ldmatrix or cp.async address is an emulation error, and cudaGetLastError then fails.
 // Blocks run one after another (EMU_ORDER=0 ascending (default), 1 descending, 2 pseudo-random per launch).
 // __shared__ is `static` (one block at a time). Device memory is host memory filled with 0xff bytes (NaN
-// in bf16 and fp32), so a read of memory never written shows in the results. The sources compile unchanged
+// in bf16 and fp32), so a read of memory never written shows in the results. Streams: by default every kernel,
+// copy and memset runs when it is called (streams never overlap); built with -DEMU_STREAMS, the stream mode queues
+// them per stream and checks their ordering (cuda_emu_streams.h). The sources compile unchanged
 // but for their launches (tests/cuda_emu/rewrite.py); the inline PTX of llmc/mma.cuh is replaced by the
 // emulation's own llmc/mma.cuh, found first on the include path (that file says how).
 #pragma once

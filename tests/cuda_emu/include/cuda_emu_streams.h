@@ -25,7 +25,8 @@
 // operations (what, file:line), their streams and the buffer (its size, the offset, where it was allocated). The
 // verdict depends on the program's order of calls only, not on the drawn schedule: the schedule makes a missing
 // edge visible in the numbers, the checker names it. Also errors: a host access to device memory, a kernel's access
-// to pinned host memory (the program keeps the two apart, which keeps the poison above sound).
+// to pinned host memory (the program keeps the two apart, which keeps the poison above sound). EMU_STREAM_STATS=1
+// prints at exit how many operations ran, and how many of them ran before work queued earlier on another stream.
 #pragma once
 #include <cstddef>
 #include <cstdint>
