@@ -226,9 +226,13 @@ MUTANTS = [
      '',
      'streams_pp', 'a stage reads received activations without waiting for the receive'),
     ("host_reduce_device_wait", "streams", "llmc/parallel/comm_nccl.cuh",
-     "    if (c.size == 1) return;\n    comm_device_wait(c.nccl, what, c.name, c.size);\n", "    if (c.size == 1) return;\n",
+     "    if (std::find(two.begin(), two.end(), c.nccl) != two.end()) comm_device_wait(c.nccl, what, c.name, c.size);\n", "",
      "streams_fp8", "a host reduction on a communicator the compute stream also uses (tp = the world) runs before the "
      "compute stream's queued collectives on some ranks and after them on others"),
+    ("two_streams_mark", "streams", "llmc/parallel/comm_nccl.cuh",
+     "r.stream != s && std::string(r.name) != c->name", "r.stream != s && std::string(r.name) == c->name",
+     "streams_fp8", "the tp group moved to the compute stream while it is the world's communicator is not marked as "
+     "serving two streams (its host reductions stop waiting for the device)"),
     # --- CUDA kernels (llmc/*.cuh), run on the host emulation -----------------------------------
     ("attn_mask", "kernel", "llmc/attention.cuh",
      "if (diag && key > row) x = -INFINITY;", "if (diag && key > row + 1) x = -INFINITY;",

@@ -439,7 +439,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->recompute = r;
     g->bf16_moments = bf16_moments;
     cudaCheck(cudaStreamCreate(&g->stream));
-    g->tp.comm.stream = g->stream;  // tp collectives in line with the kernels that write and read their buffers
+    comm_set_stream(&g->tp.comm, g->stream);  // tp collectives in line with the kernels that write and read their buffers
     matmul_init(&g->mm, (int)max_bias_len(c));
     g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
     const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;

@@ -251,13 +251,28 @@ static inline void comm_wait(CommRequest* req) {
     req->stream = nullptr;
 }
 
-// Host values through the device scratch: copied in, reduced, copied out, waited for.
-// First the device's earlier work, on every stream, is waited for: a communicator may serve two streams (a group of all
-// its parent's ranks is the parent, comm_group, and the tp group's collectives run on the compute stream), and NCCL
-// needs every rank to run one communicator's operations in one order, which only this wait gives the host's call.
+// Communicators whose operations are enqueued on two streams: a group of all its parent's ranks is the parent's
+// communicator (comm_group), and comm_set_stream moving the group's collectives to another stream (the tp group's to the
+// compute stream) leaves the parent's on its own.
+static inline std::vector<ncclComm_t>& comm_two_streams() {
+    static std::vector<ncclComm_t> all;
+    return all;
+}
+// c's collectives from here on enqueued on s (a copy of c; the registry's keeps its stream for comm_finalize).
+static inline void comm_set_stream(Comm* c, cudaStream_t s) {
+    for (const Comm& r : comm_registry())
+        if (c->nccl && r.nccl == c->nccl && r.stream != s && std::string(r.name) != c->name)
+            comm_two_streams().push_back(c->nccl);
+    c->stream = s;
+}
+
+// Host values through the device scratch: copied in, reduced, copied out, waited for. On a communicator that serves
+// two streams the device's earlier work, on every stream, is waited for first: NCCL needs every rank to run one
+// communicator's operations in one order, and the other stream may still hold queued collectives of it.
 static inline void comm_host_reduce(const Comm& c, double* v, size_t n, ncclRedOp_t op, const char* what) {
     if (c.size == 1) return;
-    comm_device_wait(c.nccl, what, c.name, c.size);
+    const std::vector<ncclComm_t>& two = comm_two_streams();
+    if (std::find(two.begin(), two.end(), c.nccl) != two.end()) comm_device_wait(c.nccl, what, c.name, c.size);
     for (size_t i = 0; i < n; i += COMM_SCRATCH) {
         size_t k = n - i < COMM_SCRATCH ? n - i : COMM_SCRATCH;
         cudaCheck(cudaMemcpyAsync(c.scratch, v + i, k * sizeof(double), cudaMemcpyHostToDevice, c.stream));
