@@ -41,7 +41,7 @@ for f in "${flags[@]}"; do [ "$f" = -DEMU_STREAMS ] && streams=1; done
 cov=()
 if [ -n "${EMU_COVERAGE:-}" ]; then
     mkdir -p "$EMU_COVERAGE" || exit 1
-    cov=(--coverage -fprofile-update=atomic -fprofile-dir="$EMU_COVERAGE")
+    cov=(--coverage -fprofile-update=single -fprofile-dir="$EMU_COVERAGE")
     output=$(cd "$(dirname "$output")" && pwd)/$(basename "$output")  # absolute: the counts go to DIR/<its path>
 fi
 keep_notes() {
