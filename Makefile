@@ -104,7 +104,7 @@ CUDA_HEADERS := $(wildcard llmc/*.cuh llmc/*/*.cuh)
 DATASETS_HEADERS := llmc/data/datasets.h llmc/data/dataloader.h llmc/data/zip_npy.h llmc/rng.h llmc/utils.h
 TOKENIZER_HEADERS := llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/utils.h
 
-.PHONY: all deps test test_all test-quick coverage clean
+.PHONY: all deps test test_all test-quick coverage coverage_run clean
 all: train_gpt_cpu test_gpt_cpu
 
 # ---- the trainers ------------------------------------------------------------------------------
@@ -284,16 +284,20 @@ test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $
 	@bash scripts/run_tests.sh $(QUICK_TESTS)
 
 # `make coverage`: how much of the device code `make test` executes. Every emulated program is built with gcc's
-# --coverage (tests/cuda_emu/build.sh with EMU_COVERAGE), the suite runs (logs in $(BUILD)/coverage_logs), and
-# scripts/coverage.py sums the counts of all programs and processes: lines and branches of train_gpt.cu and of each
-# header under llmc/, the kernels' lines, and every line never executed ($(BUILD)/coverage/unexecuted.txt). The
-# instrumented programs are deleted afterwards, so the next build makes them plain. About as long as `make test`.
+# --coverage (tests/cuda_emu/build.sh with EMU_COVERAGE), the suite's scripts that run emulated programs run (logs in
+# $(BUILD)/coverage_logs; the others execute no device code), and scripts/coverage.py sums the counts of all
+# programs and processes: lines and branches of train_gpt.cu and of each header under llmc/, the kernels' lines, and
+# every line never executed ($(BUILD)/coverage/unexecuted.txt). The instrumented programs are deleted afterwards, so
+# the next build makes them plain.
 EMU_PROGRAMS := $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu $(BUILD)/test_comm_emu
+COVERAGE_TESTS = $(basename $(notdir $(shell grep -l -e '_emu' -e 'cuda_emu/build.sh' tests/t_*.sh)))
 coverage: deps
 	rm -rf $(BUILD)/coverage $(BUILD)/coverage_logs $(EMU_PROGRAMS)
-	-EMU_COVERAGE=$(abspath $(BUILD)/coverage) TEST_LOG_DIR=$(BUILD)/coverage_logs $(MAKE) --no-print-directory -j$(TEST_JOBS) test_all
+	-EMU_COVERAGE=$(abspath $(BUILD)/coverage) TEST_LOG_DIR=$(BUILD)/coverage_logs $(MAKE) --no-print-directory -j$(TEST_JOBS) coverage_run
 	rm -f $(EMU_PROGRAMS)
 	$(PYTHON) scripts/coverage.py $(BUILD)/coverage --unexecuted $(BUILD)/coverage/unexecuted.txt
+coverage_run: $(ALL_TEST_DEPS)
+	@bash scripts/run_tests.sh -j $(TEST_JOBS) $(COVERAGE_TESTS)
 
 # ---- emulated builds: CUDA sources built with g++ against the host emulation ---------------------
 # tests/cuda_emu/build.sh SOURCE OUTPUT FLAGS... -- LIBS... is the one recipe of every emulated build, these and the
