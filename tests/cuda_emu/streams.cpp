@@ -59,7 +59,8 @@ char* g_base = nullptr;
 size_t g_size = 0;  // 0 until the first allocation: every access test fails fast
 size_t g_top = 0;
 Shadow* g_shadow = nullptr;
-std::map<uintptr_t, Alloc> g_allocs;
+uint8_t* g_page = nullptr;  // per 4 KiB page of the arena: 0 unused, 1 device, 2 pinned (pinned pages hold nothing else)
+std::map<uintptr_t, Alloc> g_allocs;  // every allocation, for the messages
 Stream g_s[MAXS];
 int g_ns = 2;
 std::vector<Event> g_events;
@@ -81,7 +82,8 @@ void init() {
     g_base = (char*)mmap(nullptr, ARENA, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     g_shadow = (Shadow*)mmap(nullptr, ARENA / 2 * sizeof(Shadow), PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (g_base == MAP_FAILED || g_shadow == MAP_FAILED) { perror("emulation stream mode: mmap"); abort(); }
+    g_page = (uint8_t*)mmap(nullptr, ARENA / 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (g_base == MAP_FAILED || g_shadow == MAP_FAILED || g_page == MAP_FAILED) { perror("emulation stream mode: mmap"); abort(); }
     const char* seed = getenv("EMU_STREAM_SEED");
     const char* rank = getenv("OMPI_COMM_WORLD_RANK");
     g_rng = 0x9E3779B97F4A7C15ull * (uint64_t)((seed ? atol(seed) : 1) * 1000003 + (rank ? atol(rank) : 0) + 1);
@@ -140,10 +142,9 @@ void check(const void* p, size_t n, bool write, bool explicit_ = false) {
     const size_t off = (const char*)p - g_base;
     if (off >= g_top) return;  // the arena's unused end: nothing is there
     if (g_cur == 0) { g_cur_vc = &g_s[0].vc; g_cur_epoch = epoch(0, g_s[0].vc[0]); }
-    auto it = g_allocs.upper_bound((uintptr_t)p);
-    if (it != g_allocs.begin()) {
-        --it;
-        const bool pinned = it->second.pinned;
+    const uint8_t kind = g_page[off >> 12];
+    if (kind) {
+        const bool pinned = kind == 2;
         if (g_cur == 0 && !pinned) {
             g_errors++;
             if (g_errors < 20) fprintf(stderr, "EMU ERROR: host code %s device memory at %p (a GPU's host cannot)\n", write ? "writes" : "reads", p);
@@ -322,9 +323,12 @@ int internal(int s) {
 
 void* alloc(size_t n, bool pinned, const char* file, int line) {
     init();
-    const size_t at = (g_top + 255) & ~(size_t)255;
-    if (at + n > ARENA) return nullptr;
+    const size_t align = pinned ? 4096 : 256;
+    const size_t at = (g_top + align - 1) & ~(align - 1);
+    if (at + n + 4096 > ARENA) return nullptr;
     g_top = at + n + 256;  // a gap: a read past the end shows as unwritten 0xff bytes
+    if (pinned) g_top = (g_top + 4095) & ~(size_t)4095;
+    for (size_t pg = at >> 12; pg <= (at + (n ? n - 1 : 0)) >> 12; pg++) g_page[pg] = pinned ? 2 : 1;
     g_allocs[(uintptr_t)(g_base + at)] = Alloc{n, pinned, file, line};
     memset(g_base + at, pinned ? 0 : 0xff, n);
     return g_base + at;
@@ -341,13 +345,7 @@ bool release(void* p) {
     return true;
 }
 bool in_arena(const void* p) { return g_base && (size_t)((const char*)p - g_base) < g_top; }
-bool is_pinned(const void* p) {
-    if (!in_arena(p)) return false;
-    auto it = g_allocs.upper_bound((uintptr_t)p);
-    if (it == g_allocs.begin()) return false;
-    --it;
-    return it->second.pinned && (uintptr_t)p < it->first + it->second.n;
-}
+bool is_pinned(const void* p) { return in_arena(p) && g_page[(size_t)((const char*)p - g_base) >> 12] == 2; }
 void enqueue(int stream, const char* what, const char* file, int line, std::function<void()> run,
              std::function<bool()> poll, const void* host_src, size_t host_n) {
     init();
