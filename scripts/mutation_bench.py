@@ -78,6 +78,8 @@ CHECKS = {
     "fp8_train": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
     # data parallel of the CUDA trainer on emulated GPUs, bad layouts and rank counts
     "gpu_multirank": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_multirank.sh"),
+    # pipeline layouts of the CUDA trainer on emulated GPUs; its host modes, validation and sampling at one rank
+    "gpu_pp": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_pp.sh"),
     # stalled ranks and slow storage under --comm-timeout / --io-timeout, both trainers
     "hangs": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_hangs.sh"),
     # the CUDA trainer in the emulation's stream mode (tests/t_streams.sh): the happens-before checker's verdict on
@@ -512,6 +514,12 @@ MUTANTS = [
     ("fp8_token_limit", "trainer", "llmc/gpt/options.cuh",
      "if ((long long)B * T > 65535LL * 32)", "if ((long long)B * T > 65535LL * 64)",
      "train_gpt_host", "--fp8 runs past the transposing cast's grid limit"),
+    ("sample_position", "trainer", "train_gpt.cu",
+     "    gpt_logits(g, len - 1, 1);", "    gpt_logits(g, len, 1);",
+     "gpu_pp", "a sample's next token is drawn from the logits one position past the text"),
+    ("val_loss_one_rank", "trainer", "train_gpt.cu",
+     "        gpt_forward(g, in.data(), tg.data());\n        s += gpt_loss(g);", "        gpt_forward(g, in.data(), tg.data());\n        s = gpt_loss(g);",
+     "gpu_pp", "validation without a pipeline keeps the last batch's loss instead of the sum"),
 ]
 
 

@@ -4,6 +4,8 @@
 # derives the tolerances; the machinery is tests/gpu_multirank_lib.sh), runs pipeline layouts under mpirun: each stage
 # keeps its layers, micro-batches pass the stages by grouped NCCL send / receive (emulated with NCCL's blocking,
 # untagged sends), and each run is compared with train_gpt_cpu's one-process run of the same model and data.
+#   0. the host modes: train_gpt's --export-init file equals train_gpt_cpu's byte for byte, and --print-config
+#      writes the config that file's metadata holds.
 #   1. gpt3_tiny with 2 layers (tied embeddings: the wte gradient is summed between the first and last stage), fp32:
 #      one rank, pp2 (1F1B), pp2 dp2 zero1, pp2 dp2 zero3, and the FlagPerf PP2DP4TP1 layout (pp2 dp4, 8 ranks, one
 #      micro-batch per rank): every step's loss and gradient norm and the final weights.
@@ -15,7 +17,9 @@
 #   4. bf16 build: pp2 against the fp32 CPU run (tests/t_gpu_multirank.sh's bf16 tolerances).
 #   5. a bad layout: --pp 3 with 2 layers stops with exit 1 naming --pp.
 #   6. validation through the pipeline (forward only): pp2's validation losses (3 batches, at steps 0 and 2) against
-#      the CPU run's, within LOSS_TOL.
+#      the CPU run's, within LOSS_TOL; the same run at one rank (validation without a pipeline, and sampling: -g 4
+#      draws 4 tokens after the last step, which must be the CPU run's tokens, as both trainers draw them from the
+#      run's RNG through llmc/sampling.h); pp2 asked to sample says it samples at one rank only.
 #   7. llama_tiny with 2 layers (untied LM head on the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with
 #      --recompute full.
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
@@ -34,6 +38,20 @@ CKPT_EVERY=1 run cpu.a4 ./train_gpt_cpu 1 4
 if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run: $(why cpu.a4)"; exit 1; fi
 ./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1 ||
     { echo "[FAIL] train_gpt_cpu --export-init: $(tail -1 "$d/init.log")"; exit 1; }
+# the host modes of train_gpt (no device touched): --export-init writes train_gpt_cpu's file byte for byte, and
+# --print-config the config train_gpt_cpu wrote into that file's metadata
+$PY -c 'import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
+print(json.loads(b[8:8 + n])["__metadata__"]["config"])' "$d/init.safetensors" > "$d/config.json" 2>&1
+build/train_gpt_fp32_emu "${MODEL[@]}" --export-init "$d/init_emu.safetensors" > "$d/init_emu.log" 2>&1 &&
+    build/train_gpt_fp32_emu "${MODEL[@]}" --print-config "$d/config_emu.json" >> "$d/init_emu.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && cmp -s "$d/init.safetensors" "$d/init_emu.safetensors" && [ -s "$d/config.json" ] &&
+    cmp -s "$d/config.json" "$d/config_emu.json"; then
+    echo "[PASS] train_gpt --export-init writes train_gpt_cpu's file byte for byte, --print-config its config"
+else
+    echo "[FAIL] train_gpt --export-init / --print-config (exit $rc) differ from train_gpt_cpu's: $(tail -1 "$d/init_emu.log")"; status=1
+fi
 
 fp32 one_rank "one rank" 1 4
 fp32 pp2 "pp2 (1F1B)" 2 4 --pp 2
@@ -55,20 +73,33 @@ else
 fi
 bad "--pp 3 with 2 layers" 3 "--pp 3" --pp 3
 
-# validation through the pipeline: the text split 90/10 (no -j), 3 batches at steps 0 and 2
-val=(-b 1 -t 64 -d 256 -x 2 -g 0 -i data/mobydick.txt -v 2 --val-batches 3 -o "")
+# validation through the pipeline: the text split 90/10 (no -j), 3 batches at steps 0 and 2; 4 sampled tokens
+val=(-b 1 -t 64 -d 256 -x 2 -g 4 -i data/mobydick.txt -v 2 --val-batches 3 -o "")
 ./train_gpt_cpu "${MODEL[@]}" "${val[@]}" > "$d/cpu.val.log" 2>&1
+vals() { sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$1"; }
+sample() { sed -n '/^--- sample ---$/,/^--------------$/{/^--- sample ---$/d;/^--------------$/d;p;}' "$1" | od -An -tx1 |
+    tr -s ' \n' ' '; }  # the sample's text as bytes
+# val_check LABEL LOG RC: the run's val losses at steps 0 and 2 against the CPU run's; sets vd
+val_check() {
+    vd=$(paste <(vals "$d/cpu.val.log") <(vals "$2") | awk 'NF == 4 && $1 == $3 { n++; x = $2 - $4; if (x < 0) x = -x; if (x > m) m = x }
+                                              END { if (n == 2) printf "%.3g", m; else print "missing" }')
+    [ "$3" -eq 0 ] && [ "$vd" != missing ] && within "$vd" $LOSS_TOL
+}
 EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${MODEL[@]}" "${val[@]}" --pp 2 \
     > "$d/fp32.pp2_val.log" 2>&1
 rc=$?
-vc=$(sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$d/cpu.val.log")
-vp=$(sed -n 's/^step *\([0-9]*\) | val loss \([0-9.]*\)$/\1 \2/p' "$d/fp32.pp2_val.log")
-vd=$(paste <(echo "$vc") <(echo "$vp") | awk 'NF == 4 && $1 == $3 { n++; x = $2 - $4; if (x < 0) x = -x; if (x > m) m = x }
-                                              END { if (n == 2) printf "%.3g", m; else print "missing" }')
-if [ $rc -eq 0 ] && [ "$vd" != missing ] && within "$vd" $LOSS_TOL; then
-    echo "[PASS] fp32 pp2 validation (forward-only schedule, 2 ranks): val losses at steps 0 and 2 within $vd of the CPU run's (tolerance $LOSS_TOL)"
+if val_check pp2 "$d/fp32.pp2_val.log" $rc && grep -q "^no sample: sampling runs on one GPU" "$d/fp32.pp2_val.log"; then
+    echo "[PASS] fp32 pp2 validation (forward-only schedule, 2 ranks): val losses at steps 0 and 2 within $vd of the CPU run's (tolerance $LOSS_TOL); -g asks for a one-rank run"
 else
     echo "[FAIL] fp32 pp2 validation: exit $rc, largest val loss difference $vd (tolerance $LOSS_TOL): $(why fp32.pp2_val)"; status=1
+fi
+timeout 600 build/train_gpt_fp32_emu "${MODEL[@]}" "${val[@]}" > "$d/fp32.one_val.log" 2>&1
+rc=$?
+sc=$(sample "$d/cpu.val.log") s1=$(sample "$d/fp32.one_val.log")
+if val_check one "$d/fp32.one_val.log" $rc && [ -n "$sc" ] && [ "$s1" = "$sc" ]; then
+    echo "[PASS] fp32 one rank, validation and sampling: val losses within $vd of the CPU run's (tolerance $LOSS_TOL), the sample the CPU run's (bytes:$sc)"
+else
+    echo "[FAIL] fp32 one rank, validation and sampling: exit $rc, largest val loss difference $vd (tolerance $LOSS_TOL), sample '$s1' against the CPU run's '$sc': $(why fp32.one_val)"; status=1
 fi
 
 # 4 layers: interleaved 1F1B, four stages, an uneven --layout (their own CPU reference; one rank's memory estimate)
