@@ -172,7 +172,7 @@ static void test_reference(const char* path) {
     // The key biases' final values are rounding noise without RoPE (tests/ref_state.h key_bias_mask): they are
     // left out here and their gradient is checked to be zero instead.
     const std::vector<bool> is_kbias = key_bias_mask(c, g.table);
-    const bool kbias_free = c.bias && c.pos == POS_LEARNED;
+    const bool kbias_free = cfg_has_qkv_bias(c) && c.pos == POS_LEARNED;
     double kb_grad = 0, qv_grad = 0;
     for (const ParamTable::Block& b : g.table.blocks)
         for (int i = 0; kbias_free && i < cfg_qkv_dim(c); i++) {
@@ -217,19 +217,23 @@ static void test_reference(const char* path) {
 // ----------------------------------------------------------------------------------------------
 // Finite differences in double: d loss / d theta by central differences against backward.
 
-static ModelConfig micro_config(bool llama) {
+// kind: "gpt" (layernorm, learned positions, gelu, biases, tied), "llama" (rmsnorm, scaled rope, gqa, swiglu,
+// untied) or "qwen2" (llama with biases on q, k, v only)
+static ModelConfig micro_config(const std::string& kind) {
+    const bool llama = kind != "gpt";
     // llama: head dim 6 with theta 50 and original context 32 puts the three RoPE frequencies
     // in the three branches of Llama 3.1 scaling (kept, blended, divided by the factor)
-    ModelConfig c = llama ? llama_preset("llama_micro", 2, 12, 2, 1, 8, 11, 5, 1e-5f, 50.0f)
+    ModelConfig c = llama ? llama_preset((kind + "_micro").c_str(), 2, 12, 2, 1, 8, 11, 5, 1e-5f, 50.0f)
                           : gpt3_preset("gpt3_micro", 2, 8, 2, 12);
     if (!llama) { c.vocab_size = 11; c.seq_len = 5; }
     if (llama) { c.rope_factor = 4.0f; c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_ctx = 32; }
+    c.qkv_bias = kind == "qwen2";
     config_finalize(c);
     return c;
 }
 
-static void test_finite_differences(bool llama) {
-    ModelConfig c = micro_config(llama);
+static void test_finite_differences(const std::string& kind) {
+    ModelConfig c = micro_config(kind);
     GPT<double> g;
     gpt_build(&g, c);
     gpt_init(&g, 7);
@@ -262,8 +266,9 @@ static void test_finite_differences(bool llama) {
             if (e > worst) { worst = e; worst_name = s.name; }
             checked++;
         }
-    std::string tag = llama ? "finite differences, llama micro (rmsnorm, scaled rope, gqa, swiglu, untied)"
-                            : "finite differences, gpt micro (layernorm, learned pos, gelu, biases, tied)";
+    std::string tag = kind == "gpt"     ? "finite differences, gpt micro (layernorm, learned pos, gelu, biases, tied)"
+                      : kind == "llama" ? "finite differences, llama micro (rmsnorm, scaled rope, gqa, swiglu, untied)"
+                                        : "finite differences, " + kind + " micro (llama with q, k, v biases)";
     check(worst < 1e-6, tag, "worst rel err %.3g at %s", worst, worst_name.c_str());
     printf("  %zu parameters checked, worst relative error %.3g (%s)\n", checked, worst, worst_name.c_str());
 }
@@ -316,6 +321,10 @@ static void test_units() {
         {"llama3.2_1b", 8192, 1235814400LL, "Llama-3.2-1B"},
         {"gpt3_125m", 1024, 124439808LL, "GPT-2 small (124M) at seq 1024"},
         {"gpt3_350m", 1024, 354823168LL, "GPT-2 medium (355M) at seq 1024"},
+        {"qwen_7b", 8192, 7721324544LL, "Qwen-7B"},
+        {"qwen2.5_0.5b", 32768, 494032768LL, "Qwen2.5-0.5B"},
+        {"qwen2.5_1.5b", 32768, 1543714304LL, "Qwen2.5-1.5B"},
+        {"qwen2.5_7b", 32768, 7615616512LL, "Qwen2.5-7B"},
     };
     for (const Known& k : known) {
         ModelConfig c;
@@ -328,16 +337,17 @@ static void test_units() {
     }
 
     // safetensors: export -> import is exact for both namings; half-precision decoding
-    for (bool llama : {false, true}) {
-        ModelConfig c = micro_config(llama);
+    for (const std::string kind : {"gpt", "llama", "qwen2"}) {
+        const bool llama = kind != "gpt";
+        ModelConfig c = micro_config(kind);
         GPT<float> a, b;
         gpt_build(&a, c);
         gpt_build(&b, c);
         gpt_init(&a, 3);
-        std::string path = std::string("build/test_roundtrip_") + (llama ? "llama" : "gpt2") + ".safetensors";
+        std::string path = "build/test_roundtrip_" + kind + ".safetensors";
         hf_export(path, c, a.table, a.params.data());
         hf_import(path, c, b.table, b.params.data());
-        check(a.params == b.params, std::string("safetensors export/import round trip, ") + (llama ? "llama" : "gpt2") + " naming");
+        check(a.params == b.params, "safetensors export/import round trip, " + kind + " naming");
         // the GPT-2 file stores c_attn transposed: element (in=1, out=2) equals our qkv.w[2][1]
         SafeTensors st;
         st_open(&st, path);
@@ -351,6 +361,15 @@ static void test_units() {
         } else {
             const StTensor* t = st_require(&st, "model.layers.1.self_attn.k_proj.weight", -1);
             check(t->shape[0] == cfg_kv_dim(c) && t->shape[1] == c.n_embd, "llama k_proj split out of fused qkv with GQA shape");
+        }
+        if (kind == "qwen2") {  // Qwen2ForCausalLM's names: q, k, v biases, none on o_proj or the MLP
+            const StTensor* t = st_require(&st, "model.layers.1.self_attn.k_proj.bias", -1);
+            const ParamSpec& q = a.table.specs[a.table.blocks[1].qkv_b];
+            std::vector<float> v((size_t)t->numel());
+            st_read_f32(&st, t, v.data());
+            check(t->shape.size() == 1 && t->shape[0] == cfg_kv_dim(c) && v[1] == a.params[q.offset + cfg_q_dim(c) + 1] &&
+                      !st_find(&st, "model.layers.1.self_attn.o_proj.bias") && !st_find(&st, "model.layers.1.mlp.up_proj.bias"),
+                  "qwen2 k_proj bias split out of the fused qkv bias; no other linear has one");
         }
     }
     check(st_bf16_to_f32(0x3F80) == 1.0f && st_bf16_to_f32(0xC040) == -3.0f, "bf16 decode");
@@ -441,8 +460,7 @@ int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "ref") {
         for (int i = 2; i < argc; i++) test_reference(argv[i]);
     } else if (argc == 2 && std::string(argv[1]) == "fd") {
-        test_finite_differences(false);
-        test_finite_differences(true);
+        for (const char* kind : {"gpt", "llama", "qwen2"}) test_finite_differences(kind);
     } else if (argc == 2 && std::string(argv[1]) == "units") {
         test_units();
     } else {

@@ -66,7 +66,8 @@ def parse_config(text, where):
     for key, choices in CONFIG_CHOICES.items():
         if cfg.get(key) not in choices:
             die(f"{where}: config key '{key}' is {cfg.get(key)!r}; expected one of {', '.join(choices)}")
-    for key in ("bias", "tied"):
+    cfg.setdefault("qkv_bias", False)  # a switch newer than the first checkpoints: absent means off
+    for key in ("bias", "qkv_bias", "tied"):
         if not isinstance(cfg.get(key), bool):
             die(f"{where}: config key '{key}' must be true or false (got {cfg.get(key)!r})")
     cfg.setdefault("n_kv_head", cfg["n_head"])
@@ -223,7 +224,8 @@ class Attention(nn.Module):
         self.n_head, self.n_kv_head, self.head_dim = cfg["n_head"], cfg["n_kv_head"], cfg["head_dim"]
         self.use_sdpa = use_sdpa
         q_dim, kv_dim = self.n_head * self.head_dim, self.n_kv_head * self.head_dim
-        self.qkv = nn.Linear(cfg["n_embd"], q_dim + 2 * kv_dim, bias=cfg["bias"])  # rows [q | k | v]
+        qkv_bias = cfg["bias"] or cfg["qkv_bias"]  # Qwen: biases on q, k, v only
+        self.qkv = nn.Linear(cfg["n_embd"], q_dim + 2 * kv_dim, bias=qkv_bias)  # rows [q | k | v]
         self.proj = nn.Linear(q_dim, cfg["n_embd"], bias=cfg["bias"])
 
     def forward(self, x, rope):
@@ -347,7 +349,7 @@ def hf_table(cfg):
 
     def linear(name, pieces, transposed):
         table.append((f"{name}.weight", [(f"{hf}.weight", rows) for hf, rows in pieces], transposed))
-        if cfg["bias"]:
+        if cfg["bias"] or (cfg["qkv_bias"] and name.endswith(".qkv")):
             table.append((f"{name}.bias", [(f"{hf}.bias", rows) for hf, rows in pieces], False))
 
     if cfg["naming"] == "gpt2":

@@ -34,6 +34,7 @@ struct ModelConfig {
     int rope_orig_ctx = 8192;
     MlpKind mlp = MLP_GELU;
     bool bias = true;        // biases on linear layers (never on the LM head)
+    bool qkv_bias = false;   // biases on the q, k, v projections even when bias is off (Qwen 1, 2, 2.5)
     bool tied = true;        // LM head shares the token embedding
     float init_std = 0.02f;  // residual projections get init_std / sqrt(2L)
 };
@@ -43,6 +44,7 @@ static inline int cfg_q_dim(const ModelConfig& c) { return c.n_head * c.head_dim
 static inline int cfg_kv_dim(const ModelConfig& c) { return c.n_kv_head * c.head_dim; }
 static inline int cfg_qkv_dim(const ModelConfig& c) { return cfg_q_dim(c) + 2 * cfg_kv_dim(c); }
 static inline int cfg_fc1_dim(const ModelConfig& c) { return c.mlp == MLP_SWIGLU ? 2 * c.ffn : c.ffn; }
+static inline bool cfg_has_qkv_bias(const ModelConfig& c) { return c.bias || c.qkv_bias; }
 // Hugging Face naming family used for safetensors: GPT2LMHeadModel or LlamaForCausalLM.
 static inline bool cfg_gpt2_naming(const ModelConfig& c) { return c.mlp == MLP_GELU; }
 
@@ -123,6 +125,17 @@ static inline std::vector<ModelConfig> all_presets() {
         s.rope_factor = 32.0f; s.rope_low_freq = 1.0f; s.rope_high_freq = 4.0f; s.rope_orig_ctx = 8192;
         p.push_back(s);
     }
+    // Qwen (Qwen-7B, Qwen2.5): LLaMA's blocks with biases on the q, k, v projections only; the small Qwen2.5
+    // models tie the head. Shapes from the models' Hugging Face config.json.
+    struct Qwen { const char* name; int L, C, H, KV, ffn, vocab, seq; float theta; bool tied; };
+    for (const Qwen& q : {Qwen{"qwen_7b", 32, 4096, 32, 32, 11008, 151936, 8192, 10000.0f, false},
+                          Qwen{"qwen2.5_0.5b", 24, 896, 14, 2, 4864, 151936, 32768, 1000000.0f, true},
+                          Qwen{"qwen2.5_1.5b", 28, 1536, 12, 2, 8960, 151936, 32768, 1000000.0f, true},
+                          Qwen{"qwen2.5_7b", 28, 3584, 28, 4, 18944, 152064, 32768, 1000000.0f, false}}) {
+        ModelConfig c = llama_preset(q.name, q.L, q.C, q.H, q.KV, q.ffn, q.vocab, q.seq, 1e-6f, q.theta);
+        c.qkv_bias = true; c.tied = q.tied;
+        p.push_back(c);
+    }
     // FlagPerf's "llama3_8B" on Megatron-core defaults: learned positions, tied, biases on.
     ModelConfig f = llama_preset("flagperf_llama3_8b", 32, 4096, 32, 8, 14336, 128256, 8192, 1e-5f, 500000.0f);
     f.pos = POS_LEARNED; f.tied = true; f.bias = true; f.init_std = 0.008f;
@@ -146,15 +159,43 @@ static inline std::string config_to_json(const ModelConfig& c) {
              "{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"head_dim\":%d,"
              "\"ffn\":%d,\"vocab_size\":%d,\"padded_vocab_size\":%d,\"seq_len\":%d,\"norm\":\"%s\",\"norm_eps\":%.9g,"
              "\"pos\":\"%s\",\"rope_theta\":%.9g,\"rope_scaling\":{\"factor\":%.9g,\"low_freq_factor\":%.9g,"
-             "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"tied\":%s,"
+             "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"qkv_bias\":%s,\"tied\":%s,"
              "\"init_std\":%.9g,\"naming\":\"%s\"}",
              c.name.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab_size,
              c.padded_vocab, c.seq_len, c.norm == NORM_RMSNORM ? "rmsnorm" : "layernorm", c.norm_eps,
              c.pos == POS_ROPE ? "rope" : "learned", c.rope_theta, c.rope_factor, c.rope_low_freq,
              c.rope_high_freq, c.rope_orig_ctx, c.mlp == MLP_SWIGLU ? "swiglu" : "gelu",
-             c.bias ? "true" : "false", c.tied ? "true" : "false", c.init_std,
+             c.bias ? "true" : "false", c.qkv_bias ? "true" : "false", c.tied ? "true" : "false", c.init_std,
              cfg_gpt2_naming(c) ? "gpt2" : "llama");
     return buf;
+}
+
+// The first field in which two configs differ, as "key: A here, B there" ("" when none), for the messages of a file
+// written for another model. Nested objects (rope_scaling) are compared field by field.
+static inline std::string config_difference(const ModelConfig& a, const ModelConfig& b, const char* here,
+                                            const char* there) {
+    Json ja, jb;
+    std::string err, sa = config_to_json(a), sb = config_to_json(b);
+    json_parse(sa.data(), sa.size(), &ja, &err);
+    json_parse(sb.data(), sb.size(), &jb, &err);
+    std::string out;
+    auto text = [](const Json& v) {
+        char n[32];
+        if (v.kind != Json::NUM) return json_dump(v);
+        snprintf(n, sizeof(n), "%.9g", v.num);
+        return std::string(n);
+    };
+    auto walk = [&](auto&& self, const Json& x, const Json& y, const std::string& prefix) -> void {
+        for (const auto& kv : x.obj) {
+            const Json* w = y.get(kv.first);
+            if (!out.empty() || !w) continue;
+            if (kv.second.kind == Json::OBJ && w->kind == Json::OBJ) self(self, kv.second, *w, prefix + kv.first + ".");
+            else if (text(kv.second) != text(*w))
+                out = prefix + kv.first + ": " + text(kv.second) + " " + here + ", " + text(*w) + " " + there;
+        }
+    };
+    walk(walk, ja, jb, "");
+    return out;
 }
 
 // Inverse of config_to_json. 'where' names the file the JSON came from, for messages.
@@ -173,8 +214,10 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
         if (!v || v->kind != Json::STR) die("%s: model config lacks string '%s'", where, key);
         return v->str;
     };
-    auto flag = [&](const char* key) -> bool {
+    // a switch added after the first checkpoints were written may be absent (off); present, it must be a boolean
+    auto flag = [&](const char* key, bool optional = false) -> bool {
         const Json* v = j.get(key);
+        if (!v && optional) return false;
         if (!v || v->kind != Json::BOOL) die("%s: model config lacks boolean '%s'", where, key);
         return v->b;
     };
@@ -195,7 +238,7 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     if (!rs || rs->kind != Json::OBJ) die("%s: model config lacks object 'rope_scaling'", where);
     c.rope_factor = (float)num(*rs, "factor"); c.rope_low_freq = (float)num(*rs, "low_freq_factor");
     c.rope_high_freq = (float)num(*rs, "high_freq_factor"); c.rope_orig_ctx = (int)num(*rs, "original_max_position");
-    c.bias = flag("bias"); c.tied = flag("tied");
+    c.bias = flag("bias"); c.qkv_bias = flag("qkv_bias", true); c.tied = flag("tied");
     c.init_std = (float)num(j, "init_std");
     config_finalize(c);
     return c;

@@ -88,10 +88,10 @@ static inline ParamTable build_param_table(const ModelConfig& c) {
             *w = param_add(t, p + ours + ".w", l, C, 1, false, INIT_ONES, TP_NONE, whole(hn + ".weight", C, false));
             *bb = ln ? param_add(t, p + ours + ".b", l, C, 1, false, INIT_ZEROS, TP_NONE, whole(hn + ".bias", C, false)) : -1;
         };
-        // linear layer: weight [rows, cols] and optional bias [rows]. HF pieces split by rows.
+        // linear layer: weight [rows, cols] and a bias [rows] if asked. HF pieces split by rows.
         struct Split { const char* hf; int64_t rows; };
         auto linear = [&](const char* ours, int64_t rows, int64_t cols, InitKind init, TpSplit tp,
-                          const char* hf_g2, std::vector<Split> hf_ll, int* w, int* bb) {
+                          const char* hf_g2, std::vector<Split> hf_ll, int* w, int* bb, bool bias) {
             std::vector<HfPiece> hw, hb;
             if (g2) {
                 hw.push_back({hp + hf_g2 + ".weight", 0, rows, true});
@@ -105,20 +105,23 @@ static inline ParamTable build_param_table(const ModelConfig& c) {
                 }
             }
             *w = param_add(t, p + ours + ".w", l, rows, cols, true, init, tp, hw);
-            *bb = c.bias ? param_add(t, p + ours + ".b", l, rows, 1, false, INIT_ZEROS, tp == TP_ROW ? TP_NONE : tp, hb) : -1;
+            *bb = bias ? param_add(t, p + ours + ".b", l, rows, 1, false, INIT_ZEROS, tp == TP_ROW ? TP_NONE : tp, hb) : -1;
         };
         norm_pair("ln1", "ln_1", "input_layernorm", &b.ln1_w, &b.ln1_b);
         linear("qkv", qd + 2 * kvd, C, INIT_NORMAL, TP_QKV, "attn.c_attn",
-               {{"self_attn.q_proj", qd}, {"self_attn.k_proj", kvd}, {"self_attn.v_proj", kvd}}, &b.qkv_w, &b.qkv_b);
+               {{"self_attn.q_proj", qd}, {"self_attn.k_proj", kvd}, {"self_attn.v_proj", kvd}}, &b.qkv_w, &b.qkv_b,
+               cfg_has_qkv_bias(c));
         linear("attn_out", C, qd, INIT_NORMAL_RESID, TP_ROW, "attn.c_proj", {{"self_attn.o_proj", C}},
-               &b.attn_out_w, &b.attn_out_b);
+               &b.attn_out_w, &b.attn_out_b, c.bias);
         norm_pair("ln2", "ln_2", "post_attention_layernorm", &b.ln2_w, &b.ln2_b);
         if (c.mlp == MLP_SWIGLU)
             linear("fc1", F1, C, INIT_NORMAL, TP_GATEUP, "mlp.c_fc", {{"mlp.gate_proj", F}, {"mlp.up_proj", F}},
-                   &b.fc1_w, &b.fc1_b);
+                   &b.fc1_w, &b.fc1_b, c.bias);
         else
-            linear("fc1", F1, C, INIT_NORMAL, TP_COL, "mlp.c_fc", {{"mlp.up_proj", F}}, &b.fc1_w, &b.fc1_b);
-        linear("fc2", C, F, INIT_NORMAL_RESID, TP_ROW, "mlp.c_proj", {{"mlp.down_proj", C}}, &b.fc2_w, &b.fc2_b);
+            linear("fc1", F1, C, INIT_NORMAL, TP_COL, "mlp.c_fc", {{"mlp.up_proj", F}}, &b.fc1_w, &b.fc1_b,
+                   c.bias);
+        linear("fc2", C, F, INIT_NORMAL_RESID, TP_ROW, "mlp.c_proj", {{"mlp.down_proj", C}}, &b.fc2_w, &b.fc2_b,
+               c.bias);
         t.blocks.push_back(b);
     }
 

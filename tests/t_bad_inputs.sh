@@ -62,7 +62,8 @@ printf 'garbage' > "$d/garbage.safetensors"
 expect_fail "missing safetensors names the file" "$d/none.safetensors" "--init-from '$d/none.safetensors': cannot open: No such file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/none.safetensors"
 expect_fail "truncated safetensors names the file" "$d/trunc.safetensors" "trunc.safetensors.: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/trunc.safetensors"
 expect_fail "garbage safetensors names the file" "$d/garbage.safetensors" "garbage.safetensors.: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/garbage.safetensors"
-expect_fail "safetensors of another model is refused" "$d/init.safetensors" "differs from the requested one" ./train_gpt_cpu "${tiny[@]}" --embd 64 --init-from "$d/init.safetensors"
+expect_fail "safetensors of another model is refused, naming the field" "$d/init.safetensors" "differs from the requested one \(n_embd: 128 in the file, 64 in this run\)" ./train_gpt_cpu "${tiny[@]}" --embd 64 --init-from "$d/init.safetensors"
+expect_fail "safetensors without the q, k, v biases --qkv-bias asks for" "$d/init.safetensors" "\(qkv_bias: false in the file, true in this run\)" ./train_gpt_cpu "${tiny[@]}" --qkv-bias 1 --init-from "$d/init.safetensors"
 
 # checkpoints: corrupt, half-written, other model; auto-resume skips the half-written one
 ck=(-c gpt3_tiny --layers 1 -b 2 -t 16 -v 0 -g 0 -o "$d/ck" -n 2)
@@ -88,7 +89,7 @@ cp -r "$d/ck/ckpt_00000004" "$d/ck/ckpt_00000006" && rm "$d/ck/ckpt_00000006/DON
 expect_fail "half-written checkpoint is refused by path" "$d/ck/ckpt_00000006" "incomplete \(no DONE marker" ./train_gpt_cpu "${ck[@]}" -x 6 --resume "$d/ck/ckpt_00000006"
 timeout 60 ./train_gpt_cpu "${ck[@]}" -x 6 --resume auto > "$d/out.txt" 2>&1
 if grep -q "resumed from $d/ck/ckpt_00000004 at step 4" "$d/out.txt"; then echo "[PASS] auto-resume skips the half-written checkpoint"; else echo "[FAIL] auto-resume skips the half-written checkpoint"; status=1; fi
-expect_fail "checkpoint of another model is refused" "$d/ck/ckpt_00000004" "written for a different model" ./train_gpt_cpu "${ck[@]}" --ffn 256 -x 6 --resume "$d/ck/ckpt_00000004"
+expect_fail "checkpoint of another model is refused" "$d/ck/ckpt_00000004" "written for a different model \(ffn: [0-9]+ in the checkpoint, 256 in this run\)" ./train_gpt_cpu "${ck[@]}" --ffn 256 -x 6 --resume "$d/ck/ckpt_00000004"
 
 # one of several ranks by the environment, not by MPI: every such process stops, naming the variables and the way to
 # start it (mpirun -np N); the CPU trainer's ranks are MPI's (train_gpt's may start from RANK and WORLD_SIZE alone)

@@ -592,7 +592,8 @@ static inline void ckpt_check_config(const std::string& dir, const std::string& 
     ModelConfig fc = config_from_json(json, where);
     fc.padded_vocab = c.padded_vocab;
     if (config_to_json(fc) != config_to_json(c))
-        die("checkpoint %s was written for a different model:\n  checkpoint: %s\n  this run:   %s", path_label(dir).c_str(),
+        die("checkpoint %s was written for a different model (%s):\n  checkpoint: %s\n  this run:   %s",
+            path_label(dir).c_str(), config_difference(fc, c, "in the checkpoint", "in this run").c_str(),
             config_to_json(fc).c_str(), config_to_json(c).c_str());
 }
 

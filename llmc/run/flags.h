@@ -90,7 +90,7 @@ static inline void print_usage(const char* prog) {
            "  --layers N --embd N --heads N --kv-heads N --head-dim N --ffn N --vocab N --seq N\n"
            "  --norm layernorm|rmsnorm  --norm-eps F  --pos learned|rope  --rope-theta F\n"
            "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
-           "  --mlp gelu|swiglu  --bias 0|1  --tied 0|1  --init-std F  --seed N\n"
+           "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1  --init-std F  --seed N\n"
            "data:\n"
            "  -i PATH              training data: a .txt file (bytes, vocab 256), llm.c shards (glob),\n"
            "                       a Megatron .bin/.idx pair or PaddleNLP _ids.npy/_idx.npz\n"
@@ -254,6 +254,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             else if (s == "swiglu") mc->mlp = MLP_SWIGLU;
             else die("flag --mlp expects gelu or swiglu, got '%s'", v);
         } else if (a == "--bias") mc->bias = as_bool();
+        else if (a == "--qkv-bias") mc->qkv_bias = as_bool();
         else if (a == "--tied") mc->tied = as_bool();
         else if (a == "--init-std") mc->init_std = (float)as_f();
         else if (a == "--seed") tc->seed = (uint64_t)as_int();

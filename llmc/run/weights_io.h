@@ -98,7 +98,8 @@ static inline void hf_open(SafeTensors* st, const std::string& path, const Model
         fc.name = c.name;
         fc.padded_vocab = c.padded_vocab;
         if (config_to_json(fc) != config_to_json(c))
-            die("%s: the file's model config differs from the requested one:\n  file: %s\n  run:  %s", path_label(path).c_str(),
+            die("%s: the file's model config differs from the requested one (%s):\n  file: %s\n  run:  %s",
+                path_label(path).c_str(), config_difference(fc, c, "in the file", "in this run").c_str(),
                 config_to_json(fc).c_str(), config_to_json(c).c_str());
     }
 }
