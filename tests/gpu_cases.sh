@@ -9,7 +9,7 @@ gpu_cases=(
   "gpt3_tiny_hd64|-c gpt3_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 2 --seq 64|--schedule cosine"
   "llama_tiny_gqa_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64|--schedule linear"
   "llama32_style_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64 --tied 1 --rope-theta 500000 --rope-scaling 4,1,4,64|--schedule wsd --decay-frac 0.3"
-  "qwen2_style_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64 --qkv-bias 1|--schedule cosine"
+  "qwen_style_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64 --qkv-bias 1|--schedule cosine"
   "flagperf_style_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64 --pos learned --bias 1 --tied 1|--schedule cosine --clip 0.5"
   "gpt_rope_mqa_hd64|-c gpt3_tiny --layers 2 --vocab 301 --heads 2 --pos rope --kv-heads 1 --tied 0 --seq 64|--schedule constant --accum 1 --batch 3 --lr 3e-4"
   "gpt_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 320 --heads 4 --kv-heads 4 --ffn 1280 --seq 64|--schedule cosine"

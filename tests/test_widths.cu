@@ -8,7 +8,8 @@
 //     block of 256 threads per row: (4, block) <= 8192, (6, block) <= 12288; widths with partial last vectors too;
 //   - llmc/norm.cuh backward at each norm_backward_variant(C): V 1 (C <= 2048), 2 (<= 4096), 4 (<= 8192), 6, over
 //     37 rows (two row blocks, the second partial, so the weight-gradient reduction sums two partials);
-//   - llmc/classifier.cuh fused_classifier at the presets' vocabularies 50257 (Vp 50304), 32000 and 128256: the
+//   - llmc/classifier.cuh fused_classifier at the presets' vocabularies 50257 (Vp 50304), 32000, 128256 and 152064
+//     (Qwen2.5-7B's, the largest): the
 //     row kernel's online softmax over many 8-wide vectors per thread, several chunks and a partial last one
 //     (N 7, chunk 3), an ignored row, targets at the vocabulary's ends; and its vocabulary-parallel kernels
 //     (vocab_parallel_max_target, _sum_exp, _loss_grad) at tp 2 for those vocabularies and tp 8 at 50257, the
@@ -498,11 +499,11 @@ int main(int argc, char** argv) {
     auto want = [&](const char* what) { return only.empty() || only == what; };
     if (want("norm")) {
         // one width per forward instantiation, the presets' widths with partial vectors among them
-        for (int C : {768, 1024, 1536, 2048, 2560, 3072, 4096, 5120, 8192, 12288}) {
+        for (int C : {768, 896, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 8192, 12288}) {
             test_norm_forward(C, false);
             test_norm_forward(C, true);
         }
-        for (int C : {768, 2048, 2560, 4096, 5120, 8192, 12288}) {
+        for (int C : {768, 2048, 2560, 3584, 4096, 5120, 8192, 12288}) {
             test_norm_backward(C, false);
             test_norm_backward(C, true);
         }
@@ -510,7 +511,7 @@ int main(int argc, char** argv) {
     if (want("classifier")) {
         MatmulContext mm;
         matmul_init(&mm, 0);
-        for (int V : {50257, 32000, 128256}) test_classifier(V, &mm);
+        for (int V : {50257, 32000, 128256, 152064}) test_classifier(V, &mm);
         matmul_free(&mm);
         for (int V : {50257, 32000, 128256}) test_vocab_parallel(V, 2);
         test_vocab_parallel(50257, 8);  // Vp 51200: the last rank's 6400 columns hold 5457 valid ones
