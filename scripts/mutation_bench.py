@@ -47,6 +47,8 @@ CHECKS = {
     "cpu_ref": ("make -s test_gpt_cpu",
                 "./test_gpt_cpu ref $STATES/gpt3_tiny_hd64.safetensors $STATES/llama_tiny_gqa_hd64.safetensors"),
     "cpu_fd": ("make -s test_gpt_cpu", "./test_gpt_cpu fd"),
+    # one case of tests/t_reference.sh (the CPU trainer against train_gpt.py): Qwen2's q, k, v biases
+    "ref_qwen2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen2_style bash tests/t_reference.sh"),
     "cpu_units": ("make -s test_gpt_cpu build/test_parallel", "./test_gpt_cpu units && ./build/test_parallel units"),
     # the CUDA trainer on the host emulation of CUDA (tests/t_gpu_emulated.sh): the bf16 build on the GPT
     # (LayerNorm, GELU, learned positions) or the LLaMA state (RMSNorm, SwiGLU, RoPE, GQA), the fp32 build;
@@ -514,6 +516,15 @@ MUTANTS = [
     ("fp8_token_limit", "trainer", "llmc/gpt/options.cuh",
      "if ((long long)B * T > 65535LL * 32)", "if ((long long)B * T > 65535LL * 64)",
      "train_gpt_host", "--fp8 runs past the transposing cast's grid limit"),
+    ("qkv_bias_table", "model", "llmc/param_table.h",
+     "               cfg_has_qkv_bias(c));", "               c.bias);",
+     "cpu_units", "--qkv-bias makes no q, k, v bias (the parameter table asks only --bias)"),
+    ("qkv_bias_py", "model", "train_gpt.py",
+     'qkv_bias = cfg["bias"] or cfg["qkv_bias"]', 'qkv_bias = cfg["bias"]',
+     "ref_qwen2", "the PyTorch reference drops Qwen's q, k, v biases"),
+    ("qkv_bias_hf_names", "model", "train_gpt.py",
+     'if cfg["bias"] or (cfg["qkv_bias"] and name.endswith(".qkv")):', 'if cfg["bias"] or cfg["qkv_bias"]:',
+     "ref_qwen2", "Qwen2's Hugging Face names get biases on o_proj and the MLP too"),
     ("sample_position", "trainer", "train_gpt.cu",
      "    gpt_logits(g, len - 1, 1);", "    gpt_logits(g, len, 1);",
      "gpu_pp", "a sample's next token is drawn from the logits one position past the text"),

@@ -10,6 +10,7 @@
 # PyTorch in float32 8.457150). The last three cases are the widths
 # tests/t_gpu.sh also uses: head dims 80 and 128, and a mid-size model (gpt3_125m's widths and GPT-2
 # vocabulary, 2 layers; about 1.5 minutes of train_gpt.py on 2 cores).
+# REF_CASES: run only the cases named (space-separated), as scripts/mutation_bench.py does.
 set -u
 d=build/t_reference
 rm -rf "$d" && mkdir -p "$d"
@@ -28,6 +29,7 @@ cases=(
 )
 for c in "${cases[@]}"; do
     IFS='|' read -r name mflags pflags <<< "$c"
+    if [ -n "${REF_CASES:-}" ] && ! printf '%s\n' $REF_CASES | grep -qx "$name"; then continue; fi
     ./train_gpt_cpu $mflags --export-init "$d/$name.init.safetensors" > "$d/$name.export.log" 2>&1 || { echo "[FAIL] $name: export failed"; status=1; continue; }
     /usr/bin/python3 train_gpt.py --ref "$d/$name.init.safetensors" --out "$d/$name.safetensors" $pflags > "$d/$name.py.log" 2>&1 \
         || { echo "[FAIL] $name: train_gpt.py failed: $(tail -2 "$d/$name.py.log")"; status=1; continue; }
