@@ -218,7 +218,7 @@ static void test_reference(const char* path) {
 // Finite differences in double: d loss / d theta by central differences against backward.
 
 // kind: "gpt" (layernorm, learned positions, gelu, biases, tied), "llama" (rmsnorm, scaled rope, gqa, swiglu,
-// untied) or "qwen2" (llama with biases on q, k, v only)
+// untied), "qwen2" (llama with biases on q, k, v only) or "baichuan2" (llama with NormHead)
 static ModelConfig micro_config(const std::string& kind) {
     const bool llama = kind != "gpt";
     // llama: head dim 6 with theta 50 and original context 32 puts the three RoPE frequencies
@@ -228,6 +228,7 @@ static ModelConfig micro_config(const std::string& kind) {
     if (!llama) { c.vocab_size = 11; c.seq_len = 5; }
     if (llama) { c.rope_factor = 4.0f; c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_ctx = 32; }
     c.qkv_bias = kind == "qwen2";
+    c.norm_head = kind == "baichuan2";
     config_finalize(c);
     return c;
 }
@@ -268,7 +269,8 @@ static void test_finite_differences(const std::string& kind) {
         }
     std::string tag = kind == "gpt"     ? "finite differences, gpt micro (layernorm, learned pos, gelu, biases, tied)"
                       : kind == "llama" ? "finite differences, llama micro (rmsnorm, scaled rope, gqa, swiglu, untied)"
-                                        : "finite differences, " + kind + " micro (llama with q, k, v biases)";
+                      : kind == "qwen2" ? "finite differences, qwen2 micro (llama with q, k, v biases)"
+                                        : "finite differences, " + kind + " micro (llama with NormHead)";
     check(worst < 1e-6, tag, "worst rel err %.3g at %s", worst, worst_name.c_str());
     printf("  %zu parameters checked, worst relative error %.3g (%s)\n", checked, worst, worst_name.c_str());
 }
@@ -460,7 +462,7 @@ int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "ref") {
         for (int i = 2; i < argc; i++) test_reference(argv[i]);
     } else if (argc == 2 && std::string(argv[1]) == "fd") {
-        for (const char* kind : {"gpt", "llama", "qwen2"}) test_finite_differences(kind);
+        for (const char* kind : {"gpt", "llama", "qwen2", "baichuan2"}) test_finite_differences(kind);
     } else if (argc == 2 && std::string(argv[1]) == "units") {
         test_units();
     } else {

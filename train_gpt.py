@@ -66,8 +66,9 @@ def parse_config(text, where):
     for key, choices in CONFIG_CHOICES.items():
         if cfg.get(key) not in choices:
             die(f"{where}: config key '{key}' is {cfg.get(key)!r}; expected one of {', '.join(choices)}")
-    cfg.setdefault("qkv_bias", False)  # a switch newer than the first checkpoints: absent means off
-    for key in ("bias", "qkv_bias", "tied"):
+    cfg.setdefault("qkv_bias", False)  # switches newer than the first checkpoints: absent means off
+    cfg.setdefault("norm_head", False)
+    for key in ("bias", "qkv_bias", "tied", "norm_head"):
         if not isinstance(cfg.get(key), bool):
             die(f"{where}: config key '{key}' must be true or false (got {cfg.get(key)!r})")
     cfg.setdefault("n_kv_head", cfg["n_head"])
@@ -308,6 +309,8 @@ class GPT(nn.Module):
             x = block(x, rope)
         x = self.norm_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # [V, C]
+        if self.cfg["norm_head"]:
+            head = F.normalize(head, dim=-1)  # Baichuan2's NormHead: rows of unit length
         logits = F.linear(x, head)                                            # [B, T, V]
         loss = None
         if targets is not None:

@@ -119,6 +119,7 @@ struct GPT {
     std::vector<real> rope_cos, rope_sin;         // [T, hd/2]
     std::vector<real> dres, dln, dfull, dres_full, dtmp, seq_buf, seq_out;  // [Nl,C] .. [N,C] scratch
     std::vector<real> dqkv, datty, dfc1, dact, row_mx, row_sum, row_tgt;    // backward scratch
+    std::vector<real> head_n, head_rnorm, dhead_n;  // --norm-head: the head's unit rows [Vpl,C], 1/|row| [Vpl], grad
     double loss = 0;
     int n_valid = 0;
     size_t act_bytes = 0, act_peak = 0, pbuf_bytes = 0, pbuf_peak = 0, gbuf_bytes = 0, gbuf_peak = 0;
@@ -374,6 +375,9 @@ void gpt_alloc_scratch(GPT<real>* g, int B, int T) {
     if (g->L.sp) { g->dres_full.resize(N * C); g->seq_buf.resize(N * C); g->seq_out.resize(Nl * C); }
     g->dqkv.resize(N * qkvdl); g->datty.resize(N * qdl); g->dfc1.resize(N * F1l); g->dact.resize(N * g->Fl);
     g->row_mx.resize(N); g->row_sum.resize(N); g->row_tgt.resize(N);
+    if (c.norm_head && g->L.topo.pp_rank == g->L.topo.pp - 1) {  // the stage of the LM head
+        g->head_n.resize((size_t)g->Vpl * C); g->head_rnorm.resize(g->Vpl); g->dhead_n.resize((size_t)g->Vpl * C);
+    }
     if (c.pos == POS_ROPE) rope_tables(c, T, &g->rope_cos, &g->rope_sin);
 }
 
@@ -541,7 +545,12 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         norm_forward(a->lnf.data(), a->lnf_mean.data(), a->lnf_rstd.data(), a->x_out.data(), g->P(t.lnf_w), g->P(t.lnf_b), Nl, C,
                      c.norm_eps, rms);
         const real* lnf = tp_gather(g, a->lnf.data(), a->lnf_full.data(), B, T);
-        matmul_forward(a->logits.data(), lnf, g->P(head), (const real*)nullptr, N, C, Vpl);  // this rank's vocabulary columns
+        const real* hw = g->P(head);
+        if (c.norm_head) {  // the head's rows of unit length (this rank's vocabulary rows: each row is whole)
+            norm_rows_forward(g->head_n.data(), g->head_rnorm.data(), hw, Vpl, C);
+            hw = g->head_n.data();
+        }
+        matmul_forward(a->logits.data(), lnf, hw, (const real*)nullptr, N, C, Vpl);  // this rank's vocabulary columns
         params_done(g, bf);
         params_done(g, bh);
         a->loss = 0;
@@ -577,7 +586,15 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         vocab_parallel_ce_backward(g, a->logits.data(), a->lse.data(), a->targets.data(), N, scale);
         zero(g->dfull);
         const real* lnf = L.sp ? a->lnf_full.data() : a->lnf.data();
-        matmul_backward(g->dfull.data(), g->G(head), (real*)nullptr, a->logits.data(), lnf, g->P(head), N, C, Vpl);
+        if (!c.norm_head) {
+            matmul_backward(g->dfull.data(), g->G(head), (real*)nullptr, a->logits.data(), lnf, g->P(head), N, C, Vpl);
+        } else {  // through the unit rows (the forward's, of the same weights), then through their scaling
+            norm_rows_forward(g->head_n.data(), g->head_rnorm.data(), g->P(head), Vpl, C);
+            zero(g->dhead_n);
+            matmul_backward(g->dfull.data(), g->dhead_n.data(), (real*)nullptr, a->logits.data(), lnf, g->head_n.data(), N,
+                            C, Vpl);
+            norm_rows_backward(g->G(head), g->dhead_n.data(), g->head_n.data(), g->head_rnorm.data(), Vpl, C);
+        }
         const real* dln = tp_sum(g, g->dfull.data(), B, T);  // the head is column-parallel: sum its input gradient
         zero(g->dres);
         norm_backward(g->dres.data(), g->G(t.lnf_w), g->G(t.lnf_b), dln, a->x_out.data(), g->P(t.lnf_w), a->lnf_mean.data(),

@@ -36,6 +36,7 @@ struct ModelConfig {
     bool bias = true;        // biases on linear layers (never on the LM head)
     bool qkv_bias = false;   // biases on the q, k, v projections even when bias is off (Qwen 1, 2, 2.5)
     bool tied = true;        // LM head shares the token embedding
+    bool norm_head = false;  // NormHead (Baichuan2): the LM head's rows scaled to unit length before the product
     float init_std = 0.02f;  // residual projections get init_std / sqrt(2L)
 };
 
@@ -67,6 +68,9 @@ static inline void config_finalize(ModelConfig& c, int tp = 1) {
     if (c.pos == POS_ROPE && c.head_dim % 2 != 0)
         die("model '%s': RoPE needs an even head dim, got %d", c.name.c_str(), c.head_dim);
     if (!(c.norm_eps > 0)) die("model '%s': --norm-eps must be positive", c.name.c_str());
+    if (c.norm_head && c.tied)
+        die("model '%s': --norm-head 1 needs an untied LM head (--tied 0): NormHead scales the head's own rows, not the "
+            "token embedding", c.name.c_str());
     c.padded_vocab = round_up(c.vocab_size, 128 * tp);
 }
 
@@ -159,13 +163,14 @@ static inline std::string config_to_json(const ModelConfig& c) {
              "{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"head_dim\":%d,"
              "\"ffn\":%d,\"vocab_size\":%d,\"padded_vocab_size\":%d,\"seq_len\":%d,\"norm\":\"%s\",\"norm_eps\":%.9g,"
              "\"pos\":\"%s\",\"rope_theta\":%.9g,\"rope_scaling\":{\"factor\":%.9g,\"low_freq_factor\":%.9g,"
-             "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"qkv_bias\":%s,\"tied\":%s,"
+             "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"qkv_bias\":%s,\"tied\":%s,\"norm_head\":%s,"
              "\"init_std\":%.9g,\"naming\":\"%s\"}",
              c.name.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab_size,
              c.padded_vocab, c.seq_len, c.norm == NORM_RMSNORM ? "rmsnorm" : "layernorm", c.norm_eps,
              c.pos == POS_ROPE ? "rope" : "learned", c.rope_theta, c.rope_factor, c.rope_low_freq,
              c.rope_high_freq, c.rope_orig_ctx, c.mlp == MLP_SWIGLU ? "swiglu" : "gelu",
-             c.bias ? "true" : "false", c.qkv_bias ? "true" : "false", c.tied ? "true" : "false", c.init_std,
+             c.bias ? "true" : "false", c.qkv_bias ? "true" : "false", c.tied ? "true" : "false",
+             c.norm_head ? "true" : "false", c.init_std,
              cfg_gpt2_naming(c) ? "gpt2" : "llama");
     return buf;
 }
@@ -239,6 +244,7 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     c.rope_factor = (float)num(*rs, "factor"); c.rope_low_freq = (float)num(*rs, "low_freq_factor");
     c.rope_high_freq = (float)num(*rs, "high_freq_factor"); c.rope_orig_ctx = (int)num(*rs, "original_max_position");
     c.bias = flag("bias"); c.qkv_bias = flag("qkv_bias", true); c.tied = flag("tied");
+    c.norm_head = flag("norm_head", true);
     c.init_std = (float)num(j, "init_std");
     config_finalize(c);
     return c;

@@ -165,6 +165,34 @@ void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout, const 
     }
 }
 
+// NormHead (Baichuan2): the LM head's rows scaled to unit length before the product, wn[v] = w[v] / max(|w[v]|, 1e-12)
+// as torch.nn.functional.normalize; rnorm[v] = 1 / max(|w[v]|, 1e-12). A padding row (zero) stays zero. w, wn [V,C].
+template <typename real>
+void norm_rows_forward(real* wn, real* rnorm, const real* w, int V, int C) {
+#pragma omp parallel for schedule(static)
+    for (int v = 0; v < V; v++) {
+        const real* r = w + (size_t)v * C;
+        real ss = 0;
+        for (int i = 0; i < C; i++) ss += r[i] * r[i];
+        const real inv = (real)1 / std::max(std::sqrt(ss), (real)1e-12);
+        rnorm[v] = inv;
+        for (int i = 0; i < C; i++) wn[(size_t)v * C + i] = r[i] * inv;
+    }
+}
+
+// Its backward: dw[v] += (dwn[v] - wn[v] (wn[v] . dwn[v])) * rnorm[v], the gradient through the row's scaling (the
+// projection of dwn off the row, over its length).
+template <typename real>
+void norm_rows_backward(real* dw, const real* dwn, const real* wn, const real* rnorm, int V, int C) {
+#pragma omp parallel for schedule(static)
+    for (int v = 0; v < V; v++) {
+        const real *d = dwn + (size_t)v * C, *u = wn + (size_t)v * C;
+        real dot = 0;
+        for (int i = 0; i < C; i++) dot += u[i] * d[i];
+        for (int i = 0; i < C; i++) dw[(size_t)v * C + i] += (d[i] - u[i] * dot) * rnorm[v];
+    }
+}
+
 // Rotates every q and k head of qkv [B,T,qd+2kvd] in place, in Hugging Face's rotate_half
 // convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1, x2 the two halves of
 // the head. sign = -1 rotates back, which is the backward pass (the rotation is orthogonal).

@@ -90,7 +90,8 @@ static inline void print_usage(const char* prog) {
            "  --layers N --embd N --heads N --kv-heads N --head-dim N --ffn N --vocab N --seq N\n"
            "  --norm layernorm|rmsnorm  --norm-eps F  --pos learned|rope  --rope-theta F\n"
            "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
-           "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1  --init-std F  --seed N\n"
+           "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1\n"
+           "  --norm-head 0|1 (LM head rows of unit length)  --init-std F  --seed N\n"
            "data:\n"
            "  -i PATH              training data: a .txt file (bytes, vocab 256), llm.c shards (glob),\n"
            "                       a Megatron .bin/.idx pair or PaddleNLP _ids.npy/_idx.npz\n"
@@ -256,6 +257,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         } else if (a == "--bias") mc->bias = as_bool();
         else if (a == "--qkv-bias") mc->qkv_bias = as_bool();
         else if (a == "--tied") mc->tied = as_bool();
+        else if (a == "--norm-head") mc->norm_head = as_bool();
         else if (a == "--init-std") mc->init_std = (float)as_f();
         else if (a == "--seed") tc->seed = (uint64_t)as_int();
         else if (a == "-i") { tc->train_data = s; data_given = true; note_path_flag("-i", s); }
