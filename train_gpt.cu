@@ -99,6 +99,8 @@ struct GPT {
     void* m = nullptr;          // [P] fp32 or bf16; ZeRO >= 1: [shard]
     void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
     float* head_grad = nullptr; // [Vp,C] (on the stage that runs the classifier)
+    floatX* head_n = nullptr;   // [Vp,C] --norm-head: the head's rows of unit length (the classifier's weights)
+    float* head_rnorm = nullptr;  // [Vp] --norm-head: 1 / the rows' lengths
     char* buffer_memory = nullptr;  // every row of buffer_table (llmc/gpt/memory.cuh) but the counted ones
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
@@ -145,9 +147,17 @@ struct GPT {
     }
     floatX* G(int k) const { return k < 0 ? nullptr : grads + table.specs[k].offset; }
     int head() const { return cfg.tied ? table.wte : table.lm_head; }
+    // the weights the classifier multiplies by: --norm-head's unit rows (made by the forward), else the head's own
+    const floatX* head_w() const { return cfg.norm_head ? head_n : P(head()); }
 };
 
 // The parallel axes, each in a file of its own (they read and write struct GPT above):
+// --norm-head: the step's fp32 head gradient (of the unit rows) becomes that of the head's own rows, once per step
+// before it joins the other gradients (gpt_fold_head_grad, grads_bucket_done).
+static void head_grad_finish(GPT* g) {
+    if (g->cfg.norm_head) norm_head_backward(g->head_grad, g->head_n, g->head_rnorm, g->Vpl, g->cfg.n_embd, g->stream);
+}
+
 #include "llmc/gpt/tensor_parallel.cuh"  // tp_sum, tp_gather: the residual stream over the tp group
 #include "llmc/gpt/data_parallel.cuh"    // ZeRO-3 gathers, the per-bucket gradient reduction over dp
 #include "llmc/gpt/fp8_linear.cuh"       // --fp8: the linear layers through fp8 GEMMs
@@ -355,6 +365,7 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
     }
     if (c.tied && !first) params_use(g, 0);  // the last stage's copy of the tied embedding, for the LM head
     params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
+    if (c.norm_head) norm_head_forward(g->head_n, g->head_rnorm, g->P(g->head()), g->Vpl, C, g->stream);
     fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
                                 g->P(t.lnf_w), g->P(t.lnf_b), g->tp.sp ? N / g->tp.n : N, C, c.norm_eps,
                                 c.norm == NORM_RMSNORM, g->stream);
@@ -406,7 +417,7 @@ static double gpt_read_loss(GPT* g) {
 // fused_classifier.
 static void gpt_logits(GPT* g, int row0, int rows) {
     const ModelConfig& c = g->cfg;
-    matmul_forward(&g->mm, g->stream, g->logits, g->lnf_full + (size_t)row0 * c.n_embd, g->P(g->head()), nullptr, rows,
+    matmul_forward(&g->mm, g->stream, g->logits, g->lnf_full + (size_t)row0 * c.n_embd, g->head_w(), nullptr, rows,
                    c.n_embd, g->Vpl);
 }
 
@@ -429,7 +440,7 @@ static void classifier_tp(GPT* g, floatX* dx, float scale) {
         vocab_parallel_loss_grad(g->logits, g->losses + r0, mx, sum, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, scale,
                                  g->stream);
         if (!dx) continue;
-        matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->logits, g->P(g->head()), rows, C, g->Vpl);
+        matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->logits, g->head_w(), rows, C, g->Vpl);
         matmul_backward_weight(&g->mm, g->stream, g->head_grad, nullptr, g->logits, g->lnf_full + (size_t)r0 * C, rows, C,
                                g->Vpl);
     }
@@ -485,7 +496,7 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         // parallel classifier, and d lnf summed over tp: the head is column-parallel)
         const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
         if (g->tp.n == 1) {
-            fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->P(g->head()), g->targets, N,
+            fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->head_w(), g->targets, N,
                              C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
         } else {
             floatX* part = tp_part(g, g->dln);
@@ -583,6 +594,7 @@ __global__ void add_f32_into_floatX_kernel(floatX* dst, const float* src, size_t
 // The fp32 LM-head gradient of the step joins the floatX gradients (once per step, after the last micro-batch).
 static void gpt_fold_head_grad(GPT* g) {
     const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
+    head_grad_finish(g);
     add_f32_into_floatX_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(g->G(g->head()), g->head_grad, hn);
     cudaCheck(cudaGetLastError());
 }

@@ -20,6 +20,9 @@
 //   vocab_parallel_sum_exp      sum[row] = sum over its valid columns of exp(logit - mx[row])  (then: sum over tp)
 //   vocab_parallel_loss_grad    lse = mx + log(sum), losses[row] = lse - tgt (0 when target < 0), and dlogits =
 //                               (softmax - onehot) * scale over its columns, in place
+// NormHead (Baichuan2, --norm-head): the classifier reads the head's rows of unit length instead:
+//   norm_head_forward           wn = rows of W over their lengths, rnorm = 1 / lengths (once per forward)
+//   norm_head_backward          the step's fp32 dW of wn turned into dW of W, in place (once per step)
 // Shapes: N tokens, C channels, V vocabulary, Vp = V padded to a multiple of 8 (the trainer pads
 // to 128); targets [N] int32 with -1 = ignore; losses [N] fp32 (0 on ignored rows); lse [N] fp32.
 #pragma once
@@ -238,5 +241,50 @@ static void vocab_parallel_loss_grad(floatX* logits, float* losses, const float*
     vocab_parallel_check(V, Vpl, v0);
     vocab_parallel_loss_grad_kernel<<<rows, VP_THREADS, 0, stream>>>(logits, losses, mx, sum, tgt, targets, v0, V, Vpl,
                                                                      scale);
+    cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------------------------
+// NormHead (Baichuan2, --norm-head): the classifier reads the LM head's rows scaled to unit length,
+// wn[v] = w[v] / max(|w[v]|, 1e-12) as torch.nn.functional.normalize (a padding row stays zero).
+
+// One warp per row of w [V,C] (8 rows per block of 256): wn [V,C] and rnorm[v] = 1 / max(|w[v]|, 1e-12), summed in
+// fp32. Run once per forward of the head's stage (the weights change only at the update).
+__global__ void norm_head_forward_kernel(floatX* wn, float* rnorm, const floatX* w, int V, int C) {
+    const int v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (v >= V) return;  // the whole warp
+    const floatX* r = w + (size_t)v * C;
+    float ss = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        const float x = to_float(r[i]);
+        ss += x * x;
+    }
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    const float inv = 1.0f / fmaxf(sqrtf(ss), 1e-12f);
+    if (lane == 0) rnorm[v] = inv;
+    for (int i = lane; i < C; i += 32) wn[(size_t)v * C + i] = to_floatX(to_float(r[i]) * inv);
+}
+
+// Its backward on the step's fp32 gradient of the unit rows, in place (once per step, after the last micro-batch):
+// g[v] = (g[v] - wn[v] (wn[v] . g[v])) * rnorm[v], the gradient of the head's own rows. One warp per row.
+__global__ void norm_head_backward_kernel(float* g, const floatX* wn, const float* rnorm, int V, int C) {
+    const int v = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (v >= V) return;
+    float* gr = g + (size_t)v * C;
+    const floatX* u = wn + (size_t)v * C;
+    float dot = 0.0f;
+    for (int i = lane; i < C; i += 32) dot += to_float(u[i]) * gr[i];
+    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+    const float inv = rnorm[v];
+    for (int i = lane; i < C; i += 32) gr[i] = (gr[i] - to_float(u[i]) * dot) * inv;
+}
+
+static void norm_head_forward(floatX* wn, float* rnorm, const floatX* w, int V, int C, cudaStream_t stream) {
+    norm_head_forward_kernel<<<(unsigned)ceil_div(V, 8), 256, 0, stream>>>(wn, rnorm, w, V, C);
+    cudaCheck(cudaGetLastError());
+}
+
+static void norm_head_backward(float* g, const floatX* wn, const float* rnorm, int V, int C, cudaStream_t stream) {
+    norm_head_backward_kernel<<<(unsigned)ceil_div(V, 8), 256, 0, stream>>>(g, wn, rnorm, V, C);
     cudaCheck(cudaGetLastError());
 }

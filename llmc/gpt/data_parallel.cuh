@@ -209,6 +209,7 @@ static void grads_bucket_done(GPT* g, int b) {
     if (g->has_head && h >= bk.first_spec && h < bk.end_spec) {
         const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
         float* head_dst = dst + (g->table.specs[h].offset - bk.range.lo);
+        head_grad_finish(g);
         add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(head_dst, g->head_grad, hn);
         cudaCheck(cudaGetLastError());
     }
