@@ -229,6 +229,7 @@ static ModelConfig micro_config(const std::string& kind) {
     if (llama) { c.rope_factor = 4.0f; c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_ctx = 32; }
     c.qkv_bias = kind == "qwen2";
     c.norm_head = kind == "baichuan2";
+    if (kind == "baichuan2") c.naming = NAMING_BAICHUAN;
     config_finalize(c);
     return c;
 }
@@ -327,6 +328,8 @@ static void test_units() {
         {"qwen2.5_0.5b", 32768, 494032768LL, "Qwen2.5-0.5B"},
         {"qwen2.5_1.5b", 32768, 1543714304LL, "Qwen2.5-1.5B"},
         {"qwen2.5_7b", 32768, 7615616512LL, "Qwen2.5-7B"},
+        // 2 x 125696 x 4096 (embedding, head) + 32 x (4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096) + 4096
+        {"baichuan2_7b", 4096, 7505973248LL, "Baichuan2-7B (its config.json)"},
     };
     for (const Known& k : known) {
         ModelConfig c;
@@ -339,7 +342,7 @@ static void test_units() {
     }
 
     // safetensors: export -> import is exact for both namings; half-precision decoding
-    for (const std::string kind : {"gpt", "llama", "qwen2"}) {
+    for (const std::string kind : {"gpt", "llama", "qwen2", "baichuan2"}) {
         const bool llama = kind != "gpt";
         ModelConfig c = micro_config(kind);
         GPT<float> a, b;
@@ -360,9 +363,14 @@ static void test_units() {
             const ParamSpec& q = a.table.specs[a.table.blocks[0].qkv_w];
             check(t->shape[0] == c.n_embd && v[1 * t->shape[1] + 2] == a.params[q.offset + 2 * q.cols + 1],
                   "gpt2 Conv1D weights stored transposed");
-        } else {
+        } else if (kind != "baichuan2") {
             const StTensor* t = st_require(&st, "model.layers.1.self_attn.k_proj.weight", -1);
             check(t->shape[0] == cfg_kv_dim(c) && t->shape[1] == c.n_embd, "llama k_proj split out of fused qkv with GQA shape");
+        }
+        if (kind == "baichuan2") {  // Baichuan's names: q, k, v rows in one W_pack tensor
+            const StTensor* t = st_require(&st, "model.layers.1.self_attn.W_pack.weight", -1);
+            check(t->shape[0] == cfg_qkv_dim(c) && t->shape[1] == c.n_embd && !st_find(&st, "model.layers.1.self_attn.q_proj.weight"),
+                  "baichuan W_pack holds the fused q, k, v rows");
         }
         if (kind == "qwen2") {  // Qwen2ForCausalLM's names: q, k, v biases, none on o_proj or the MLP
             const StTensor* t = st_require(&st, "model.layers.1.self_attn.k_proj.bias", -1);

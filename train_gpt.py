@@ -17,8 +17,8 @@ read from the same JSON config the C++ trainers use. Three modes:
         where available (torch 2.x), the plain fp32 math path otherwise. A baseline to compare with.
 
 Weights are read and written as safetensors with Hugging Face tensor names: GPT2LMHeadModel
-(config "naming": "gpt2") or LlamaForCausalLM ("llama"). Needs only torch and numpy; runs on
-Debian's torch 1.13 (CPU) and on torch 2.x.
+(config "naming": "gpt2"), LlamaForCausalLM ("llama") or Baichuan's ("baichuan": q, k, v as one W_pack).
+Needs only torch and numpy; runs on Debian's torch 1.13 (CPU) and on torch 2.x.
 """
 import argparse
 import contextlib
@@ -49,7 +49,7 @@ def die(msg):
 # Config: the JSON object the C++ trainer writes into safetensors metadata under "config"
 
 CONFIG_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos": ("learned", "rope"),
-                  "mlp": ("gelu", "swiglu"), "naming": ("gpt2", "llama")}
+                  "mlp": ("gelu", "swiglu"), "naming": ("gpt2", "llama", "baichuan")}
 
 
 def parse_config(text, where):
@@ -375,8 +375,11 @@ def hf_table(cfg):
         for i in range(cfg["n_layer"]):
             p, h = f"blocks.{i}", f"model.layers.{i}"
             norm(f"{p}.norm1", f"{h}.input_layernorm")
-            linear(f"{p}.attn.qkv", [(f"{h}.self_attn.q_proj", H * hd), (f"{h}.self_attn.k_proj", KV * hd),
-                                     (f"{h}.self_attn.v_proj", KV * hd)], False)
+            if cfg["naming"] == "baichuan":  # q, k, v rows in one tensor
+                linear(f"{p}.attn.qkv", [(f"{h}.self_attn.W_pack", None)], False)
+            else:
+                linear(f"{p}.attn.qkv", [(f"{h}.self_attn.q_proj", H * hd), (f"{h}.self_attn.k_proj", KV * hd),
+                                         (f"{h}.self_attn.v_proj", KV * hd)], False)
             linear(f"{p}.attn.proj", [(f"{h}.self_attn.o_proj", None)], False)
             norm(f"{p}.norm2", f"{h}.post_attention_layernorm")
             if cfg["mlp"] == "swiglu":

@@ -13,6 +13,12 @@
 enum NormKind { NORM_LAYERNORM, NORM_RMSNORM };
 enum PosKind { POS_LEARNED, POS_ROPE };
 enum MlpKind { MLP_GELU, MLP_SWIGLU };
+// Hugging Face tensor names: GPT2LMHeadModel's, LlamaForCausalLM's (Qwen2's and Qwen3's alike), or Baichuan's (q, k, v
+// as one W_pack tensor); auto (until config_finalize): gpt2 for a GELU MLP, else llama.
+enum NamingKind { NAMING_AUTO, NAMING_GPT2, NAMING_LLAMA, NAMING_BAICHUAN };
+static inline const char* naming_name(NamingKind n) {
+    return n == NAMING_GPT2 ? "gpt2" : n == NAMING_BAICHUAN ? "baichuan" : n == NAMING_LLAMA ? "llama" : "auto";
+}
 
 struct ModelConfig {
     std::string name;
@@ -38,6 +44,7 @@ struct ModelConfig {
     bool tied = true;        // LM head shares the token embedding
     bool norm_head = false;  // NormHead (Baichuan2): the LM head's rows scaled to unit length before the product
     float init_std = 0.02f;  // residual projections get init_std / sqrt(2L)
+    NamingKind naming = NAMING_AUTO;  // Hugging Face names of safetensors files
 };
 
 // Derived sizes, written once so nobody recomputes them differently.
@@ -46,8 +53,10 @@ static inline int cfg_kv_dim(const ModelConfig& c) { return c.n_kv_head * c.head
 static inline int cfg_qkv_dim(const ModelConfig& c) { return cfg_q_dim(c) + 2 * cfg_kv_dim(c); }
 static inline int cfg_fc1_dim(const ModelConfig& c) { return c.mlp == MLP_SWIGLU ? 2 * c.ffn : c.ffn; }
 static inline bool cfg_has_qkv_bias(const ModelConfig& c) { return c.bias || c.qkv_bias; }
-// Hugging Face naming family used for safetensors: GPT2LMHeadModel or LlamaForCausalLM.
-static inline bool cfg_gpt2_naming(const ModelConfig& c) { return c.mlp == MLP_GELU; }
+// Hugging Face naming family used for safetensors: GPT2LMHeadModel, or LlamaForCausalLM and Baichuan's.
+static inline bool cfg_gpt2_naming(const ModelConfig& c) {
+    return c.naming == NAMING_GPT2 || (c.naming == NAMING_AUTO && c.mlp == MLP_GELU);
+}
 
 static inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -72,6 +81,7 @@ static inline void config_finalize(ModelConfig& c, int tp = 1) {
         die("model '%s': --norm-head 1 needs an untied LM head (--tied 0): NormHead scales the head's own rows, not the "
             "token embedding", c.name.c_str());
     c.padded_vocab = round_up(c.vocab_size, 128 * tp);
+    if (c.naming == NAMING_AUTO) c.naming = c.mlp == MLP_GELU ? NAMING_GPT2 : NAMING_LLAMA;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -140,6 +150,11 @@ static inline std::vector<ModelConfig> all_presets() {
         c.qkv_bias = true; c.tied = q.tied;
         p.push_back(c);
     }
+    // Baichuan2: LLaMA's blocks with NormHead and Baichuan's names (W_pack); 13B has ALiBi positions (not yet a switch
+    // here: baichuan2_13b is not a preset). Shapes from the models' Hugging Face config.json.
+    ModelConfig b7 = llama_preset("baichuan2_7b", 32, 4096, 32, 32, 11008, 125696, 4096, 1e-6f, 10000.0f);
+    b7.norm_head = true; b7.naming = NAMING_BAICHUAN;
+    p.push_back(b7);
     // FlagPerf's "llama3_8B" on Megatron-core defaults: learned positions, tied, biases on.
     ModelConfig f = llama_preset("flagperf_llama3_8b", 32, 4096, 32, 8, 14336, 128256, 8192, 1e-5f, 500000.0f);
     f.pos = POS_LEARNED; f.tied = true; f.bias = true; f.init_std = 0.008f;
@@ -171,7 +186,7 @@ static inline std::string config_to_json(const ModelConfig& c) {
              c.rope_high_freq, c.rope_orig_ctx, c.mlp == MLP_SWIGLU ? "swiglu" : "gelu",
              c.bias ? "true" : "false", c.qkv_bias ? "true" : "false", c.tied ? "true" : "false",
              c.norm_head ? "true" : "false", c.init_std,
-             cfg_gpt2_naming(c) ? "gpt2" : "llama");
+             naming_name(c.naming == NAMING_AUTO ? (cfg_gpt2_naming(c) ? NAMING_GPT2 : NAMING_LLAMA) : c.naming));
     return buf;
 }
 
@@ -246,6 +261,9 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     c.bias = flag("bias"); c.qkv_bias = flag("qkv_bias", true); c.tied = flag("tied");
     c.norm_head = flag("norm_head", true);
     c.init_std = (float)num(j, "init_std");
+    const std::string naming = str("naming");
+    if (naming != "gpt2" && naming != "llama" && naming != "baichuan") die("%s: unknown naming '%s'", where, naming.c_str());
+    c.naming = naming == "gpt2" ? NAMING_GPT2 : naming == "baichuan" ? NAMING_BAICHUAN : NAMING_LLAMA;
     config_finalize(c);
     return c;
 }

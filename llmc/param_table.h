@@ -108,8 +108,11 @@ static inline ParamTable build_param_table(const ModelConfig& c) {
             *bb = bias ? param_add(t, p + ours + ".b", l, rows, 1, false, INIT_ZEROS, tp == TP_ROW ? TP_NONE : tp, hb) : -1;
         };
         norm_pair("ln1", "ln_1", "input_layernorm", &b.ln1_w, &b.ln1_b);
-        linear("qkv", qd + 2 * kvd, C, INIT_NORMAL, TP_QKV, "attn.c_attn",
-               {{"self_attn.q_proj", qd}, {"self_attn.k_proj", kvd}, {"self_attn.v_proj", kvd}}, &b.qkv_w, &b.qkv_b,
+        const std::vector<Split> qkv_hf = c.naming == NAMING_BAICHUAN  // Baichuan: q, k, v rows in one tensor
+                                              ? std::vector<Split>{{"self_attn.W_pack", qd + 2 * kvd}}
+                                              : std::vector<Split>{{"self_attn.q_proj", qd}, {"self_attn.k_proj", kvd},
+                                                                   {"self_attn.v_proj", kvd}};
+        linear("qkv", qd + 2 * kvd, C, INIT_NORMAL, TP_QKV, "attn.c_attn", qkv_hf, &b.qkv_w, &b.qkv_b,
                cfg_has_qkv_bias(c));
         linear("attn_out", C, qd, INIT_NORMAL_RESID, TP_ROW, "attn.c_proj", {{"self_attn.o_proj", C}},
                &b.attn_out_w, &b.attn_out_b, c.bias);

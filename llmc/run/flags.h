@@ -92,6 +92,7 @@ static inline void print_usage(const char* prog) {
            "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
            "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1\n"
            "  --norm-head 0|1 (LM head rows of unit length)  --init-std F  --seed N\n"
+           "  --naming gpt2|llama|baichuan   Hugging Face tensor names (default: gpt2 for GELU, else llama)\n"
            "data:\n"
            "  -i PATH              training data: a .txt file (bytes, vocab 256), llm.c shards (glob),\n"
            "                       a Megatron .bin/.idx pair or PaddleNLP _ids.npy/_idx.npz\n"
@@ -258,6 +259,12 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--qkv-bias") mc->qkv_bias = as_bool();
         else if (a == "--tied") mc->tied = as_bool();
         else if (a == "--norm-head") mc->norm_head = as_bool();
+        else if (a == "--naming") {
+            if (s == "gpt2") mc->naming = NAMING_GPT2;
+            else if (s == "llama") mc->naming = NAMING_LLAMA;
+            else if (s == "baichuan") mc->naming = NAMING_BAICHUAN;
+            else die("flag --naming expects gpt2, llama or baichuan, got '%s'", v);
+        }
         else if (a == "--init-std") mc->init_std = (float)as_f();
         else if (a == "--seed") tc->seed = (uint64_t)as_int();
         else if (a == "-i") { tc->train_data = s; data_given = true; note_path_flag("-i", s); }
