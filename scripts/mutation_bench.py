@@ -49,6 +49,7 @@ CHECKS = {
     "cpu_fd": ("make -s test_gpt_cpu", "./test_gpt_cpu fd"),
     # one case of tests/t_reference.sh (the CPU trainer against train_gpt.py): Qwen2's q, k, v biases
     "ref_qwen2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen2_style bash tests/t_reference.sh"),
+    "ref_baichuan2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=baichuan2_style bash tests/t_reference.sh"),
     "cpu_units": ("make -s test_gpt_cpu build/test_parallel", "./test_gpt_cpu units && ./build/test_parallel units"),
     # the CUDA trainer on the host emulation of CUDA (tests/t_gpu_emulated.sh): the bf16 build on the GPT
     # (LayerNorm, GELU, learned positions) or the LLaMA state (RMSNorm, SwiGLU, RoPE, GQA), the fp32 build;
@@ -56,6 +57,7 @@ CHECKS = {
     "emu_gpt": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_llama": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_tiny_gqa_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_fp32": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp32 bash tests/t_gpu_emulated.sh"),
+    "emu_switches": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_switches_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_race": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=race bash tests/t_gpu_emulated.sh"),
     # the tensor-core attention against double precision, in both schedules of the emulation
     "attention": ("true", "bash tests/t_attention.sh"),
@@ -97,7 +99,7 @@ CHECKS = {
 }
 
 # The states the checks read: made once from the unchanged tree.
-STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64"]
+STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64", "llama_switches_hd64"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -525,6 +527,21 @@ MUTANTS = [
     ("qkv_bias_hf_names", "model", "train_gpt.py",
      'if cfg["bias"] or (cfg["qkv_bias"] and name.endswith(".qkv")):', 'if cfg["bias"] or cfg["qkv_bias"]:',
      "ref_qwen2", "Qwen2's Hugging Face names get biases on o_proj and the MLP too"),
+    ("norm_head_ref_backward", "model", "llmc/ref_ops.h",
+     "dw[(size_t)v * C + i] += (d[i] - u[i] * dot) * rnorm[v];", "dw[(size_t)v * C + i] += d[i] * rnorm[v];",
+     "cpu_fd", "NormHead's backward forgets the projection off the row (the reference's)"),
+    ("norm_head_py", "model", "train_gpt.py",
+     '            head = F.normalize(head, dim=-1)', '            head = head',
+     "ref_baichuan2", "the PyTorch reference multiplies by the raw head under NormHead"),
+    ("norm_head_kernel_backward", "kernel", "llmc/classifier.cuh",
+     "gr[i] = (gr[i] - to_float(u[i]) * dot) * inv;", "gr[i] = gr[i] * inv;",
+     "emu_switches", "NormHead's backward kernel forgets the projection off the row"),
+    ("norm_head_forward_call", "trainer", "train_gpt.cu",
+     "    if (c.norm_head) norm_head_forward(g->head_n, g->head_rnorm, g->P(g->head()), g->Vpl, C, g->stream);\n", "",
+     "emu_switches", "the head's unit rows are never made (the classifier multiplies by an empty buffer)"),
+    ("norm_head_dp_finish", "parallel", "llmc/gpt/data_parallel.cuh",
+     "        head_grad_finish(g);\n", "",
+     "gpu_pp", "on several ranks the head gradient joins the others without NormHead's backward"),
     ("sample_position", "trainer", "train_gpt.cu",
      "    gpt_logits(g, len - 1, 1);", "    gpt_logits(g, len, 1);",
      "gpu_pp", "a sample's next token is drawn from the logits one position past the text"),
