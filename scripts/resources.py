@@ -64,6 +64,8 @@ LAUNCHES = {
     "loss_accumulate_kernel": "256",                      # train_gpt.cu
     "matmul_bias_add_kernel": "256",                      # llmc/matmul.cuh, llmc/matmul_fp8.cuh
     "matmul_bias_grad_kernel": "32 * 16",
+    "norm_head_backward_kernel": "256",                   # llmc/classifier.cuh (--norm-head)
+    "norm_head_forward_kernel": "256",
     "norm_ranges_partial_kernel": "GLOBAL_NORM_THREADS",  # llmc/gpt/data_parallel.cuh
     "norm_weight_grad_reduce_kernel": "32 * 8",           # llmc/norm.cuh
     "residual_add_kernel": "256",                         # train_gpt.cu
