@@ -591,8 +591,8 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         } else {  // through the unit rows (the forward's, of the same weights), then through their scaling
             norm_rows_forward(g->head_n.data(), g->head_rnorm.data(), g->P(head), Vpl, C);
             zero(g->dhead_n);
-            matmul_backward(g->dfull.data(), g->dhead_n.data(), (real*)nullptr, a->logits.data(), lnf, g->head_n.data(), N,
-                            C, Vpl);
+            matmul_backward(g->dfull.data(), g->dhead_n.data(), (real*)nullptr, a->logits.data(), lnf,
+                            g->head_n.data(), N, C, Vpl);
             norm_rows_backward(g->G(head), g->dhead_n.data(), g->head_n.data(), g->head_rnorm.data(), Vpl, C);
         }
         const real* dln = tp_sum(g, g->dfull.data(), B, T);  // the head is column-parallel: sum its input gradient

@@ -78,8 +78,8 @@ static inline void config_finalize(ModelConfig& c, int tp = 1) {
         die("model '%s': RoPE needs an even head dim, got %d", c.name.c_str(), c.head_dim);
     if (!(c.norm_eps > 0)) die("model '%s': --norm-eps must be positive", c.name.c_str());
     if (c.norm_head && c.tied)
-        die("model '%s': --norm-head 1 needs an untied LM head (--tied 0): NormHead scales the head's own rows, not the "
-            "token embedding", c.name.c_str());
+        die("model '%s': --norm-head 1 needs an untied LM head (--tied 0): NormHead scales the head's own rows, not "
+            "the token embedding", c.name.c_str());
     c.padded_vocab = round_up(c.vocab_size, 128 * tp);
     if (c.naming == NAMING_AUTO) c.naming = c.mlp == MLP_GELU ? NAMING_GPT2 : NAMING_LLAMA;
 }
@@ -178,8 +178,8 @@ static inline std::string config_to_json(const ModelConfig& c) {
              "{\"name\":\"%s\",\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"n_kv_head\":%d,\"head_dim\":%d,"
              "\"ffn\":%d,\"vocab_size\":%d,\"padded_vocab_size\":%d,\"seq_len\":%d,\"norm\":\"%s\",\"norm_eps\":%.9g,"
              "\"pos\":\"%s\",\"rope_theta\":%.9g,\"rope_scaling\":{\"factor\":%.9g,\"low_freq_factor\":%.9g,"
-             "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"qkv_bias\":%s,\"tied\":%s,\"norm_head\":%s,"
-             "\"init_std\":%.9g,\"naming\":\"%s\"}",
+             "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"qkv_bias\":%s,"
+             "\"tied\":%s,\"norm_head\":%s,\"init_std\":%.9g,\"naming\":\"%s\"}",
              c.name.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab_size,
              c.padded_vocab, c.seq_len, c.norm == NORM_RMSNORM ? "rmsnorm" : "layernorm", c.norm_eps,
              c.pos == POS_ROPE ? "rope" : "learned", c.rope_theta, c.rope_factor, c.rope_low_freq,
@@ -262,7 +262,8 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     c.norm_head = flag("norm_head", true);
     c.init_std = (float)num(j, "init_std");
     const std::string naming = str("naming");
-    if (naming != "gpt2" && naming != "llama" && naming != "baichuan") die("%s: unknown naming '%s'", where, naming.c_str());
+    if (naming != "gpt2" && naming != "llama" && naming != "baichuan")
+        die("%s: unknown naming '%s'", where, naming.c_str());
     c.naming = naming == "gpt2" ? NAMING_GPT2 : naming == "baichuan" ? NAMING_BAICHUAN : NAMING_LLAMA;
     config_finalize(c);
     return c;

@@ -129,7 +129,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->logits,        g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
         scratch(&g->cls_stats,     g->has_head && g->tp.n > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
                                                                // exps, target logit
-        scratch(&g->head_n,        g->has_head && c.norm_head ? (size_t)g->Vpl * C : 0),  // [Vp,C] --norm-head: unit rows
+        scratch(&g->head_n,        g->has_head && c.norm_head ? g->Vpl * C : 0),  // [Vp,C] --norm-head: unit rows
         scratch(&g->head_rnorm,    g->has_head && c.norm_head ? g->Vpl : 0),  // [Vp] --norm-head: 1 / row lengths
         scratch(&g->losses,        N),                         // [N]
         scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
