@@ -31,6 +31,7 @@ expect_fail "unknown flag names the flag" "--frobnicate" "unknown flag '--frobni
 expect_fail "flag without value" "-x" "'-x' is unknown or lacks a value" ./train_gpt_cpu -x
 expect_fail "non-numeric value names the flag" "-b" "flag -b expects an integer, got .two." ./train_gpt_cpu -b two
 expect_fail "heads that do not divide embd" "--heads 3" "--embd 100 is not divisible by --heads 3" ./train_gpt_cpu --embd 100 --heads 3
+expect_fail "unknown --naming names the flag" "--naming" "flag --naming expects gpt2, llama or baichuan, got 'qwen'" ./train_gpt_cpu --naming qwen
 expect_fail "NormHead with a tied head names both flags" "--norm-head 1" "needs an untied LM head \(--tied 0\)" ./train_gpt_cpu -c gpt3_tiny --norm-head 1
 expect_fail "kv heads that do not divide heads" "--kv-heads 3" "--heads 4 is not divisible by --kv-heads 3" ./train_gpt_cpu -c llama_tiny --kv-heads 3
 expect_fail "sequence longer than the model's" "-t 4096" "flag -t 4096 exceeds the model's sequence length" ./train_gpt_cpu -t 4096
