@@ -218,7 +218,8 @@ static void test_reference(const char* path) {
 // Finite differences in double: d loss / d theta by central differences against backward.
 
 // kind: "gpt" (layernorm, learned positions, gelu, biases, tied), "llama" (rmsnorm, scaled rope, gqa, swiglu,
-// untied), "qwen2" (llama with biases on q, k, v only) or "baichuan2" (llama with NormHead)
+// untied), "qwen2" (llama with biases on q, k, v only), "baichuan2" (llama with NormHead) or "qwen3" (llama with
+// QK-norm)
 static ModelConfig micro_config(const std::string& kind) {
     const bool llama = kind != "gpt";
     // llama: head dim 6 with theta 50 and original context 32 puts the three RoPE frequencies
@@ -229,6 +230,7 @@ static ModelConfig micro_config(const std::string& kind) {
     if (llama) { c.rope_factor = 4.0f; c.rope_low_freq = 1.0f; c.rope_high_freq = 4.0f; c.rope_orig_ctx = 32; }
     c.qkv_bias = kind == "qwen2";
     c.norm_head = kind == "baichuan2";
+    c.qk_norm = kind == "qwen3";
     if (kind == "baichuan2") c.naming = NAMING_BAICHUAN;
     config_finalize(c);
     return c;
@@ -271,6 +273,7 @@ static void test_finite_differences(const std::string& kind) {
     std::string tag = kind == "gpt"     ? "finite differences, gpt micro (layernorm, learned pos, gelu, biases, tied)"
                       : kind == "llama" ? "finite differences, llama micro (rmsnorm, scaled rope, gqa, swiglu, untied)"
                       : kind == "qwen2" ? "finite differences, qwen2 micro (llama with q, k, v biases)"
+                      : kind == "qwen3" ? "finite differences, qwen3 micro (llama with QK-norm)"
                                         : "finite differences, " + kind + " micro (llama with NormHead)";
     check(worst < 1e-6, tag, "worst rel err %.3g at %s", worst, worst_name.c_str());
     printf("  %zu parameters checked, worst relative error %.3g (%s)\n", checked, worst, worst_name.c_str());
@@ -330,6 +333,11 @@ static void test_units() {
         {"qwen2.5_7b", 32768, 7615616512LL, "Qwen2.5-7B"},
         // 2 x 125696 x 4096 (embedding, head) + 32 x (4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096) + 4096
         {"baichuan2_7b", 4096, 7505973248LL, "Baichuan2-7B (its config.json)"},
+        // Qwen3 (head dim 128, 8 kv heads, 151936 tokens): embedding (x 2 untied) + L x (C x 128 x (2 H + 2 x 8) +
+        // 3 x C x ffn + 2 C + 2 x 128) + C; published as 0.6B, 1.7B and 8.2B parameters
+        {"qwen3_0.6b", 40960, 596049920LL, "Qwen3-0.6B"},
+        {"qwen3_1.7b", 40960, 1720574976LL, "Qwen3-1.7B"},
+        {"qwen3_8b", 40960, 8190735360LL, "Qwen3-8B"},
     };
     for (const Known& k : known) {
         ModelConfig c;
@@ -342,7 +350,7 @@ static void test_units() {
     }
 
     // safetensors: export -> import is exact for both namings; half-precision decoding
-    for (const std::string kind : {"gpt", "llama", "qwen2", "baichuan2"}) {
+    for (const std::string kind : {"gpt", "llama", "qwen2", "baichuan2", "qwen3"}) {
         const bool llama = kind != "gpt";
         ModelConfig c = micro_config(kind);
         GPT<float> a, b;
@@ -371,6 +379,15 @@ static void test_units() {
             const StTensor* t = st_require(&st, "model.layers.1.self_attn.W_pack.weight", -1);
             check(t->shape[0] == cfg_qkv_dim(c) && t->shape[1] == c.n_embd && !st_find(&st, "model.layers.1.self_attn.q_proj.weight"),
                   "baichuan W_pack holds the fused q, k, v rows");
+        }
+        if (kind == "qwen3") {  // Qwen3ForCausalLM's names: q_norm and k_norm of each layer, [hd]
+            const StTensor* t = st_require(&st, "model.layers.1.self_attn.k_norm.weight", -1);
+            const ParamSpec& k = a.table.specs[a.table.blocks[1].k_norm_w];
+            std::vector<float> v((size_t)t->numel());
+            st_read_f32(&st, t, v.data());
+            check(t->shape.size() == 1 && t->shape[0] == c.head_dim && v[2] == a.params[k.offset + 2] &&
+                      st_find(&st, "model.layers.0.self_attn.q_norm.weight"),
+                  "qwen3 q_norm and k_norm of each layer, [head dim]");
         }
         if (kind == "qwen2") {  // Qwen2ForCausalLM's names: q, k, v biases, none on o_proj or the MLP
             const StTensor* t = st_require(&st, "model.layers.1.self_attn.k_proj.bias", -1);
@@ -470,7 +487,7 @@ int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "ref") {
         for (int i = 2; i < argc; i++) test_reference(argv[i]);
     } else if (argc == 2 && std::string(argv[1]) == "fd") {
-        for (const char* kind : {"gpt", "llama", "qwen2", "baichuan2"}) test_finite_differences(kind);
+        for (const char* kind : {"gpt", "llama", "qwen2", "baichuan2", "qwen3"}) test_finite_differences(kind);
     } else if (argc == 2 && std::string(argv[1]) == "units") {
         test_units();
     } else {

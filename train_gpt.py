@@ -68,7 +68,8 @@ def parse_config(text, where):
             die(f"{where}: config key '{key}' is {cfg.get(key)!r}; expected one of {', '.join(choices)}")
     cfg.setdefault("qkv_bias", False)  # switches newer than the first checkpoints: absent means off
     cfg.setdefault("norm_head", False)
-    for key in ("bias", "qkv_bias", "tied", "norm_head"):
+    cfg.setdefault("qk_norm", False)
+    for key in ("bias", "qkv_bias", "tied", "norm_head", "qk_norm"):
         if not isinstance(cfg.get(key), bool):
             die(f"{where}: config key '{key}' must be true or false (got {cfg.get(key)!r})")
     cfg.setdefault("n_kv_head", cfg["n_head"])
@@ -217,6 +218,18 @@ class Norm(nn.Module):
         return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
 
 
+class HeadNorm(nn.Module):
+    """QK-norm (Qwen3): RMSNorm over each head's head_dim channels, one weight shared by the heads."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.eps = cfg["norm_eps"]
+        self.weight = nn.Parameter(torch.ones(cfg["head_dim"]))
+
+    def forward(self, x):  # [B, heads, T, hd]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
 class Attention(nn.Module):
     """Causal self-attention with grouped-query heads: query head h reads kv head h // (n_head / n_kv_head)."""
 
@@ -228,6 +241,8 @@ class Attention(nn.Module):
         qkv_bias = cfg["bias"] or cfg["qkv_bias"]  # Qwen: biases on q, k, v only
         self.qkv = nn.Linear(cfg["n_embd"], q_dim + 2 * kv_dim, bias=qkv_bias)  # rows [q | k | v]
         self.proj = nn.Linear(q_dim, cfg["n_embd"], bias=cfg["bias"])
+        self.q_norm = HeadNorm(cfg) if cfg["qk_norm"] else None
+        self.k_norm = HeadNorm(cfg) if cfg["qk_norm"] else None
 
     def forward(self, x, rope):
         B, T, _ = x.shape
@@ -236,6 +251,8 @@ class Attention(nn.Module):
         q = q.view(B, T, H, hd).transpose(1, 2)   # [B, H, T, hd]
         k = k.view(B, T, KV, hd).transpose(1, 2)  # [B, KV, T, hd]
         v = v.view(B, T, KV, hd).transpose(1, 2)  # [B, KV, T, hd]
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         k = k.repeat_interleave(H // KV, dim=1)   # [B, H, T, hd]
@@ -355,6 +372,11 @@ def hf_table(cfg):
         if cfg["bias"] or (cfg["qkv_bias"] and name.endswith(".qkv")):
             table.append((f"{name}.bias", [(f"{hf}.bias", rows) for hf, rows in pieces], False))
 
+    def head_norms(p, hf):  # QK-norm (Qwen3): q_norm and k_norm, [head_dim] each
+        if cfg["qk_norm"]:
+            table.append((f"{p}.attn.q_norm.weight", [(f"{hf}.q_norm.weight", None)], False))
+            table.append((f"{p}.attn.k_norm.weight", [(f"{hf}.k_norm.weight", None)], False))
+
     if cfg["naming"] == "gpt2":
         table.append(("wte.weight", [("transformer.wte.weight", None)], False))
         if cfg["pos"] == "learned":
@@ -363,6 +385,7 @@ def hf_table(cfg):
             p, h = f"blocks.{i}", f"transformer.h.{i}"
             norm(f"{p}.norm1", f"{h}.ln_1")
             linear(f"{p}.attn.qkv", [(f"{h}.attn.c_attn", None)], True)
+            head_norms(p, f"{h}.attn")
             linear(f"{p}.attn.proj", [(f"{h}.attn.c_proj", None)], True)
             norm(f"{p}.norm2", f"{h}.ln_2")
             linear(f"{p}.mlp.fc1", [(f"{h}.mlp.c_fc", None)], True)
@@ -377,9 +400,11 @@ def hf_table(cfg):
             norm(f"{p}.norm1", f"{h}.input_layernorm")
             if cfg["naming"] == "baichuan":  # q, k, v rows in one tensor
                 linear(f"{p}.attn.qkv", [(f"{h}.self_attn.W_pack", None)], False)
+                head_norms(p, f"{h}.self_attn")
             else:
                 linear(f"{p}.attn.qkv", [(f"{h}.self_attn.q_proj", H * hd), (f"{h}.self_attn.k_proj", KV * hd),
                                          (f"{h}.self_attn.v_proj", KV * hd)], False)
+            head_norms(p, f"{h}.self_attn")  # Qwen3ForCausalLM's names
             linear(f"{p}.attn.proj", [(f"{h}.self_attn.o_proj", None)], False)
             norm(f"{p}.norm2", f"{h}.post_attention_layernorm")
             if cfg["mlp"] == "swiglu":

@@ -70,7 +70,8 @@ struct LayerActs {
     std::vector<real> x;                          // [Nl,C] block input (residual stream)
     std::vector<real> ln1, ln1_mean, ln1_rstd;    // [Nl,C], [Nl], [Nl]
     std::vector<real> ln1_full;                   // [N,C] SP: ln1 gathered over the sequence
-    std::vector<real> qkv;                        // [N, qdl+2kvdl], q and k after RoPE
+    std::vector<real> qkv;                        // [N, qdl+2kvdl], q and k after RoPE (and --qk-norm)
+    std::vector<real> qk_raw;                     // [N, Hl+KVl, hd] --qk-norm: the q and k heads before their norm
     std::vector<real> att;                        // [B,Hl,T,T] softmax probabilities
     std::vector<real> atty;                       // [N,qdl] attention output, before attn_out
     std::vector<real> x_mid;                      // [Nl,C] residual after attention
@@ -252,7 +253,8 @@ void grads_begin(GPT<real>* g, int b) {
 }
 
 // Sums bucket b's gradients (buf: its values) over the ranks that computed parts of them:
-// under SP the replicated tensors over tp (each rank saw its part of the sequence); the tied
+// under SP the replicated tensors over tp (each rank saw its part of the sequence), QK-norm's weights over tp
+// always (each rank normalised its own heads); the tied
 // embedding between first and last stage; then over dp: all-reduce (ZeRO 0, 1) or
 // reduce-scatter added into this rank's shard (ZeRO 2, 3).
 template <typename real>
@@ -263,7 +265,7 @@ void grads_reduce_bucket(GPT<real>* g, int b, real* buf) {
     for (int k = bk.first_spec; k < bk.end_spec; k++) {
         const ParamSpec& s = g->table.specs[k];
         real* p = buf + (s.offset - bk.range.lo);
-        if (L.sp && s.tp == TP_NONE) comm_all_reduce_sum(cm.tp, p, s.numel());
+        if (L.topo.tp > 1 && tp_grad_summed(s.tp, L.sp)) comm_all_reduce_sum(cm.tp, p, s.numel());
         if (k == g->table.wte && g->cfg.tied && L.topo.pp > 1) comm_all_reduce_sum(cm.emb, p, s.numel());
     }
     if (L.zero < 2) { comm_all_reduce_sum(cm.dp, buf, bk.range.size()); return; }
@@ -401,10 +403,12 @@ ChunkActs<real>* acts_acquire(GPT<real>* g, int chunk, int B, int T) {
         for (LayerActs<real>& la : a->layers) {
             la.x.resize(Nl * C); la.ln1.resize(Nl * C); la.ln1_mean.resize(Nl); la.ln1_rstd.resize(Nl); la.ln1_full.resize(NC);
             la.qkv.resize(N * qkvdl); la.att.resize((size_t)B * g->Hl * T * T); la.atty.resize(N * qdl);
+            la.qk_raw.resize(c.qk_norm ? N * (g->Hl + g->KVl) * hd : 0);
             la.x_mid.resize(Nl * C); la.ln2.resize(Nl * C); la.ln2_mean.resize(Nl); la.ln2_rstd.resize(Nl); la.ln2_full.resize(NC);
             la.fc1.resize(N * F1l); la.act.resize(N * g->Fl);
-            for (const std::vector<real>* v : {&la.x, &la.ln1, &la.ln1_mean, &la.ln1_rstd, &la.ln1_full, &la.qkv, &la.att, &la.atty,
-                                               &la.x_mid, &la.ln2, &la.ln2_mean, &la.ln2_rstd, &la.ln2_full, &la.fc1, &la.act})
+            for (const std::vector<real>* v : {&la.x, &la.ln1, &la.ln1_mean, &la.ln1_rstd, &la.ln1_full, &la.qkv, &la.qk_raw,
+                                               &la.att, &la.atty, &la.x_mid, &la.ln2, &la.ln2_mean, &la.ln2_rstd,
+                                               &la.ln2_full, &la.fc1, &la.act})
                 a->bytes += v->size() * sizeof(real);  // measured from the buffers (mem_plan_chunk_acts is the formula)
         }
         a->x_out.resize(Nl * C); a->dx.resize(Nl * C);
@@ -523,6 +527,8 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
                      c.norm_eps, rms);
         const real* ln1 = tp_gather(g, la.ln1.data(), la.ln1_full.data(), B, T);  // [N,C]
         matmul_forward(la.qkv.data(), ln1, g->P(w.qkv_w), g->P(w.qkv_b), N, C, qkvdl);  // column-parallel: this rank's heads
+        if (c.qk_norm)
+            qk_norm_forward(la.qkv.data(), la.qk_raw.data(), g->P(w.q_norm_w), g->P(w.k_norm_w), N, Hl, KVl, hd, c.norm_eps);
         if (c.pos == POS_ROPE) rope_rotate(la.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, +1);
         attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Hl, KVl, hd);
         matmul_forward(g->dtmp.data(), la.atty.data(), g->P(w.attn_out_w), (const real*)nullptr, N, qdl, C);  // row-parallel
@@ -630,6 +636,9 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         if (L.sp) bias_backward(g->G(w.attn_out_b), g->dres.data(), Nl, C);
         attention_backward(g->dqkv.data(), g->datty.data(), la.qkv.data(), la.att.data(), B, T, Hl, KVl, hd);
         if (c.pos == POS_ROPE) rope_rotate(g->dqkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, -1);
+        if (c.qk_norm)  // the weights' gradients are this rank's heads' part (summed over tp with the bucket)
+            qk_norm_backward(g->dqkv.data(), g->G(w.q_norm_w), g->G(w.k_norm_w), la.qk_raw.data(), g->P(w.q_norm_w),
+                             g->P(w.k_norm_w), N, Hl, KVl, hd, c.norm_eps);
         zero(g->dfull);
         const real* ln1 = L.sp ? la.ln1_full.data() : la.ln1.data();
         matmul_backward(g->dfull.data(), g->G(w.qkv_w), g->G(w.qkv_b), g->dqkv.data(), ln1, g->P(w.qkv_w), N, C, qkvdl);

@@ -43,6 +43,7 @@ struct ModelConfig {
     bool qkv_bias = false;   // biases on the q, k, v projections even when bias is off (Qwen 1, 2, 2.5)
     bool tied = true;        // LM head shares the token embedding
     bool norm_head = false;  // NormHead (Baichuan2): the LM head's rows scaled to unit length before the product
+    bool qk_norm = false;    // QK-norm (Qwen3): an RMSNorm over each head of q and of k (a weight [hd] each), before RoPE
     float init_std = 0.02f;  // residual projections get init_std / sqrt(2L)
     NamingKind naming = NAMING_AUTO;  // Hugging Face names of safetensors files
 };
@@ -150,6 +151,15 @@ static inline std::vector<ModelConfig> all_presets() {
         c.qkv_bias = true; c.tied = q.tied;
         p.push_back(c);
     }
+    // Qwen3: LLaMA's blocks with QK-norm (an RMSNorm over each q and k head before RoPE), no biases, head dim 128
+    // whatever the width; the small ones tie the head. Shapes from the models' Hugging Face config.json.
+    struct Qwen3 { const char* name; int L, C, H, ffn; bool tied; };
+    for (const Qwen3& q : {Qwen3{"qwen3_0.6b", 28, 1024, 16, 3072, true}, Qwen3{"qwen3_1.7b", 28, 2048, 16, 6144, true},
+                           Qwen3{"qwen3_8b", 36, 4096, 32, 12288, false}}) {
+        ModelConfig c = llama_preset(q.name, q.L, q.C, q.H, 8, q.ffn, 151936, 40960, 1e-6f, 1000000.0f);
+        c.head_dim = 128; c.qk_norm = true; c.tied = q.tied;
+        p.push_back(c);
+    }
     // Baichuan2: LLaMA's blocks with NormHead and Baichuan's names (W_pack); 13B has ALiBi positions (not yet a switch
     // here: baichuan2_13b is not a preset). Shapes from the models' Hugging Face config.json.
     ModelConfig b7 = llama_preset("baichuan2_7b", 32, 4096, 32, 32, 11008, 125696, 4096, 1e-6f, 10000.0f);
@@ -179,13 +189,13 @@ static inline std::string config_to_json(const ModelConfig& c) {
              "\"ffn\":%d,\"vocab_size\":%d,\"padded_vocab_size\":%d,\"seq_len\":%d,\"norm\":\"%s\",\"norm_eps\":%.9g,"
              "\"pos\":\"%s\",\"rope_theta\":%.9g,\"rope_scaling\":{\"factor\":%.9g,\"low_freq_factor\":%.9g,"
              "\"high_freq_factor\":%.9g,\"original_max_position\":%d},\"mlp\":\"%s\",\"bias\":%s,\"qkv_bias\":%s,"
-             "\"tied\":%s,\"norm_head\":%s,\"init_std\":%.9g,\"naming\":\"%s\"}",
+             "\"tied\":%s,\"norm_head\":%s,\"qk_norm\":%s,\"init_std\":%.9g,\"naming\":\"%s\"}",
              c.name.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab_size,
              c.padded_vocab, c.seq_len, c.norm == NORM_RMSNORM ? "rmsnorm" : "layernorm", c.norm_eps,
              c.pos == POS_ROPE ? "rope" : "learned", c.rope_theta, c.rope_factor, c.rope_low_freq,
              c.rope_high_freq, c.rope_orig_ctx, c.mlp == MLP_SWIGLU ? "swiglu" : "gelu",
              c.bias ? "true" : "false", c.qkv_bias ? "true" : "false", c.tied ? "true" : "false",
-             c.norm_head ? "true" : "false", c.init_std,
+             c.norm_head ? "true" : "false", c.qk_norm ? "true" : "false", c.init_std,
              naming_name(c.naming == NAMING_AUTO ? (cfg_gpt2_naming(c) ? NAMING_GPT2 : NAMING_LLAMA) : c.naming));
     return buf;
 }
@@ -260,6 +270,7 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     c.rope_high_freq = (float)num(*rs, "high_freq_factor"); c.rope_orig_ctx = (int)num(*rs, "original_max_position");
     c.bias = flag("bias"); c.qkv_bias = flag("qkv_bias", true); c.tied = flag("tied");
     c.norm_head = flag("norm_head", true);
+    c.qk_norm = flag("qk_norm", true);
     c.init_std = (float)num(j, "init_std");
     const std::string naming = str("naming");
     if (naming != "gpt2" && naming != "llama" && naming != "baichuan")

@@ -17,8 +17,14 @@
 enum InitKind { INIT_NORMAL, INIT_NORMAL_RESID, INIT_ONES, INIT_ZEROS };
 // How tensor parallelism splits a tensor: COL splits output rows, ROW splits input columns,
 // QKV splits the q, k and v row blocks each by heads, GATEUP splits gate and up each,
-// VOCAB splits embedding rows; NONE is replicated.
-enum TpSplit { TP_NONE, TP_COL, TP_ROW, TP_QKV, TP_GATEUP, TP_VOCAB };
+// VOCAB splits embedding rows; NONE is replicated. SUM is replicated too, but each rank's gradient is a part of the
+// whole (QK-norm's weights: a rank normalises its own heads), so it is summed over tp whatever the layout.
+enum TpSplit { TP_NONE, TP_COL, TP_ROW, TP_QKV, TP_GATEUP, TP_VOCAB, TP_SUM };
+// Whether every tp rank holds the whole tensor (the same values).
+static inline bool tp_replicated(TpSplit s) { return s == TP_NONE || s == TP_SUM; }
+// Whether a tensor's gradient is summed over tp: partial on every rank (TP_SUM), or under sequence parallelism a
+// replicated tensor whose rank saw its part of the sequence.
+static inline bool tp_grad_summed(TpSplit s, bool sp) { return s == TP_SUM || (sp && s == TP_NONE); }
 
 // A Hugging Face tensor is a block of rows [row0, row0 + rows) of one of our tensors,
 // optionally transposed (GPT-2's Conv1D stores [in, out]).
@@ -46,7 +52,10 @@ struct ParamTable {
     size_t total = 0;             // floats in the flat buffer
     // per block, indices into specs (the forward pass looks tensors up by role)
     int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, lm_head = -1;
-    struct Block { int ln1_w, ln1_b, qkv_w, qkv_b, attn_out_w, attn_out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b; };
+    struct Block {
+        int ln1_w, ln1_b, qkv_w, qkv_b, attn_out_w, attn_out_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+        int q_norm_w = -1, k_norm_w = -1;  // --qk-norm: [hd] each
+    };
     std::vector<Block> blocks;
 };
 
@@ -114,6 +123,13 @@ static inline ParamTable build_param_table(const ModelConfig& c) {
                                                                    {"self_attn.v_proj", kvd}};
         linear("qkv", qd + 2 * kvd, C, INIT_NORMAL, TP_QKV, "attn.c_attn", qkv_hf, &b.qkv_w, &b.qkv_b,
                cfg_has_qkv_bias(c));
+        if (c.qk_norm) {  // one weight per head dimension, shared by the heads (Qwen3's self_attn.q_norm, k_norm)
+            const std::string ha = hp + (g2 ? "attn." : "self_attn.");
+            b.q_norm_w = param_add(t, p + "q_norm.w", l, c.head_dim, 1, false, INIT_ONES, TP_SUM,
+                                   whole(ha + "q_norm.weight", c.head_dim, false));
+            b.k_norm_w = param_add(t, p + "k_norm.w", l, c.head_dim, 1, false, INIT_ONES, TP_SUM,
+                                   whole(ha + "k_norm.weight", c.head_dim, false));
+        }
         linear("attn_out", C, qd, INIT_NORMAL_RESID, TP_ROW, "attn.c_proj", {{"self_attn.o_proj", C}},
                &b.attn_out_w, &b.attn_out_b, c.bias);
         norm_pair("ln2", "ln_2", "post_attention_layernorm", &b.ln2_w, &b.ln2_b);

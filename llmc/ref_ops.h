@@ -193,6 +193,69 @@ void norm_rows_backward(real* dw, const real* dwn, const real* wn, const real* r
     }
 }
 
+// QK-norm (Qwen3): an RMSNorm over each q head and each k head of qkv [N,qd+2kvd] in place, with one weight [hd] for
+// the q heads and one for the k heads, rstd = 1/sqrt(mean(x^2) + eps) per head. raw [N,H+KV,hd] keeps the heads as
+// they were (the backward's input). v is untouched.
+template <typename real>
+void qk_norm_forward(real* qkv, real* raw, const real* wq, const real* wk, int N, int H, int KV, int hd, float eps) {
+    const size_t row = (size_t)(H + 2 * KV) * hd;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < H + KV; j++) {
+            real* x = qkv + n * row + (size_t)j * hd;
+            real* r = raw + ((size_t)n * (H + KV) + j) * hd;
+            const real* w = j < H ? wq : wk;
+            real ss = 0;
+            for (int e = 0; e < hd; e++) ss += x[e] * x[e];
+            const real rstd = (real)1 / std::sqrt(ss / hd + (real)eps);
+            for (int e = 0; e < hd; e++) {
+                r[e] = x[e];
+                x[e] = x[e] * rstd * w[e];
+            }
+        }
+}
+
+// Its backward, in place on the q and k heads of dqkv [N,qd+2kvd]: dx = rstd (dn - xhat mean(dn xhat)), dn = dout w;
+// dwq, dwk [hd] += sum over tokens and heads of dout xhat (one thread per element of a head: a fixed order).
+template <typename real>
+void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const real* wq, const real* wk, int N, int H,
+                      int KV, int hd, float eps) {
+    const size_t row = (size_t)(H + 2 * KV) * hd, heads = (size_t)N * (H + KV);
+    std::vector<real> rstd(heads);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < heads; i++) {
+        const real* x = raw + i * hd;
+        real ss = 0;
+        for (int e = 0; e < hd; e++) ss += x[e] * x[e];
+        rstd[i] = (real)1 / std::sqrt(ss / hd + (real)eps);
+    }
+#pragma omp parallel for schedule(static)
+    for (int e = 0; e < hd; e++) {
+        real sq = 0, sk = 0;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < H + KV; j++) {
+                const size_t i = (size_t)n * (H + KV) + j;
+                const real d = dqkv[n * row + (size_t)j * hd + e] * raw[i * hd + e] * rstd[i];
+                if (j < H) sq += d;
+                else sk += d;
+            }
+        dwq[e] += sq;
+        dwk[e] += sk;
+    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < H + KV; j++) {
+            const size_t i = (size_t)n * (H + KV) + j;
+            real* d = dqkv + n * row + (size_t)j * hd;
+            const real* x = raw + i * hd;
+            const real* w = j < H ? wq : wk;
+            real m = 0;
+            for (int e = 0; e < hd; e++) m += d[e] * w[e] * x[e] * rstd[i];
+            m /= hd;
+            for (int e = 0; e < hd; e++) d[e] = rstd[i] * (d[e] * w[e] - x[e] * rstd[i] * m);
+        }
+}
+
 // Rotates every q and k head of qkv [B,T,qd+2kvd] in place, in Hugging Face's rotate_half
 // convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1, x2 the two halves of
 // the head. sign = -1 rotates back, which is the backward pass (the rotation is orthogonal).

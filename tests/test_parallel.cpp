@@ -815,7 +815,7 @@ static void test_tp() {
         }
         size_t replicated = 0;
         for (size_t k = 0; k < full.specs.size(); k++) {
-            const bool split = full.specs[k].tp != TP_NONE;
+            const bool split = !tp_replicated(full.specs[k].tp);
             if (!split) replicated += full.specs[k].numel();
             for (int h : hits[k]) if (h != (split ? 1 : tp)) { ok = false; where = name + std::string(" ") + full.specs[k].name; }
         }

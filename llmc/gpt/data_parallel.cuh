@@ -214,10 +214,10 @@ static void grads_bucket_done(GPT* g, int b) {
         cudaCheck(cudaGetLastError());
     }
     // SP: each tp rank saw its part of the sequence, so the replicated tensors' gradients (norms, row-parallel biases,
-    // position embedding) are summed over tp, in fp32, before the dp reduction
-    for (int k = bk.first_spec; k < bk.end_spec && g->tp.sp; k++) {
+    // position embedding) are summed over tp, in fp32, before the dp reduction; QK-norm's weights (TP_SUM) always
+    for (int k = bk.first_spec; k < bk.end_spec && g->tp.n > 1; k++) {
         const ParamSpec& s = g->table.specs[k];
-        if (s.tp == TP_NONE) comm_all_reduce_sum(g->tp.comm, dst + (s.offset - bk.range.lo), s.numel());
+        if (tp_grad_summed(s.tp, g->tp.sp)) comm_all_reduce_sum(g->tp.comm, dst + (s.offset - bk.range.lo), s.numel());
     }
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     const int e = g->table.wte;

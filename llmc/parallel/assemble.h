@@ -92,7 +92,7 @@ static inline AssemblePlan assemble_plan(const ModelConfig& c, const ParamTable&
         const LocalTable& lt = a.tables.back();
         for (size_t k = 0; k < lt.t.specs.size(); k++) {
             const int g = lt.global[k];
-            if ((full.specs[g].tp == TP_NONE && o.tp_rank != 0) || (g == full.wte && o.pp_rank != 0)) continue;
+            if ((tp_replicated(full.specs[g].tp) && o.tp_rank != 0) || (g == full.wte && o.pp_rank != 0)) continue;
             a.from[g].push_back({(int)s, (int)k});
         }
     }

@@ -121,13 +121,13 @@ static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable&
 }
 
 // The parts of its tensors this rank alone answers for among the ranks that hold the same values: within its dp
-// piece of each bucket (zero_parts; dp ranks hold equal values), replicated tensors (TP_NONE) on tp rank 0 only, the
+// piece of each bucket (zero_parts; dp ranks hold equal values), replicated tensors (TP_NONE, TP_SUM) on tp rank 0 only, the
 // tied embedding on the first stage only. Each element of the model is in exactly one rank's parts: what the global
 // norm sums and what a checkpoint's shards hold (llmc/parallel/assemble.h).
 static inline std::vector<ZeroPart> layout_owned_parts(const ParamTable& t, const std::vector<Bucket>& bs, const Layout& L) {
     std::vector<ZeroPart> out;
     for (const ZeroPart& p : zero_parts(t, bs, L.topo.dp, L.topo.dp_rank, false)) {
-        if (t.specs[p.spec].tp == TP_NONE && L.topo.tp_rank != 0) continue;
+        if (tp_replicated(t.specs[p.spec].tp) && L.topo.tp_rank != 0) continue;
         if (p.spec == t.wte && L.topo.pp_rank != 0) continue;
         out.push_back(p);
     }
@@ -135,7 +135,7 @@ static inline std::vector<ZeroPart> layout_owned_parts(const ParamTable& t, cons
 }
 
 // The ranges of gradient elements this rank adds to the squared global norm: within its dp
-// piece of each bucket (reduced gradients are equal across dp), replicated tensors (TP_NONE) on
+// piece of each bucket (reduced gradients are equal across dp), replicated tensors (TP_NONE, TP_SUM) on
 // tp rank 0 only, the tied embedding on the first stage only. In flat-buffer positions, or in
 // shard-buffer positions when in_shard (ZeRO-2/3 gradients). Adjacent ranges are merged.
 static inline std::vector<Range> layout_norm_ranges(const ParamTable& t, const std::vector<Bucket>& bs, const Layout& L, bool in_shard) {

@@ -35,7 +35,9 @@ static inline MemPlan mem_plan(const ModelConfig& c, const Layout& L, int B, int
     const double Hl = c.n_head / tp, KVl = c.n_kv_head / tp, Fl = c.ffn / tp, Vpl = c.padded_vocab / tp;
     const double N = (double)B * T, Nl = L.sp ? N / tp : N, C = c.n_embd, hd = c.head_dim;
     const double F1l = c.mlp == MLP_SWIGLU ? 2.0 * Fl : Fl, sp_full = L.sp ? 2 * N * C : 0;
-    const double per_layer = 4 * Nl * C + 4 * Nl + sp_full + N * ((Hl + 2 * KVl) * hd + Hl * hd + F1l + Fl) + (double)B * Hl * T * T;
+    const double qk_raw = c.qk_norm ? N * (Hl + KVl) * hd : 0;  // --qk-norm: the q and k heads before their norm
+    const double per_layer = 4 * Nl * C + 4 * Nl + sp_full + N * ((Hl + 2 * KVl) * hd + Hl * hd + F1l + Fl) + qk_raw +
+                             (double)B * Hl * T * T;
     const double per_chunk_io = 2 * Nl * C + 2 * N * sizeof(int32_t) / eb;
     const double head = (Nl * C + 2 * Nl + (L.sp ? N * C : 0) + N * Vpl + N);
     const double layers_per_chunk = (double)c.n_layer / n_chunks;
@@ -65,8 +67,11 @@ static inline double mem_plan_chunk_acts(const ModelConfig& c, const Layout& L, 
     const double Hl = c.n_head / tp, KVl = c.n_kv_head / tp, Fl = c.ffn / tp, Vpl = c.padded_vocab / tp;
     const double N = (double)B * T, Nl = L.sp ? N / tp : N, C = c.n_embd, hd = c.head_dim;
     const double F1l = c.mlp == MLP_SWIGLU ? 2.0 * Fl : Fl, NC = L.sp ? N * C : 0;
-    // per layer: x ln1 x_mid ln2 [Nl,C], 2 means and 2 rstds [Nl], SP gathers ln1/ln2 [N,C], qkv, atty, fc1, act, att [B,Hl,T,T]
-    const double per_layer = 4 * Nl * C + 4 * Nl + 2 * NC + N * ((Hl + 2 * KVl) * hd + Hl * hd + F1l + Fl) + (double)B * Hl * T * T;
+    // per layer: x ln1 x_mid ln2 [Nl,C], 2 means and 2 rstds [Nl], SP gathers ln1/ln2 [N,C], qkv, atty, fc1, act, att
+    // [B,Hl,T,T], --qk-norm's raw q and k heads [N,Hl+KVl,hd]
+    const double qk_raw = c.qk_norm ? N * (Hl + KVl) * hd : 0;
+    const double per_layer = 4 * Nl * C + 4 * Nl + 2 * NC + N * ((Hl + 2 * KVl) * hd + Hl * hd + F1l + Fl) + qk_raw +
+                             (double)B * Hl * T * T;
     const int layers = L.chunk_first[chunk + 1] - L.chunk_first[chunk];
     double elems = layers * per_layer + 2 * Nl * C;  // x_out, dx [Nl,C]
     if (chunk == L.n_chunks() - 1) elems += Nl * C + 2 * Nl + NC + N * Vpl + N;  // lnf, mean, rstd, SP lnf, logits, lse

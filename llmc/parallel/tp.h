@@ -6,6 +6,7 @@
 //   TP_ROW    columns r*K/tp ..         (attn_out and fc2 weights; their biases are replicated)
 //   TP_VOCAB  rows r*Vp/tp ..           (embedding, LM head; Vp is a multiple of 128*tp)
 //   TP_NONE   everything (norms, row-parallel biases, position embedding)
+//   TP_SUM    everything (QK-norm's weights; their gradients are summed over tp)
 // A slice is a list of blocks of the full tensor, stacked by rows in the local tensor.
 // tp_local_table() builds a rank's own parameter table: the tensors it keeps (its pipeline
 // stage's), sliced for its tp rank, with fresh offsets into its flat buffer (dense; llmc/parallel/layout.h
@@ -61,7 +62,7 @@ static inline std::vector<TpBlock> tp_slice(const ParamSpec& s, const ModelConfi
             const int64_t F = c.ffn;
             return {{r * F / tp, F / tp, 0, K}, {F + r * F / tp, F / tp, 0, K}};
         }
-        case TP_NONE: break;
+        case TP_NONE: case TP_SUM: break;
     }
     return {{0, R, 0, K}};
 }
@@ -110,8 +111,11 @@ static inline LocalTable tp_local_table(const ParamTable& full, const ModelConfi
     auto map = [&](int k) { return k < 0 ? -1 : local_of[k]; };
     lt.t.wte = map(full.wte); lt.t.wpe = map(full.wpe); lt.t.lnf_w = map(full.lnf_w); lt.t.lnf_b = map(full.lnf_b);
     lt.t.lm_head = map(full.lm_head);
-    for (const ParamTable::Block& b : full.blocks)
+    for (const ParamTable::Block& b : full.blocks) {
         lt.t.blocks.push_back({map(b.ln1_w), map(b.ln1_b), map(b.qkv_w), map(b.qkv_b), map(b.attn_out_w), map(b.attn_out_b),
                                map(b.ln2_w), map(b.ln2_b), map(b.fc1_w), map(b.fc1_b), map(b.fc2_w), map(b.fc2_b)});
+        lt.t.blocks.back().q_norm_w = map(b.q_norm_w);
+        lt.t.blocks.back().k_norm_w = map(b.k_norm_w);
+    }
     return lt;
 }

@@ -91,7 +91,8 @@ static inline void print_usage(const char* prog) {
            "  --norm layernorm|rmsnorm  --norm-eps F  --pos learned|rope  --rope-theta F\n"
            "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
            "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1\n"
-           "  --norm-head 0|1 (LM head rows of unit length)  --init-std F  --seed N\n"
+           "  --norm-head 0|1 (LM head rows of unit length)  --qk-norm 0|1 (RMSNorm per q, k head)\n"
+           "  --init-std F  --seed N\n"
            "  --naming gpt2|llama|baichuan   Hugging Face tensor names (default: gpt2 for GELU, else llama)\n"
            "data:\n"
            "  -i PATH              training data: a .txt file (bytes, vocab 256), llm.c shards (glob),\n"
@@ -259,6 +260,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--qkv-bias") mc->qkv_bias = as_bool();
         else if (a == "--tied") mc->tied = as_bool();
         else if (a == "--norm-head") mc->norm_head = as_bool();
+        else if (a == "--qk-norm") mc->qk_norm = as_bool();
         else if (a == "--naming") {
             if (s == "gpt2") mc->naming = NAMING_GPT2;
             else if (s == "llama") mc->naming = NAMING_LLAMA;
