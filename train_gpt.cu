@@ -27,6 +27,7 @@
 #include "llmc/matmul.cuh"
 #include "llmc/norm.cuh"
 #include "llmc/rope.cuh"
+#include "llmc/qk_norm.cuh"
 #include "llmc/mlp_act.cuh"
 #ifdef ENABLE_FP32
 #include "llmc/attention_rowwise.cuh"  // fp32 build: CUDA-core attention, one warp per row
@@ -58,7 +59,8 @@ struct LayerActs {
     float* ln1_rstd;  // [Nl]
     floatX* ln1_full; // [N,C]    SP: ln1 gathered over tp (the qkv input; one copy for all layers, gathered
                       //          again for the backward); otherwise = ln1
-    floatX* qkv;      // [N,qkvd] after RoPE
+    floatX* qkv;      // [N,qkvd] after RoPE (and --qk-norm)
+    floatX* qk_raw;   // [N,H+KV,hd] --qk-norm: the q and k heads before their norm
     floatX* atty;     // [N,qd]
     float* lse;       // [B,H,T]
     floatX* x_mid;    // [Nl,C]   x + attention branch
@@ -166,6 +168,7 @@ static void head_grad_finish(GPT* g) {
 // Forward of one layer l (x = the residual stream entering it, [N,C] with N = B*T):
 //   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: no add)
 //   qkv = ln1 Wqkv^T (+b); rope(q, k)          cuBLASLt (bias epilogue), rope_rotate_inplace
+//                                              (--qk-norm: qk_norm_forward on the q and k heads first)
 //   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA)
 //   y = atty Wo^T (+b)
 //   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
@@ -224,6 +227,8 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = g->Hl, KV = g->KVl;
     tp_gather(g, la.ln1, la.ln1_full);
     linear_forward(g, l, LINEAR_QKV, la.qkv, la.ln1_full, g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
+    if (c.qk_norm)
+        qk_norm_forward(la.qkv, la.qk_raw, g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream);
     if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
     attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
 }
@@ -544,6 +549,9 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
         attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
+        if (c.qk_norm)  // the weights' gradients: this rank's heads' part (summed over tp with the bucket)
+            qk_norm_backward(g->dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->norm_partial, la.qk_raw, g->P(w.q_norm_w),
+                             g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream);
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);
         linear_backward(g, l, LINEAR_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
         tp_sum(g, part, g->dln);

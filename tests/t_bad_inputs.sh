@@ -66,6 +66,7 @@ expect_fail "truncated safetensors names the file" "$d/trunc.safetensors" "trunc
 expect_fail "garbage safetensors names the file" "$d/garbage.safetensors" "garbage.safetensors.: not a valid safetensors file" ./train_gpt_cpu "${tiny[@]}" --init-from "$d/garbage.safetensors"
 expect_fail "safetensors of another model is refused, naming the field" "$d/init.safetensors" "differs from the requested one \(n_embd: 128 in the file, 64 in this run\)" ./train_gpt_cpu "${tiny[@]}" --embd 64 --init-from "$d/init.safetensors"
 expect_fail "safetensors without the q, k, v biases --qkv-bias asks for" "$d/init.safetensors" "\(qkv_bias: false in the file, true in this run\)" ./train_gpt_cpu "${tiny[@]}" --qkv-bias 1 --init-from "$d/init.safetensors"
+expect_fail "safetensors without the QK-norm weights --qk-norm asks for" "$d/init.safetensors" "\(qk_norm: false in the file, true in this run\)" ./train_gpt_cpu "${tiny[@]}" --qk-norm 1 --init-from "$d/init.safetensors"
 
 # checkpoints: corrupt, half-written, other model; auto-resume skips the half-written one
 ck=(-c gpt3_tiny --layers 1 -b 2 -t 16 -v 0 -g 0 -o "$d/ck" -n 2)

@@ -2,8 +2,8 @@
 # test_gpt (the program tests/t_gpu.sh runs on a GPU) run on the CPU: train_gpt.cu and test_gpt.cu built with
 # g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (by tests/cuda_emu/build.sh; every kernel
 # runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
-# head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases and Baichuan2's NormHead), 80 and 128, the fp32 build
-# on the three head-dim-64 states. Every check of test_gpt runs:
+# head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 and
+# 128, the fp32 build on the three head-dim-64 states. Every check of test_gpt runs:
 # logits, loss, gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism,
 # resume. A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
 # in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the

@@ -20,8 +20,8 @@
 #      the CPU run's, within LOSS_TOL; the same run at one rank (validation without a pipeline, and sampling: -g 4
 #      draws 4 tokens after the last step, which must be the CPU run's tokens, as both trainers draw them from the
 #      run's RNG through llmc/sampling.h); pp2 asked to sample says it samples at one rank only.
-#   7. llama_tiny with 2 layers, Qwen's q, k, v biases and Baichuan2's NormHead (untied LM head on the last stage,
-#      RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with --recompute full.
+#   7. llama_tiny with 2 layers, Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm (untied LM head on
+#      the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with --recompute full.
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
 # rank's (rank 0 holds the first stage only: guards in the lib).
 # OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores.
@@ -117,12 +117,12 @@ fp32 pp2_layout "4 layers: pp2 --layout 3,1" 2 4 --pp 2 --layout 3,1
 # LLaMA: an untied head on the last stage (its own CPU reference; one rank's memory estimate)
 d=$top/llama
 mkdir -p "$d"
-MODEL=(-c llama_tiny --layers 2 --qkv-bias 1 --norm-head 1)
+MODEL=(-c llama_tiny --layers 2 --qkv-bias 1 --norm-head 1 --qk-norm 1)
 run cpu.a4 ./train_gpt_cpu 1 4
 if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run, llama_tiny: $(why cpu.a4)"; exit 1; fi
 build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
     { echo "[FAIL] --estimate-memory, llama_tiny: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
-fp32 llama_pp2_dp2_zero2 "llama_tiny with q, k, v biases and NormHead: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 \
+fp32 llama_pp2_dp2_zero2 "llama_tiny with q, k, v biases, NormHead, QK-norm: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 \
     --zero 2 --recompute full
 
 [ $status -eq 0 ] && rm -rf "$top"

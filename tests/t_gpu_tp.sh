@@ -14,8 +14,8 @@
 #   4. a LLaMA model with GQA (llama_tiny with 1 layer, 8 heads of 16 and 4 kv heads, SwiGLU, RMSNorm, RoPE, no biases,
 #      untied head): one rank, tp2 (4 heads, 2 kv heads per rank) and tp4 (Megatron's MP 1x4: 2 heads, 1 kv head per
 #      rank), fp32 build (its attention takes head dim 16; the bf16 kernels take 64, 80 or 128).
-#   5. Qwen's biases on q, k, v only and Baichuan2's NormHead (the LLaMA model of 4. with --qkv-bias 1 --norm-head 1):
-#      tp2.
+#   5. Qwen's biases on q, k, v only, Baichuan2's NormHead and Qwen3's QK-norm (the LLaMA model of 4. with --qkv-bias 1
+#      --norm-head 1 --qk-norm 1): tp2, and tp2 sp.
 #   6. a bad layout stops with exit 1 naming the flag: --tp 3 with 2 heads.
 # Tolerances and the guards (the job ran as its layout: the config table's row, one metrics.jsonl, optimizer state per
 # rank below one rank's) are tests/gpu_multirank_lib.sh's, derived in tests/t_gpu_multirank.sh's header; tensor
@@ -77,18 +77,20 @@ else
     fp32 tp4 "llama GQA tp4, MP 1x4 (2 heads, 1 kv head per rank)" 4 4 --tp 4
 fi
 
-# 5. Qwen's biases on q, k, v only (each rank holds its heads' slice of the fused bias) and Baichuan2's NormHead (each
-# rank scales its vocabulary rows of the head): tp2 against its own one-process run (the guards' one-rank optimizer
-# state from --estimate-memory)
+# 5. Qwen's biases on q, k, v only (each rank holds its heads' slice of the fused bias), Baichuan2's NormHead (each
+# rank scales its vocabulary rows of the head) and Qwen3's QK-norm (each rank normalises its own heads, so the norm
+# weights' gradients are summed over tp, with sp or without): tp2 and tp2 sp against their own one-process run (the
+# guards' one-rank optimizer state from --estimate-memory)
 d=build/t_gpu_tp/switches
 mkdir -p "$d"
-MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4 --qkv-bias 1 --norm-head 1)
+MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4 --qkv-bias 1 --norm-head 1 --qk-norm 1)
 run cpu.a4 ./train_gpt_cpu 1 4
-if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run (q, k, v biases, NormHead): $(why cpu.a4)"; status=1
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run (q, k, v biases, NormHead, QK-norm): $(why cpu.a4)"; status=1
 else
     build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
-        { echo "[FAIL] --estimate-memory, q, k, v biases and NormHead: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
-    fp32 tp2 "llama with q, k, v biases and NormHead, tp2" 2 4 --tp 2
+        { echo "[FAIL] --estimate-memory, q, k, v biases, NormHead and QK-norm: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+    fp32 tp2 "llama with q, k, v biases, NormHead and QK-norm, tp2" 2 4 --tp 2
+    fp32 tp2_sp "llama with q, k, v biases, NormHead and QK-norm, tp2 sp" 2 4 --tp 2 --sp 1
 fi
 
 [ $status -eq 0 ] && rm -rf build/t_gpu_tp

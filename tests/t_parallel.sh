@@ -11,7 +11,8 @@
 #      LOSS_TOL, the one-process gradient norms within NORM_TOL_1 (step 1) and NORM_TOL (steps 2-10; see
 #      below), and write final weights within WEIGHT_TOL (per tensor: max |a-b| / (max |b| +
 #      1e-3); the slack is fp32 reassociation, amplified by AdamW on near-zero gradients such as the
-#      key bias, whose exact gradient is 0).
+#      key bias, whose exact gradient is 0). qwen3_tiny (llama_tiny with Qwen3's QK-norm) at tp2 and tp2 sp dp2
+#      zero2: each rank's QK-norm weight gradient is its heads' part, summed over tp.
 #   3. a checkpoint written at tp2 pp2 dp2 zero3 resumes in one process, and a one-process
 #      checkpoint resumes at pp2 vpp2 dp2 zero3 sp, both continuing the one-process losses and norms.
 #   4. bad layouts stop on every rank with exit status 1 and one message naming the number.
@@ -52,6 +53,7 @@ run() {
     local name=$1 model=$2 np=$3; shift 3
     local args=(-c "$model" -b 2 -t 32 -d 512 -x "${STEPS:-10}" -v 0 -g 0 -i data/mobydick.txt -j "" -o "$d/$name")
     [ "$model" = gpt3_tiny ] && args+=(--vocab 301)
+    [ "$model" = qwen3_tiny ] && args=(-c llama_tiny --qk-norm 1 "${args[@]:2}")  # Qwen3's QK-norm on llama_tiny
     if [ "$np" = 1 ]; then timeout 300 ./train_gpt_cpu "${args[@]}" "$@" > "$d/$name.log" 2>&1
     else timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${args[@]}" "$@" > "$d/$name.log" 2>&1; fi
 }
@@ -83,16 +85,22 @@ matrix=(
   "tp2_pp2_dp2_zero2_sp|8|--tp 2 --pp 2 --zero 2 --sp 1"
   "tp2_pp2_dp2_zero3_vpp2_sp|8|--tp 2 --pp 2 --vpp 2 --zero 3 --sp 1"
 )
+# QK-norm: each tp rank normalises its own heads, so the norm weights' gradients are summed over tp, with sp or without
+qwen3_cases=(
+  "tp2|2|--tp 2"
+  "tp2_sp_dp2_zero2|4|--tp 2 --sp 1 --zero 2"
+)
 extra_gpt=(
   "tp4_sp|4|--tp 4 --sp 1"
   "pp2_layout13_dp2_zero3|4|--pp 2 --layout 1,3 --zero 3"
   "dp8_zero2|8|--dp 8 --zero 2"
 )
 worst_loss=0; worst_norm=0; worst_w=0
-for model in gpt3_tiny llama_tiny; do
+for model in gpt3_tiny llama_tiny qwen3_tiny; do
     run "$model.base" "$model" 1 -n 5 -v 5 --val-batches 2
     cases=("${matrix[@]}")
     [ "$model" = gpt3_tiny ] && cases+=("${extra_gpt[@]}")
+    [ "$model" = qwen3_tiny ] && cases=("${qwen3_cases[@]}")
     for c in "${cases[@]}"; do
         IFS='|' read -r name np flags <<< "$c"
         extra=()

@@ -88,6 +88,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
                  qd = (size_t)g->Hl * hd, qkvd = (size_t)(g->Hl + 2 * g->KVl) * hd, F = g->Fl,
                  F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->tp.sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
+    const size_t qk_raw = c.qk_norm ? N * (g->Hl + g->KVl) * hd : 0;
     const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
     const bool fp8 = g->fp8.opt.recipe != FP8_NONE;
     const size_t max_ic = fp8 ? std::max({C, qd, F}) : 0, max_oc = fp8 ? std::max({qkvd, C, F1}) : 0;
@@ -101,6 +102,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         activation(&la.ln1_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln1 gathered (again
                                                                                  // in the backward)
         activation(&la.qkv,        N * qkvd,  KEEP, KEEP,       RECOMPUTED),  // [N,qkvd] q, k rotated
+        activation(&la.qk_raw,     qk_raw,    KEEP, KEEP,       RECOMPUTED),  // [N,H+KV,hd] --qk-norm: before the norm
         activation(&la.atty,       N * qd,    KEEP, RECOMPUTED, RECOMPUTED),  // [N,qd] attention output
         activation(&la.lse,        BHT,       KEEP, RECOMPUTED, RECOMPUTED),  // [B,H,T]
         activation(&la.x_mid,      Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C] after attention
@@ -125,7 +127,8 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->dfc1,          N * F1),                    // [N,F1]
         scratch(&g->dact,          N * F),                     // [N,F]
         scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
-        scratch(&g->norm_partial,  norm_backward_scratch_floats((int)Nl, (int)C)),
+        scratch(&g->norm_partial,  std::max(norm_backward_scratch_floats((int)Nl, (int)C),  // and QK-norm's
+                                            c.qk_norm ? qk_norm_backward_scratch_floats((int)N, (int)hd) : 0)),
         scratch(&g->logits,        g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
         scratch(&g->cls_stats,     g->has_head && g->tp.n > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
                                                                // exps, target logit
