@@ -172,7 +172,7 @@ static void test_reference(const char* path) {
     // The key biases' final values are rounding noise without RoPE (tests/ref_state.h key_bias_mask): they are
     // left out here and their gradient is checked to be zero instead.
     const std::vector<bool> is_kbias = key_bias_mask(c, g.table);
-    const bool kbias_free = cfg_has_qkv_bias(c) && c.pos == POS_LEARNED;
+    const bool kbias_free = cfg_has_qkv_bias(c) && c.pos != POS_ROPE;
     double kb_grad = 0, qv_grad = 0;
     for (const ParamTable::Block& b : g.table.blocks)
         for (int i = 0; kbias_free && i < cfg_qkv_dim(c); i++) {
@@ -218,8 +218,9 @@ static void test_reference(const char* path) {
 // Finite differences in double: d loss / d theta by central differences against backward.
 
 // kind: "gpt" (layernorm, learned positions, gelu, biases, tied), "llama" (rmsnorm, scaled rope, gqa, swiglu,
-// untied), "qwen2" (llama with biases on q, k, v only), "baichuan2" (llama with NormHead) or "qwen3" (llama with
-// QK-norm)
+// untied), "qwen2" (llama with biases on q, k, v only), "baichuan2" (llama with NormHead), "qwen3" (llama with
+// QK-norm) or "alibi" (Baichuan2-13B's: llama with ALiBi instead of RoPE, 3 heads so that the slopes are not a
+// plain series, NormHead)
 static ModelConfig micro_config(const std::string& kind) {
     const bool llama = kind != "gpt";
     // llama: head dim 6 with theta 50 and original context 32 puts the three RoPE frequencies
@@ -231,6 +232,9 @@ static ModelConfig micro_config(const std::string& kind) {
     c.qkv_bias = kind == "qwen2";
     c.norm_head = kind == "baichuan2";
     c.qk_norm = kind == "qwen3";
+    if (kind == "alibi") {
+        c.pos = POS_ALIBI; c.rope_factor = 0.0f; c.n_head = 3; c.n_kv_head = 3; c.head_dim = 4; c.norm_head = true;
+    }
     if (kind == "baichuan2") c.naming = NAMING_BAICHUAN;
     config_finalize(c);
     return c;
@@ -274,6 +278,7 @@ static void test_finite_differences(const std::string& kind) {
                       : kind == "llama" ? "finite differences, llama micro (rmsnorm, scaled rope, gqa, swiglu, untied)"
                       : kind == "qwen2" ? "finite differences, qwen2 micro (llama with q, k, v biases)"
                       : kind == "qwen3" ? "finite differences, qwen3 micro (llama with QK-norm)"
+                      : kind == "alibi" ? "finite differences, alibi micro (llama with ALiBi, 3 heads, NormHead)"
                                         : "finite differences, " + kind + " micro (llama with NormHead)";
     check(worst < 1e-6, tag, "worst rel err %.3g at %s", worst, worst_name.c_str());
     printf("  %zu parameters checked, worst relative error %.3g (%s)\n", checked, worst, worst_name.c_str());
@@ -318,6 +323,17 @@ static void test_units() {
     check(json_ok, "config JSON round trip, every preset");
     check(names_ok, "Hugging Face names unique, every preset");
 
+    // ALiBi's slopes: 8 heads 2^-1 .. 2^-8; 40 heads (Baichuan2-13B) the 32-head series 2^(-h/4), then the 64-head
+    // series' slopes 1, 3, 5, ... 15: 2^(-1/8), 2^(-3/8), ..., 2^(-15/8)
+    {
+        const std::vector<double> s8 = alibi_slopes(8), s40 = alibi_slopes(40);
+        bool ok = s8.size() == 8 && s40.size() == 40;
+        for (int h = 0; ok && h < 8; h++) ok &= s8[h] == std::ldexp(1.0, -(h + 1));
+        for (int h = 0; ok && h < 32; h++) ok &= std::fabs(s40[h] - std::pow(2.0, -(h + 1) / 4.0)) < 1e-15;
+        for (int i = 0; ok && i < 8; i++) ok &= std::fabs(s40[32 + i] - std::pow(2.0, -(2 * i + 1) / 8.0)) < 1e-15;
+        check(ok, "ALiBi slopes: 8 heads 2^-1..2^-8; 40 heads the 32-head series, then every other 64-head slope");
+    }
+
     // parameter counts against the published sizes of the same architectures
     struct Known { const char* preset; int seq; int64_t params; const char* source; };
     Known known[] = {
@@ -335,6 +351,8 @@ static void test_units() {
         {"baichuan2_7b", 4096, 7505973248LL, "Baichuan2-7B (its config.json)"},
         // Qwen3 (head dim 128, 8 kv heads, 151936 tokens): embedding (x 2 untied) + L x (C x 128 x (2 H + 2 x 8) +
         // 3 x C x ffn + 2 C + 2 x 128) + C; published as 0.6B, 1.7B and 8.2B parameters
+        // 2 x 125696 x 5120 + 40 x (4 x 5120^2 + 3 x 5120 x 13696 + 2 x 5120) + 5120 (ALiBi: no position tensor)
+        {"baichuan2_13b", 4096, 13896668160LL, "Baichuan2-13B (its config.json)"},
         {"qwen3_0.6b", 40960, 596049920LL, "Qwen3-0.6B"},
         {"qwen3_1.7b", 40960, 1720574976LL, "Qwen3-1.7B"},
         {"qwen3_8b", 40960, 8190735360LL, "Qwen3-8B"},
@@ -487,7 +505,7 @@ int main(int argc, char** argv) {
     if (argc >= 3 && std::string(argv[1]) == "ref") {
         for (int i = 2; i < argc; i++) test_reference(argv[i]);
     } else if (argc == 2 && std::string(argv[1]) == "fd") {
-        for (const char* kind : {"gpt", "llama", "qwen2", "baichuan2", "qwen3"}) test_finite_differences(kind);
+        for (const char* kind : {"gpt", "llama", "qwen2", "baichuan2", "qwen3", "alibi"}) test_finite_differences(kind);
     } else if (argc == 2 && std::string(argv[1]) == "units") {
         test_units();
     } else {

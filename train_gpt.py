@@ -48,7 +48,7 @@ def die(msg):
 # ------------------------------------------------------------------------------------------------
 # Config: the JSON object the C++ trainer writes into safetensors metadata under "config"
 
-CONFIG_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos": ("learned", "rope"),
+CONFIG_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos": ("learned", "rope", "alibi"),
                   "mlp": ("gelu", "swiglu"), "naming": ("gpt2", "llama", "baichuan")}
 
 
@@ -196,6 +196,23 @@ def rope_tables(cfg, T, device, dtype):
     return angle.cos().to(dtype), angle.sin().to(dtype)
 
 
+def alibi_slopes(n):
+    """ALiBi's head slopes, as Baichuan2-13B's and BLOOM's code makes them: a geometric series from 2^(-8/n) for n a
+    power of two; otherwise the power of two below n, then every other slope of twice that power."""
+    if math.log2(n).is_integer():
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    p = 2 ** math.floor(math.log2(n))
+    return alibi_slopes(p) + alibi_slopes(2 * p)[0::2][: n - p]
+
+
+def alibi_bias(cfg, T, device, dtype):
+    """[H, T, T]: slope_h * (key - query), the bias ALiBi adds to the scaled scores (the causal mask is separate)."""
+    slopes = torch.tensor(alibi_slopes(cfg["n_head"]), dtype=torch.float64, device=device)
+    pos = torch.arange(T, dtype=torch.float64, device=device)
+    return (slopes[:, None, None] * (pos[None, None, :] - pos[None, :, None])).to(dtype)
+
+
 def apply_rope(x, cos, sin):
     """Rotate x [B, nh, T, hd] in Hugging Face's rotate_half convention: the halves of each head pair up."""
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # keeps bf16 activations bf16 under autocast
@@ -244,7 +261,7 @@ class Attention(nn.Module):
         self.q_norm = HeadNorm(cfg) if cfg["qk_norm"] else None
         self.k_norm = HeadNorm(cfg) if cfg["qk_norm"] else None
 
-    def forward(self, x, rope):
+    def forward(self, x, rope, alibi=None):
         B, T, _ = x.shape
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = self.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
@@ -257,11 +274,15 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         k = k.repeat_interleave(H // KV, dim=1)   # [B, H, T, hd]
         v = v.repeat_interleave(H // KV, dim=1)   # [B, H, T, hd]
-        if self.use_sdpa:
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        if self.use_sdpa and alibi is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif self.use_sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=alibi.masked_fill(~causal, float("-inf")))
         else:
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))  # [B, H, T, T]
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            if alibi is not None:
+                att = att + alibi                                    # ALiBi: slope_h * (key - query)
             att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
             y = att @ v                                              # [B, H, T, hd]
         y = y.transpose(1, 2).reshape(B, T, H * hd)                  # head h in columns [h*hd, (h+1)*hd)
@@ -298,8 +319,8 @@ class Block(nn.Module):
         self.norm2 = Norm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope):
-        x = x + self.attn(self.norm1(x), rope)
+    def forward(self, x, rope, alibi=None):
+        x = x + self.attn(self.norm1(x), rope, alibi)
         return x + self.mlp(self.norm2(x))
 
 
@@ -322,8 +343,9 @@ class GPT(nn.Module):
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(T, device=idx.device))
         rope = rope_tables(self.cfg, T, x.device, x.dtype) if self.cfg["pos"] == "rope" else None
+        alibi = alibi_bias(self.cfg, T, x.device, x.dtype) if self.cfg["pos"] == "alibi" else None
         for block in self.blocks:
-            x = block(x, rope)
+            x = block(x, rope, alibi)
         x = self.norm_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # [V, C]
         if self.cfg["norm_head"]:

@@ -118,6 +118,7 @@ struct GPT {
     std::unique_ptr<ChunkActs<real>> cur;         // gpt_forward's activations (one stage)
     int B = 0, T = 0;                             // scratch sizes
     std::vector<real> rope_cos, rope_sin;         // [T, hd/2]
+    std::vector<real> alibi;                      // [Hl] --pos alibi: the slopes of this rank's heads
     std::vector<real> dres, dln, dfull, dres_full, dtmp, seq_buf, seq_out;  // [Nl,C] .. [N,C] scratch
     std::vector<real> dqkv, datty, dfc1, dact, row_mx, row_sum, row_tgt;    // backward scratch
     std::vector<real> head_n, head_rnorm, dhead_n;  // --norm-head: the head's unit rows [Vpl,C], 1/|row| [Vpl], grad
@@ -381,6 +382,10 @@ void gpt_alloc_scratch(GPT<real>* g, int B, int T) {
         g->head_n.resize((size_t)g->Vpl * C); g->head_rnorm.resize(g->Vpl); g->dhead_n.resize((size_t)g->Vpl * C);
     }
     if (c.pos == POS_ROPE) rope_tables(c, T, &g->rope_cos, &g->rope_sin);
+    if (c.pos == POS_ALIBI) {  // this rank's heads are heads tp_rank * Hl .. of the model
+        const std::vector<double> s = alibi_slopes(c.n_head);
+        g->alibi.assign(s.begin() + (size_t)g->L.topo.tp_rank * g->Hl, s.begin() + (size_t)(g->L.topo.tp_rank + 1) * g->Hl);
+    }
 }
 
 template <typename real>
@@ -530,7 +535,8 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         if (c.qk_norm)
             qk_norm_forward(la.qkv.data(), la.qk_raw.data(), g->P(w.q_norm_w), g->P(w.k_norm_w), N, Hl, KVl, hd, c.norm_eps);
         if (c.pos == POS_ROPE) rope_rotate(la.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, +1);
-        attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Hl, KVl, hd);
+        attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Hl, KVl, hd,
+                          c.pos == POS_ALIBI ? g->alibi.data() : (const real*)nullptr);
         matmul_forward(g->dtmp.data(), la.atty.data(), g->P(w.attn_out_w), (const real*)nullptr, N, qdl, C);  // row-parallel
         const real* y = tp_sum(g, g->dtmp.data(), B, T);  // [Nl,C]
         residual_add(la.x_mid.data(), la.x.data(), y, g->P(w.attn_out_b), Nl, C);

@@ -11,7 +11,10 @@
 #include "llmc/utils.h"
 
 enum NormKind { NORM_LAYERNORM, NORM_RMSNORM };
-enum PosKind { POS_LEARNED, POS_ROPE };
+// Positions: a learned table added to the embedding, RoPE on q and k, or ALiBi (Baichuan2-13B, BLOOM): a per-head
+// linear bias slope_h * (key - query) on the attention scores (llmc/rope_tables.h alibi_slopes), no parameters.
+enum PosKind { POS_LEARNED, POS_ROPE, POS_ALIBI };
+static inline const char* pos_name(PosKind p) { return p == POS_ROPE ? "rope" : p == POS_ALIBI ? "alibi" : "learned"; }
 enum MlpKind { MLP_GELU, MLP_SWIGLU };
 // Hugging Face tensor names: GPT2LMHeadModel's, LlamaForCausalLM's (Qwen2's and Qwen3's alike), or Baichuan's (q, k, v
 // as one W_pack tensor); auto (until config_finalize): gpt2 for a GELU MLP, else llama.
@@ -78,6 +81,9 @@ static inline void config_finalize(ModelConfig& c, int tp = 1) {
     if (c.pos == POS_ROPE && c.head_dim % 2 != 0)
         die("model '%s': RoPE needs an even head dim, got %d", c.name.c_str(), c.head_dim);
     if (!(c.norm_eps > 0)) die("model '%s': --norm-eps must be positive", c.name.c_str());
+    if (c.pos == POS_ALIBI && c.rope_factor > 0)
+        die("model '%s': RoPE frequency scaling (--rope-scaling) with --pos alibi, which has no rotary positions",
+            c.name.c_str());
     if (c.norm_head && c.tied)
         die("model '%s': --norm-head 1 needs an untied LM head (--tied 0): NormHead scales the head's own rows, not "
             "the token embedding", c.name.c_str());
@@ -160,11 +166,14 @@ static inline std::vector<ModelConfig> all_presets() {
         c.head_dim = 128; c.qk_norm = true; c.tied = q.tied;
         p.push_back(c);
     }
-    // Baichuan2: LLaMA's blocks with NormHead and Baichuan's names (W_pack); 13B has ALiBi positions (not yet a switch
-    // here: baichuan2_13b is not a preset). Shapes from the models' Hugging Face config.json.
+    // Baichuan2: LLaMA's blocks with NormHead and Baichuan's names (W_pack); 13B has ALiBi positions instead of RoPE.
+    // Shapes from the models' Hugging Face config.json.
     ModelConfig b7 = llama_preset("baichuan2_7b", 32, 4096, 32, 32, 11008, 125696, 4096, 1e-6f, 10000.0f);
     b7.norm_head = true; b7.naming = NAMING_BAICHUAN;
     p.push_back(b7);
+    ModelConfig b13 = llama_preset("baichuan2_13b", 40, 5120, 40, 40, 13696, 125696, 4096, 1e-6f, 10000.0f);
+    b13.pos = POS_ALIBI; b13.norm_head = true; b13.naming = NAMING_BAICHUAN;
+    p.push_back(b13);
     // FlagPerf's "llama3_8B" on Megatron-core defaults: learned positions, tied, biases on.
     ModelConfig f = llama_preset("flagperf_llama3_8b", 32, 4096, 32, 8, 14336, 128256, 8192, 1e-5f, 500000.0f);
     f.pos = POS_LEARNED; f.tied = true; f.bias = true; f.init_std = 0.008f;
@@ -192,7 +201,7 @@ static inline std::string config_to_json(const ModelConfig& c) {
              "\"tied\":%s,\"norm_head\":%s,\"qk_norm\":%s,\"init_std\":%.9g,\"naming\":\"%s\"}",
              c.name.c_str(), c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.ffn, c.vocab_size,
              c.padded_vocab, c.seq_len, c.norm == NORM_RMSNORM ? "rmsnorm" : "layernorm", c.norm_eps,
-             c.pos == POS_ROPE ? "rope" : "learned", c.rope_theta, c.rope_factor, c.rope_low_freq,
+             pos_name(c.pos), c.rope_theta, c.rope_factor, c.rope_low_freq,
              c.rope_high_freq, c.rope_orig_ctx, c.mlp == MLP_SWIGLU ? "swiglu" : "gelu",
              c.bias ? "true" : "false", c.qkv_bias ? "true" : "false", c.tied ? "true" : "false",
              c.norm_head ? "true" : "false", c.qk_norm ? "true" : "false", c.init_std,
@@ -258,10 +267,10 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     c.vocab_size = (int)num(j, "vocab_size"); c.seq_len = (int)num(j, "seq_len");
     std::string norm = str("norm"), pos = str("pos"), mlp = str("mlp");
     if (norm != "layernorm" && norm != "rmsnorm") die("%s: unknown norm '%s'", where, norm.c_str());
-    if (pos != "learned" && pos != "rope") die("%s: unknown pos '%s'", where, pos.c_str());
+    if (pos != "learned" && pos != "rope" && pos != "alibi") die("%s: unknown pos '%s'", where, pos.c_str());
     if (mlp != "gelu" && mlp != "swiglu") die("%s: unknown mlp '%s'", where, mlp.c_str());
     c.norm = norm == "rmsnorm" ? NORM_RMSNORM : NORM_LAYERNORM;
-    c.pos = pos == "rope" ? POS_ROPE : POS_LEARNED;
+    c.pos = pos == "rope" ? POS_ROPE : pos == "alibi" ? POS_ALIBI : POS_LEARNED;
     c.mlp = mlp == "swiglu" ? MLP_SWIGLU : MLP_GELU;
     c.norm_eps = (float)num(j, "norm_eps"); c.rope_theta = (float)num(j, "rope_theta");
     const Json* rs = j.get("rope_scaling");

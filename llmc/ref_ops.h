@@ -279,8 +279,11 @@ void rope_rotate(real* qkv, const real* cosv, const real* sinv, int B, int T, in
 
 // Causal attention with GQA: query head h reads kv head h / (H/KV).
 // qkv [B,T,qd+2kvd] -> out [B,T,qd]; att [B,H,T,T] keeps the probabilities for backward.
+// alibi [H] (or null): ALiBi's slope of each head, adding alibi[h] * (key - query) to the scaled scores. The
+// backward reads the probabilities only, so it is the same with ALiBi.
 template <typename real>
-void attention_forward(real* out, real* att, const real* qkv, int B, int T, int H, int KV, int hd) {
+void attention_forward(real* out, real* att, const real* qkv, int B, int T, int H, int KV, int hd,
+                       const real* alibi = nullptr) {
     const int stride = (H + 2 * KV) * hd, qd = H * hd, kvd = KV * hd, group = H / KV;
     const real scale = (real)1 / std::sqrt((real)hd);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -295,7 +298,7 @@ void attention_forward(real* out, real* att, const real* qkv, int B, int T, int 
                     const real* k = qkv + ((size_t)b * T + t2) * stride + qd + kh * hd;
                     real s = 0;
                     for (int i = 0; i < hd; i++) s += q[i] * k[i];
-                    a[t2] = s * scale;
+                    a[t2] = s * scale + (alibi ? alibi[h] * (real)(t2 - t) : (real)0);
                     mx = std::max(mx, a[t2]);
                 }
                 real sum = 0;

@@ -74,12 +74,12 @@ static void ref_step_batches(const RefState& r, int s, std::vector<std::vector<i
     }
 }
 
-// Without RoPE the key bias gets an exactly-zero gradient in exact arithmetic (adding q.b to every score of
+// Without RoPE (learned positions, ALiBi) the key bias gets an exactly-zero gradient in exact arithmetic (adding q.b to every score of
 // a query leaves the softmax unchanged), so every trainer feeds rounding noise to AdamW, which normalises it
 // to steps of size ~lr: the final key-bias values are noise. true at those elements of the flat table.
 static std::vector<bool> key_bias_mask(const ModelConfig& c, const ParamTable& table) {
     std::vector<bool> mask(table.total, false);
-    if (!(cfg_has_qkv_bias(c) && c.pos == POS_LEARNED)) return mask;
+    if (!(cfg_has_qkv_bias(c) && c.pos != POS_ROPE)) return mask;
     for (const ParamTable::Block& b : table.blocks)
         for (int i = cfg_q_dim(c); i < cfg_q_dim(c) + cfg_kv_dim(c); i++) mask[table.specs[b.qkv_b].offset + i] = true;
     return mask;

@@ -24,6 +24,7 @@ cases=(
   "qwen2_style|-c llama_tiny --layers 2 --vocab 301 --qkv-bias 1|--schedule cosine"
   "baichuan2_style|-c llama_tiny --layers 2 --vocab 301 --norm-head 1 --naming baichuan|--schedule linear"
   "qwen3_style|-c llama_tiny --layers 2 --vocab 301 --qk-norm 1|--schedule cosine --clip 0.5"
+  "baichuan2_13b_style|-c llama_tiny --layers 2 --vocab 301 --pos alibi --heads 6 --kv-heads 6 --head-dim 16 --norm-head 1 --naming baichuan|--schedule linear"
   "gpt_rope_mqa|-c gpt3_tiny --layers 2 --vocab 301 --pos rope --kv-heads 1 --tied 0|--schedule constant --accum 1 --batch 3 --lr 3e-4"
   "gpt_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 320 --heads 4 --kv-heads 4 --ffn 1280|--schedule cosine"
   "llama_gqa_hd128|-c llama_tiny --layers 2 --vocab 301 --embd 512 --heads 4 --kv-heads 2 --ffn 1408|--schedule linear --lr 3e-4"

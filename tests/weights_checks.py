@@ -50,7 +50,7 @@ def config(meta):
 def key_bias_masks(c, tensors):
     """{tensor name: boolean mask of the elements left out} (the key biases, see the header)."""
     masks = {}
-    if not ((c.get("bias") or c.get("qkv_bias")) and c.get("pos") == "learned"):
+    if not ((c.get("bias") or c.get("qkv_bias")) and c.get("pos") != "rope"):
         return masks
     q = c["n_head"] * c["head_dim"]
     k = c["n_kv_head"] * c["head_dim"]

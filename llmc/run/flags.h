@@ -88,7 +88,7 @@ static inline void print_usage(const char* prog) {
     printf("model (a preset, then any switch overridden):\n"
            "  -c NAME              preset (default gpt3_tiny; list below)\n"
            "  --layers N --embd N --heads N --kv-heads N --head-dim N --ffn N --vocab N --seq N\n"
-           "  --norm layernorm|rmsnorm  --norm-eps F  --pos learned|rope  --rope-theta F\n"
+           "  --norm layernorm|rmsnorm  --norm-eps F  --pos learned|rope|alibi  --rope-theta F\n"
            "  --rope-scaling F,LOW,HIGH,ORIG | none   Llama 3.1 frequency scaling\n"
            "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1\n"
            "  --norm-head 0|1 (LM head rows of unit length)  --qk-norm 0|1 (RMSNorm per q, k head)\n"
@@ -182,6 +182,7 @@ static inline void check_given_paths(const TrainConfig& tc) {
 // numbers and bad paths (check_given_paths) stop with a message naming the flag.
 static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfig* tc) {
     bool data_given = false, val_given = false;
+    const char* rope_flag = nullptr;  // --rope-theta or --rope-scaling, given
     // first pass: the preset, so later switches override it
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -246,9 +247,13 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--pos") {
             if (s == "learned") mc->pos = POS_LEARNED;
             else if (s == "rope") mc->pos = POS_ROPE;
-            else die("flag --pos expects learned or rope, got '%s'", v);
-        } else if (a == "--rope-theta") mc->rope_theta = (float)as_f();
-        else if (a == "--rope-scaling") {
+            else if (s == "alibi") mc->pos = POS_ALIBI;
+            else die("flag --pos expects learned, rope or alibi, got '%s'", v);
+        } else if (a == "--rope-theta") {
+            mc->rope_theta = (float)as_f();
+            rope_flag = "--rope-theta";
+        } else if (a == "--rope-scaling") {
+            rope_flag = "--rope-scaling";
             if (s == "none") mc->rope_factor = 0.0f;
             else if (sscanf(v, "%f,%f,%f,%d", &mc->rope_factor, &mc->rope_low_freq, &mc->rope_high_freq, &mc->rope_orig_ctx) != 4)
                 die("flag --rope-scaling expects FACTOR,LOW,HIGH,ORIG (e.g. 32,1,4,8192) or none, got '%s'", v);
@@ -326,6 +331,9 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else die("unknown flag '%s' (see --help)", a.c_str());
     }
     config_finalize(*mc);
+    if (rope_flag && mc->pos == POS_ALIBI)
+        die("flag %s sets RoPE, but --pos alibi has no rotary positions (ALiBi biases the attention scores instead)",
+            rope_flag);
     if (data_given && !val_given) tc->val_data = "";  // the default validation set belongs to the default data
     if (tc->tokenizer == "auto") {
         tc->tokenizer = ends_with(tc->train_data, ".txt") ? "bytes" : mc->vocab_size == 50257 ? "gpt2" : mc->vocab_size == 128256 ? "llama3" : "";

@@ -97,7 +97,7 @@ static inline void print_config_table(const ModelConfig& c, int64_t n_params, in
     row("shape", b);
     snprintf(b, sizeof(b), "%s%s, %s%s, %s, bias %s, %s head", c.norm == NORM_RMSNORM ? "rmsnorm" : "layernorm",
              c.qk_norm ? "+qk" : "",
-             c.pos == POS_ROPE ? "rope" : "learned pos", c.pos == POS_ROPE && c.rope_factor > 0 ? " (scaled)" : "",
+             c.pos == POS_LEARNED ? "learned pos" : pos_name(c.pos), c.pos == POS_ROPE && c.rope_factor > 0 ? " (scaled)" : "",
              c.mlp == MLP_SWIGLU ? "swiglu" : "gelu", c.bias ? "on" : c.qkv_bias ? "q,k,v" : "off",
              c.tied ? "tied" : c.norm_head ? "untied norm" : "untied");
     row("switches", b);
