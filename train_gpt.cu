@@ -109,6 +109,7 @@ struct GPT {
     // scratch (shapes in buffer_table)
     floatX *y, *x_final, *lnf, *lnf_full, *dres, *dres_full, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
     float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin, *cls_stats;
+    float* alibi = nullptr;     // [Hl] --pos alibi: the slopes of this rank's heads (else null)
     double* loss_sum;           // [1] sum over the micro-batches of their weighted mean losses (fp64)
     int32_t *inputs, *targets;
     int cls_chunk = 0;
@@ -169,7 +170,7 @@ static void head_grad_finish(GPT* g) {
 //   x[l] = x_mid[l-1] + y; ln1 = norm(x[l])    fused_residual_norm_forward (layer 0: no add)
 //   qkv = ln1 Wqkv^T (+b); rope(q, k)          cuBLASLt (bias epilogue), rope_rotate_inplace
 //                                              (--qk-norm: qk_norm_forward on the q and k heads first)
-//   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA)
+//   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA; --pos alibi: the heads' biases)
 //   y = atty Wo^T (+b)
 //   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
 //   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up
@@ -184,20 +185,22 @@ static void head_grad_finish(GPT* g) {
 
 // The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
 // build the CUDA-core kernels of llmc/attention_rowwise.cuh. Same layouts and meaning.
+// alibi: the slopes of the H heads, or null.
 static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
-                          cudaStream_t stream) {
+                          const float* alibi, cudaStream_t stream) {
 #ifdef ENABLE_FP32
-    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream);
+    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi);
 #else
-    attention_forward(out, lse, qkv, B, T, H, KV, hd, stream);
+    attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi);
 #endif
 }
 static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
-                          const float* lse, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
+                          const float* lse, int B, int T, int H, int KV, int hd, const float* alibi,
+                          cudaStream_t stream) {
 #ifdef ENABLE_FP32
-    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
+    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi);
 #else
-    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream);
+    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi);
 #endif
 }
 
@@ -230,7 +233,7 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     if (c.qk_norm)
         qk_norm_forward(la.qkv, la.qk_raw, g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream);
     if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
-    attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
+    attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->alibi, g->stream);
 }
 
 // The MLP activation of layer l: act from fc1 (this rank's Fl columns).
@@ -528,7 +531,7 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         if (g->recompute == RECOMPUTE_FULL) {
             layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
-            attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->stream);
+            attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->alibi, g->stream);
             mlp_act_forward(g, la);
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
@@ -547,7 +550,7 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
         tp_gather(g, g->dres, g->dres_full);
         linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
-        attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->stream);
+        attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->alibi, g->stream);
         if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
         if (c.qk_norm)  // the weights' gradients: this rank's heads' part (summed over tp with the bucket)
             qk_norm_backward(g->dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->norm_partial, la.qk_raw, g->P(w.q_norm_w),

@@ -9,12 +9,15 @@
 //   lse   [B, H, T] fp32          logsumexp of the scaled scores of each query row (natural log)
 //   dqkv  [B, T, (H + 2KV) * hd]  overwritten by the backward (every element is written)
 // Query head h reads kv head h / group; K and V are never copied per query head.
+// ALiBi (alibi [H] fp32, the slope of each query head, or null): slope_h * (key - query) is added to the scaled
+// scores, in the forward and wherever the backward recomputes the probabilities (kernels instantiated with and
+// without it, so attention without ALiBi runs the code it ran before).
 // Requirements (checked by the launchers): hd in {64, 80, 128}, T a multiple of 64, H % KV == 0;
 // every tensor 16-byte aligned (cudaMalloc pointers are), since tiles move in 16-byte copies.
 //
 // Launchers:
-//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream)
-//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
+//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null)
+//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null)
 //     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible.
 // The PTX primitives (mma.sync, ldmatrix, cp.async) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
@@ -63,9 +66,10 @@ static const int ATT_THREADS = 128;
 // instead of four 32-bit loads), and the longest causal tiles launched first: blocks start in order
 // of x fastest, so every head's last query tile goes out in the first wave and the short tiles fill
 // the tail. (dev/cuda/attention_forward.cu version 2 is the same without the pipeline.)
-template <int HD>
+template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int T, int H, int KV) {
+attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi, int T, int H,
+                         int KV) {
     constexpr int LDS = HD + ATT_PAD;          // shared row stride (elements)
     constexpr int KC = HD / 16;                // k-chunks of the head dim
     constexpr int NT = ATT_FWD_BN / 8;         // n8 tiles of S
@@ -96,6 +100,7 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};  // rows g and g + 8
     const float scale_log2 = rsqrtf((float)HD) * 1.4426950408889634f;
+    const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
     const int row0 = qt * ATT_FWD_BM + warp * 16 + g;  // this thread's first query row (second: + 8)
 
     for (int j = 0; j < n_kt; j++) {
@@ -134,7 +139,7 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
                 mma_bf16_16816(s[n + 1], qf[kc], kb[2], kb[3]);
             }
         }
-        // scale into the log2 domain; mask keys after the query on the diagonal tile
+        // scale into the log2 domain (ALiBi: plus the head's bias); mask keys after the query on the diagonal tile
         const bool diag = (j == qt);
         float mx[2] = {-INFINITY, -INFINITY};
         for (int n = 0; n < NT; n++)
@@ -142,6 +147,7 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
                 const int key = j * ATT_FWD_BN + n * 8 + 2 * q4 + (e & 1);
                 const int row = row0 + (e >> 1) * 8;
                 float x = s[n][e] * scale_log2;
+                if (ALIBI) x += slope_log2 * (float)(key - row);
                 if (diag && key > row) x = -INFINITY;
                 s[n][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
@@ -208,23 +214,32 @@ static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
             "lower -b or -t", (long long)B * T * H, INT_MAX / 32);
 }
 
-template <int HD>
-static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
-                                 int KV, cudaStream_t stream) {
+template <int HD, bool ALIBI>
+static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi, int B,
+                                 int T, int H, int KV, cudaStream_t stream) {
     // Q of 64 rows plus double-buffered K and V tiles
     const size_t smem = (size_t)(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
-    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    attention_forward_kernel<HD><<<dim3(B * H, T / ATT_FWD_BM), ATT_THREADS, smem, stream>>>(out, lse, qkv, T, H, KV);
+    cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+    attention_forward_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_FWD_BM), ATT_THREADS, smem, stream>>>(out, lse, qkv, alibi,
+                                                                                                   T, H, KV);
     cudaCheck(cudaGetLastError());
 }
 
-// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16.
+template <int HD>
+static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi, int B,
+                                 int T, int H, int KV, cudaStream_t stream) {
+    if (alibi) attention_forward_hd<HD, true>(out, lse, qkv, alibi, B, T, H, KV, stream);
+    else attention_forward_hd<HD, false>(out, lse, qkv, alibi, B, T, H, KV, stream);
+}
+
+// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16; alibi [H] or null.
 static void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
-                              int hd, cudaStream_t stream) {
+                              int hd, cudaStream_t stream, const float* alibi = nullptr) {
     attention_check_shape(B, T, H, KV, hd);
-    if (hd == 64) attention_forward_hd<64>(out, lse, qkv, B, T, H, KV, stream);
-    else if (hd == 80) attention_forward_hd<80>(out, lse, qkv, B, T, H, KV, stream);
-    else attention_forward_hd<128>(out, lse, qkv, B, T, H, KV, stream);
+    if (hd == 64) attention_forward_hd<64>(out, lse, qkv, alibi, B, T, H, KV, stream);
+    else if (hd == 80) attention_forward_hd<80>(out, lse, qkv, alibi, B, T, H, KV, stream);
+    else attention_forward_hd<128>(out, lse, qkv, alibi, B, T, H, KV, stream);
 }
 
 // ---- backward --------------------------------------------------------------------------------------
@@ -255,14 +270,14 @@ __global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfl
 // their dK and dV (16 x hd each, fp32) in registers while the block walks every query head of the
 // GQA group and every query tile at or after the key tile; dK and dV are then written once, so
 // the group's sum needs no atomics. Per query tile of BM rows (Q, dO, lse, D staged in shared memory):
-//   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO, dP^T = V dO^T,
+//   S^T = K Q^T, P^T = exp(S^T * scale (+ ALiBi's bias) - lse), dV += P^T dO, dP^T = V dO^T,
 //   dS^T = P^T (dP^T - D), dK += dS^T Q.
 // Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
 // [k][n]); rows are padded by 16 bytes, so the eight rows of each 8x8 tile hit distinct banks.
-template <int HD, int BM>
+template <int HD, int BM, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                               const float* lse, const float* dvec, int T, int H, int KV) {
+                               const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;
     constexpr int KC = HD / 16;
     constexpr int NQ = BM / 8;                  // n8 tiles over the query tile
@@ -296,6 +311,7 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
 
     for (int hi = 0; hi < group; hi++) {
         const int h = kh * group + hi;
+        const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
         for (int it = first_qt; it < n_qt; it++) {
             const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
             load_tile<BM, HD, ATT_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
@@ -336,7 +352,9 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
                 for (int e = 0; e < 4; e++) {
                     const int qi = n * 8 + 2 * q4 + (e & 1);
                     const int key = key0 + (e >> 1) * 8;
-                    const float p = (key > it * BM + qi) ? 0.0f : exp2f(st[n][e] * scale_log2 - sL[qi]);
+                    float x = st[n][e] * scale_log2;
+                    if (ALIBI) x += slope_log2 * (float)(key - (it * BM + qi));
+                    const float p = (key > it * BM + qi) ? 0.0f : exp2f(x - sL[qi]);
                     st[n][e] = p;
                     dpt[n][e] = p * (dpt[n][e] - sD[qi]);
                 }
@@ -379,12 +397,12 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
 // last query tile (the most key tiles) goes out in the first wave. Q and dO of the block's 64 rows stay
 // in shared memory; K/V tiles 0..qt are double-buffered with cp.async and walked in increasing order.
 // Each warp owns 16 query rows and keeps their dQ (16 x hd, fp32) in registers. Per key tile:
-//   S = Q K^T, dP = dO V^T, P = exp(S * scale - lse), dS = P (dP - D), dQ += dS K;
+//   S = Q K^T, dP = dO V^T, P = exp(S * scale (+ ALiBi's bias) - lse), dS = P (dP - D), dQ += dS K;
 // dQ is scaled and written once (bf16) into the query part of dqkv.
-template <int HD>
+template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                             const float* lse, const float* dvec, int T, int H, int KV) {
+                             const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
     static_assert(ATT_DQ_BM == ATT_BWD_BN, "the causal limit below assumes square tiles");
     constexpr int LDS = HD + ATT_PAD;
     constexpr int KC = HD / 16;
@@ -413,6 +431,7 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     cp_async_commit();
 
     const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
     const int row0 = qt * ATT_DQ_BM + warp * 16 + g;  // this thread's query rows: row0 and row0 + 8
     float L[2], D[2];                                 // lse * log2(e) and D of the two rows
     for (int r = 0; r < 2; r++) {
@@ -468,7 +487,9 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
             for (int e = 0; e < 4; e++) {
                 const int key = j * ATT_BWD_BN + n * 8 + 2 * q4 + (e & 1);
                 const int r = e >> 1;
-                const float p = (diag && key > row0 + r * 8) ? 0.0f : exp2f(s[n][e] * scale_log2 - L[r]);
+                float x = s[n][e] * scale_log2;
+                if (ALIBI) x += slope_log2 * (float)(key - (row0 + r * 8));
+                const float p = (diag && key > row0 + r * 8) ? 0.0f : exp2f(x - L[r]);
                 s[n][e] = p * (dp[n][e] - D[r]);
             }
         // dQ += dS K: the accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c (keys
@@ -495,37 +516,46 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     }
 }
 
-template <int HD>
+template <int HD, bool ALIBI>
 static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                  const float* lse, const float* dvec, int B, int T, int H, int KV, cudaStream_t stream) {
+                                  const float* lse, const float* dvec, const float* alibi, int B, int T, int H, int KV,
+                                  cudaStream_t stream) {
     // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers
     constexpr int BM = 32;
     const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
                            2 * BM * sizeof(float);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem_kv));
-    attention_backward_dkdv_kernel<HD, BM><<<dim3(B * KV, T / ATT_BWD_BN), ATT_THREADS, smem_kv, stream>>>(
-        dqkv, dout, qkv, lse, dvec, T, H, KV);
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM, ALIBI>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_kernel<HD, BM, ALIBI><<<dim3(B * KV, T / ATT_BWD_BN), ATT_THREADS, smem_kv, stream>>>(
+        dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
     cudaCheck(cudaGetLastError());
     // dQ: Q and dO of 64 rows plus double-buffered K and V tiles
     const size_t smem_q = (size_t)(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem_q));
-    attention_backward_dq_kernel<HD><<<dim3(B * H, T / ATT_DQ_BM), ATT_THREADS, smem_q, stream>>>(
-        dqkv, dout, qkv, lse, dvec, T, H, KV);
+    attention_backward_dq_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_DQ_BM), ATT_THREADS, smem_q, stream>>>(
+        dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
     cudaCheck(cudaGetLastError());
 }
 
-// dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv.
+template <int HD>
+static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                  const float* lse, const float* dvec, const float* alibi, int B, int T, int H, int KV,
+                                  cudaStream_t stream) {
+    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
+    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
+}
+
+// dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null.
 // Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written by one thread.
 static void attention_backward(__nv_bfloat16* dqkv, float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                const __nv_bfloat16* qkv, const float* lse, int B, int T, int H, int KV, int hd,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const float* alibi = nullptr) {
     attention_check_shape(B, T, H, KV, hd);
     const int rows = B * T * H;
     attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
-    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, B, T, H, KV, stream);
-    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, B, T, H, KV, stream);
-    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, B, T, H, KV, stream);
+    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
+    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
+    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
 }

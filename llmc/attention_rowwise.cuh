@@ -10,17 +10,18 @@
 //   dvec  [B, H, T] fp32          scratch of the backward: D = sum_d dout * out per query row
 //   dqkv  [B, T, (H + 2KV) * hd]  overwritten by the backward (every element is written)
 // Requirements (checked): hd <= 128 (lane l holds dims l, l + 32, l + 64, l + 96), H % KV == 0. Any T.
+// alibi [H] (or null): ALiBi's slope of each query head, slope_h * (key - query) added to every scaled score.
 //
 // Forward, one warp per (b, h, t): online softmax over keys 0..t, o += p * v.
 // Backward in two kernels, no atomics (bitwise reproducible):
 //   1. one warp per query row (b, h, t): D = dout . out; dq = scale * sum_{t2 <= t} p (dp - D) k[t2]
 //   2. one warp per key row (b, kv head, t2): for each query head of the group and each t >= t2,
 //      dk += scale * p (dp - D) q[t],  dv += p dout[t]
-//   with p = exp(scale * q.k - lse) recomputed from the forward's lse, dp = dout . v.
+//   with p = exp(scale * q.k (+ ALiBi's bias) - lse) recomputed from the forward's lse, dp = dout . v.
 // Each pass is O(T^2 hd) per head with no data reuse: fine for tests and references, far from the
 // tensor-core kernels' speed.
-//   attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream)
-//   attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
+//   attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null)
+//   attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null)
 #pragma once
 #include <cmath>
 #include <cuda_runtime.h>
@@ -51,21 +52,21 @@ __device__ __forceinline__ void attention_row_store(T* p, const float* r, int la
 }
 
 template <typename T>
-__global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qkv, int B, int T_, int H, int KV,
-                                                 int hd) {
+__global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qkv, const float* alibi, int B, int T_,
+                                                 int H, int KV, int hd) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * H * T_) return;
     const int t = row % T_, h = (row / T_) % H, b = row / (T_ * H), kh = h / (H / KV);
     const size_t ld = (size_t)(H + 2 * KV) * hd;
     const T* base = qkv + (size_t)b * T_ * ld;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = 1.0f / sqrtf((float)hd), slope = alibi ? alibi[h] : 0.0f;
     float q[4], k[4], v[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     attention_row_load(q, base + (size_t)t * ld + (size_t)h * hd, lane, hd);
     float m = -INFINITY, l = 0.0f;
     for (int t2 = 0; t2 <= t; t2++) {
         attention_row_load(k, base + (size_t)t2 * ld + (size_t)(H + kh) * hd, lane, hd);
         attention_row_load(v, base + (size_t)t2 * ld + (size_t)(H + KV + kh) * hd, lane, hd);
-        const float s = attention_row_dot(q, k) * scale;
+        const float s = attention_row_dot(q, k) * scale + slope * (float)(t2 - t);
         const float m_new = fmaxf(m, s), corr = expf(m - m_new), p = expf(s - m_new);
         l = l * corr + p;
 #pragma unroll
@@ -81,13 +82,14 @@ __global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qk
 // Kernel 1 of the backward: dvec and the query part of dqkv.
 template <typename T>
 __global__ void attention_rowwise_backward_dq_kernel(T* dqkv, float* dvec, const T* dout, const T* out, const T* qkv,
-                                                     const float* lse, int B, int T_, int H, int KV, int hd) {
+                                                     const float* lse, const float* alibi, int B, int T_, int H, int KV,
+                                                     int hd) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * H * T_) return;
     const int t = row % T_, h = (row / T_) % H, b = row / (T_ * H), kh = h / (H / KV);
     const size_t ld = (size_t)(H + 2 * KV) * hd, qd = (size_t)H * hd;
     const T* base = qkv + (size_t)b * T_ * ld;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = 1.0f / sqrtf((float)hd), slope = alibi ? alibi[h] : 0.0f;
     float q[4], dy[4], y[4], k[4], v[4], dq[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     attention_row_load(q, base + (size_t)t * ld + (size_t)h * hd, lane, hd);
     attention_row_load(dy, dout + ((size_t)b * T_ + t) * qd + (size_t)h * hd, lane, hd);
@@ -98,7 +100,7 @@ __global__ void attention_rowwise_backward_dq_kernel(T* dqkv, float* dvec, const
     for (int t2 = 0; t2 <= t; t2++) {
         attention_row_load(k, base + (size_t)t2 * ld + (size_t)(H + kh) * hd, lane, hd);
         attention_row_load(v, base + (size_t)t2 * ld + (size_t)(H + KV + kh) * hd, lane, hd);
-        const float p = expf(attention_row_dot(q, k) * scale - L);
+        const float p = expf(attention_row_dot(q, k) * scale + slope * (float)(t2 - t) - L);
         const float ds = p * (attention_row_dot(dy, v) - D) * scale;
 #pragma unroll
         for (int i = 0; i < 4; i++) dq[i] += ds * k[i];
@@ -109,7 +111,8 @@ __global__ void attention_rowwise_backward_dq_kernel(T* dqkv, float* dvec, const
 // Kernel 2 of the backward: the key and value parts of dqkv; reads kernel 1's dvec.
 template <typename T>
 __global__ void attention_rowwise_backward_dkv_kernel(T* dqkv, const float* dvec, const T* dout, const T* qkv,
-                                                      const float* lse, int B, int T_, int H, int KV, int hd) {
+                                                      const float* lse, const float* alibi, int B, int T_, int H,
+                                                      int KV, int hd) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * KV * T_) return;
     const int t2 = row % T_, kh = (row / T_) % KV, b = row / (T_ * KV), group = H / KV;
@@ -120,11 +123,12 @@ __global__ void attention_rowwise_backward_dkv_kernel(T* dqkv, const float* dvec
     attention_row_load(k, base + (size_t)t2 * ld + (size_t)(H + kh) * hd, lane, hd);
     attention_row_load(v, base + (size_t)t2 * ld + (size_t)(H + KV + kh) * hd, lane, hd);
     for (int h = kh * group; h < (kh + 1) * group; h++) {
+        const float slope = alibi ? alibi[h] : 0.0f;
         for (int t = t2; t < T_; t++) {
             attention_row_load(q, base + (size_t)t * ld + (size_t)h * hd, lane, hd);
             attention_row_load(dy, dout + ((size_t)b * T_ + t) * qd + (size_t)h * hd, lane, hd);
             const size_t stat = ((size_t)b * H + h) * T_ + t;
-            const float p = expf(attention_row_dot(q, k) * scale - lse[stat]);
+            const float p = expf(attention_row_dot(q, k) * scale + slope * (float)(t2 - t) - lse[stat]);
             const float ds = p * (attention_row_dot(dy, v) - dvec[stat]) * scale;
 #pragma unroll
             for (int i = 0; i < 4; i++) {
@@ -146,23 +150,24 @@ static inline void attention_rowwise_check_shape(int B, int T, int H, int KV, in
 
 template <typename T>
 static void attention_rowwise_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KV, int hd,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, const float* alibi = nullptr) {
     attention_rowwise_check_shape(B, T_, H, KV, hd);
     const size_t rows = (size_t)B * H * T_;
     attention_rowwise_forward_kernel<T><<<(unsigned)ceil_div(rows, ATT_ROW_WARPS), 32 * ATT_ROW_WARPS, 0, stream>>>(
-        out, lse, qkv, B, T_, H, KV, hd);
+        out, lse, qkv, alibi, B, T_, H, KV, hd);
     cudaCheck(cudaGetLastError());
 }
 
 template <typename T>
 static void attention_rowwise_backward(T* dqkv, float* dvec, const T* dout, const T* out, const T* qkv,
-                                       const float* lse, int B, int T_, int H, int KV, int hd, cudaStream_t stream) {
+                                       const float* lse, int B, int T_, int H, int KV, int hd, cudaStream_t stream,
+                                       const float* alibi = nullptr) {
     attention_rowwise_check_shape(B, T_, H, KV, hd);
     const size_t q_rows = (size_t)B * H * T_, kv_rows = (size_t)B * KV * T_;
     attention_rowwise_backward_dq_kernel<T><<<(unsigned)ceil_div(q_rows, ATT_ROW_WARPS), 32 * ATT_ROW_WARPS, 0,
-                                              stream>>>(dqkv, dvec, dout, out, qkv, lse, B, T_, H, KV, hd);
+                                              stream>>>(dqkv, dvec, dout, out, qkv, lse, alibi, B, T_, H, KV, hd);
     cudaCheck(cudaGetLastError());
     attention_rowwise_backward_dkv_kernel<T><<<(unsigned)ceil_div(kv_rows, ATT_ROW_WARPS), 32 * ATT_ROW_WARPS, 0,
-                                               stream>>>(dqkv, dvec, dout, qkv, lse, B, T_, H, KV, hd);
+                                               stream>>>(dqkv, dvec, dout, qkv, lse, alibi, B, T_, H, KV, hd);
     cudaCheck(cudaGetLastError());
 }

@@ -1,11 +1,14 @@
 // llmc/rope.cuh: rotary position embedding on the q and k heads inside the fused qkv activation, in Hugging
-// Face's rotate_half convention (as llmc/ref_ops.h rope_rotate). The fastest version of dev/cuda/rope.cu.
+// Face's rotate_half convention (as llmc/ref_ops.h rope_rotate). The fastest version of dev/cuda/rope.cu. And
+// ALiBi's slopes, the other position table the trainer uploads.
 //   rope_upload_tables(config, T, &cos, &sin)   fp32 cos, sin [T, hd/2] on the device, computed on the host by
 //                                              llmc/rope_tables.h (Llama 3.1 frequency scaling included);
 //                                              the caller frees both with cudaFree
 //   rope_rotate_inplace(qkv, cos, sin, B, T, H, KV, hd, sign, stream)
 //       qkv [B,T,(H+2KV)*hd] floatX, in place on the H q heads and KV k heads; the v heads are not touched.
 //       sign +1 is the forward rotation, -1 the backward pass (the inverse rotation: the map is orthogonal).
+//   alibi_upload_slopes(d, config, h0, n)      --pos alibi: the slopes of heads h0 .. h0 + n (llmc/rope_tables.h) to
+//                                              the device buffer d [n] fp32 (the attention kernels add the bias)
 // One thread per (token, 8 consecutive rotation pairs): it loads the 8 cos and sin once and applies them to the
 // same pairs of every q and k head of its token, with 8-element vector loads of both halves. Needs hd % 16 == 0.
 #pragma once
@@ -65,4 +68,10 @@ static void rope_rotate_inplace(floatX* qkv, const float* cosv, const float* sin
     const int threads = 256, work = B * T * (hd / 16);
     rope_rotate_kernel<<<(int)ceil_div(work, threads), threads, 0, stream>>>(qkv, cosv, sinv, B * T, T, H, KV, hd, (float)sign);
     cudaCheck(cudaGetLastError());
+}
+
+static void alibi_upload_slopes(float* d, const ModelConfig& c, int h0, int n) {
+    const std::vector<double> all = alibi_slopes(c.n_head);
+    const std::vector<float> s(all.begin() + h0, all.begin() + h0 + n);
+    cudaCheck(cudaMemcpy(d, s.data(), (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
 }

@@ -51,6 +51,7 @@ CHECKS = {
     "ref_qwen2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen2_style bash tests/t_reference.sh"),
     "ref_baichuan2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=baichuan2_style bash tests/t_reference.sh"),
     "ref_qwen3": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen3_style bash tests/t_reference.sh"),
+    "ref_baichuan2_13b": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=baichuan2_13b_style bash tests/t_reference.sh"),
     "cpu_units": ("make -s test_gpt_cpu build/test_parallel", "./test_gpt_cpu units && ./build/test_parallel units"),
     # the CUDA trainer on the host emulation of CUDA (tests/t_gpu_emulated.sh): the bf16 build on the GPT
     # (LayerNorm, GELU, learned positions) or the LLaMA state (RMSNorm, SwiGLU, RoPE, GQA), the fp32 build;
@@ -59,6 +60,7 @@ CHECKS = {
     "emu_llama": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_tiny_gqa_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_fp32": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp32 bash tests/t_gpu_emulated.sh"),
     "emu_switches": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_switches_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_alibi": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt_alibi_hd80 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_race": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=race bash tests/t_gpu_emulated.sh"),
     # the tensor-core attention against double precision, in both schedules of the emulation
     "attention": ("true", "bash tests/t_attention.sh"),
@@ -100,7 +102,7 @@ CHECKS = {
 }
 
 # The states the checks read: made once from the unchanged tree.
-STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64", "llama_switches_hd64"]
+STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64", "llama_switches_hd64", "gpt_alibi_hd80"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -569,6 +571,31 @@ MUTANTS = [
      "        if (tp_replicated(t.specs[p.spec].tp) && L.topo.tp_rank != 0) continue;",
      "        if (t.specs[p.spec].tp == TP_NONE && L.topo.tp_rank != 0) continue;",
      "gpu_tp", "QK-norm's weights are counted on every tp rank in the global norm and the checkpoint's parts"),
+    ("alibi_slopes_series", "model", "llmc/rope_tables.h",
+     "for (int i = 0; (int)s.size() < H; i += 2) s.push_back(twice[i]);",
+     "for (int i = 0; (int)s.size() < H; i += 1) s.push_back(twice[i]);",
+     "ref_baichuan2_13b", "ALiBi's slopes for a head count that is not a power of two take every slope of the doubled series"),
+    ("alibi_py_sign", "model", "train_gpt.py",
+     "(pos[None, None, :] - pos[None, :, None])", "(pos[None, :, None] - pos[None, None, :])",
+     "ref_baichuan2_13b", "the PyTorch reference's ALiBi bias grows towards the past keys instead of shrinking"),
+    ("alibi_kernel_forward", "kernel", "llmc/attention.cuh",
+     "                if (ALIBI) x += slope_log2 * (float)(key - row);\n", "",
+     "emu_alibi", "the flash attention forward drops ALiBi's bias"),
+    ("alibi_kernel_dq", "kernel", "llmc/attention.cuh",
+     "                if (ALIBI) x += slope_log2 * (float)(key - (row0 + r * 8));",
+     "                if (ALIBI) x += slope_log2 * (float)(key - row0);",
+     "attention", "the dQ kernel recomputes the probabilities with the bias of the first of its two rows"),
+    ("alibi_kernel_dkdv", "kernel", "llmc/attention.cuh",
+     "        const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;\n        for (int it = first_qt;",
+     "        const float slope_log2 = ALIBI ? alibi[kh] * 1.4426950408889634f : 0.0f;\n        for (int it = first_qt;",
+     "attention", "the dK, dV kernel takes the kv head's slope for every query head of its group"),
+    ("alibi_rowwise", "kernel", "llmc/attention_rowwise.cuh",
+     "        const float s = attention_row_dot(q, k) * scale + slope * (float)(t2 - t);",
+     "        const float s = attention_row_dot(q, k) * scale;",
+     "gpu_tp", "the fp32 build's attention forward drops ALiBi's bias"),
+    ("alibi_tp_slopes", "parallel", "llmc/gpt/memory.cuh",
+     "alibi_upload_slopes(g->alibi, c, g->tp.rank * g->Hl, g->Hl);", "alibi_upload_slopes(g->alibi, c, 0, g->Hl);",
+     "gpu_tp", "every tp rank's heads get the slopes of the model's first heads"),
     ("sample_position", "trainer", "train_gpt.cu",
      "    gpt_logits(g, len - 1, 1);", "    gpt_logits(g, len, 1);",
      "gpu_pp", "a sample's next token is drawn from the logits one position past the text"),

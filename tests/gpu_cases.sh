@@ -1,8 +1,9 @@
 # tests/gpu_cases.sh (sourced): the reference states the CUDA trainer is tested on, made as
 # tests/t_reference.sh makes them (train_gpt_cpu --export-init, then train_gpt.py --ref) with shapes the
 # CUDA kernels take (T = 64): the tiny presets at head dim 64 (C = 128, 2 heads; llama_switches_hd64: LLaMA with
-# Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), head dims 80 and 128
-# (GQA), and a mid-size model, gpt3_125m's widths (C 768, 12 heads, GPT-2 vocabulary) with 2 layers.
+# Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), head dim 80 (GPT with ALiBi positions, as BLOOM
+# and Baichuan2-13B, 5 heads: slopes that are not a plain series) and 128 (GQA), and a mid-size model, gpt3_125m's
+# widths (C 768, 12 heads, GPT-2 vocabulary) with 2 layers.
 # Used by tests/t_gpu.sh (on a GPU) and tests/t_gpu_emulated.sh (the kernels emulated on the CPU).
 
 # name | model flags | train_gpt.py flags
@@ -13,7 +14,7 @@ gpu_cases=(
   "llama_switches_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64 --qkv-bias 1 --norm-head 1 --qk-norm 1|--schedule cosine"
   "flagperf_style_hd64|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64 --pos learned --bias 1 --tied 1|--schedule cosine --clip 0.5"
   "gpt_rope_mqa_hd64|-c gpt3_tiny --layers 2 --vocab 301 --heads 2 --pos rope --kv-heads 1 --tied 0 --seq 64|--schedule constant --accum 1 --batch 3 --lr 3e-4"
-  "gpt_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 320 --heads 4 --kv-heads 4 --ffn 1280 --seq 64|--schedule cosine"
+  "gpt_alibi_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 400 --heads 5 --kv-heads 5 --ffn 1600 --pos alibi --seq 64|--schedule cosine"
   "llama_gqa_hd128|-c llama_tiny --layers 2 --vocab 301 --embd 512 --heads 4 --kv-heads 2 --ffn 1408 --seq 64|--schedule linear --lr 3e-4"
   "gpt3_125m_2_layers|-c gpt3_125m --layers 2 --seq 64|--schedule cosine --batch 2 --accum 2"
 )

@@ -2,8 +2,8 @@
 # test_gpt (the program tests/t_gpu.sh runs on a GPU) run on the CPU: train_gpt.cu and test_gpt.cu built with
 # g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (by tests/cuda_emu/build.sh; every kernel
 # runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
-# head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 and
-# 128, the fp32 build on the three head-dim-64 states. Every check of test_gpt runs:
+# head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 (GPT
+# with ALiBi) and 128, the fp32 build on the three head-dim-64 states. Every check of test_gpt runs:
 # logits, loss, gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism,
 # resume. A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
 # in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the
@@ -21,7 +21,7 @@ set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 [ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
 passes=${EMU_PASSES:-bf16 race streams fp32}
-cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 llama_switches_hd64 gpt_hd80 llama_gqa_hd128}
+cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 llama_switches_hd64 gpt_alibi_hd80 llama_gqa_hd128}
 for p in $passes; do
     case $p in bf16|race|streams|fp32) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, streams, fp32)"; exit 1 ;; esac
 done

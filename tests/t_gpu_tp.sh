@@ -16,6 +16,8 @@
 #      rank), fp32 build (its attention takes head dim 16; the bf16 kernels take 64, 80 or 128).
 #   5. Qwen's biases on q, k, v only, Baichuan2's NormHead and Qwen3's QK-norm (the LLaMA model of 4. with --qkv-bias 1
 #      --norm-head 1 --qk-norm 1): tp2, and tp2 sp.
+#   7. ALiBi (the LLaMA model of 4. with --pos alibi: 8 heads, slopes 2^-1 .. 2^-8): tp2, each rank the slopes of its
+#      own 4 heads.
 #   6. a bad layout stops with exit 1 naming the flag: --tp 3 with 2 heads.
 # Tolerances and the guards (the job ran as its layout: the config table's row, one metrics.jsonl, optimizer state per
 # rank below one rank's) are tests/gpu_multirank_lib.sh's, derived in tests/t_gpu_multirank.sh's header; tensor
@@ -91,6 +93,19 @@ else
         { echo "[FAIL] --estimate-memory, q, k, v biases, NormHead and QK-norm: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
     fp32 tp2 "llama with q, k, v biases, NormHead and QK-norm, tp2" 2 4 --tp 2
     fp32 tp2_sp "llama with q, k, v biases, NormHead and QK-norm, tp2 sp" 2 4 --tp 2 --sp 1
+fi
+
+# 7. ALiBi (Baichuan2-13B's positions): rank r's heads 4r .. 4r + 3 get the slopes of those heads of the model, not
+# of heads 0 .. 3: tp2 against its own one-process run
+d=build/t_gpu_tp/alibi
+mkdir -p "$d"
+MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4 --pos alibi)
+run cpu.a4 ./train_gpt_cpu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run (ALiBi): $(why cpu.a4)"; status=1
+else
+    build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
+        { echo "[FAIL] --estimate-memory, ALiBi: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+    fp32 tp2 "llama with ALiBi, tp2" 2 4 --tp 2
 fi
 
 [ $status -eq 0 ] && rm -rf build/t_gpu_tp

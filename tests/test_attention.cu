@@ -19,6 +19,9 @@
 // row, where O = v_0), of the sums with |dS_j| replaced by p_j (sum_d |dO_d v_jd| + sum_d |dO_d O_d|), the
 // magnitudes the fp32 dot products dP and D round at. lse is fp32: within 2^-18 (1 + |lse|). D = rowsum(dO O)
 // comes from the kernel's own bf16 O on both sides (the backward's input).
+// ALiBi (two cases, one with slopes that are not a plain series: 6 heads): the reference adds slope_h * (key -
+// query) to the scaled scores in double; the kernels add it in fp32 in the log2 domain, an error below 2^-22 of
+// |slope (key - query)| <= 0.5 x 192 in the exponent, far inside the fp32 part of the bounds, which stay as they are.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "llmc/attention.cuh"
+#include "llmc/rope_tables.h"
 #include "tests/check.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
@@ -70,9 +74,12 @@ static double worst_ratio(const std::vector<double>& got, const std::vector<doub
     return w;
 }
 
-static void test_case(int B, int T, int H, int KV, int hd) {
+static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
     char name[128];
-    snprintf(name, sizeof(name), "attention B=%d T=%d H=%d KV=%d hd=%d", B, T, H, KV, hd);
+    snprintf(name, sizeof(name), "attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd, alibi ? " alibi" : "");
+    const std::vector<double> slopes = alibi ? alibi_slopes(H) : std::vector<double>(H, 0.0);
+    const std::vector<float> slopes_f(slopes.begin(), slopes.end());
+    float* d_alibi = alibi ? upload(slopes_f) : nullptr;
     const int W = (H + 2 * KV) * hd, group = H / KV;
     const double scale = 1.0 / std::sqrt((double)hd), u = 1.0 / 256, f32 = 1.0 / 4096;
     // q, k of unit variance per element give scores of standard deviation 1.5: peaked and flat rows
@@ -85,8 +92,8 @@ static void test_case(int B, int T, int H, int KV, int hd) {
     cudaCheck(cudaMalloc(&d_dqkv, (size_t)B * T * W * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&d_lse, (size_t)B * H * T * sizeof(float)));
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
-    attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0);
-    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0);
+    attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi);
+    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi);
     cudaCheck(cudaDeviceSynchronize());
     const std::vector<__nv_bfloat16> out_h = download(d_out, (size_t)B * T * H * hd);
     const std::vector<__nv_bfloat16> dqkv_h = download(d_dqkv, (size_t)B * T * W);
@@ -110,7 +117,7 @@ static void test_case(int B, int T, int H, int KV, int hd) {
                 for (int j = 0; j <= t; j++) {
                     double a = 0;
                     for (int d = 0; d < hd; d++) a += Q(t)[d] * K(j)[d];
-                    s[j] = a * scale;
+                    s[j] = a * scale + slopes[h] * (j - t);
                     mx = std::max(mx, s[j]);
                 }
                 double l = 0;
@@ -185,6 +192,7 @@ static void test_case(int B, int T, int H, int KV, int hd) {
     printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e_o, e_l, e_b[0], e_b[1], e_b[2]);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_dqkv));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dvec));
+    if (d_alibi) cudaCheck(cudaFree(d_alibi));
 }
 
 // the launcher on T = 96 (not a multiple of the 64-row tile), in a child: exit status 1, T named on stderr
@@ -218,6 +226,8 @@ int main() {
     test_case(2, 128, 2, 2, 64);   // MHA, 2 tiles
     test_case(1, 192, 4, 1, 64);   // MQA, 3 tiles (odd: the last tile in the second buffer)
     test_case(2, 192, 4, 2, 80);   // GQA, head dim 80
+    test_case(1, 192, 6, 3, 64, true);  // ALiBi, 6 heads (the 4-head series, then 2 of the 8-head one), GQA, 3 tiles
     test_case(1, 128, 4, 2, 128);  // GQA, head dim 128
+    test_case(1, 128, 4, 4, 128, true);  // ALiBi, head dim 128 (Baichuan2-13B's)
     return g_failed ? 1 : 0;
 }

@@ -134,6 +134,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
                                                                // exps, target logit
         scratch(&g->head_n,        g->has_head && c.norm_head ? g->Vpl * C : 0),  // [Vp,C] --norm-head: unit rows
         scratch(&g->head_rnorm,    g->has_head && c.norm_head ? g->Vpl : 0),  // [Vp] --norm-head: 1 / row lengths
+        scratch(&g->alibi,         c.pos == POS_ALIBI ? g->Hl : 0),  // [Hl] --pos alibi: this rank's heads' slopes
         scratch(&g->losses,        N),                         // [N]
         scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
         scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
@@ -505,6 +506,8 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->cls_chunk = classifier_chunk(g->Vpl, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
+    if (c.pos == POS_ALIBI) alibi_upload_slopes(g->alibi, c, g->tp.rank * g->Hl, g->Hl);
+    else g->alibi = nullptr;  // attention without ALiBi (its row of the buffer table is empty)
     embedding_plan_alloc(&g->plan, B * T);
     if (fp8.recipe != FP8_NONE) {  // the three counted fp8 rows of the buffer table
         const int n = LINEARS_PER_LAYER * c.n_layer;

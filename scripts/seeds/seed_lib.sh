@@ -19,7 +19,7 @@
 #                      References are cached in SEED_REF_DIR (default build/seeds_ref), one per family.
 # Row variables (set by the seed script before sourcing):
 #   SEED_NAME SEED_SOURCE SEED_GPU (A100|H100|V100) SEED_MODEL (a preset) SEED_MODEL_FLAGS (switch overrides)
-#   SEED_FAMILY (gpt3|flagperf_llama3|llama2|qwen|baichuan2: the shrunk model of --tiny)
+#   SEED_FAMILY (gpt3|flagperf_llama3|llama2|qwen|baichuan2|baichuan2_13b: the shrunk model of --tiny)
 #   SEED_TP SEED_PP SEED_DP SEED_ZERO SEED_SP SEED_MICRO SEED_ACCUM SEED_SEQ SEED_GLOBAL (sequences per step)
 #   SEED_PRECISION SEED_RECOMPUTE (none|selective|full) SEED_PUB_TOKS (tokens/s/GPU) or SEED_PUB_MS (ms per
 #   iteration: tokens/s/GPU is derived), SEED_PUB_MEM (as published), SEED_NOTE (assumptions, optional)
@@ -146,7 +146,8 @@ case $SEED_FAMILY in
     llama2) tiny_model=(-c llama2_7b --layers 8 --embd 64 --heads 8 --kv-heads 8 --ffn 176 --vocab 301 --seq 64) ;;
     qwen) tiny_model=(-c qwen_7b --layers 8 --embd 64 --heads 8 --kv-heads 8 --ffn 176 --vocab 301 --seq 64) ;;
     baichuan2) tiny_model=(-c baichuan2_7b --layers 8 --embd 64 --heads 8 --kv-heads 8 --ffn 176 --vocab 301 --seq 64) ;;
-    *) seed_die "SEED_FAMILY '$SEED_FAMILY' is not gpt3, flagperf_llama3, llama2, qwen or baichuan2" ;;
+    baichuan2_13b) tiny_model=(-c baichuan2_13b --layers 8 --embd 64 --heads 8 --kv-heads 8 --ffn 176 --vocab 301 --seq 64) ;;
+    *) seed_die "SEED_FAMILY '$SEED_FAMILY' is not gpt3, flagperf_llama3, llama2, qwen, baichuan2 or baichuan2_13b" ;;
 esac
 tiny_common=(-b 2 -t 32 -d 512 -x 3 -v 0 -g 0 -i data/mobydick.txt -j "")
 tp=$SEED_TP; pp=$SEED_PP; dp=$SEED_DP
