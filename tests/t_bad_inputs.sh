@@ -33,6 +33,9 @@ expect_fail "non-numeric value names the flag" "-b" "flag -b expects an integer,
 expect_fail "heads that do not divide embd" "--heads 3" "--embd 100 is not divisible by --heads 3" ./train_gpt_cpu --embd 100 --heads 3
 expect_fail "unknown --naming names the flag" "--naming" "flag --naming expects gpt2, llama or baichuan, got 'qwen'" ./train_gpt_cpu --naming qwen
 expect_fail "NormHead with a tied head names both flags" "--norm-head 1" "needs an untied LM head \(--tied 0\)" ./train_gpt_cpu -c gpt3_tiny --norm-head 1
+expect_fail "ALiBi with a RoPE flag names the flag" "--rope-theta" "flag --rope-theta sets RoPE, but --pos alibi has no rotary positions" ./train_gpt_cpu -c llama_tiny --pos alibi --rope-theta 500000
+expect_fail "ALiBi with RoPE frequency scaling (a preset's) names the flag" "--rope-scaling" "RoPE frequency scaling \(--rope-scaling\) with --pos alibi" ./train_gpt_cpu -c llama3.2_1b --pos alibi
+expect_fail "an unknown --pos names the flag and the choices" "--pos" "flag --pos expects learned, rope or alibi, got 'nope'" ./train_gpt_cpu --pos nope
 expect_fail "kv heads that do not divide heads" "--kv-heads 3" "--heads 4 is not divisible by --kv-heads 3" ./train_gpt_cpu -c llama_tiny --kv-heads 3
 expect_fail "sequence longer than the model's" "-t 4096" "flag -t 4096 exceeds the model's sequence length" ./train_gpt_cpu -t 4096
 expect_fail "total batch not a multiple of the micro-batch" "-d 100" "flag -d 100 is not a multiple" ./train_gpt_cpu "${tiny[@]}" -d 100

@@ -7,7 +7,7 @@
 #     types (AdamW's moments, fp8's formats) or that have none run under every preset: all of them are held. The
 #     instantiations chosen by a preset's shape are listed per preset and held: the norm kernels' by the width C
 #     (llmc/norm.cuh's norm_forward_variant and norm_backward_variant, asked by a small host program) and the
-#     attention's by the head dim. Every preset is held, llama3_70b (C 8192) and gpt3_175b (C 12288, the only wider
+#     attention's by the head dim and ALiBi. Every preset is held, llama3_70b (C 8192) and gpt3_175b (C 12288, the only wider
 #     one) included: gpt3_175b's norm_backward_kernel<6> spilled on sm_90a until llmc/norm.cuh's norm_opaque.
 #   - blocks per SM as scripts/resources.py computes them equal those of cuda_occupancy.h's
 #     cudaOccMaxActiveBlocksPerMultiprocessor (the CUDA toolkit's occupancy calculator, a host-only header) for
@@ -47,8 +47,8 @@ int main() {
     for (ModelConfig c : all_presets()) {
         config_finalize(c);
         const NormFwdVariant f = norm_forward_variant(c.n_embd);
-        printf("%s\t%d\t%d\tfused_residual_norm_forward_kernel<%d, %d>\tnorm_backward_kernel<%d>\n", c.name.c_str(),
-               c.n_embd, c.head_dim, f.V, f.lanes, norm_backward_variant(c.n_embd));
+        printf("%s\t%d\t%d\tfused_residual_norm_forward_kernel<%d, %d>\tnorm_backward_kernel<%d>\t%s\n", c.name.c_str(),
+               c.n_embd, c.head_dim, f.V, f.lanes, norm_backward_variant(c.n_embd), c.pos == POS_ALIBI ? "true" : "false");
     }
     return 0;
 }
@@ -115,12 +115,13 @@ def fig(r):
     return "%s %s regs%s" % (r["kernel"], r["regs"], "" if not local(r) else
                               " SPILLS %s/%s bytes st/ld, stack %s" % (r["spill_st"], r["spill_ld"], r["stack"]))
 
-# the instantiations a preset's shape selects; attention's by the head dim, as the launchers dispatch hd
+# the instantiations a preset's shape selects; attention's by the head dim and ALiBi, as the launchers dispatch
 def selected(p, table):
-    name, C, hd, fwd, bwd = p
+    name, C, hd, fwd, bwd, alibi = p
     chosen = [table[fwd], table[bwd]] if fwd in table and bwd in table else None
-    attn = [r for k, r in table.items() if k.startswith(("attention_forward_kernel<%s>" % hd,
-            "attention_backward_dq_kernel<%s>" % hd, "attention_backward_dkdv_kernel<%s," % hd))]
+    attn = [r for k, r in table.items() if k.startswith(("attention_forward_kernel<%s," % hd,
+            "attention_backward_dq_kernel<%s," % hd, "attention_backward_dkdv_kernel<%s," % hd))
+            and k.endswith(", %s>" % alibi)]
     return chosen, attn
 
 shape_bases = ("fused_residual_norm_forward_kernel", "norm_backward_kernel", "attention_forward_kernel",
