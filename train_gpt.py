@@ -15,6 +15,10 @@ read from the same JSON config the C++ trainers use. Three modes:
   --train --config CONFIG.json --data 'GLOB'
         Plain training loop on llm.c token shards; cuda + bf16 autocast + scaled_dot_product_attention
         where available (torch 2.x), the plain fp32 math path otherwise. A baseline to compare with.
+  --mc-eval WEIGHTS.safetensors --eval FILE.jsonl [--eval-bin OUT.bin]
+        Multiple-choice scores of a byte-vocabulary model on a HellaSwag-style jsonl (ctx, endings, label; the
+        context and " " + each ending as UTF-8 bytes): each ending's summed loss (minus its log-likelihood) and
+        token count as jsonl, then acc and acc_norm; --eval-bin also writes the same tokens as llm.c's eval file.
 
 Weights are read and written as safetensors with Hugging Face tensor names: GPT2LMHeadModel
 (config "naming": "gpt2"), LlamaForCausalLM ("llama") or Baichuan's ("baichuan": q, k, v as one W_pack).
@@ -773,12 +777,69 @@ def run_train(args):
         print(f"peak memory {torch.cuda.max_memory_allocated() / 2**20:.0f} MiB")
 
 
+def mc_eval_examples(path):
+    """[(ctx tokens, [ending tokens], label)] of a HellaSwag-style jsonl, tokenized as UTF-8 bytes."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                out.append((list(d["ctx"].encode()), [list((" " + e).encode()) for e in d["endings"]], int(d["label"])))
+    return out
+
+
+def write_llmc_eval(path, examples):
+    """llm.c's eval file: 256 int32 of header (20240522, 1, examples, longest example in bytes), then per example the
+    uint16 stream 65535, its bytes, its index, label, endings, the context's length and tokens, each ending's."""
+    stream, longest = [], 0
+    for i, (ctx, ends, label) in enumerate(examples):
+        ex = [65535, 0, i, label, len(ends), len(ctx)] + ctx
+        for e in ends:
+            ex += [len(e)] + e
+        ex[1] = 2 * len(ex)
+        longest = max(longest, ex[1])
+        stream += ex
+    header = np.zeros(256, dtype=np.int32)
+    header[:4] = [20240522, 1, len(examples), longest]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(np.array(stream, dtype=np.uint16).tobytes())
+
+
+def run_mc_eval(args):
+    """Each ending's summed loss under the weights, one forward per ending (no padding), fp32 on the CPU."""
+    set_deterministic()
+    _, _, cfg, model = load_model_file(args.mc_eval)
+    if cfg["vocab_size"] != 256:
+        die(f"--mc-eval tokenizes as bytes: the model's vocabulary is {cfg['vocab_size']}, not 256")
+    examples = mc_eval_examples(args.eval)
+    if args.eval_bin:
+        write_llmc_eval(args.eval_bin, examples)
+    right = right_norm = 0
+    with torch.no_grad():
+        for i, (ctx, ends, label) in enumerate(examples):
+            scores = []
+            for j, e in enumerate(ends):
+                tokens = torch.tensor([ctx + e])
+                logits, _ = model(tokens[:, :-1])
+                logp = F.log_softmax(logits[0, len(ctx) - 1:].float(), dim=-1)         # the ending's positions
+                nll = -logp.gather(1, tokens[0, len(ctx):, None]).sum().item()
+                scores.append((nll, len(e)))
+                print(json.dumps({"example": i, "ending": j, "nll": nll, "tokens": len(e)}))
+            right += min(range(len(ends)), key=lambda j: scores[j][0]) == label
+            right_norm += min(range(len(ends)), key=lambda j: scores[j][0] / scores[j][1]) == label
+    print(json.dumps({"acc": right / len(examples), "acc_norm": right_norm / len(examples)}))
+
+
 def main():
     p = argparse.ArgumentParser(description="PyTorch reference of train_gpt's GPT-3 and LLaMA models.")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--ref", metavar="INIT.safetensors", help="write a reference state from these initial weights")
     mode.add_argument("--check", metavar="REF.safetensors", help="recompute a reference state and compare")
     mode.add_argument("--train", action="store_true", help="train on llm.c token shards")
+    mode.add_argument("--mc-eval", metavar="WEIGHTS.safetensors", help="score the endings of --eval's examples")
+    p.add_argument("--eval", metavar="FILE.jsonl", help="multiple-choice examples for --mc-eval")
+    p.add_argument("--eval-bin", metavar="OUT.bin", help="--mc-eval: also write the examples as llm.c's eval file")
     p.add_argument("--out", metavar="REF.safetensors", help="output of --ref")
     p.add_argument("--config", metavar="CONFIG.json", help="model config for --train")
     p.add_argument("--data", metavar="GLOB", help="llm.c token shards for --train")
@@ -811,6 +872,10 @@ def main():
         run_ref(args)
     elif args.check:
         run_check(args)
+    elif args.mc_eval:
+        if not args.eval:
+            die("--mc-eval needs --eval FILE.jsonl")
+        run_mc_eval(args)
     else:
         run_train(args)
 

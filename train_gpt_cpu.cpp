@@ -39,6 +39,7 @@
 #include "llmc/parallel/assemble.h"
 #include "llmc/model_config.h"
 #include "llmc/data/dataloader.h"
+#include "llmc/data/mc_eval.h"
 #include "llmc/flops.h"
 #include "llmc/grad_clip.h"
 #include "llmc/run/guard.h"
@@ -89,6 +90,7 @@ struct ChunkActs {
     std::vector<real> x_out;                           // [Nl,C] chunk output
     std::vector<real> lnf, lnf_mean, lnf_rstd, lnf_full;  // last chunk: [Nl,C], [Nl], [Nl], SP [N,C]
     std::vector<real> logits, lse;                     // last chunk: [N,Vpl] (dlogits after backward), [N]
+    std::vector<real> tok_loss;                        // last chunk: [N] each position's loss (0 where no target)
     std::vector<real> dx;                              // [Nl,C] grad of the output, then of the input
     std::vector<int32_t> inputs, targets;              // [N]
     bool has_targets = false;
@@ -420,9 +422,10 @@ ChunkActs<real>* acts_acquire(GPT<real>* g, int chunk, int B, int T) {
         a->inputs.resize(N); a->targets.resize(N);
         if (chunk + 1 == (int)g->L.chunk_first.size() - 1) {
             a->lnf.resize(Nl * C); a->lnf_mean.resize(Nl); a->lnf_rstd.resize(Nl); a->lnf_full.resize(NC);
-            a->logits.resize(N * g->Vpl); a->lse.resize(N);
+            a->logits.resize(N * g->Vpl); a->lse.resize(N); a->tok_loss.resize(N);
         }
-        for (const std::vector<real>* v : {&a->x_out, &a->dx, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->lnf_full, &a->logits, &a->lse})
+        for (const std::vector<real>* v : {&a->x_out, &a->dx, &a->lnf, &a->lnf_mean, &a->lnf_rstd, &a->lnf_full, &a->logits, &a->lse,
+                                           &a->tok_loss})
             a->bytes += v->size() * sizeof(real);
         a->bytes += (a->inputs.size() + a->targets.size()) * sizeof(int32_t);
     }
@@ -440,9 +443,11 @@ void acts_release(GPT<real>* g, ChunkActs<real>* a) {
 // Vocabulary-parallel cross-entropy over the first V of Vp logits; each rank holds columns
 // [v0, v0 + Vpl) of logits [N,Vpl]. Full logits are never gathered: the row max, the sum of
 // exps and the target logit are summed (max-ed) over tp. Returns the sum of the losses of the
-// valid rows (targets of -1 are ignored); lse[N] keeps log-sum-exp for backward.
+// valid rows (targets of -1 are ignored); lse[N] keeps log-sum-exp for backward, tok_loss[N] each row's loss (0 where
+// ignored: what --eval sums per ending).
 template <typename real>
-double vocab_parallel_ce_forward(GPT<real>* g, real* lse, const real* logits, const int32_t* targets, int N) {
+double vocab_parallel_ce_forward(GPT<real>* g, real* lse, real* tok_loss, const real* logits, const int32_t* targets,
+                                 int N) {
     const int V = g->cfg.vocab_size, Vpl = g->Vpl, v0 = g->v0, nv = std::max(0, std::min(Vpl, V - v0));
     real* mx = g->row_mx.data(); real* sum = g->row_sum.data(); real* tgt = g->row_tgt.data();
 #pragma omp parallel for schedule(static)
@@ -468,6 +473,7 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, const real* logits, co
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int n = 0; n < N; n++) {
         lse[n] = mx[n] + std::log(sum[n]);
+        tok_loss[n] = targets[n] >= 0 ? lse[n] - tgt[n] : (real)0;
         if (targets[n] >= 0) total += (double)(lse[n] - tgt[n]);
     }
     return total;
@@ -569,7 +575,8 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         a->n_valid = 0;
         if (a->has_targets) {
             for (int n = 0; n < N; n++) a->n_valid += a->targets[n] >= 0;
-            double total = vocab_parallel_ce_forward(g, a->lse.data(), a->logits.data(), a->targets.data(), N);
+            double total = vocab_parallel_ce_forward(g, a->lse.data(), a->tok_loss.data(), a->logits.data(),
+                                                     a->targets.data(), N);
             a->loss = a->n_valid ? total / a->n_valid : 0.0;
         }
     }
@@ -713,6 +720,7 @@ void gpt_backward(GPT<real>* g, double loss_scale) {
 // callbacks below. Sends do not block (their buffers wait in `sends` until the end); receives
 // do. Each micro-batch's loss and loss scale are 1 / loss_div, the first one's also multiplied by mb0's
 // (llmc/run/test_hooks.h). Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
+// row_losses (forward only, --eval): [n_mb * B], each row's summed per-token loss, filled on the last stage.
 
 template <typename real>
 struct PendingSend {
@@ -722,7 +730,8 @@ struct PendingSend {
 
 template <typename real>
 double pp_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
-                   int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {}) {
+                   int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {},
+                   std::vector<double>* row_losses = nullptr) {
     const Layout& L = g->L;
     const Comm& pp = g->cm.pp;
     const int n_chunks = L.n_chunks(), last = n_chunks - 1, N = B * T;
@@ -749,6 +758,11 @@ double pp_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs
         if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
         chunk_forward(g, a);
         if (chunk == last) loss += a->loss * mb0.loss_of(mb) / loss_div;
+        for (int b = 0; chunk == last && row_losses && b < B; b++) {
+            double s = 0;
+            for (int t = 0; t < T; t++) s += a->tok_loss[(size_t)b * T + t];
+            (*row_losses)[(size_t)mb * B + b] = s;
+        }
     };
     cb.send_act = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->x_out, peer, tag); };
     cb.recv_grad = [&](int mb, int chunk, int peer, int tag) {
@@ -919,6 +933,13 @@ int main(int argc, char** argv) {
     Comms comms;
     Layout layout = make_layout(world, mc, tc, tc.total_batch, &comms);
     const int dp = layout.topo.dp;
+    // --eval: the multiple-choice file, read and checked before the model is allocated
+    Tokenizer eval_tok;
+    McEval ev;
+    if (!tc.eval.empty()) {
+        if (!tc.tokenizer.empty()) tokenizer_load_auto(&eval_tok, tc.tokenizer.c_str());
+        ev = mc_eval_load(tc.eval, tc.tokenizer.empty() ? nullptr : &eval_tok, T, mc.vocab_size);
+    }
     GPT<float> g;
     gpt_build(&g, mc, &layout, &comms);
 
@@ -987,15 +1008,57 @@ int main(int argc, char** argv) {
     if (rank0) logger_start(&lg);
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
-    std::vector<std::vector<int32_t>> val_in(tc.val_batches, std::vector<int32_t>((size_t)B * T)), val_tg = val_in;
-    // validation: every dp group runs all batches through its pipeline; one rank's sum counts
+    // Forward-only passes split over dp (validation and --eval): batch k of n on dp rank k % dp, every rank the same
+    // number of forwards (ZeRO 3 gathers together; a rank past the last batch runs one that counts nothing), at most
+    // 32 through the pipeline at a time. fill(k, in, tg) makes batch k; on each dp rank's last stage, first tp rank,
+    // got(k, row_losses [B], mean loss) takes the losses of its batches.
+    const Topology& topo = layout.topo;
+    const bool counts = topo.pp_rank == topo.pp - 1 && topo.tp_rank == 0;
+    auto forward_split = [&](int n, const std::function<void(int, int32_t*, int32_t*)>& fill,
+                             const std::function<void(int, const double*, double)>& got) {
+        const int per_rank = (n + dp - 1) / dp;
+        for (int j0 = 0; j0 < per_rank; j0 += 32) {
+            const int m = std::min(32, per_rank - j0);
+            std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>((size_t)B * T)), tg = in;
+            for (int j = 0; j < m; j++) {
+                const int k = (j0 + j) * dp + topo.dp_rank;
+                if (k < n) fill(k, in[j].data(), tg[j].data());
+                else std::fill(tg[j].begin(), tg[j].end(), -1);
+            }
+            std::vector<double> rows((size_t)m * B);
+            std::vector<double> means(m);
+            pp_pipeline(&g, in, tg, m, B, T, false, 1, {}, &rows);
+            for (int j = 0; j < m; j++) {
+                const int k = (j0 + j) * dp + topo.dp_rank;
+                double mean = 0;  // the batch's mean loss over its targets, as the pipeline's loss
+                int valid = 0;
+                for (int b = 0; b < B; b++) mean += rows[(size_t)j * B + b];
+                for (int32_t t : tg[j]) valid += t >= 0;
+                if (k < n && counts) got(k, rows.data() + (size_t)j * B, valid ? mean / valid : 0.0);
+            }
+        }
+    };
+    // validation: the mean of the --val-batches batches' mean losses, summed over the ranks that count
     auto evaluate = [&]() -> double {
-        for (int i = 0; i < tc.val_batches; i++) loader_batch(&val, (uint64_t)i * B, B, val_in[i].data(), val_tg[i].data());
-        double s = pp_pipeline(&g, val_in, val_tg, tc.val_batches, B, T, false, 1);
-        const Topology& tp = layout.topo;
-        if (!(tp.pp_rank == tp.pp - 1 && tp.tp_rank == 0 && tp.dp_rank == 0)) s = 0;
+        double s = 0;
+        forward_split(tc.val_batches, [&](int k, int32_t* in, int32_t* tg) { loader_batch(&val, (uint64_t)k * B, B, in, tg); },
+                      [&](int, const double*, double mean) { s += mean; });
         comm_host_sum(world, &s, 1);
         return s / tc.val_batches;
+    };
+    // --eval: every ending's summed loss (its rows over the dp ranks, summed over the world), then the accuracies
+    auto mc_evaluate = [&](int step) {
+        std::vector<double> nll(ev.rows(), 0.0);
+        forward_split(mc_eval_batches(ev, B), [&](int k, int32_t* in, int32_t* tg) { mc_eval_batch(ev, k, B, T, in, tg); },
+                      [&](int k, const double* rows, double) {
+                          for (int b = 0; b < B && k * B + b < ev.rows(); b++) nll[(size_t)k * B + b] = rows[b];
+                      });
+        comm_host_sum(world, nll.data(), nll.size());
+        double acc = 0, acc_norm = 0;
+        mc_eval_score(ev, nll, &acc, &acc_norm);
+        if (!rank0) return;
+        log_eval(&lg, step, acc, acc_norm, (int)ev.examples.size());
+        if (!tc.eval_scores.empty()) mc_eval_write_scores(ev, nll, step, tc.eval_scores);
     };
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
@@ -1013,6 +1076,7 @@ int main(int argc, char** argv) {
         val_loss = evaluate();
         if (rank0) log_val(&lg, 0, val_loss);
     }
+    if (ev.rows() && state.step == 0 && tc.val_every > 0) mc_evaluate(0);
     const int first_step = state.step;
     const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
     for (int step = state.step; step < tc.steps; step++) {
@@ -1042,6 +1106,7 @@ int main(int argc, char** argv) {
             val_loss = evaluate();
             if (rank0) log_val(&lg, step + 1, val_loss);
         }
+        if (ev.rows() && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) mc_evaluate(step + 1);
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
         const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
         if (saved) save_checkpoint();

@@ -39,7 +39,7 @@ static inline MemPlan mem_plan(const ModelConfig& c, const Layout& L, int B, int
     const double per_layer = 4 * Nl * C + 4 * Nl + sp_full + N * ((Hl + 2 * KVl) * hd + Hl * hd + F1l + Fl) + qk_raw +
                              (double)B * Hl * T * T;
     const double per_chunk_io = 2 * Nl * C + 2 * N * sizeof(int32_t) / eb;
-    const double head = (Nl * C + 2 * Nl + (L.sp ? N * C : 0) + N * Vpl + N);
+    const double head = (Nl * C + 2 * Nl + (L.sp ? N * C : 0) + N * Vpl + 2 * N);
     const double layers_per_chunk = (double)c.n_layer / n_chunks;
     // non-blocking sends keep their buffers [Nl,C] until the end of the step
     int n_sends = 0;
@@ -74,7 +74,8 @@ static inline double mem_plan_chunk_acts(const ModelConfig& c, const Layout& L, 
                              (double)B * Hl * T * T;
     const int layers = L.chunk_first[chunk + 1] - L.chunk_first[chunk];
     double elems = layers * per_layer + 2 * Nl * C;  // x_out, dx [Nl,C]
-    if (chunk == L.n_chunks() - 1) elems += Nl * C + 2 * Nl + NC + N * Vpl + N;  // lnf, mean, rstd, SP lnf, logits, lse
+    if (chunk == L.n_chunks() - 1)  // lnf, mean, rstd, SP lnf, logits, lse, per-token losses
+        elems += Nl * C + 2 * Nl + NC + N * Vpl + 2 * N;
     return elems * eb + 2 * N * sizeof(int32_t);  // inputs, targets
 }
 

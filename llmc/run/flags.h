@@ -32,6 +32,8 @@ struct TrainConfig {
     double decay_frac = 0.2;
     double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1, grad_clip = 1.0;
     int val_every = 50, val_batches = 10;
+    std::string eval = "";           // --eval: a multiple-choice file (HellaSwag jsonl or llm.c's .bin), every -v steps
+    std::string eval_scores = "";    // --eval-scores: each ending's summed loss per evaluation, appended as jsonl
     int sample_every = 0, gen_tokens = 256;
     int ckpt_every = 0, keep_last = 2;
     std::string resume = "";         // "auto": latest complete checkpoint in out_dir; or a path
@@ -117,6 +119,9 @@ static inline void print_usage(const char* prog) {
            "  --spike-z Z          also skip a loss Z standard deviations above the mean of the last\n"
            "                       --spike-window N accepted losses (default 0: off; window 100)\n"
            "  -v N                 validation every N steps (default 50)  --val-batches N (default 10)\n"
+           "  --eval FILE          multiple-choice accuracy every -v steps and at the end: HellaSwag's jsonl\n"
+           "                       (ctx, endings, label; tokenized by --tokenizer) or llm.c's eval .bin\n"
+           "  --eval-scores FILE   append each ending's summed loss per evaluation (jsonl)\n"
            "  -s N                 print a sample every N steps (default 0: only at the end)  -g N tokens\n"
            "output and checkpoints:\n"
            "  -o DIR               logs and checkpoints (default out; \"\" for none)\n"
@@ -172,6 +177,8 @@ static inline void check_given_paths(const TrainConfig& tc) {
     if (path_flag_given("-j", tc.val_data)) loader_check(tc.val_data);
     if (path_flag_given("--tokenizer", tc.tokenizer) && !tokenizer_is_name(tc.tokenizer)) tokenizer_check(tc.tokenizer);
     if (path_flag_given("--init-from", tc.init_from)) close(open_input(tc.init_from, "--init-from", true, &st));
+    if (path_flag_given("--eval", tc.eval)) close(open_input(tc.eval, "--eval", true, &st));
+    if (path_flag_given("--eval-scores", tc.eval_scores)) check_output_file(tc.eval_scores, "--eval-scores");
     if (path_flag_given("--resume", tc.resume) && tc.resume != "auto") checkpoint_check_dir(tc.resume);
     if (path_flag_given("-o", tc.out_dir)) check_output_dir(tc.out_dir, "-o");
     if (path_flag_given("--export-init", tc.export_init)) check_output_file(tc.export_init, "--export-init");
@@ -297,6 +304,8 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--spike-window") tc->spike_window = as_pos();
         else if (a == "-v") { long x = as_int(); if (x < 0) die("flag -v must be >= 0"); tc->val_every = (int)x; }
         else if (a == "--val-batches") tc->val_batches = as_pos();
+        else if (a == "--eval") { tc->eval = s; note_path_flag("--eval", s); }
+        else if (a == "--eval-scores") { tc->eval_scores = s; note_path_flag("--eval-scores", s); }
         else if (a == "-s") { long x = as_int(); if (x < 0) die("flag -s must be >= 0"); tc->sample_every = (int)x; }
         else if (a == "-g") { long x = as_int(); if (x < 0) die("flag -g must be >= 0"); tc->gen_tokens = (int)x; }
         else if (a == "-n") { long x = as_int(); if (x < 0) die("flag -n must be >= 0"); tc->ckpt_every = (int)x; }

@@ -54,6 +54,7 @@ struct Logger {
     double mem_limit_bytes = 0;    // --gpu-mem, 0 when not given (FlagPerf's memory total)
     std::vector<double> rank_bytes;  // measured bytes per rank (log_memory), for the summary
     double t_start_ms = 0;         // wall clock at logger_open, for end-to-end time
+    double eval_acc = -1, eval_acc_norm = -1;  // the last --eval's accuracies (-1: none ran), for the summary
 };
 
 static inline double wall_ms() {
@@ -162,6 +163,18 @@ static inline void log_val(Logger* lg, int step, double val_loss) {
     }
 }
 
+// --eval's multiple-choice accuracy: by the endings' summed log-likelihoods (acc) and per token (acc_norm).
+static inline void log_eval(Logger* lg, int step, double acc, double acc_norm, int n_examples) {
+    printf("step %5d | eval acc %.4f acc_norm %.4f (%d examples)\n", step, acc, acc_norm, n_examples);
+    fflush(stdout);
+    lg->eval_acc = acc;
+    lg->eval_acc_norm = acc_norm;
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"step\":%d,\"eval_acc\":%.9g,\"eval_acc_norm\":%.9g}\n", step, acc, acc_norm);
+        fflush(lg->jsonl);
+    }
+}
+
 // Steps skipped as warm-up by the summary's median and the Paddle result's mean: the first fifth, at most 5.
 static inline size_t logger_warmup_steps(const Logger* lg) { return std::min<size_t>(lg->step_ms.size() / 5, 5); }
 
@@ -212,6 +225,7 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
     double nominal_mfu = lg->peak_flops > 0 ? tok_s * nominal_flops_per_token(n_params) / lg->peak_flops : 0.0;
     printf("summary: median %.1f ms/step, %.0f tokens/s per device, final loss %.4f", med, tok_s, final_loss);
     if (val_loss >= 0) printf(", val loss %.4f", val_loss);
+    if (lg->eval_acc >= 0) printf(", eval acc %.4f acc_norm %.4f", lg->eval_acc, lg->eval_acc_norm);
     printf("\n");
     if (lg->formats & LOG_FLAGPERF) {
         char b[768];
@@ -235,9 +249,11 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
     FILE* f = fopen_check(p.c_str(), "wb");
     fprintf(f, "{\"model\":\"%s\",\"params\":%lld,\"devices\":%d,\"median_step_ms\":%.4f,\"tokens_per_s_per_device\":%.2f,"
                "\"mfu\":%.6f,\"nominal_mfu\":%.6f,\"model_flops_per_token\":%.6g,\"peak_memory_bytes_per_rank\":%.0f,"
-               "\"memory_bytes_per_rank\":%s,\"final_loss\":%.9g,\"val_loss\":%s,\"steps\":%zu}\n",
+               "\"memory_bytes_per_rank\":%s,\"final_loss\":%.9g,\"val_loss\":%s,\"eval_acc\":%s,\"eval_acc_norm\":%s,"
+               "\"steps\":%zu}\n",
             c.name.c_str(), (long long)n_params, lg->n_devices, med, tok_s, mfu, nominal_mfu, lg->flops_per_token,
-            peak_mem_bytes, ranks.c_str(), final_loss, val_json, lg->step_ms.size());
+            peak_mem_bytes, ranks.c_str(), final_loss, val_json, lg->eval_acc >= 0 ? json_num(lg->eval_acc).c_str() : "null",
+            lg->eval_acc_norm >= 0 ? json_num(lg->eval_acc_norm).c_str() : "null", lg->step_ms.size());
     fclose_check(f, path_label(p).c_str());
 }
 
