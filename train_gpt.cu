@@ -713,6 +713,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 #include "llmc/run/signals.h"
 #include "llmc/run/weights_io.h"
 #include "llmc/data/dataloader.h"
+#include "llmc/data/mc_eval.h"
 #include "llmc/parallel/comm_timeout.h"
 #include "llmc/gpt/memory.cuh"   // the buffer table, the memory estimate, gpt_build
 #include "llmc/gpt/weights.cuh"  // weights in and out
@@ -720,34 +721,86 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 // ----------------------------------------------------------------------------------------------
 // The run
 
-// The validation loss: the mean over the first n batches of the validation set. Every rank runs every batch (ZeRO 3
-// gathers the weights together); rank 0's mean counts. A pipeline runs the batches through its stages as micro-batches;
-// the last stage's mean reaches every rank. --fp8 delayed: validation's amaxes are no part of the next step's scales.
-static double gpt_validate(GPT* g, DataLoader* val, int n) {
-    const int B = g->B;
-    std::vector<int32_t> in((size_t)B * g->T), tg((size_t)B * g->T);
-    double s = 0;
-    if (g->L.topo.pp > 1) {
-        cudaCheck(cudaStreamSynchronize(g->stream));  // no queued copy reads the upload buffers rewritten here
-        gpt_upload_reserve(g, n);
-        for (int i = 0; i < n; i++) {
-            loader_batch(val, (uint64_t)i * B, B, in.data(), tg.data());
-            gpt_upload(g, i, in.data(), tg.data());
+// Forward-only passes split over dp (validation, --eval): batch k of n runs on dp rank k % dp, every rank the same
+// number of forwards (ZeRO 3 gathers together; a rank past the last batch runs one that counts nothing); a pipeline
+// takes up to 32 of them at a time as micro-batches. fill(k, in, tg) makes batch k; on each dp rank's last stage, first
+// tp rank, got(k, rows, mean) takes batch k's summed loss of each row rows [B] and its mean loss over its targets.
+// --fp8 delayed: these forwards' amaxes are no part of the next step's scales.
+typedef std::function<void(int, int32_t*, int32_t*)> BatchFill;
+typedef std::function<void(int, const double*, double)> BatchLosses;
+static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchLosses& got) {
+    const Topology& t = g->L.topo;
+    const int B = g->B, T = g->T, per_rank = (n + t.dp - 1) / t.dp;
+    const bool counts = t.pp_rank == t.pp - 1 && t.tp_rank == 0;
+    std::vector<int32_t> in((size_t)B * T), tg((size_t)B * T);
+    std::vector<float> tok((size_t)B * T);
+    std::vector<double> rows(B);
+    auto make = [&](int j) {  // local batch j: batch k of n, or one whose targets are all ignored
+        const int k = j * t.dp + t.dp_rank;
+        if (k < n) return fill(k, in.data(), tg.data());
+        std::fill(in.begin(), in.end(), 0);
+        std::fill(tg.begin(), tg.end(), -1);
+    };
+    auto take = [&](int j) {  // after gpt_loss: g->losses holds the micro-batch's per-token losses
+        const int k = j * t.dp + t.dp_rank;
+        const double mean = g->loss;
+        if (k >= n || !counts) return;
+        cudaCheck(cudaMemcpy(tok.data(), g->losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        for (int b = 0; b < B; b++) {
+            rows[b] = 0;
+            for (int i = 0; i < T; i++) rows[b] += tok[(size_t)b * T + i];
         }
-        pp_pipeline(g, n, false, 0.0, [&]() { s += gpt_loss(g); });
-        fp8_step_end(g, false);
-        const Topology& t = g->L.topo;
-        if (t.pp_rank != t.pp - 1 || t.dp_rank != 0 || t.tp_rank != 0) s = 0;
-        comm_host_sum(g->world, &s, 1);
-        return s / n;
+        got(k, rows.data(), mean);
+    };
+    for (int j0 = 0; j0 < per_rank && t.pp > 1; j0 += 32) {
+        const int m = std::min(32, per_rank - j0);
+        cudaCheck(cudaStreamSynchronize(g->stream));  // no queued copy reads the upload buffers rewritten here
+        gpt_upload_reserve(g, m);
+        for (int j = 0; j < m; j++) {
+            make(j0 + j);
+            gpt_upload(g, j, in.data(), tg.data());
+        }
+        pp_pipeline(g, m, false, 0.0, [&]() {
+            gpt_loss(g);
+            take(j0 + g->pp.head_mb);
+        });
     }
-    for (int i = 0; i < n; i++) {
-        loader_batch(val, (uint64_t)i * B, B, in.data(), tg.data());
+    for (int j = 0; j < per_rank && t.pp == 1; j++) {
+        make(j);
         gpt_forward(g, in.data(), tg.data());
-        s += gpt_loss(g);
+        gpt_loss(g);
+        take(j);
     }
     fp8_step_end(g, false);
+}
+
+// The validation loss: the mean over the first n batches of the validation set (split over dp, the sum over the
+// ranks that count).
+static double gpt_validate(GPT* g, DataLoader* val, int n) {
+    const int B = g->B;
+    double s = 0;
+    gpt_forward_split(g, n, [&](int k, int32_t* in, int32_t* tg) { loader_batch(val, (uint64_t)k * B, B, in, tg); },
+                      [&](int, const double*, double mean) { s += mean; });
+    comm_host_sum(g->world, &s, 1);
     return s / n;
+}
+
+// --eval: every ending's summed loss (its rows split over dp, summed over the world), then the accuracies; rank 0
+// logs them (and writes --eval-scores).
+static void gpt_mc_eval(GPT* g, const McEval& ev, int step, Logger* lg, const std::string& scores) {
+    const int B = g->B;
+    std::vector<double> nll(ev.rows(), 0.0);
+    gpt_forward_split(g, mc_eval_batches(ev, B),
+                      [&](int k, int32_t* in, int32_t* tg) { mc_eval_batch(ev, k, B, g->T, in, tg); },
+                      [&](int k, const double* rows, double) {
+                          for (int b = 0; b < B && k * B + b < ev.rows(); b++) nll[(size_t)k * B + b] = rows[b];
+                      });
+    comm_host_sum(g->world, nll.data(), nll.size());
+    double acc = 0, acc_norm = 0;
+    mc_eval_score(ev, nll, &acc, &acc_norm);
+    if (g->world.rank != 0) return;
+    log_eval(lg, step, acc, acc_norm, (int)ev.examples.size());
+    if (!scores.empty()) mc_eval_write_scores(ev, nll, step, scores);
 }
 
 // Dense bf16 peak of the device from its name (docs/design.md section 7); 0 when unknown, and in the fp32 test
@@ -823,6 +876,8 @@ struct RunFiles {
     std::string resume_dir;     // empty: a fresh run
     DataLoader train, val;
     bool have_val = false;
+    Tokenizer eval_tok;         // --eval: the run's tokenizer, for a jsonl file
+    McEval eval;                // --eval's examples (none: no rows)
 };
 static void run_files_open(RunFiles* f, const ModelConfig& mc, const TrainConfig& tc) {
     sampler_open(&f->sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
@@ -832,6 +887,10 @@ static void run_files_open(RunFiles* f, const ModelConfig& mc, const TrainConfig
     if (!tc.init_from.empty()) close(open_input(tc.init_from, "--init-from", true, &st));
     if (!tc.save_safetensors.empty()) check_output_file(tc.save_safetensors, "--save-safetensors");
     f->have_val = loader_open_train_val(&f->train, &f->val, tc.train_data, tc.val_data, tc.T, mc.vocab_size);
+    if (!tc.eval.empty()) {
+        if (!tc.tokenizer.empty()) tokenizer_load_auto(&f->eval_tok, tc.tokenizer.c_str());
+        f->eval = mc_eval_load(tc.eval, tc.tokenizer.empty() ? nullptr : &f->eval_tok, tc.T, mc.vocab_size);
+    }
 }
 
 // This rank among the ranks, its GPU and its part of the layout: the ranks start (one: no NCCL communicator), the
@@ -997,6 +1056,7 @@ int main(int argc, char** argv) {
         val_loss = gpt_validate(&g, &files.val, tc.val_batches);
         if (rank0) log_val(&lg, 0, val_loss);
     }
+    if (files.eval.rows() && state.step == 0 && tc.val_every > 0) gpt_mc_eval(&g, files.eval, 0, &lg, tc.eval_scores);
     const int first_step = state.step;
     const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
     for (int step = state.step; step < tc.steps; step++) {
@@ -1037,6 +1097,8 @@ int main(int argc, char** argv) {
             val_loss = gpt_validate(&g, &files.val, tc.val_batches);
             if (rank0) log_val(&lg, step + 1, val_loss);
         }
+        if (files.eval.rows() && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last))
+            gpt_mc_eval(&g, files.eval, step + 1, &lg, tc.eval_scores);
         if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
         const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
         if (saved) save_checkpoint();
