@@ -1009,16 +1009,17 @@ int main(int argc, char** argv) {
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     // Forward-only passes split over dp (validation and --eval): batch k of n on dp rank k % dp, every rank the same
-    // number of forwards (ZeRO 3 gathers together; a rank past the last batch runs one that counts nothing), at most
-    // 32 through the pipeline at a time. fill(k, in, tg) makes batch k; on each dp rank's last stage, first tp rank,
-    // got(k, row_losses [B], mean loss) takes the losses of its batches.
+    // number of forwards (ZeRO 3 gathers together; a rank past the last batch runs one that counts nothing), a
+    // training step's number of micro-batches through the pipeline at a time (so no more sends and activations are
+    // held than the step's, which the memory plan counts). fill(k, in, tg) makes batch k; on each dp rank's last
+    // stage, first tp rank, got(k, row_losses [B], mean loss) takes the losses of its batches.
     const Topology& topo = layout.topo;
     const bool counts = topo.pp_rank == topo.pp - 1 && topo.tp_rank == 0;
     auto forward_split = [&](int n, const std::function<void(int, int32_t*, int32_t*)>& fill,
                              const std::function<void(int, const double*, double)>& got) {
         const int per_rank = (n + dp - 1) / dp;
-        for (int j0 = 0; j0 < per_rank; j0 += 32) {
-            const int m = std::min(32, per_rank - j0);
+        for (int j0 = 0; j0 < per_rank; j0 += accum) {
+            const int m = std::min(accum, per_rank - j0);
             std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>((size_t)B * T)), tg = in;
             for (int j = 0; j < m; j++) {
                 const int k = (j0 + j) * dp + topo.dp_rank;

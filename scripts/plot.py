@@ -7,6 +7,7 @@
 #   throughput.png  tokens/s per device and MFU of every run (summary.json: median step after warm-up)
 #   memory.png      measured bytes per rank (summary.json) beside the plan's bytes for the rank's stage
 #                   (plan.txt), when a run has them
+#   eval.png        --eval's multiple-choice accuracy over steps (acc solid, acc_norm dashed), when a run has it
 # Usage: /usr/bin/python3 scripts/plot.py [-o OUT] [--title TEXT] RUN [RUN ...]   (a run's label: its directory name,
 # or LABEL=RUN). Needs matplotlib: Debian's python3-matplotlib (bash scripts/install_deps.sh installs it).
 import argparse, json, math, os, re, sys
@@ -21,7 +22,7 @@ def read_run(spec):
     label, path = spec.split("=", 1) if "=" in spec else (os.path.basename(os.path.normpath(spec)), spec)
     mp = os.path.join(path, "metrics.jsonl")
     if not os.path.isfile(mp): die("%s has no metrics.jsonl (give a training run's -o directory)" % path)
-    steps, val = [], []
+    steps, val, ev = [], [], []
     for n, line in enumerate(open(mp), 1):
         # printf writes nan / inf, which JSON lacks
         line = re.sub(r'(?<=[:\[,])(-?)(nan|inf)\b', lambda m: m.group(1) + ("NaN" if m.group(2) == "nan" else "Infinity"), line)
@@ -29,6 +30,7 @@ def read_run(spec):
         except ValueError: die("%s line %d is not JSON" % (mp, n))
         if "loss" in j: steps.append((j["step"], j["loss"]))
         if "val_loss" in j: val.append((j["step"], j["val_loss"]))
+        if "eval_acc" in j: ev.append((j["step"], j["eval_acc"], j["eval_acc_norm"]))
     if not steps: die("%s has no training steps" % mp)
     summary = None
     sp = os.path.join(path, "summary.json")
@@ -47,7 +49,7 @@ def read_run(spec):
         for line in open(pp, errors="replace"):
             m = re.match(r"^plan bytes stage (\d+): .* total (\d+)", line)
             if m: plan[int(m.group(1))] = float(m.group(2))
-    return dict(label=label, path=path, steps=steps, val=val, summary=summary, stage_of=stage_of, plan=plan)
+    return dict(label=label, path=path, steps=steps, val=val, ev=ev, summary=summary, stage_of=stage_of, plan=plan)
 
 
 def plot_loss(plt, runs, out, title):
@@ -61,6 +63,24 @@ def plot_loss(plt, runs, out, title):
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
     ax.set_title(title or "loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_eval(plt, runs, out, title):
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in runs:
+        if not r["ev"]: continue
+        x, acc, acc_norm = zip(*r["ev"])
+        line, = ax.plot(x, acc, "o-", label=r["label"] + " acc", markersize=4, linewidth=1.2)
+        ax.plot(x, acc_norm, "s--", color=line.get_color(), label=r["label"] + " acc_norm", markersize=4, linewidth=0.8)
+    ax.set_xlabel("step")
+    ax.set_ylabel("multiple-choice accuracy (--eval)")
+    ax.set_ylim(0, 1)
+    ax.set_title(title or "eval accuracy")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -134,13 +154,16 @@ def main():
     plot_loss(plt, runs, os.path.join(a.out, "loss.png"), t + "loss")
     plot_throughput(plt, runs, os.path.join(a.out, "throughput.png"), t + "tokens/s per device and MFU")
     mem = plot_memory(plt, runs, os.path.join(a.out, "memory.png"), t + "memory per rank: measured vs plan")
+    if any(r["ev"] for r in runs):
+        plot_eval(plt, runs, os.path.join(a.out, "eval.png"), t + "eval accuracy")
     for r in runs:
         s = r["summary"] or {}
         print("%s: %d steps, final loss %.4f, %s tokens/s per device" % (r["label"], len(r["steps"]), r["steps"][-1][1],
               "%.1f" % s["tokens_per_s_per_device"] if s else "no summary.json:"))
     for name, m, p in mem:
         print("memory %s: measured %.3f MiB, plan %s" % (name.replace("\n", " "), m, "%.3f MiB" % p if not math.isnan(p) else "none"))
-    print("wrote %s/loss.png, %s/throughput.png, %s/memory.png" % (a.out, a.out, a.out))
+    print("wrote %s/loss.png, %s/throughput.png, %s/memory.png%s" % (a.out, a.out, a.out,
+          ", %s/eval.png" % a.out if any(r["ev"] for r in runs) else ""))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/plot.py on two tiny runs of train_gpt_cpu (one process; pp 2 on 2 ranks, with its console log and
-# its --plan output). Checks: loss.png, throughput.png and memory.png are written, are PNG files that
-# matplotlib reads back with more than one colour; the memory figures it plots for each rank equal the
+# its --plan output, both with --eval). Checks: loss.png, throughput.png, memory.png and eval.png are written, are
+# PNG files that matplotlib reads back with more than one colour; the memory figures it plots for each rank equal the
 # plan's row of that rank's stage (the CPU trainer's measured bytes equal its plan: tests/t_plan.sh), so
 # the rank -> stage map and both readers are right; a directory without metrics.jsonl stops with exit 1
 # and a message naming it. Without matplotlib (and no way to install it) the test prints [SKIP].
@@ -21,7 +21,8 @@ if ! $PY -c 'import matplotlib' 2> /dev/null; then
         exit 0
     fi
 fi
-base=(-c gpt3_tiny --vocab 301 -b 2 -t 32 -d 128 -x 6 -v 3 --val-batches 2 -g 0 -i data/mobydick.txt -j "")
+base=(-c gpt3_tiny --vocab 301 -b 2 -t 64 -d 128 -x 6 -v 3 --val-batches 2 -g 0 -i data/mobydick.txt -j ""
+      --eval tests/data/mc_small.jsonl)
 mkdir -p "$d/one"
 timeout 120 ./train_gpt_cpu "${base[@]}" -o "$d/one" > "$d/one/train.log" 2>&1 || fail "one-process run: $(tail -2 "$d/one/train.log")"
 ./train_gpt_cpu --plan "${base[@]}" > "$d/one/plan.txt" 2>&1 || fail "one-process plan"
@@ -32,7 +33,7 @@ timeout 120 mpirun --oversubscribe --allow-run-as-root -np 2 ./train_gpt_cpu "${
 
 if $PY scripts/plot.py -o "$d/plots" "one process=$d/one" "pp 2=$d/pp2" > "$d/plot.log" 2>&1; then
     ok=1
-    for f in loss throughput memory; do
+    for f in loss throughput memory eval; do
         if out=$($PY tests/plot_checks.py png "$d/plots/$f.png" 2>&1); then pass "$f.png: a PNG of $out pixels with content"
         else fail "$f.png: $out"; ok=0; fi
     done
