@@ -56,13 +56,8 @@ __global__ void __launch_bounds__(QK_NORM_THREADS) qk_norm_backward_kernel(float
     const int r0 = blockIdx.x * QK_NORM_BWD_ROWS, r1 = min(N, r0 + QK_NORM_BWD_ROWS);
     const bool on = 8 * lane < hd;
     float aq[8], ak[8];
-    Pack8 wqv, wkv;
 #pragma unroll
     for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;
-    if (on) {
-        wqv = load8(wq + 8 * lane);
-        wkv = load8(wk + 8 * lane);
-    }
     for (int i = wid; i < (r1 - r0) * heads; i += QK_NORM_THREADS / 32) {
         const int n = r0 + i / heads, j = i % heads;
         floatX* d = dqkv + (size_t)n * (H + 2 * KV) * hd + (size_t)j * hd + 8 * lane;
@@ -76,9 +71,10 @@ __global__ void __launch_bounds__(QK_NORM_THREADS) qk_norm_backward_kernel(float
             for (int e = 0; e < 8; e++) ss += to_float(xv.v[e]) * to_float(xv.v[e]);
         }
         const float rstd = rsqrtf(warp_sum(ss) / hd + eps);
-        const Pack8& w = j < H ? wqv : wkv;
+        Pack8 w;
         float s_dnx = 0.0f;
         if (on) {
+            w = load8((j < H ? wq : wk) + 8 * lane);  // (selecting between two register copies put them on the stack)
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const float dy = to_float(dv.v[e]), xh = to_float(xv.v[e]) * rstd;
