@@ -60,9 +60,13 @@ def plot_loss(plt, runs, out, title):
         if r["val"]:
             vx, vy = zip(*r["val"])
             ax.plot(vx, vy, "o--", color=line.get_color(), label=r["label"] + " val", markersize=4, linewidth=0.8)
+    finish_over_steps(plt, fig, ax, out, "loss (nats per token)", title or "loss")
+
+
+def finish_over_steps(plt, fig, ax, out, ylabel, title):
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats per token)")
-    ax.set_title(title or "loss")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -77,15 +81,8 @@ def plot_eval(plt, runs, out, title):
         x, acc, acc_norm = zip(*r["ev"])
         line, = ax.plot(x, acc, "o-", label=r["label"] + " acc", markersize=4, linewidth=1.2)
         ax.plot(x, acc_norm, "s--", color=line.get_color(), label=r["label"] + " acc_norm", markersize=4, linewidth=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("multiple-choice accuracy (--eval)")
     ax.set_ylim(0, 1)
-    ax.set_title(title or "eval accuracy")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    finish_over_steps(plt, fig, ax, out, "multiple-choice accuracy (--eval)", title or "eval accuracy")
 
 
 def plot_throughput(plt, runs, out, title):

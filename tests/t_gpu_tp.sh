@@ -83,30 +83,27 @@ fi
 # rank scales its vocabulary rows of the head) and Qwen3's QK-norm (each rank normalises its own heads, so the norm
 # weights' gradients are summed over tp, with sp or without): tp2 and tp2 sp against their own one-process run (the
 # guards' one-rank optimizer state from --estimate-memory)
-d=build/t_gpu_tp/switches
-mkdir -p "$d"
-MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4 --qkv-bias 1 --norm-head 1 --qk-norm 1)
-run cpu.a4 ./train_gpt_cpu 1 4
-if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run (q, k, v biases, NormHead, QK-norm): $(why cpu.a4)"; status=1
-else
+# own_reference DIR LABEL: in folder DIR, MODEL's one-process run and one rank's memory estimate (the guards' optimizer
+# state); fails (with a line) when the run does
+own_reference() {
+    d=build/t_gpu_tp/$1
+    mkdir -p "$d"
+    run cpu.a4 ./train_gpt_cpu 1 4
+    if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run ($2): $(why cpu.a4)"; status=1; return 1; fi
     build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
-        { echo "[FAIL] --estimate-memory, q, k, v biases, NormHead and QK-norm: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+        { echo "[FAIL] --estimate-memory, $2: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+    return 0
+}
+MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4 --qkv-bias 1 --norm-head 1 --qk-norm 1)
+if own_reference switches "q, k, v biases, NormHead and QK-norm"; then
     fp32 tp2 "llama with q, k, v biases, NormHead and QK-norm, tp2" 2 4 --tp 2
     fp32 tp2_sp "llama with q, k, v biases, NormHead and QK-norm, tp2 sp" 2 4 --tp 2 --sp 1
 fi
 
 # 7. ALiBi (Baichuan2-13B's positions): rank r's heads 4r .. 4r + 3 get the slopes of those heads of the model, not
 # of heads 0 .. 3: tp2 against its own one-process run
-d=build/t_gpu_tp/alibi
-mkdir -p "$d"
 MODEL=(-c llama_tiny --layers 1 --heads 8 --kv-heads 4 --pos alibi)
-run cpu.a4 ./train_gpt_cpu 1 4
-if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run (ALiBi): $(why cpu.a4)"; status=1
-else
-    build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
-        { echo "[FAIL] --estimate-memory, ALiBi: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
-    fp32 tp2 "llama with ALiBi, tp2" 2 4 --tp 2
-fi
+own_reference alibi "ALiBi" && fp32 tp2 "llama with ALiBi, tp2" 2 4 --tp 2
 
 [ $status -eq 0 ] && rm -rf build/t_gpu_tp
 exit $status
