@@ -9,11 +9,12 @@
 #      at every evaluation.
 #   3. layouts of the CPU trainer: dp2, tp2, pp2 and dp2 ZeRO 3, each ending's score at steps 0, 2 and 4 within
 #      relative 1e-5 of one process and the accuracies equal; the validation losses (split over dp now) within 1e-5.
-#   4. the CUDA trainer emulated on the CPU (fp32 build) against the CPU trainer: one rank and dp2, scores within
-#      relative 1e-4 (the fp32 build's logit tolerance), accuracies equal.
+#   4. the CUDA trainer emulated on the CPU (fp32 build) against the CPU trainer: one rank, dp2, tp2 and pp2, scores
+#      within relative 1e-4 (the fp32 build's logit tolerance), accuracies equal; the layouts' validation losses within
+#      1e-5.
 #   5. the log: metrics.jsonl's eval lines, summary.json's eval_acc and eval_acc_norm, the step line.
 #   6. bad input: exit 1 with a message naming the file and the line (or example) for every class of fault.
-# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 2 minutes on 2 cores.
+# OMP_NUM_THREADS=1, mpirun --oversubscribe: about 5 minutes on 2 busy cores.
 set -u
 d=build/t_eval
 rm -rf "$d" && mkdir -p "$d"
@@ -62,10 +63,17 @@ else
         { echo "[FAIL] train_gpt (fp32, emulated) --eval: $(grep -m1 error "$d/emu.log")"; status=1; }
     pass_fail "train_gpt (fp32, emulated): ending scores at steps 0, 2, 4 within 1e-4 of train_gpt_cpu, accuracies equal" \
         check same "$d/emu.scores" "$d/one.scores" 1e-4 3
-    timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${RUN[@]}" --dp 2 -o "$d/emu_dp2" --eval-scores "$d/emu_dp2.scores" \
-        > "$d/emu_dp2.log" 2>&1 || { echo "[FAIL] train_gpt (fp32, emulated) dp2 --eval: $(grep -m1 error "$d/emu_dp2.log")"; status=1; }
-    pass_fail "train_gpt (fp32, emulated) dp2: ending scores within 1e-4 of train_gpt_cpu, accuracies equal" \
-        check same "$d/emu_dp2.scores" "$d/one.scores" 1e-4 3
+    for c in "dp2|--dp 2" "tp2|--tp 2" "pp2|--pp 2"; do
+        IFS='|' read -r name flags <<< "$c"
+        # shellcheck disable=SC2086
+        timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${RUN[@]}" $flags -o "$d/emu_$name" \
+            --eval-scores "$d/emu_$name.scores" > "$d/emu_$name.log" 2>&1 ||
+            { echo "[FAIL] train_gpt (fp32, emulated) $name --eval: $(grep -m1 error "$d/emu_$name.log")"; status=1; continue; }
+        pass_fail "train_gpt (fp32, emulated) $name: ending scores within 1e-4 of train_gpt_cpu, accuracies equal" \
+            check same "$d/emu_$name.scores" "$d/one.scores" 1e-4 3
+        pass_fail "train_gpt (fp32, emulated) $name: validation losses within 1e-5 of train_gpt_cpu's one process" \
+            /usr/bin/python3 tests/metrics_checks.py diff "$d/emu_$name/metrics.jsonl" "$d/one/metrics.jsonl" 0 val_loss 0 1000000000
+    done
 fi
 
 # 5. the log
