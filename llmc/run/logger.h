@@ -100,7 +100,7 @@ static inline void print_config_table(const ModelConfig& c, int64_t n_params, in
              c.qk_norm ? "+qk" : "",
              c.pos == POS_LEARNED ? "learned pos" : pos_name(c.pos), c.pos == POS_ROPE && c.rope_factor > 0 ? " (scaled)" : "",
              c.mlp == MLP_SWIGLU ? "swiglu" : "gelu", c.bias ? "on" : c.qkv_bias ? "q,k,v" : "off",
-             c.tied ? "tied" : c.norm_head ? "untied norm" : "untied");
+             c.tied ? "tied" : c.norm_head ? "norm" : "untied");
     row("switches", b);
     snprintf(b, sizeof(b), "%d (padded %d)", c.vocab_size, c.padded_vocab);
     row("vocab", b);
