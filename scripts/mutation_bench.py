@@ -552,8 +552,11 @@ MUTANTS = [
      "d[e] = rstd[i] * (d[e] * w[e] - x[e] * rstd[i] * m);", "d[e] = rstd[i] * d[e] * w[e];",
      "cpu_fd", "QK-norm's backward forgets the term through the head's rstd (the reference's)"),
     ("qk_norm_py", "model", "train_gpt.py",
-     "            q, k = self.q_norm(q), self.k_norm(k)", "            q = self.q_norm(q)",
-     "ref_qwen3", "the PyTorch reference leaves the k heads unnormalised"),
+     "        if self.q_norm is not None:\n            q, k = self.q_norm(q), self.k_norm(k)\n"
+     "        if rope is not None:\n            q, k = apply_rope(q, *rope), apply_rope(k, *rope)\n",
+     "        if rope is not None:\n            q, k = apply_rope(q, *rope), apply_rope(k, *rope)\n"
+     "        if self.q_norm is not None:\n            q, k = self.q_norm(q), self.k_norm(k)\n",
+     "ref_qwen3", "the PyTorch reference applies QK-norm after RoPE instead of before"),
     ("qk_norm_kernel_backward", "kernel", "llmc/qk_norm.cuh",
      "o.v[e] = to_floatX(rstd * (to_float(dv.v[e]) * to_float(w.v[e]) - xh * m));",
      "o.v[e] = to_floatX(rstd * to_float(dv.v[e]) * to_float(w.v[e]));",
