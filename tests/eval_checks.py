@@ -3,8 +3,9 @@
 label, nll, tokens}), train_gpt.py --mc-eval's output and a run's logs. Each command prints its figures and exits 0 when
 the check holds, 1 otherwise.
 
-  pytorch SCORES PY TOL        step 0 of SCORES against train_gpt.py --mc-eval's lines: every ending's nll within TOL
-                               (relative), acc and acc_norm equal
+  pytorch SCORES PY TOL METRICS   step 0 of SCORES against train_gpt.py --mc-eval's lines: every ending's nll within
+                               TOL (relative); the run's own acc and acc_norm at step 0 (METRICS, its metrics.jsonl)
+                               and those recomputed from SCORES equal PyTorch's
   same A B TOL NSTEPS          the same steps (NSTEPS of them; 0: A's) in both, every nll within TOL (relative), the
                                accuracies of each step equal
   log OUT LOG STEPS            OUT/metrics.jsonl's eval lines at STEPS (comma-separated), summary.json's last, LOG's line
@@ -38,8 +39,11 @@ def rel(a, b):
     return abs(a - b) / max(abs(b), 1e-30)
 
 
-def pytorch(scores, py, tol):
+def pytorch(scores, py, tol, metrics):
     ours = read_scores(scores)[0]
+    logged = [json.loads(l) for l in open(metrics) if "eval_acc" in l and json.loads(l)["step"] == 0]
+    if not logged:
+        return f"no eval line at step 0 in {metrics}"
     lines = [json.loads(l) for l in open(py)]
     ref = [(d["example"], d["ending"], d["nll"], d["tokens"]) for d in lines if "nll" in d]
     accs = lines[-1]
@@ -51,9 +55,11 @@ def pytorch(scores, py, tol):
             return f"ending {ex}.{j} ({tok} tokens) against PyTorch's {rex}.{rj} ({rtok} tokens)"
         worst = max(worst, rel(nll, rnll))
     acc = accuracy(ours)
-    msg = f"{len(ours)} endings, worst relative difference {worst:.3g} (tolerance {tol}); acc {acc[0]:.4f} acc_norm " \
-          f"{acc[1]:.4f}, PyTorch's {accs['acc']:.4f} {accs['acc_norm']:.4f}"
-    ok = worst <= float(tol) and abs(acc[0] - accs["acc"]) < 1e-12 and abs(acc[1] - accs["acc_norm"]) < 1e-12
+    run = (logged[0]["eval_acc"], logged[0]["eval_acc_norm"])
+    msg = f"{len(ours)} endings, worst relative difference {worst:.3g} (tolerance {tol}); the run's acc {run[0]:.4f} " \
+          f"acc_norm {run[1]:.4f} (from its scores {acc[0]:.4f} {acc[1]:.4f}), PyTorch's {accs['acc']:.4f} " \
+          f"{accs['acc_norm']:.4f}"
+    ok = worst <= float(tol) and all(abs(a - b) < 1e-6 for a, b in zip(run + acc, (accs["acc"], accs["acc_norm"]) * 2))
     return None if ok else msg, msg
 
 

@@ -4,7 +4,7 @@
 # llama_tiny: vocabulary 256, the bytes tokenizer of a .txt run). Checks:
 #   1. PyTorch: every ending's summed loss of train_gpt_cpu at step 0 (the initial weights) against train_gpt.py
 #      --mc-eval on the same weights (one unpadded forward per ending), relative 1e-5 (t_reference's logit
-#      tolerance); acc and acc_norm equal.
+#      tolerance); the run's logged acc and acc_norm equal PyTorch's.
 #   2. llm.c's eval file: the same tokens written by train_gpt.py as llm.c's .bin give scores identical to the jsonl's
 #      at every evaluation.
 #   3. layouts of the CPU trainer: dp2, tp2, pp2 and dp2 ZeRO 3, each ending's score at steps 0, 1 and 2 within
@@ -44,7 +44,7 @@ pass_fail() {  # NAME CMD...: [PASS] NAME: its output, or [FAIL]
 ./train_gpt_cpu "${RUN[@]}" -o "$d/one" --eval-scores "$d/one.scores" > "$d/one.log" 2>&1 ||
     { echo "[FAIL] train_gpt_cpu --eval: $(grep -m1 error "$d/one.log")"; exit 1; }
 pass_fail "train_gpt_cpu's ending scores at step 0 against PyTorch's (relative 1e-5), acc and acc_norm equal" \
-    check pytorch "$d/one.scores" "$d/py.jsonl" 1e-5
+    check pytorch "$d/one.scores" "$d/py.jsonl" 1e-5 "$d/one/metrics.jsonl"
 
 # 2. llm.c's binary eval file
 ./train_gpt_cpu "${RUN[@]/$EV/$d/mc_small.bin}" -o "" --eval-scores "$d/bin.scores" > "$d/bin.log" 2>&1
