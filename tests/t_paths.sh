@@ -100,6 +100,7 @@ check_inputs train_gpt_cpu -j .txt "${tiny[@]}"
 check_inputs train_gpt_cpu -j .bin "${tiny[@]}"
 check_inputs train_gpt_cpu --init-from .safetensors "${tiny[@]}"
 check_inputs train_gpt_cpu --tokenizer .tiktoken "${tiny[@]}" -g 4
+check_inputs train_gpt_cpu --eval "" "${tiny[@]}"
 
 # --resume: a checkpoint directory, or what is inside it
 ./train_gpt_cpu "${tiny[@]:1}" -o "$d/run" > "$d/run.log" 2>&1 || echo "[FAIL] setup: a 2-step run with -o failed"
@@ -117,7 +118,7 @@ for f in DONE shard_00000.json shard_00000.bin; do
     done
 done
 
-# outputs: -o, --export-init, --save-safetensors
+# outputs: -o, --export-init, --save-safetensors, --eval-scores
 echo "== train_gpt_cpu outputs"
 : > "$d/a_file"
 mkdir -p "$d/ro" && chmod 755 "$d/ro"   # writable by its owner only: unwritable for nobody
@@ -139,6 +140,7 @@ check_outputs() {  # LABEL FLAG KIND(dir|file) CMD...
 check_outputs train_gpt_cpu -o dir "${tiny[@]}"
 check_outputs train_gpt_cpu --export-init file ./train_gpt_cpu -c gpt3_tiny --vocab 256 --layers 1
 check_outputs train_gpt_cpu --save-safetensors file "${tiny[@]}"
+check_outputs train_gpt_cpu --eval-scores file "${tiny[@]}"
 
 # a file that grows while it is read: a writer appends to it all the time
 grow_check() {  # NAME FLAG FILE CMD...
