@@ -227,6 +227,7 @@ if [ -x ./train_gpt ]; then
     check_inputs train_gpt -j .bin "${run[@]}"
     check_inputs train_gpt --init-from .safetensors "${run[@]}"
     check_inputs train_gpt --tokenizer .tiktoken "${run[@]}" -g 4
+    check_inputs train_gpt --eval "" "${run[@]}"
     expect_fail "train_gpt --resume a file" --resume "$ck/DONE" "is a file; a checkpoint directory was expected" "${run[@]}" --resume "$ck/DONE"
     expect_fail "train_gpt --resume a FIFO" --resume "$d/in/fifo" "is a FIFO" "${run[@]}" --resume "$d/in/fifo"
     expect_fail "train_gpt --resume a dangling link" --resume "$d/in/dangling" "dangling symbolic link" "${run[@]}" --resume "$d/in/dangling"
@@ -239,6 +240,7 @@ if [ -x ./train_gpt ]; then
     done
     check_outputs train_gpt -o dir "${run[@]}"
     check_outputs train_gpt --save-safetensors file "${run[@]}"
+    check_outputs train_gpt --eval-scores file "${run[@]}"
     # path flags the run does not open: the host modes read none of the training run's paths; -g 0 no tokenizer
     expect_unused "train_gpt --print-config: -i missing" -i "$d/none.bin" "no llm.c shard matches it" "${gpu[@]}" --print-config "$u/config.json" -i "$d/none.bin"
     expect_unused "train_gpt --print-config: --init-from a FIFO" --init-from "$d/in/fifo" "is a FIFO" "${gpu[@]}" --print-config "$u/config.json" --init-from "$d/in/fifo"
