@@ -673,7 +673,7 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
                               g->stream));
     double loss = gpt_read_loss(g);  // waits for the stream
     if (g->dp.parallel) {  // the last stage's losses, one tp rank each, summed over dp
-        if (g->L.topo.pp_rank != g->L.topo.pp - 1 || g->L.topo.tp_rank != 0) loss = 0;
+        if (!layout_counts_loss(g->L)) loss = 0;
         comm_host_sum(g->world, &loss, 1);
     }
     *norm_out = g->h_readback->norm;
@@ -721,28 +721,26 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 // ----------------------------------------------------------------------------------------------
 // The run
 
-// Forward-only passes split over dp (validation, --eval): batch k of n runs on dp rank k % dp, every rank the same
-// number of forwards (ZeRO 3 gathers together; a rank past the last batch runs one that counts nothing); a pipeline
-// takes up to 32 of them at a time as micro-batches. fill(k, in, tg) makes batch k; on each dp rank's last stage, first
-// tp rank, got(k, rows, mean) takes batch k's summed loss of each row rows [B] and its mean loss over its targets.
+// Forward-only passes split over dp (validation, --eval; llmc/parallel/layout.h layout_split_forwards); a pipeline takes
+// up to 32 of them at a time as micro-batches. fill(k, in, tg) makes batch k; on the ranks whose losses count,
+// got(k, rows, mean) takes batch k's summed loss of each row rows [B] and its mean loss over its targets.
 // --fp8 delayed: these forwards' amaxes are no part of the next step's scales.
 typedef std::function<void(int, int32_t*, int32_t*)> BatchFill;
 typedef std::function<void(int, const double*, double)> BatchLosses;
 static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchLosses& got) {
-    const Topology& t = g->L.topo;
-    const int B = g->B, T = g->T, per_rank = (n + t.dp - 1) / t.dp;
-    const bool counts = t.pp_rank == t.pp - 1 && t.tp_rank == 0;
+    const int B = g->B, T = g->T, per_rank = layout_split_forwards(g->L, n);
+    const bool counts = layout_counts_loss(g->L);
     std::vector<int32_t> in((size_t)B * T), tg((size_t)B * T);
     std::vector<float> tok((size_t)B * T);
     std::vector<double> rows(B);
     auto make = [&](int j) {  // local batch j: batch k of n, or one whose targets are all ignored
-        const int k = j * t.dp + t.dp_rank;
+        const int k = layout_split_batch(g->L, j);
         if (k < n) return fill(k, in.data(), tg.data());
         std::fill(in.begin(), in.end(), 0);
         std::fill(tg.begin(), tg.end(), -1);
     };
     auto take = [&](int j) {  // after gpt_loss: g->losses holds the micro-batch's per-token losses
-        const int k = j * t.dp + t.dp_rank;
+        const int k = layout_split_batch(g->L, j);
         const double mean = g->loss;
         if (k >= n || !counts) return;
         cudaCheck(cudaMemcpy(tok.data(), g->losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -752,7 +750,7 @@ static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchL
         }
         got(k, rows.data(), mean);
     };
-    for (int j0 = 0; j0 < per_rank && t.pp > 1; j0 += 32) {
+    for (int j0 = 0; j0 < per_rank && g->L.topo.pp > 1; j0 += 32) {
         const int m = std::min(32, per_rank - j0);
         cudaCheck(cudaStreamSynchronize(g->stream));  // no queued copy reads the upload buffers rewritten here
         gpt_upload_reserve(g, m);
@@ -765,7 +763,7 @@ static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchL
             take(j0 + g->pp.head_mb);
         });
     }
-    for (int j = 0; j < per_rank && t.pp == 1; j++) {
+    for (int j = 0; j < per_rank && g->L.topo.pp == 1; j++) {
         make(j);
         gpt_forward(g, in.data(), tg.data());
         gpt_loss(g);
@@ -792,15 +790,9 @@ static void gpt_mc_eval(GPT* g, const McEval& ev, int step, Logger* lg, const st
     std::vector<double> nll(ev.rows(), 0.0);
     gpt_forward_split(g, mc_eval_batches(ev, B),
                       [&](int k, int32_t* in, int32_t* tg) { mc_eval_batch(ev, k, B, g->T, in, tg); },
-                      [&](int k, const double* rows, double) {
-                          for (int b = 0; b < B && k * B + b < ev.rows(); b++) nll[(size_t)k * B + b] = rows[b];
-                      });
+                      [&](int k, const double* rows, double) { mc_eval_take(ev, k, B, rows, &nll); });
     comm_host_sum(g->world, nll.data(), nll.size());
-    double acc = 0, acc_norm = 0;
-    mc_eval_score(ev, nll, &acc, &acc_norm);
-    if (g->world.rank != 0) return;
-    log_eval(lg, step, acc, acc_norm, (int)ev.examples.size());
-    if (!scores.empty()) mc_eval_write_scores(ev, nll, step, scores);
+    mc_eval_report(ev, nll, step, g->world.rank == 0, lg, scores);
 }
 
 // Dense bf16 peak of the device from its name (docs/design.md section 7); 0 when unknown, and in the fp32 test

@@ -385,8 +385,8 @@ void gpt_alloc_scratch(GPT<real>* g, int B, int T) {
     }
     if (c.pos == POS_ROPE) rope_tables(c, T, &g->rope_cos, &g->rope_sin);
     if (c.pos == POS_ALIBI) {  // this rank's heads are heads tp_rank * Hl .. of the model
-        const std::vector<double> s = alibi_slopes(c.n_head);
-        g->alibi.assign(s.begin() + (size_t)g->L.topo.tp_rank * g->Hl, s.begin() + (size_t)(g->L.topo.tp_rank + 1) * g->Hl);
+        const std::vector<double> s = alibi_slopes(c.n_head, g->L.topo.tp_rank * g->Hl, g->Hl);
+        g->alibi.assign(s.begin(), s.end());
     }
 }
 
@@ -850,8 +850,7 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     double loss = pp_pipeline(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
     grads_reduce_all(g);
     // the loss: summed over dp from one rank of each last-stage tp group
-    const bool counts_loss = L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0;
-    if (!counts_loss) loss = 0;
+    if (!layout_counts_loss(L)) loss = 0;
     comm_host_sum(g->cm.world, &loss, 1);
     double norm = grad_norm(g);
     // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/run/guard.h)
@@ -1008,21 +1007,19 @@ int main(int argc, char** argv) {
     if (rank0) logger_start(&lg);
 
     std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
-    // Forward-only passes split over dp (validation and --eval): batch k of n on dp rank k % dp, every rank the same
-    // number of forwards (ZeRO 3 gathers together; a rank past the last batch runs one that counts nothing), a
+    // Forward-only passes split over dp (validation and --eval; llmc/parallel/layout.h layout_split_forwards), a
     // training step's number of micro-batches through the pipeline at a time (so no more sends and activations are
-    // held than the step's, which the memory plan counts). fill(k, in, tg) makes batch k; on each dp rank's last
-    // stage, first tp rank, got(k, row_losses [B], mean loss) takes the losses of its batches.
-    const Topology& topo = layout.topo;
-    const bool counts = topo.pp_rank == topo.pp - 1 && topo.tp_rank == 0;
+    // held than the step's, which the memory plan counts). fill(k, in, tg) makes batch k; on the ranks whose losses
+    // count, got(k, row_losses [B], mean loss) takes the losses of their batches.
+    const bool counts = layout_counts_loss(layout);
     auto forward_split = [&](int n, const std::function<void(int, int32_t*, int32_t*)>& fill,
                              const std::function<void(int, const double*, double)>& got) {
-        const int per_rank = (n + dp - 1) / dp;
+        const int per_rank = layout_split_forwards(layout, n);
         for (int j0 = 0; j0 < per_rank; j0 += accum) {
             const int m = std::min(accum, per_rank - j0);
             std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>((size_t)B * T)), tg = in;
             for (int j = 0; j < m; j++) {
-                const int k = (j0 + j) * dp + topo.dp_rank;
+                const int k = layout_split_batch(layout, j0 + j);
                 if (k < n) fill(k, in[j].data(), tg[j].data());
                 else std::fill(tg[j].begin(), tg[j].end(), -1);
             }
@@ -1030,7 +1027,7 @@ int main(int argc, char** argv) {
             std::vector<double> means(m);
             pp_pipeline(&g, in, tg, m, B, T, false, 1, {}, &rows);
             for (int j = 0; j < m; j++) {
-                const int k = (j0 + j) * dp + topo.dp_rank;
+                const int k = layout_split_batch(layout, j0 + j);
                 double mean = 0;  // the batch's mean loss over its targets, as the pipeline's loss
                 int valid = 0;
                 for (int b = 0; b < B; b++) mean += rows[(size_t)j * B + b];
@@ -1051,15 +1048,9 @@ int main(int argc, char** argv) {
     auto mc_evaluate = [&](int step) {
         std::vector<double> nll(ev.rows(), 0.0);
         forward_split(mc_eval_batches(ev, B), [&](int k, int32_t* in, int32_t* tg) { mc_eval_batch(ev, k, B, T, in, tg); },
-                      [&](int k, const double* rows, double) {
-                          for (int b = 0; b < B && k * B + b < ev.rows(); b++) nll[(size_t)k * B + b] = rows[b];
-                      });
+                      [&](int k, const double* rows, double) { mc_eval_take(ev, k, B, rows, &nll); });
         comm_host_sum(world, nll.data(), nll.size());
-        double acc = 0, acc_norm = 0;
-        mc_eval_score(ev, nll, &acc, &acc_norm);
-        if (!rank0) return;
-        log_eval(&lg, step, acc, acc_norm, (int)ev.examples.size());
-        if (!tc.eval_scores.empty()) mc_eval_write_scores(ev, nll, step, tc.eval_scores);
+        mc_eval_report(ev, nll, step, rank0, &lg, tc.eval_scores);
     };
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;

@@ -71,7 +71,7 @@ static void rope_rotate_inplace(floatX* qkv, const float* cosv, const float* sin
 }
 
 static void alibi_upload_slopes(float* d, const ModelConfig& c, int h0, int n) {
-    const std::vector<double> all = alibi_slopes(c.n_head);
-    const std::vector<float> s(all.begin() + h0, all.begin() + h0 + n);
+    const std::vector<double> mine = alibi_slopes(c.n_head, h0, n);
+    const std::vector<float> s(mine.begin(), mine.end());
     cudaCheck(cudaMemcpy(d, s.data(), (size_t)n * sizeof(float), cudaMemcpyHostToDevice));
 }

@@ -2,7 +2,7 @@
 // reference (llmc/ref_ops.h includes it; train_gpt_cpu.cpp) and the CUDA trainer (llmc/rope.cuh uploads them).
 // No OpenMP and no CUDA: a plain host header.
 //   rope_tables<real>(config, T, &cos, &sin)   cos, sin [T, hd/2] (hd = config.head_dim)
-//   alibi_slopes(H)                            ALiBi's slope of each of H heads
+//   alibi_slopes(H, h0, n)                     ALiBi's slopes of heads h0 .. h0 + n of H (default: all of them)
 #pragma once
 #include <cmath>
 #include <vector>
@@ -35,8 +35,9 @@ void rope_tables(const ModelConfig& c, int T, std::vector<real>* cosv, std::vect
 
 // ALiBi's slopes (Press et al.; as Baichuan2-13B and BLOOM make them): for H a power of two, head h gets
 // 2^(-8 (h + 1) / H); otherwise the slopes of the power of two P just below H, then every other slope of 2P for the
-// H - P heads left. Head h adds slope[h] * (key - query) to its scaled scores.
-static inline std::vector<double> alibi_slopes(int H) {
+// H - P heads left. Head h adds slope[h] * (key - query) to its scaled scores. h0, n: the heads of a tensor-parallel
+// rank (n < 0: to the last).
+static inline std::vector<double> alibi_slopes(int H, int h0 = 0, int n = -1) {
     auto pow2 = [](int n) {
         std::vector<double> s(n);
         for (int h = 0; h < n; h++) s[h] = std::pow(2.0, -8.0 * (h + 1) / n);
@@ -45,8 +46,9 @@ static inline std::vector<double> alibi_slopes(int H) {
     int P = 1;
     while (2 * P <= H) P *= 2;
     std::vector<double> s = pow2(P);
-    if (P == H) return s;
-    const std::vector<double> twice = alibi_slopes(2 * P);
-    for (int i = 0; (int)s.size() < H; i += 2) s.push_back(twice[i]);
-    return s;
+    if (P < H) {
+        const std::vector<double> twice = alibi_slopes(2 * P);
+        for (int i = 0; (int)s.size() < H; i += 2) s.push_back(twice[i]);
+    }
+    return std::vector<double>(s.begin() + h0, n < 0 ? s.end() : s.begin() + h0 + n);
 }

@@ -11,9 +11,11 @@
 //                                         predicted from the tokens before it), -1 elsewhere, so that the sum of a
 //                                         row's per-token losses is minus the ending's log-likelihood. Past the last
 //                                         row: zeros and -1 (rows that count nothing).
+//   mc_eval_take(ev, k, B, rows, &nll)   batch k's row losses into nll [rows of the eval]
 //   mc_eval_score(ev, nll, &acc, &acc_norm)  accuracy from every ending's summed loss: acc picks the smallest sum,
 //                                         acc_norm the smallest mean per token (llm.c's normalisation; ties: the
 //                                         first ending).
+//   mc_eval_report(ev, nll, step, rank0, lg, scores)  the accuracies, logged by rank 0 (and --eval-scores written)
 // The trainers split the batches over the data-parallel ranks (batch k on rank k % dp, every rank the same number
 // of forwards), sum each row's per-token losses on the last pipeline stage's first tp rank, and add the vectors over
 // the world: every rank then holds every ending's score.
@@ -25,11 +27,11 @@
 #include <vector>
 #include "llmc/data/tokenizer.h"
 #include "llmc/run/json.h"
+#include "llmc/run/logger.h"
 #include "llmc/utils.h"
 
 struct McExample {
     int label = 0;
-    int line = 0;                                // the jsonl line or the binary file's example (1-based), for messages
     std::vector<int32_t> ctx;
     std::vector<std::vector<int32_t>> endings;
 };
@@ -87,7 +89,6 @@ static inline void mc_eval_read_llmc(McEval* ev, const std::vector<uint8_t>& buf
         if (s[i + 1] % 2 || s[i + 1] < 12 || end > n)
             die("%s: %s: its size field %u bytes does not fit the file", p, where, s[i + 1]);
         McExample e;
-        e.line = k + 1;
         e.label = s[i + 3];
         const int n_end = s[i + 4];
         size_t j = i + 5;
@@ -135,7 +136,6 @@ static inline void mc_eval_read_jsonl(McEval* ev, const std::vector<uint8_t>& bu
         if (!ends || ends->kind != Json::ARR) die("%s: %s: no array field \"endings\"", p, where);
         if (!lab) die("%s: %s: no field \"label\"", p, where);
         McExample e;
-        e.line = line;
         if (lab->kind == Json::NUM && lab->num == std::floor(lab->num)) e.label = (int)lab->num;
         else if (lab->kind == Json::STR && !lab->str.empty() && lab->str.find_first_not_of("0123456789") == std::string::npos)
             e.label = atoi(lab->str.c_str());
@@ -199,6 +199,11 @@ static inline void mc_eval_batch(const McEval& ev, int k, int B, int T, int32_t*
     }
 }
 
+// Batch k's summed row losses rows [B] into nll (the rows past the last ending are dropped).
+static inline void mc_eval_take(const McEval& ev, int k, int B, const double* rows, std::vector<double>* nll) {
+    for (int b = 0; b < B && k * B + b < ev.rows(); b++) (*nll)[(size_t)k * B + b] = rows[b];
+}
+
 // Accuracy from nll[r], the summed loss of each row (ending).
 static inline void mc_eval_score(const McEval& ev, const std::vector<double>& nll, double* acc, double* acc_norm) {
     int right = 0, right_norm = 0, r = 0;
@@ -226,4 +231,15 @@ static inline void mc_eval_write_scores(const McEval& ev, const std::vector<doub
                 ev.row_example[r], ev.row_ending[r], e.label, nll[r], e.endings[ev.row_ending[r]].size());
     }
     fclose_check(f, path_label(path).c_str());
+}
+
+// The accuracies from every ending's summed loss (the same on every rank): rank 0 logs them, and appends the scores
+// to --eval-scores when given.
+static inline void mc_eval_report(const McEval& ev, const std::vector<double>& nll, int step, bool rank0, Logger* lg,
+                                  const std::string& scores) {
+    double acc = 0, acc_norm = 0;
+    mc_eval_score(ev, nll, &acc, &acc_norm);
+    if (!rank0) return;
+    log_eval(lg, step, acc, acc_norm, (int)ev.examples.size());
+    if (!scores.empty()) mc_eval_write_scores(ev, nll, step, scores);
 }

@@ -120,6 +120,17 @@ static inline LocalTable gpt_local_table(const ModelConfig& c, const ParamTable&
     return lt;
 }
 
+// Whether this rank holds losses that count: the last pipeline stage's first tp rank (one per dp rank), so that a
+// sum over the world counts each of them once.
+static inline bool layout_counts_loss(const Layout& L) { return L.topo.pp_rank == L.topo.pp - 1 && L.topo.tp_rank == 0; }
+
+// Forward-only passes split over dp (validation, --eval): batch k of n runs on dp rank k % dp, as this rank's local
+// batch k / dp; every rank runs the same number of forwards (ZeRO 3 gathers together), a rank past the last batch one
+// that counts nothing. layout_split_forwards: the forwards of each rank; layout_split_batch: local batch j's global
+// index (>= n: none).
+static inline int layout_split_forwards(const Layout& L, int n) { return (n + L.topo.dp - 1) / L.topo.dp; }
+static inline int layout_split_batch(const Layout& L, int j) { return j * L.topo.dp + L.topo.dp_rank; }
+
 // The parts of its tensors this rank alone answers for among the ranks that hold the same values: within its dp
 // piece of each bucket (zero_parts; dp ranks hold equal values), replicated tensors (TP_NONE, TP_SUM) on tp rank 0 only, the
 // tied embedding on the first stage only. Each element of the model is in exactly one rank's parts: what the global
