@@ -17,7 +17,10 @@
 //   - llmc/grad_norm.cuh global_norm past its 4-way unrolled loop (every thread of the fixed grid runs it once and
 //     the remainder loop after it) and with a tail of n % 8 elements;
 //   - llmc/embedding.cuh embedding_backward at C 4096 and 5120 (4 and 5 block columns of 128 threads) with dwpe;
-//   - llmc/fp8.cuh fp8_cast_transpose at 4096 columns (E4M3 and E5M2 outputs; bf16 build only, fp8 has no fp32 build).
+//   - llmc/fp8.cuh fp8_cast_transpose at 4096 columns (E4M3 and E5M2 outputs; bf16 build only, fp8 has no fp32 build);
+//   - llmc/mlp_act.cuh gelu_forward and gelu_backward element by element over x in [-6, 6), with many x near the
+//     derivative's zero (-0.75), against a bound per element: the emulation's tanhf has the error of the GPU's
+//     fast-math tanhf, which the kernels must not depend on (it failed dev/cuda/mlp_act's check on an H100).
 // Attention at the presets' head dims is tests/test_attention.cu's (64, 80, 128). Each line names the variant the
 // dispatch chose for the shape, so a changed threshold shows up in the output. Seconds each on one core.
 #include <cmath>
@@ -29,6 +32,7 @@
 #include "llmc/classifier.cuh"
 #include "llmc/grad_norm.cuh"
 #include "llmc/embedding.cuh"
+#include "llmc/mlp_act.cuh"
 #ifndef ENABLE_FP32
 #include "llmc/fp8.cuh"
 #endif
@@ -494,6 +498,45 @@ static void test_fp8_cast_transpose(Fp8Format fmt, const char* fname) {
 }
 #endif
 
+// ---------------------------------------------------------------- GELU forward and backward
+// Per element: one floatX rounding of the result (EPS_X of it) plus 16 fp32 roundings of the terms it is made of,
+// 0.5 x (1 + tanh u) and dact times each of the derivative's two terms, which cancel near x = -0.75; in the backward
+// times (1 + 2|u|), since u = K (x + C x^3) carries a few roundings and exp(-2u) turns them into 2|u| times as many. An
+// error in tanh of the fast-math tanhf's size (about 2^-11 of it) is 100 times this bound near -0.75.
+static void test_gelu() {
+    g_seed = 7000u;
+    const int n = 8192;  // n % 8 == 0
+    std::vector<float> x = make_values(n, 6.0), dact = make_values(n, 1.0);
+    for (int i = 0; i < n / 4; i++) x[i] = to_float(to_floatX((float)(-0.75 + 0.05 * urand())));
+    floatX *dx = upload<floatX>(x), *dd = upload<floatX>(dact), *dact_out, *dgrad;
+    cudaCheck(cudaMalloc(&dact_out, n * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&dgrad, n * sizeof(floatX)));
+    gelu_forward(dact_out, dx, n, 0);
+    gelu_backward(dgrad, dd, dx, n, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> out = download(dact_out, n), grad = download(dgrad, n);
+    std::vector<double> xd(x.begin(), x.end()), ddd(dact.begin(), dact.end()), rout(n), rgrad(n), bo(n), bg(n);
+    mlp_act_forward<double>(rout.data(), xd.data(), 1, n, false);
+    mlp_act_backward<double>(rgrad.data(), ddd.data(), xd.data(), 1, n, false);
+    const double k = 0.7978845608028654;
+    for (int i = 0; i < n; i++) {
+        const double xi = xd[i], th = std::tanh(k * (xi + 0.044715 * xi * xi * xi));
+        const double u = k * (xi + 0.044715 * xi * xi * xi), t1 = 0.5 * (1 + th), t2 = 0.5 * xi * (1 - th * th) * k * (1 + 3 * 0.044715 * xi * xi);
+        bo[i] = EPS_X * std::fabs(rout[i]) + 16 * EPS32 * std::fabs(xi) + 1e-30;
+        bg[i] = EPS_X * std::fabs(rgrad[i]) + 16 * EPS32 * (1 + 2 * std::fabs(u)) * std::fabs(ddd[i]) * (std::fabs(t1) + std::fabs(t2)) +
+                1e-30;
+    }
+    const double eo = worst_ratio(out, rout, bo), eg = worst_ratio(grad, rgrad, bg);
+    char name[160];
+    snprintf(name, sizeof(name), "%sgelu forward and backward, %d values in [-6, 6), a quarter near -0.75", tag().c_str(), n);
+    check(eo <= 1 && eg <= 1, name, "worst error / bound: forward %.3g, backward %.3g", eo, eg);
+    printf("  gelu: worst error / bound: forward %.3g, backward %.3g\n", eo, eg);
+    cudaCheck(cudaFree(dx));
+    cudaCheck(cudaFree(dd));
+    cudaCheck(cudaFree(dact_out));
+    cudaCheck(cudaFree(dgrad));
+}
+
 int main(int argc, char** argv) {
     const std::string only = argc > 1 ? argv[1] : "";
     auto want = [&](const char* what) { return only.empty() || only == what; };
@@ -524,6 +567,7 @@ int main(int argc, char** argv) {
     }
     if (want("embedding"))
         for (int C : {4096, 5120}) test_embedding_backward(C);
+    if (want("gelu")) test_gelu();
 #ifndef ENABLE_FP32
     if (want("fp8")) {
         test_fp8_cast_transpose<__nv_fp8_e4m3>(FP8_E4M3, "e4m3");

@@ -98,12 +98,20 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(
 static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
 
-// math intrinsics: exact host versions (the GPU build's --use_fast_math uses approximations)
+// math intrinsics: exact host versions (the GPU build's --use_fast_math uses approximations), except tanhf
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline float emu_expf(float x) { return std::exp(x); }
 static inline float emu_logf(float x) { return std::log(x); }
 static inline float emu_log2f(float x) { return std::log2(x); }
 #define __expf emu_expf
+// tanhf: the GPU build's --use_fast_math makes it the hardware's tanh.approx.f32 (relative error up to about 2^-11),
+// modelled as tanh rounded to 11 significant bits, so that code which relies on it shows that error here too
+static inline float emu_tanhf(float x) {
+    int e;
+    const float m = std::frexp(std::tanh(x), &e);
+    return std::ldexp(std::nearbyint(m * 2048.0f) / 2048.0f, e);
+}
+#define tanhf emu_tanhf
 #define __logf emu_logf
 #define __log2f emu_log2f
 static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
