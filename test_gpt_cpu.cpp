@@ -462,6 +462,67 @@ static void test_units() {
     check(cos_ok && lin_ok, "cosine and linear decay midpoints");
     check(wsd_ok, "wsd: stable, then linear to min at the last step");
 
+    // llmc/cpu_gemm.h against its definition, bit for bit: each element sums each group of 16 k in one chain of fused
+    // multiply-adds from 0 and adds the groups' sums in order to 0 or C's value, then + bias. Shapes past every block edge (rows past a tile of 6 and a task
+    // of 96, columns past a block, K past a slice of 128, K = 0), the three stride patterns of llmc/ref_ops.h's
+    // products, on 1, 2 and 3 threads.
+    {
+        struct Case { int M, N, K; bool acc, bias, bt; };  // bt: B read transposed (b(k, j) = w[j * K + k])
+        const Case cases[] = {{13, 70, 300, false, true, true}, {100, 33, 129, true, false, false},
+                              {11, 64, 128, true, false, false}, {1, 1, 1, false, true, true}, {5, 17, 0, true, true, false},
+                              {97, 129, 257, false, false, false}};
+        bool all = true;
+        for (const Case& cs : cases) {
+            std::vector<float> A((size_t)cs.M * cs.K), B((size_t)cs.K * cs.N), bias(cs.N), C0((size_t)cs.M * cs.N);
+            for (size_t i = 0; i < A.size(); i++) A[i] = (float)std::sin(0.37 * i + 1.0);
+            for (size_t i = 0; i < B.size(); i++) B[i] = (float)std::cos(0.11 * i) * 0.5f;
+            for (int j = 0; j < cs.N; j++) bias[j] = 0.25f * j - 1.0f;
+            for (size_t i = 0; i < C0.size(); i++) C0[i] = (float)i * 1e-3f;
+            std::vector<float> ref = C0;
+            for (int i = 0; i < cs.M; i++)
+                for (int j = 0; j < cs.N; j++) {
+                    float c = cs.acc ? C0[(size_t)i * cs.N + j] : 0.0f;
+                    for (int g = 0; g < cs.K; g += 16) {
+                        float sum = 0.0f;
+                        for (int k = g; k < std::min(cs.K, g + 16); k++)
+                            sum = std::fma(A[(size_t)i * cs.K + k], cs.bt ? B[(size_t)j * cs.K + k] : B[(size_t)k * cs.N + j], sum);
+                        c = g == 0 && !cs.acc ? sum : c + sum;
+                    }
+                    ref[(size_t)i * cs.N + j] = cs.bias ? c + bias[j] : c;
+                }
+            for (int threads = 1; threads <= 3; threads++) {
+                std::vector<float> C = C0;
+                omp_set_num_threads(threads);
+#pragma omp parallel
+                gemm(C.data(), cs.N, A.data(), cs.K, 1, B.data(), cs.bt ? 1 : cs.N, cs.bt ? cs.K : 1, cs.M, cs.N, cs.K,
+                     cs.acc, cs.bias ? bias.data() : nullptr);
+                all &= C == ref;
+            }
+            // A read through the weight gradient's strides: a(i, k) = At[k * M + i]
+            std::vector<float> At((size_t)cs.K * cs.M), C = C0;
+            for (int i = 0; i < cs.M; i++)
+                for (int k = 0; k < cs.K; k++) At[(size_t)k * cs.M + i] = A[(size_t)i * cs.K + k];
+#pragma omp parallel
+            gemm(C.data(), cs.N, At.data(), 1, cs.M, B.data(), cs.bt ? 1 : cs.N, cs.bt ? cs.K : 1, cs.M, cs.N, cs.K, cs.acc,
+                 cs.bias ? bias.data() : nullptr);
+            all &= C == ref;
+        }
+        omp_set_num_threads(omp_get_num_procs());
+        check(all, "llmc/cpu_gemm.h: every element is its chains of 16 fused multiply-adds added in order, at 1, 2 and 3 threads");
+    }
+
+    // exp_vec (llmc/ref_ops.h, the float GELU's and SwiGLU's exponential) against exp in double, over its whole range
+    // [-87, 88] every 1/1024: within 2 x 2^-24 relative (Taylor's remainder is below 2^-27, the rest is rounding)
+    {
+        double worst = 0;
+        for (int i = -87 * 1024; i <= 88 * 1024; i++) {
+            const float x = (float)i / 1024;
+            const double r = std::exp((double)x);
+            worst = std::max(worst, std::fabs(exp_vec(x) - r) / r);
+        }
+        check(worst <= 2.0 / 16777216, "exp_vec is within 2 x 2^-24 of exp on [-87, 88]", "worst relative error %.3g", worst);
+    }
+
     // determinism: the same step on 1 and 2 threads gives bit-identical gradients
     ModelConfig c;
     find_preset("llama_tiny", &c);

@@ -786,18 +786,21 @@ template <typename real>
 double grad_norm(const GPT<real>* g) {
     const std::vector<Range> counted = layout_norm_ranges(g->table, g->buckets, g->L, g->L.zero >= 2);
     const real* base = g->grads.data();
-    double s = 0;
-    for (const Range& r : counted) {
-        const size_t n = r.size(), chunk = 1 << 16, nchunks = (n + chunk - 1) / chunk;
-        std::vector<double> part(nchunks, 0.0);
+    // every range cut into chunks of 64K; one parallel loop over all chunks, their sums added in order after it
+    const size_t chunk = 1 << 16;
+    std::vector<Range> items;
+    for (const Range& r : counted)
+        for (size_t lo = r.lo; lo < r.hi; lo += chunk) items.push_back({lo, std::min(r.hi, lo + chunk)});
+    std::vector<double> part(items.size(), 0.0);
 #pragma omp parallel for schedule(static)
-        for (size_t k = 0; k < nchunks; k++) {
-            double ps = 0;
-            for (size_t i = r.lo + k * chunk; i < r.lo + std::min(n, (k + 1) * chunk); i++) ps += (double)base[i] * base[i];
-            part[k] = ps;
-        }
-        for (double x : part) s += x;
+    for (size_t k = 0; k < items.size(); k++) {
+        double ps[8] = {};  // 8 partial sums, element i into ps[i % 8] (a fixed order that vectorises)
+        const size_t lo = items[k].lo, n = items[k].hi - lo;
+        for (size_t i = 0; i < n; i++) ps[i % 8] += (double)base[lo + i] * base[lo + i];
+        part[k] = ((ps[0] + ps[1]) + (ps[2] + ps[3])) + ((ps[4] + ps[5]) + (ps[6] + ps[7]));
     }
+    double s = 0;
+    for (double x : part) s += x;
     comm_host_sum(g->cm.world, &s, 1);
     return std::sqrt(s);
 }
@@ -812,7 +815,9 @@ void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const Train
     const double bc1 = 1.0 - std::pow(tc.beta1, t), bc2 = 1.0 - std::pow(tc.beta2, t);
     const real b1 = (real)tc.beta1, b2 = (real)tc.beta2, eps = (real)tc.eps, lr_r = (real)lr, step = (real)(lr / bc1),
                sbc2 = (real)std::sqrt(bc2), gs = (real)grad_scale;
-    for (const ZeroPart& p : zero_parts(g->table, g->buckets, dp, g->L.topo.dp_rank, zero == 0)) {
+    const std::vector<ZeroPart> parts = zero_parts(g->table, g->buckets, dp, g->L.topo.dp_rank, zero == 0);
+#pragma omp parallel  // one region: every thread walks the parts and takes its share of each (no wait between them)
+    for (const ZeroPart& p : parts) {
         const real wd = g->table.specs[p.spec].is_matrix ? (real)tc.weight_decay : (real)0;
         // this part in each buffer: flat, or in the shard once the ZeRO stage shards the buffer (llmc/parallel/zero.h)
         real* pb = g->params.data() + zero_part_offset(p, ZERO_PARAMS, zero);
@@ -820,7 +825,7 @@ void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const Train
         real* mb = g->m.data() + zero_part_offset(p, ZERO_OPTIM, zero);
         real* vb = g->v.data() + zero_part_offset(p, ZERO_OPTIM, zero);
         const int64_t n = (int64_t)p.flat.size();
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int64_t i = 0; i < n; i++) {
             real gi = gb[i] * gs;
             pb[i] *= (real)1 - lr_r * wd;

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
+#include "llmc/cpu_gemm.h"
 #include "llmc/model_config.h"
 #include "llmc/rope_tables.h"
 
@@ -69,7 +71,9 @@ void norm_forward(real* out, real* mean, real* rstd, const real* x, const real* 
 template <typename real>
 void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x, const real* w, const real* mean,
                    const real* rstd, int N, int C, bool rms) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel  // one region, the rows then the channels (a barrier between: dx may be dout)
+    {
+#pragma omp for schedule(static)
     for (int n = 0; n < N; n++) {
         const real* xn = x + (size_t)n * C;
         const real* dn = dout + (size_t)n * C;
@@ -86,7 +90,7 @@ void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x
             dx[(size_t)n * C + c] += rstd[n] * (dn[c] * w[c] - m_dn - xhat * m_dnx);
         }
     }
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (int c = 0; c < C; c++) {
         real sw = 0, sb = 0;
         for (int n = 0; n < N; n++) {
@@ -97,71 +101,36 @@ void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x
         dw[c] += sw;
         if (db) db[c] += sb;
     }
+    }
 }
 
-// out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC]. Tiled so a block of weight rows stays in
-// cache while a block of input rows reuses it (a 50K-vocabulary LM head does not fit in cache).
+// out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC]: llmc/cpu_gemm.h with B = w^T (b(i, o) = w[o * IC + i]).
 template <typename real>
 void matmul_forward(real* out, const real* inp, const real* w, const real* bias, int N, int IC, int OC) {
-    const int RB = 16, OB = 64;
-    const int nblocks = (N + RB - 1) / RB, oblocks = (OC + OB - 1) / OB;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int nb = 0; nb < nblocks; nb++)
-        for (int ob = 0; ob < oblocks; ob++) {
-            const int n0 = nb * RB, n1 = std::min(N, n0 + RB), o0 = ob * OB, o1 = std::min(OC, o0 + OB);
-            for (int n = n0; n < n1; n++) {
-                const real* x = inp + (size_t)n * IC;
-                for (int o = o0; o < o1; o++) {
-                    const real* wr = w + (size_t)o * IC;
-                    real s = 0;
-#pragma omp simd reduction(+ : s)
-                    for (int i = 0; i < IC; i++) s += x[i] * wr[i];
-                    out[(size_t)n * OC + o] = s + (bias ? bias[o] : (real)0);
-                }
-            }
-        }
+#pragma omp parallel
+    gemm(out, OC, inp, IC, 1, w, 1, IC, N, OC, IC, false, bias);
 }
 
-// dinp[N,IC] += dout @ w; dw[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout.
+// dinp[N,IC] += dout @ w; dw[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout (in n order). One parallel region:
+// the three share out their work and none waits for another.
 template <typename real>
 void matmul_backward(real* dinp, real* dw, real* dbias, const real* dout, const real* inp, const real* w, int N, int IC,
                      int OC) {
-    // a block of rows shares each pass over the weights; o runs in order for every row
-    const int RB = 32;
-#pragma omp parallel for schedule(static)
-    for (int n0 = 0; n0 < N; n0 += RB) {
-        const int n1 = std::min(N, n0 + RB);
-        for (int o = 0; o < OC; o++) {
-            const real* wr = w + (size_t)o * IC;
-            for (int n = n0; n < n1; n++) {
-                const real d = dout[(size_t)n * OC + o];
-                real* di = dinp + (size_t)n * IC;
-#pragma omp simd
-                for (int i = 0; i < IC; i++) di[i] += d * wr[i];
+#pragma omp parallel
+    {
+        gemm(dinp, IC, dout, OC, 1, w, IC, 1, N, IC, OC, true, (const real*)nullptr);  // a(n, o) = dout, b(o, i) = w
+        gemm(dw, IC, dout, 1, OC, inp, IC, 1, OC, IC, N, true, (const real*)nullptr);   // a(o, n) = dout^T, b(n, i) = inp
+        if (dbias) {
+            const int OB = 64;
+#pragma omp for schedule(static) nowait
+            for (int o0 = 0; o0 < OC; o0 += OB) {
+                const int o1 = std::min(OC, o0 + OB);
+                real sb[OB] = {};
+                for (int n = 0; n < N; n++)
+                    for (int o = o0; o < o1; o++) sb[o - o0] += dout[(size_t)n * OC + o];
+                for (int o = o0; o < o1; o++) dbias[o] += sb[o - o0];
             }
         }
-    }
-    // a block of weight-gradient rows stays in cache while every input row passes once;
-    // each element still sums over n in order
-    const int OB = 32;
-#pragma omp parallel for schedule(static)
-    for (int o0 = 0; o0 < OC; o0 += OB) {
-        const int o1 = std::min(OC, o0 + OB);
-        for (int n = 0; n < N; n++) {
-            const real* x = inp + (size_t)n * IC;
-            for (int o = o0; o < o1; o++) {
-                const real d = dout[(size_t)n * OC + o];
-                real* dwr = dw + (size_t)o * IC;
-#pragma omp simd
-                for (int i = 0; i < IC; i++) dwr[i] += d * x[i];
-            }
-        }
-        if (dbias)
-            for (int o = o0; o < o1; o++) {
-                real sb = 0;
-                for (int n = 0; n < N; n++) sb += dout[(size_t)n * OC + o];
-                dbias[o] += sb;
-            }
     }
 }
 
@@ -222,14 +191,16 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
                       int KV, int hd, float eps) {
     const size_t row = (size_t)(H + 2 * KV) * hd, heads = (size_t)N * (H + KV);
     std::vector<real> rstd(heads);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel  // one region: rstd, then the weight gradients, then dqkv in place (barriers between)
+    {
+#pragma omp for schedule(static)
     for (size_t i = 0; i < heads; i++) {
         const real* x = raw + i * hd;
         real ss = 0;
         for (int e = 0; e < hd; e++) ss += x[e] * x[e];
         rstd[i] = (real)1 / std::sqrt(ss / hd + (real)eps);
     }
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (int e = 0; e < hd; e++) {
         real sq = 0, sk = 0;
         for (int n = 0; n < N; n++)
@@ -242,7 +213,7 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
         dwq[e] += sq;
         dwk[e] += sk;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp for schedule(static)
     for (int n = 0; n < N; n++)
         for (int j = 0; j < H + KV; j++) {
             const size_t i = (size_t)n * (H + KV) + j;
@@ -254,6 +225,7 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
             m /= hd;
             for (int e = 0; e < hd; e++) d[e] = rstd[i] * (d[e] * w[e] - x[e] * rstd[i] * m);
         }
+    }
 }
 
 // Rotates every q and k head of qkv [B,T,qd+2kvd] in place, in Hugging Face's rotate_half
@@ -355,48 +327,78 @@ void attention_backward(real* dqkv, const real* dout, const real* qkv, const rea
     }
 }
 
+// e^x for float with no library call, so that the loops over it vectorise: x = n ln2 + r, |r| <= ln2 / 2 (n by
+// rounding x log2(e) with the 1.5 * 2^23 trick; r with one fused multiply-add each for ln2's two parts), e^r by its Taylor
+// series to r^7 (the rest below 2^-27 of it), times 2^n put in the exponent bits. x is clamped to [-87, 88], where e^x is
+// a normal float. Within 2 x 2^-24 of e^x (test_gpt_cpu units). double (the finite-difference check) keeps std::exp.
+static inline float exp_vec(float x) {
+    x = std::min(std::max(x, -87.0f), 88.0f);
+    const float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
+    const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;  // ln2 = 0.693145751953125 + 1.4286e-6
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
+                                                                                                    r * (1.0f / 5040)))))));
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    std::memcpy(&two_n, &bits, 4);
+    return p * two_n;
+}
+static inline double exp_vec(double x) { return std::exp(x); }
+
+// GELU (tanh form) as the CUDA kernels (llmc/mlp_act.cuh) write it: with s = (1 + tanh u) / 2 = 1 / (1 + e^-2u) and
+// s' = (1 - tanh u) / 2 = e^-2u s, u = k (x + 0.044715 x^3), gelu = x s and gelu' = s + 2 x s s' k (1 + 3 0.044715 x^2),
+// no cancellation in 1 - tanh^2 u = 4 s s'. e^-2u is kept finite (u >= -40).
 template <typename real>
 static inline real gelu_tanh(real x) {
-    const real k = (real)0.7978845608028654;  // sqrt(2/pi)
-    return (real)0.5 * x * ((real)1 + std::tanh(k * (x + (real)0.044715 * x * x * x)));
+    const real u = (real)0.7978845608028654 * (x + (real)0.044715 * x * x * x);  // sqrt(2/pi) (...)
+    return x / ((real)1 + exp_vec(std::min((real)-2 * u, (real)80)));
+}
+template <typename real>
+static inline real gelu_tanh_grad(real x) {
+    const real k = (real)0.7978845608028654, u = k * (x + (real)0.044715 * x * x * x);
+    const real e = exp_vec(std::min((real)-2 * u, (real)80)), s = (real)1 / ((real)1 + e), s_minus = e * s;
+    return s + (real)2 * x * s * s_minus * k * ((real)1 + (real)3 * (real)0.044715 * x * x);
 }
 
 // gelu: act[N,F] = gelu(fc1[N,F]); swiglu: act[N,F] = silu(gate) * up, fc1[N,2F] = [gate | up]
 template <typename real>
 void mlp_act_forward(real* act, const real* fc1, int N, int F, bool swiglu) {
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int f = 0; f < F; f++) {
-            if (swiglu) {
-                real g = fc1[(size_t)n * 2 * F + f], u = fc1[(size_t)n * 2 * F + F + f];
-                act[(size_t)n * F + f] = g / ((real)1 + std::exp(-g)) * u;
-            } else {
-                act[(size_t)n * F + f] = gelu_tanh(fc1[(size_t)n * F + f]);
-            }
+    for (int n = 0; n < N; n++) {
+        real* a = act + (size_t)n * F;
+        if (swiglu) {
+            const real *gate = fc1 + (size_t)n * 2 * F, *up = gate + F;
+#pragma omp simd
+            for (int f = 0; f < F; f++) a[f] = gate[f] / ((real)1 + exp_vec(-gate[f])) * up[f];
+        } else {
+            const real* x = fc1 + (size_t)n * F;
+#pragma omp simd
+            for (int f = 0; f < F; f++) a[f] = gelu_tanh(x[f]);
         }
+    }
 }
 
 // dfc1 (overwritten) from dact
 template <typename real>
 void mlp_act_backward(real* dfc1, const real* dact, const real* fc1, int N, int F, bool swiglu) {
-    const real k = (real)0.7978845608028654;
 #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int f = 0; f < F; f++) {
-            const real d = dact[(size_t)n * F + f];
-            if (swiglu) {
-                real g = fc1[(size_t)n * 2 * F + f], u = fc1[(size_t)n * 2 * F + F + f];
-                real sig = (real)1 / ((real)1 + std::exp(-g));
-                dfc1[(size_t)n * 2 * F + f] = d * u * sig * ((real)1 + g * ((real)1 - sig));
-                dfc1[(size_t)n * 2 * F + F + f] = d * g * sig;
-            } else {
-                real x = fc1[(size_t)n * F + f];
-                real th = std::tanh(k * (x + (real)0.044715 * x * x * x));
-                real dg = (real)0.5 * ((real)1 + th) +
-                          (real)0.5 * x * ((real)1 - th * th) * k * ((real)1 + (real)3 * (real)0.044715 * x * x);
-                dfc1[(size_t)n * F + f] = d * dg;
+    for (int n = 0; n < N; n++) {
+        const real* d = dact + (size_t)n * F;
+        if (swiglu) {
+            const real *gate = fc1 + (size_t)n * 2 * F, *up = gate + F;
+            real *dgate = dfc1 + (size_t)n * 2 * F, *dup = dgate + F;
+#pragma omp simd
+            for (int f = 0; f < F; f++) {
+                const real g = gate[f], sig = (real)1 / ((real)1 + exp_vec(-g));
+                dgate[f] = d[f] * up[f] * sig * ((real)1 + g * ((real)1 - sig));
+                dup[f] = d[f] * g * sig;
             }
+        } else {
+            const real* x = fc1 + (size_t)n * F;
+            real* dx = dfc1 + (size_t)n * F;
+#pragma omp simd
+            for (int f = 0; f < F; f++) dx[f] = d[f] * gelu_tanh_grad(x[f]);
         }
+    }
 }
 
 // Cross-entropy over the first V of Vp logits; targets of -1 are ignored. Returns the sum of

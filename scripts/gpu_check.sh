@@ -20,8 +20,9 @@
 #     bench-large  the same for gpt3_2.7b, gpt3_6.7b, llama3_8b (each only where its estimate fits)
 #     torch-small  train_gpt.py --train --compile on bench-small's configs, and the ratio to train_gpt
 #     torch-large  the same for bench-large's configs
-#     fp8          train_gpt --fp8 delayed and current beside bf16 (tokens/s, the ratio) on gpt3_1.3b, gpt3_2.7b and
-#                  llama3.2_1b; 200 steps of gpt3_125m in bf16 and in fp8 delayed, FlagPerf's loss rule (docs/fp8.md)
+#     fp8          test_fp8 under cuBLASLt's log (OUT/cublaslt_fp8.log); train_gpt --fp8 delayed and current beside
+#                  bf16 (tokens/s, the ratio) on gpt3_1.3b, gpt3_2.7b and llama3.2_1b; 200 steps of gpt3_125m in bf16
+#                  and in fp8 delayed, FlagPerf's loss rule (docs/fp8.md)
 #     all          every stage above in order (the default)
 #   --out DIR     where the raw output goes (default bench/results/<date>_<gpu>/)
 #   --kit DIR     the GPU kit (default gpukit)
@@ -424,10 +425,17 @@ stage_bench() {  # stage_bench small|large
 bench_fp8=("gpt3_1.3b|-b 8 -t 2048" "gpt3_2.7b|-b 8 -t 2048 --recompute full" "llama3.2_1b|-b 4 -t 2048")
 stage_fp8() {
     section "programs"
-    programs train_gpt || { failed+=("programs"); return; }
+    programs train_gpt build/test_fp8 || { failed+=("programs"); return; }
     data_files
     local tmp=build/gpu_check bench preset flags recipe free est log tok b16 ratio rel rows=()
     mkdir -p "$tmp"
+    # cuBLASLt's own account of the fp8 GEMMs (on the first H100 every one was refused, CUBLAS_STATUS_NOT_SUPPORTED,
+    # after its heuristic had offered algorithms): test_fp8 under CUBLASLT_LOG_LEVEL=5, the log in OUT
+    section "test_fp8 under cuBLASLt's log (CUBLASLT_LOG_LEVEL=5, $out/cublaslt_fp8.log)"
+    rm -rf "$tmp/fp8_diag" && mkdir -p "$tmp/fp8_diag"
+    CUBLASLT_LOG_LEVEL=5 CUBLASLT_LOG_FILE="$out/cublaslt_fp8.log" limited 60 build/test_fp8 "$tmp/fp8_diag" 2>&1 |
+        grep -E '^\[(PASS|FAIL)\]|error' || failed+=("test_fp8")
+    grep -iE 'error|not supported|hint|warn' "$out/cublaslt_fp8.log" 2>/dev/null | head -n 40
     for bench in "${bench_fp8[@]}"; do
         IFS='|' read -r preset flags <<< "$bench"
         b16=""
