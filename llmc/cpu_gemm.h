@@ -24,6 +24,15 @@
 #include <algorithm>
 #include <cstring>
 
+// GCC's unroll pragma for the tile's constant loops; nvcc's front end (the dev/cuda programs include this through
+// llmc/ref_ops.h, for their CPU references) does not know it
+#if defined(__CUDACC__)
+#define GEMM_UNROLL(n)
+#else
+#define GEMM_PRAGMA(x) _Pragma(#x)
+#define GEMM_UNROLL(n) GEMM_PRAGMA(GCC unroll n)
+#endif
+
 #if defined(__AVX512F__)
 static const int GEMM_VEC_BYTES = 64, GEMM_NV = 4;  // 32 vector registers: 6 x 4 accumulators
 #else
@@ -58,18 +67,18 @@ static inline void gemm_tile(real* c, long ldc, int ncols, const real* a, long a
     for (int g0 = 0; g0 < kc; g0 += GEMM_KG) {
         const int g1 = std::min(kc, g0 + GEMM_KG);
         V acc[MR][GEMM_NV];
-#pragma GCC unroll 8
+GEMM_UNROLL(8)
         for (int r = 0; r < MR; r++)
-#pragma GCC unroll 4
+GEMM_UNROLL(4)
             for (int v = 0; v < GEMM_NV; v++) acc[r][v] = V{};
         for (int k = g0; k < g1; k++) {
             V b[GEMM_NV];
-#pragma GCC unroll 4
+GEMM_UNROLL(4)
             for (int v = 0; v < GEMM_NV; v++) std::memcpy(&b[v], bp + (long)k * NC + v * W, sizeof(V));
-#pragma GCC unroll 8
+GEMM_UNROLL(8)
             for (int r = 0; r < MR; r++) {
                 const real s = a[r * ars + k * acs];
-#pragma GCC unroll 4
+GEMM_UNROLL(4)
                 for (int v = 0; v < GEMM_NV; v++) acc[r][v] += s * b[v];
             }
         }
