@@ -8,11 +8,12 @@
 // stack (zero-padded past N), so its loads are contiguous and stay in L1 while the rows of a task pass over it.
 //
 // Summation order: k runs in groups of GEMM_KG = 16 from 0. Each element of C sums each group in one chain of fused
-// multiply-adds from 0, in k order, and adds the groups' sums in order to its start (0, or C's value when accumulating);
-// the bias, when given, is added last. The split of rows and columns among threads decides only who computes an
-// element, never how, so the result is the same at any number of threads; it is the same bits as this loop gives:
-//     for i, j: c = accumulate ? C[i][j] : 0
-//               for each group g: s = 0; for k in g: s = fma(A[i][k], B[k][j], s); c = c + s
+// multiply-adds from 0, in k order; the first group's sum starts the element (or is added to C's value when
+// accumulating), the others are added in order, and the bias, when given, last. The split of rows and columns among
+// threads decides only who computes an element, never how, so the result is the same at any number of threads; it is
+// the same bits as this loop gives (test_gpt_cpu units):
+//     for i, j: for each group g: s = 0; for k in g: s = fma(A[i][k], B[k][j], s)
+//                                 c = (g is the first) ? (accumulate ? C[i][j] + s : s) : c + s
 //               C[i][j] = bias ? c + bias[j] : c
 // The groups keep the rounding error of a long sum near that of 16 + K / 16 additions rather than K, as the 16-lane dot
 // products the trainer had before: one chain over all of K = 768 (or groups of 32) made one process and tp 2 drift apart
