@@ -219,6 +219,12 @@ print(torch.__version__, "(CUDA %s)," % torch.version.cuda, p.multi_processor_co
         limited 30 build/ceilings --device-info || failed+=("ceilings --device-info")
         if [ $quick = 1 ]; then limited 120 build/ceilings --quick --json "$out/ceilings.json" || failed+=("ceilings")
         else limited 240 build/ceilings --json "$out/ceilings.json" || failed+=("ceilings"); fi
+        # ceilings exits 0 when a GEMM fails in cuBLASLt (only a wrong result is its error): count those rows here
+        local bad
+        bad=$("$PY" -c 'import json, sys
+rows = json.load(open(sys.argv[1])).get("gemm", [])
+print(sum(1 for r in rows if str(r.get("status", "")).startswith("failed")))' "$out/ceilings.json" 2>/dev/null)
+        [ "${bad:-0}" = 0 ] || failed+=("ceilings: $bad GEMM row(s) failed in cuBLASLt")
     else failed+=("ceilings (no program)"); fi
     local n mib=64
     [ $quick = 1 ] && mib=16
