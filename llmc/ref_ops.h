@@ -74,33 +74,33 @@ void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x
 #pragma omp parallel  // one region, the rows then the channels (a barrier between: dx may be dout)
     {
 #pragma omp for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const real* xn = x + (size_t)n * C;
-        const real* dn = dout + (size_t)n * C;
-        real m_dn = 0, m_dnx = 0;
-        for (int c = 0; c < C; c++) {
-            real xhat = (xn[c] - mean[n]) * rstd[n];
-            m_dn += dn[c] * w[c];
-            m_dnx += dn[c] * w[c] * xhat;
-        }
-        m_dn = rms ? (real)0 : m_dn / C;
-        m_dnx /= C;
-        for (int c = 0; c < C; c++) {
-            real xhat = (xn[c] - mean[n]) * rstd[n];
-            dx[(size_t)n * C + c] += rstd[n] * (dn[c] * w[c] - m_dn - xhat * m_dnx);
-        }
-    }
-#pragma omp for schedule(static)
-    for (int c = 0; c < C; c++) {
-        real sw = 0, sb = 0;
         for (int n = 0; n < N; n++) {
-            real d = dout[(size_t)n * C + c];
-            sw += d * (x[(size_t)n * C + c] - mean[n]) * rstd[n];
-            sb += d;
+            const real* xn = x + (size_t)n * C;
+            const real* dn = dout + (size_t)n * C;
+            real m_dn = 0, m_dnx = 0;
+            for (int c = 0; c < C; c++) {
+                real xhat = (xn[c] - mean[n]) * rstd[n];
+                m_dn += dn[c] * w[c];
+                m_dnx += dn[c] * w[c] * xhat;
+            }
+            m_dn = rms ? (real)0 : m_dn / C;
+            m_dnx /= C;
+            for (int c = 0; c < C; c++) {
+                real xhat = (xn[c] - mean[n]) * rstd[n];
+                dx[(size_t)n * C + c] += rstd[n] * (dn[c] * w[c] - m_dn - xhat * m_dnx);
+            }
         }
-        dw[c] += sw;
-        if (db) db[c] += sb;
-    }
+#pragma omp for schedule(static)
+        for (int c = 0; c < C; c++) {
+            real sw = 0, sb = 0;
+            for (int n = 0; n < N; n++) {
+                real d = dout[(size_t)n * C + c];
+                sw += d * (x[(size_t)n * C + c] - mean[n]) * rstd[n];
+                sb += d;
+            }
+            dw[c] += sw;
+            if (db) db[c] += sb;
+        }
     }
 }
 
@@ -194,37 +194,37 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
 #pragma omp parallel  // one region: rstd, then the weight gradients, then dqkv in place (barriers between)
     {
 #pragma omp for schedule(static)
-    for (size_t i = 0; i < heads; i++) {
-        const real* x = raw + i * hd;
-        real ss = 0;
-        for (int e = 0; e < hd; e++) ss += x[e] * x[e];
-        rstd[i] = (real)1 / std::sqrt(ss / hd + (real)eps);
-    }
+        for (size_t i = 0; i < heads; i++) {
+            const real* x = raw + i * hd;
+            real ss = 0;
+            for (int e = 0; e < hd; e++) ss += x[e] * x[e];
+            rstd[i] = (real)1 / std::sqrt(ss / hd + (real)eps);
+        }
 #pragma omp for schedule(static)
-    for (int e = 0; e < hd; e++) {
-        real sq = 0, sk = 0;
+        for (int e = 0; e < hd; e++) {
+            real sq = 0, sk = 0;
+            for (int n = 0; n < N; n++)
+                for (int j = 0; j < H + KV; j++) {
+                    const size_t i = (size_t)n * (H + KV) + j;
+                    const real d = dqkv[n * row + (size_t)j * hd + e] * raw[i * hd + e] * rstd[i];
+                    if (j < H) sq += d;
+                    else sk += d;
+                }
+            dwq[e] += sq;
+            dwk[e] += sk;
+        }
+#pragma omp for schedule(static)
         for (int n = 0; n < N; n++)
             for (int j = 0; j < H + KV; j++) {
                 const size_t i = (size_t)n * (H + KV) + j;
-                const real d = dqkv[n * row + (size_t)j * hd + e] * raw[i * hd + e] * rstd[i];
-                if (j < H) sq += d;
-                else sk += d;
+                real* d = dqkv + n * row + (size_t)j * hd;
+                const real* x = raw + i * hd;
+                const real* w = j < H ? wq : wk;
+                real m = 0;
+                for (int e = 0; e < hd; e++) m += d[e] * w[e] * x[e] * rstd[i];
+                m /= hd;
+                for (int e = 0; e < hd; e++) d[e] = rstd[i] * (d[e] * w[e] - x[e] * rstd[i] * m);
             }
-        dwq[e] += sq;
-        dwk[e] += sk;
-    }
-#pragma omp for schedule(static)
-    for (int n = 0; n < N; n++)
-        for (int j = 0; j < H + KV; j++) {
-            const size_t i = (size_t)n * (H + KV) + j;
-            real* d = dqkv + n * row + (size_t)j * hd;
-            const real* x = raw + i * hd;
-            const real* w = j < H ? wq : wk;
-            real m = 0;
-            for (int e = 0; e < hd; e++) m += d[e] * w[e] * x[e] * rstd[i];
-            m /= hd;
-            for (int e = 0; e < hd; e++) d[e] = rstd[i] * (d[e] * w[e] - x[e] * rstd[i] * m);
-        }
     }
 }
 
