@@ -1,5 +1,6 @@
 // dev/bench/cpu_gemm.cpp: the CPU trainer's GEMMs against the machine's own FMA peak, measured in one run. A
-// benchmark, not a test: it prints figures and judges nothing (dev/bench/cpu_gemm.sh builds and runs it).
+// benchmark, not a test: it prints figures and judges nothing (dev/bench/cpu_step.sh builds and runs it, against this
+// tree's llmc/ and an older commit's).
 //   1. The FMA peak, by its own probe: per thread, 16 independent chains of fused multiply-adds on the widest vector
 //      type -march=native gives (GCC vector extensions: 16 floats), so that neither latency nor memory bounds it;
 //      at 1 thread and at all (OMP_NUM_THREADS).
