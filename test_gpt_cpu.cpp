@@ -92,7 +92,7 @@ static void test_reference(const char* path) {
     GPT<float> g;
     gpt_build(&g, c);
     hf_read_tensors(&st, g.table, "", g.params.data());
-    const std::vector<float> init = g.params;
+    const std::vector<float> init(g.params.begin(), g.params.end());
     const int N = B * T, V = c.vocab_size, Vp = c.padded_vocab;
 
     // logits and loss of the first micro-batch
@@ -113,7 +113,7 @@ static void test_reference(const char* path) {
     // every gradient, tensor by tensor of the parameter table (a fused tensor is compared as a
     // whole, against the scale of the whole, read from its Hugging Face pieces)
     gpt_backward(&g, 1.0);
-    const std::vector<float> first_grads = g.grads;
+    const std::vector<float> first_grads(g.grads.begin(), g.grads.end());
     double worst = 0;
     std::string worst_name;
     for (const ParamSpec& s : g.table.specs) {
@@ -257,7 +257,7 @@ static void test_finite_differences(const std::string& kind) {
     gpt_forward(&g, in.data(), tg.data(), B, T);
     std::fill(g.grads.begin(), g.grads.end(), 0.0);
     gpt_backward(&g, 1.0);
-    std::vector<double> analytic = g.grads;
+    std::vector<double> analytic(g.grads.begin(), g.grads.end());
     double worst = 0, h = 1e-5;
     std::string worst_name;
     size_t checked = 0;
@@ -538,7 +538,7 @@ static void test_units() {
         for (size_t i = 0; i < in.size(); i++) { in[i] = (int32_t)(i * 31 % 256); tg[i] = (int32_t)(i * 17 % 256); }
         gpt_forward(&g, in.data(), tg.data(), 4, 32);
         gpt_backward(&g, 1.0);
-        grads[k] = g.grads;
+        grads[k].assign(g.grads.begin(), g.grads.end());
     }
     omp_set_num_threads(omp_get_num_procs());
     check(grads[0] == grads[1], "gradients bit-identical on 1 and 2 threads");
@@ -560,6 +560,61 @@ static void test_units() {
     };
     check(std::fabs(sd(w) / c.init_std - 1) < 0.02 && std::fabs(sd(r) * std::sqrt(2.0 * c.n_layer) / c.init_std - 1) < 0.03,
           "init std (0.02, residual 0.02/sqrt(2L))", "fc1 %.5f fc2 %.5f", sd(w), sd(r));
+
+    // the other kinds (llmc/init.h's list): norm weights 1, biases 0, a matrix's vocabulary padding rows 0
+    {
+        bool kinds_ok = true;
+        std::string first_bad;
+        for (const ParamSpec& s : a.table.specs)
+            for (size_t i = 0; i < s.numel(); i++) {
+                const float x = a.params[s.offset + i];
+                const bool normal = s.init == INIT_NORMAL || s.init == INIT_NORMAL_RESID;
+                const bool ok = s.init == INIT_ONES     ? x == 1
+                                : s.init == INIT_ZEROS  ? x == 0
+                                : i >= (size_t)(s.live_rows * s.cols) ? x == 0
+                                                                       : normal && x != 0;
+                if (!ok && kinds_ok) { kinds_ok = false; first_bad = s.name; }
+            }
+        check(kinds_ok, "init: norm weights 1, biases 0, padding rows 0", "first wrong: %s", first_bad.c_str());
+    }
+
+    // llmc/rng.h's log and cos polynomials against the C library's in long double (64-bit mantissa): log within
+    // 4 ulp of the result, cos within 2^-52; on 2^20 hashed arguments and the edges (the smallest and largest u1,
+    // the ends of m's range, every quarter turn's edges)
+    {
+        std::vector<double> xs = {0x1p-53, 0x1p-52, 0.5, 0.25, 1 - 0x1p-53, 0.70710678118654746, 0.70710678118654757};
+        std::vector<uint64_t> vs = {0, 1, (1ull << 53) - 1};
+        for (uint64_t q = 0; q <= 4; q++)
+            for (int64_t d = -2; d <= 2; d++) vs.push_back(((q << 51) + (1ull << 50) + d) & ((1ull << 53) - 1));
+        for (uint64_t i = 0; i < (1u << 20); i++) {
+            const uint64_t h = normal_hash(3, 1, i);
+            xs.push_back(((double)(h >> 12) * 2 + 1) * 0x1p-53);
+            vs.push_back(splitmix64(h) >> 11);
+        }
+        double log_ulps = 0, cos_err = 0;
+        for (double x : xs) {
+            const long double want = logl((long double)x);
+            log_ulps = std::max(log_ulps, (double)(fabsl(log_unit(x) - want) / (fabsl(want) * 0x1p-52L)));
+        }
+        const long double two_pi = 6.283185307179586476925286766559L;
+        for (uint64_t v : vs) {
+            const long double want = cosl(two_pi * ((long double)v + 0.5L) * 0x1p-53L);
+            cos_err = std::max(cos_err, (double)fabsl(cos_turn(v) - want));
+        }
+        check(log_ulps <= 4, "init's log polynomial (llmc/rng.h) within 4 ulp of logl", "worst %.2f ulp", log_ulps);
+        check(cos_err <= 0x1p-52, "init's cos polynomial (llmc/rng.h) within 2^-52 of cosl", "worst %.3g", cos_err);
+        // normal_at as a whole: Box-Muller of the same two integers in long double
+        double worst = 0;
+        for (uint64_t i = 0; i < (1u << 18); i++) {
+            const uint64_t h = normal_hash(11, 7, i);
+            const long double u1 = ((long double)(h >> 12) * 2 + 1) * 0x1p-53L,
+                              u2 = ((long double)(splitmix64(h) >> 11) + 0.5L) * 0x1p-53L;
+            const long double want = sqrtl(-2 * logl(u1)) * cosl(two_pi * u2);
+            worst = std::max(worst, (double)fabsl(normal_at(11, 7, i) - want));
+        }
+        check(worst <= 1e-14, "normal_at within 1e-14 of Box-Muller in long double", "worst %.3g", worst);
+        printf("  worst: log %.2f ulp, cos %.3g, normal_at %.3g\n", log_ulps, cos_err, worst);
+    }
 }
 
 int main(int argc, char** argv) {

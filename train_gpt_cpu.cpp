@@ -66,6 +66,62 @@
 // The model: flat buffers for this rank's params, grads and moments, laid out by its local
 // parameter table (its stage's tensors, its tp slice); ZeRO shards some of them over dp.
 
+// The big buffers (weights, gradients, AdamW moments) are std::vectors whose new memory the OpenMP threads zero, each
+// thread the share a static loop over the elements gives it (as AdamW's and the global norm's loops later share them).
+// Their pages are first touched in parallel, on a machine with several memory nodes near the threads that use them,
+// and the vector's own value-initialisation, which would write every element again from one thread, is skipped:
+// construct() without a value does nothing, so resize(n) of a fresh vector leaves the zeros. (Grown in place after
+// shrinking, such a vector would keep old values: these buffers are only made fresh, by big_zeros.)
+template <typename T>
+struct ZeroedByThreads {
+    using value_type = T;
+    ZeroedByThreads() = default;
+    template <typename U>
+    ZeroedByThreads(const ZeroedByThreads<U>&) {}
+    T* allocate(size_t n) {
+        T* p = std::allocator<T>().allocate(n);
+#ifdef _OPENMP
+#pragma omp parallel if (n * sizeof(T) >= (1 << 20))
+#endif
+        {
+#ifdef _OPENMP
+            const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+#else
+            const size_t nt = 1, t = 0;
+#endif
+            std::memset((void*)(p + n * t / nt), 0, (n * (t + 1) / nt - n * t / nt) * sizeof(T));
+        }
+        return p;
+    }
+    void deallocate(T* p, size_t n) { std::allocator<T>().deallocate(p, n); }
+    template <typename U>
+    void construct(U*) noexcept {}  // value-initialisation: allocate() zeroed it
+    template <typename U, typename... A>
+    void construct(U* p, A&&... a) { ::new ((void*)p) U(std::forward<A>(a)...); }
+    bool operator==(const ZeroedByThreads&) const { return true; }
+    bool operator!=(const ZeroedByThreads&) const { return false; }
+};
+template <typename T>
+using BigVec = std::vector<T, ZeroedByThreads<T>>;
+
+// v <- n zeros in fresh memory (the old buffer freed first)
+template <typename T>
+void big_zeros(BigVec<T>* v, size_t n) {
+    BigVec<T>().swap(*v);
+    v->resize(n);
+}
+
+// every element of v <- x, by the threads in the same static shares
+template <typename T>
+void big_fill(BigVec<T>* v, T x) {
+    T* p = v->data();
+    const int64_t n = (int64_t)v->size();
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) if (n >= (1 << 18))
+#endif
+    for (int64_t i = 0; i < n; i++) p[i] = x;
+}
+
 template <typename real>
 struct LayerActs {
     std::vector<real> x;                          // [Nl,C] block input (residual stream)
@@ -111,9 +167,9 @@ struct GPT {
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;  // local heads, kv heads, ffn, vocab rows from v0
     std::vector<Bucket> buckets;         // embeddings, one per layer, final norm and head (llmc/parallel/zero.h)
     std::vector<int> bucket_of;          // local spec -> bucket
-    std::vector<real> params;            // [table.total]; ZeRO-3: [shard] (gathered per bucket in pbuf)
-    std::vector<real> grads;             // [table.total]; ZeRO-2/3: [shard] (bucket scratch in gbuf)
-    std::vector<real> m, v;              // AdamW moments, [table.total]; ZeRO >= 1: [shard]
+    BigVec<real> params;                 // [table.total]; ZeRO-3: [shard] (gathered per bucket in pbuf)
+    BigVec<real> grads;                  // [table.total]; ZeRO-2/3: [shard] (bucket scratch in gbuf)
+    BigVec<real> m, v;                   // AdamW moments, [table.total]; ZeRO >= 1: [shard]
                                          // shard: [table.total / dp], this dp rank's pieces of the buckets
     std::vector<std::vector<real>> pbuf, gbuf;    // per bucket, only while in use
     std::vector<std::vector<std::unique_ptr<ChunkActs<real>>>> pool;  // free activations per chunk
@@ -163,10 +219,10 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
     for (int b = 0; b < (int)g->buckets.size(); b++)
         for (int k = g->buckets[b].first_spec; k < g->buckets[b].end_spec; k++) g->bucket_of[k] = b;
     const size_t total = g->table.total, sh = zero_shard_size(g->table, dp);
-    g->params.assign(L.zero >= 3 ? sh : total, 0);
-    g->grads.assign(L.zero >= 2 ? sh : total, 0);
-    g->m.assign(L.zero >= 1 ? sh : total, 0);
-    g->v.assign(L.zero >= 1 ? sh : total, 0);
+    big_zeros(&g->params, L.zero >= 3 ? sh : total);
+    big_zeros(&g->grads, L.zero >= 2 ? sh : total);
+    big_zeros(&g->m, L.zero >= 1 ? sh : total);
+    big_zeros(&g->v, L.zero >= 1 ? sh : total);
     g->pbuf.assign(g->buckets.size(), {});
     g->gbuf.assign(g->buckets.size(), {});
     g->pool.clear();
@@ -179,12 +235,16 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
 template <typename real>
 double gpt_init(GPT<real>* g, uint64_t seed, const SafeTensors* hf = nullptr, int64_t* n_made = nullptr) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<real> part(g->table.total, (real)0);
-    const int64_t n = part_init(g->cfg, g->full, g->table, g->global, g->slice, seed, hf, part.data());
-    if (g->L.zero >= 3) zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, part.data(), g->params.data());
-    else std::copy(part.begin(), part.end(), g->params.begin());
-    std::fill(g->m.begin(), g->m.end(), (real)0);
-    std::fill(g->v.begin(), g->v.end(), (real)0);
+    int64_t n;
+    if (g->L.zero >= 3) {
+        std::vector<real> part(g->table.total, (real)0);
+        n = part_init(g->cfg, g->full, g->table, g->global, g->slice, seed, hf, part.data());
+        zero_take_shard(g->buckets, g->L.topo.dp, g->L.topo.dp_rank, part.data(), g->params.data());
+    } else {  // straight into the weights (their bucket padding zero since gpt_build)
+        n = part_init(g->cfg, g->full, g->table, g->global, g->slice, seed, hf, g->params.data());
+    }
+    big_fill(&g->m, (real)0);
+    big_fill(&g->v, (real)0);
     if (n_made) *n_made = n;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -193,7 +253,7 @@ double gpt_init(GPT<real>* g, uint64_t seed, const SafeTensors* hf = nullptr, in
 // bucket. Every rank of the dp group calls it.
 template <typename real>
 std::vector<real> gpt_params_whole(GPT<real>* g) {
-    if (g->L.zero < 3) return g->params;
+    if (g->L.zero < 3) return std::vector<real>(g->params.begin(), g->params.end());
     const int dp = g->L.topo.dp;
     std::vector<real> out(g->table.total);
     for (const Bucket& b : g->buckets)
@@ -302,7 +362,7 @@ void grads_reduce_all(GPT<real>* g) {
 
 template <typename real>
 void grads_zero(GPT<real>* g) {
-    std::fill(g->grads.begin(), g->grads.end(), (real)0);
+    big_fill(&g->grads, (real)0);
     for (int b = 0; b < (int)g->buckets.size(); b++)
         if (!g->gbuf[b].empty()) { g->gbuf_bytes -= g->gbuf[b].size() * sizeof(real); std::vector<real>().swap(g->gbuf[b]); }
 }
@@ -958,7 +1018,7 @@ int main(int argc, char** argv) {
     state.rng = rng_sampling_seed(tc.seed);
     const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     const bool sharded[3] = {layout.zero >= 3, layout.zero >= 1, layout.zero >= 1};  // params, m, v
-    std::vector<float>* bufs[3] = {&g.params, &g.m, &g.v};
+    BigVec<float>* bufs[3] = {&g.params, &g.m, &g.v};
     const char* kinds[3] = {"p", "m", "v"};
     if (resume_dir.empty()) {
         SafeTensors hf;

@@ -9,8 +9,8 @@
 // Both trainers call it, so they start from bitwise-identical fp32 weights
 // (tests/t_train_gpt_host.sh compares their --export-init files). The elements of each tensor are
 // spread over the OpenMP threads: each value is a function of its index alone, so any thread count
-// gives the same bytes (the test compares 1 and 2 threads); one thread takes about 35 ns per element
-// (the log, sqrt and cos of Box-Muller), minutes for a 7B model.
+// gives the same bytes (the test compares 1 and 2 threads). The loop vectorises (normal_at's log and cos are
+// polynomials): about 1.5 ns a value on one AVX-512 core, 4 ns with AVX2.
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -29,14 +29,21 @@ template <typename real>
 void param_init_tensor(const ModelConfig& c, const ParamTable& t, size_t k, real* dst, uint64_t seed) {
     const ParamSpec& s = t.specs[k];
     const double sigma = s.init == INIT_NORMAL_RESID ? c.init_std / std::sqrt(2.0 * c.n_layer) : c.init_std;
-    const int64_t live = s.live_rows * s.cols, n = (int64_t)s.numel();
+    const bool normal = s.init == INIT_NORMAL || s.init == INIT_NORMAL_RESID;
+    const int64_t live = normal ? s.live_rows * s.cols : 0, n = (int64_t)s.numel();
+    const real rest = s.init == INIT_ONES ? 1 : 0;  // norm weights; biases and the padding rows are 0
 #ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= 65536)
+#pragma omp parallel if (n >= 65536)
 #endif
-    for (int64_t i = 0; i < n; i++) {
-        if (s.init == INIT_ONES) dst[i] = 1;
-        else if (s.init == INIT_ZEROS || i >= live) dst[i] = 0;
-        else dst[i] = (real)(sigma * normal_at(seed, k, (uint64_t)i));
+    {
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+        for (int64_t i = 0; i < live; i++) dst[i] = (real)(sigma * normal_at(seed, k, (uint64_t)i));
+#ifdef _OPENMP
+#pragma omp for schedule(static) nowait
+#endif
+        for (int64_t i = live; i < n; i++) dst[i] = rest;
     }
 }
 

@@ -44,6 +44,20 @@ void embedding_backward(real* dwte, real* dwpe, const real* dout, const int32_t*
         }
 }
 
+// sum over c in [0, n) of f(c), in 16 interleaved partial sums (term c into sum c % 16) added pairwise at the end: a
+// fixed order, and the compiler keeps the 16 in vector registers (one chain would run at the latency of an add).
+template <typename real, typename F>
+static inline real sum16(int n, F f) {
+    real s[16] = {};
+    int c = 0;
+    for (; c + 16 <= n; c += 16)
+        for (int j = 0; j < 16; j++) s[j] += f(c + j);
+    for (int j = 0; c + j < n; j++) s[j] += f(c + j);
+    for (int w = 8; w >= 1; w /= 2)
+        for (int j = 0; j < w; j++) s[j] += s[j + w];
+    return s[0];
+}
+
 // LayerNorm: (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps). RMSNorm: x * rstd * w,
 // rstd = 1/sqrt(mean(x^2) + eps), mean stored as 0. x, out [N,C]; mean, rstd [N].
 template <typename real>
@@ -52,15 +66,9 @@ void norm_forward(real* out, real* mean, real* rstd, const real* x, const real* 
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const real* xn = x + (size_t)n * C;
-        real m = 0;
-        if (!rms) {
-            for (int c = 0; c < C; c++) m += xn[c];
-            m /= C;
-        }
-        real v = 0;
-        for (int c = 0; c < C; c++) v += (xn[c] - m) * (xn[c] - m);
-        v /= C;
-        real r = (real)1 / std::sqrt(v + (real)eps);
+        const real m = rms ? (real)0 : sum16<real>(C, [&](int c) { return xn[c]; }) / C;
+        const real v = sum16<real>(C, [&](int c) { return (xn[c] - m) * (xn[c] - m); }) / C;
+        const real r = (real)1 / std::sqrt(v + (real)eps);
         for (int c = 0; c < C; c++) out[(size_t)n * C + c] = (xn[c] - m) * r * w[c] + (b ? b[c] : (real)0);
         mean[n] = m;
         rstd[n] = r;
@@ -68,38 +76,43 @@ void norm_forward(real* out, real* mean, real* rstd, const real* x, const real* 
 }
 
 // dx += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dout * w; RMSNorm drops mean(dn).
+// dw += sum over rows of dout * xhat, db += sum of dout: each thread a block of channels, the rows in order (so each
+// sum has the same order at any thread count), the channels of a row contiguous.
 template <typename real>
 void norm_backward(real* dx, real* dw, real* db, const real* dout, const real* x, const real* w, const real* mean,
                    const real* rstd, int N, int C, bool rms) {
-#pragma omp parallel  // one region, the rows then the channels (a barrier between: dx may be dout)
+#pragma omp parallel  // one region, the channels then the rows (a barrier between: dx may be dout)
     {
+        const int blk = 64, nblk = (C + blk - 1) / blk;
+#pragma omp for schedule(static)
+        for (int k = 0; k < nblk; k++) {
+            const int c0 = k * blk, c1 = std::min(C, c0 + blk);
+            real sw[blk] = {}, sb[blk] = {};
+            for (int n = 0; n < N; n++) {
+                const real* dn = dout + (size_t)n * C;
+                const real* xn = x + (size_t)n * C;
+                const real mn = mean[n], rn = rstd[n];
+                for (int c = c0; c < c1; c++) {
+                    sw[c - c0] += dn[c] * (xn[c] - mn) * rn;
+                    sb[c - c0] += dn[c];
+                }
+            }
+            for (int c = c0; c < c1; c++) {
+                dw[c] += sw[c - c0];
+                if (db) db[c] += sb[c - c0];
+            }
+        }
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++) {
             const real* xn = x + (size_t)n * C;
             const real* dn = dout + (size_t)n * C;
-            real m_dn = 0, m_dnx = 0;
+            const real mn = mean[n], rn = rstd[n];
+            const real m_dn = rms ? (real)0 : sum16<real>(C, [&](int c) { return dn[c] * w[c]; }) / C;
+            const real m_dnx = sum16<real>(C, [&](int c) { return dn[c] * w[c] * ((xn[c] - mn) * rn); }) / C;
             for (int c = 0; c < C; c++) {
-                real xhat = (xn[c] - mean[n]) * rstd[n];
-                m_dn += dn[c] * w[c];
-                m_dnx += dn[c] * w[c] * xhat;
+                const real xhat = (xn[c] - mn) * rn;
+                dx[(size_t)n * C + c] += rn * (dn[c] * w[c] - m_dn - xhat * m_dnx);
             }
-            m_dn = rms ? (real)0 : m_dn / C;
-            m_dnx /= C;
-            for (int c = 0; c < C; c++) {
-                real xhat = (xn[c] - mean[n]) * rstd[n];
-                dx[(size_t)n * C + c] += rstd[n] * (dn[c] * w[c] - m_dn - xhat * m_dnx);
-            }
-        }
-#pragma omp for schedule(static)
-        for (int c = 0; c < C; c++) {
-            real sw = 0, sb = 0;
-            for (int n = 0; n < N; n++) {
-                real d = dout[(size_t)n * C + c];
-                sw += d * (x[(size_t)n * C + c] - mean[n]) * rstd[n];
-                sb += d;
-            }
-            dw[c] += sw;
-            if (db) db[c] += sb;
         }
     }
 }
@@ -174,8 +187,7 @@ void qk_norm_forward(real* qkv, real* raw, const real* wq, const real* wk, int N
             real* x = qkv + n * row + (size_t)j * hd;
             real* r = raw + ((size_t)n * (H + KV) + j) * hd;
             const real* w = j < H ? wq : wk;
-            real ss = 0;
-            for (int e = 0; e < hd; e++) ss += x[e] * x[e];
+            const real ss = sum16<real>(hd, [&](int e) { return x[e] * x[e]; });
             const real rstd = (real)1 / std::sqrt(ss / hd + (real)eps);
             for (int e = 0; e < hd; e++) {
                 r[e] = x[e];
@@ -185,7 +197,7 @@ void qk_norm_forward(real* qkv, real* raw, const real* wq, const real* wk, int N
 }
 
 // Its backward, in place on the q and k heads of dqkv [N,qd+2kvd]: dx = rstd (dn - xhat mean(dn xhat)), dn = dout w;
-// dwq, dwk [hd] += sum over tokens and heads of dout xhat (one thread per element of a head: a fixed order).
+// dwq, dwk [hd] += sum over tokens and heads of dout xhat (each element's sum over them in order: a fixed order).
 template <typename real>
 void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const real* wq, const real* wk, int N, int H,
                       int KV, int hd, float eps) {
@@ -196,22 +208,26 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
 #pragma omp for schedule(static)
         for (size_t i = 0; i < heads; i++) {
             const real* x = raw + i * hd;
-            real ss = 0;
-            for (int e = 0; e < hd; e++) ss += x[e] * x[e];
+            const real ss = sum16<real>(hd, [&](int e) { return x[e] * x[e]; });
             rstd[i] = (real)1 / std::sqrt(ss / hd + (real)eps);
         }
+        const int blk = 16, nblk = (hd + blk - 1) / blk;  // each thread blocks of 16 elements, the heads in order
 #pragma omp for schedule(static)
-        for (int e = 0; e < hd; e++) {
-            real sq = 0, sk = 0;
+        for (int k = 0; k < nblk; k++) {
+            const int e0 = k * blk, e1 = std::min(hd, e0 + blk);
+            real sq[blk] = {}, sk[blk] = {};
             for (int n = 0; n < N; n++)
                 for (int j = 0; j < H + KV; j++) {
                     const size_t i = (size_t)n * (H + KV) + j;
-                    const real d = dqkv[n * row + (size_t)j * hd + e] * raw[i * hd + e] * rstd[i];
-                    if (j < H) sq += d;
-                    else sk += d;
+                    const real* d = dqkv + n * row + (size_t)j * hd;
+                    const real* x = raw + i * hd;
+                    real* s = j < H ? sq : sk;
+                    for (int e = e0; e < e1; e++) s[e - e0] += d[e] * x[e] * rstd[i];
                 }
-            dwq[e] += sq;
-            dwk[e] += sk;
+            for (int e = e0; e < e1; e++) {
+                dwq[e] += sq[e - e0];
+                dwk[e] += sk[e - e0];
+            }
         }
 #pragma omp for schedule(static)
         for (int n = 0; n < N; n++)
@@ -220,9 +236,7 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
                 real* d = dqkv + n * row + (size_t)j * hd;
                 const real* x = raw + i * hd;
                 const real* w = j < H ? wq : wk;
-                real m = 0;
-                for (int e = 0; e < hd; e++) m += d[e] * w[e] * x[e] * rstd[i];
-                m /= hd;
+                const real m = sum16<real>(hd, [&](int e) { return d[e] * w[e] * x[e] * rstd[i]; }) / hd;
                 for (int e = 0; e < hd; e++) d[e] = rstd[i] * (d[e] * w[e] - x[e] * rstd[i] * m);
             }
     }

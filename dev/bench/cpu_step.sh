@@ -6,7 +6,8 @@
 #      GFLOP/s and share of the peak, at 1 thread and at all.
 #   2. train_gpt_cpu -c gpt3_125m --seq 1024 -b 4 -t 64 (256 tokens a step) for N steps (default 6) on the Moby-Dick
 #      shards, at 1 thread and at all: the median step, tokens/s, model GFLOP/s (the trainer's FLOPs per token times
-#      tokens/s) and their share of the peak, and the initialisation's time.
+#      tokens/s) and their share of the peak, the initialisation's time (the trainer's line) and the whole run's wall
+#      time (start, steps and exit).
 #   3. the default job's model (./train_gpt_cpu with no flags: gpt3_tiny) for 20 steps without validation or sample,
 #      at all threads: the median step and tokens/s (README quotes them).
 #   --before REV: the same three measured for the commit REV too (its llmc/ under the same cpu_gemm.cpp, its
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --before) [ $# -ge 2 ] || { echo "error: --before needs a commit" >&2; exit 1; }; before=$2; shift ;;
         --steps) [ $# -ge 2 ] || { echo "error: --steps needs a number" >&2; exit 1; }; steps=$2; shift ;;
-        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "error: unknown argument '$1' (see --help)" >&2; exit 1 ;;
     esac
     shift
@@ -56,20 +57,22 @@ peak() {  # the FMA peak at $1 threads from this tree's cpu_gemm output
     if [ "$1" = 1 ]; then sed -n 's/^FMA peak.*: \([0-9.]*\) GFLOP\/s at 1 thread.*/\1/p' "$w/gemm_after.txt"
     else sed -n 's/^FMA peak.*, \([0-9.]*\) at [0-9]*$/\1/p' "$w/gemm_after.txt"; fi
 }
-printf '| %-6s | %7s | %8s | %9s | %10s | %8s | %12s |\n' tree threads "ms/step" "tokens/s" "GFLOP/s" "of peak" "init s"
-printf '| %-6s | %7s | %8s | %9s | %10s | %8s | %12s |\n' --- --- --- --- --- --- ---
+printf '| %-6s | %7s | %8s | %9s | %10s | %8s | %7s | %7s |\n' tree threads "ms/step" "tokens/s" "GFLOP/s" "of peak" "init s" "wall s"
+printf '| %-6s | %7s | %8s | %9s | %10s | %8s | %7s | %7s |\n' --- --- --- --- --- --- --- ---
 for threads in 1 "$all"; do
     for t in "${trees[@]}"; do
         bin=./train_gpt_cpu; [ "$t" = before ] && bin=$w/before/train_gpt_cpu
         log=$w/step_${t}_$threads.log
+        t0=$(date +%s.%N)
         OMP_NUM_THREADS=$threads "$bin" -c gpt3_125m --seq 1024 -b 4 -t 64 -x "$steps" -v 0 -g 0 -o "" -i "${data[@]}" > "$log" 2>&1 ||
             { echo "error: $bin failed (log $log):"; tail -n 3 "$log"; exit 1; }
+        t1=$(date +%s.%N)
         ms=$(sed -n 's/^summary: median \([0-9.]*\) ms\/step.*/\1/p' "$log")
         fpt=$(sed -n 's/^| FLOPs per token *| \([0-9.e+]*\) (model).*/\1/p' "$log")
         init=$(sed -n 's/^initialised .* in \([0-9.]*\) s .*/\1/p' "$log")
-        awk -v t="$t" -v th="$threads" -v ms="$ms" -v fpt="$fpt" -v pk="$(peak "$threads")" -v init="$init" 'BEGIN {
+        awk -v t="$t" -v th="$threads" -v ms="$ms" -v fpt="$fpt" -v pk="$(peak "$threads")" -v init="$init" -v t0="$t0" -v t1="$t1" 'BEGIN {
             tok = 256 / (ms / 1000); gf = tok * fpt / 1e9
-            printf "| %-6s | %7d | %8.1f | %9.1f | %10.1f | %7.1f%% | %12s |\n", t, th, ms, tok, gf, 100 * gf / pk, init }'
+            printf "| %-6s | %7d | %8.1f | %9.1f | %10.1f | %7.1f%% | %7s | %7.2f |\n", t, th, ms, tok, gf, 100 * gf / pk, init, t1 - t0 }'
         echo "$ms" > "$w/ms_${t}_$threads"
     done
     if [ -n "$before" ]; then

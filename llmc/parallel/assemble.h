@@ -43,7 +43,8 @@ static inline void part_of_full(const ParamTable& full, const T* whole, const Pa
 
 // part [t.total] = this rank's slices of the initial weights: each tensor it holds made whole (the seeded init of
 // llmc/init.h, or read from `hf`, an open --init-from file, when not null), then its slice kept; bucket padding left
-// as it is. Host memory: one whole tensor. Returns the number of values made (whole tensors).
+// as it is. A tensor the rank holds whole is made in place. Host memory: one whole tensor. Returns the number of
+// values made (whole tensors).
 template <typename real>
 static inline int64_t part_init(const ModelConfig& c, const ParamTable& full, const ParamTable& t, const std::vector<int>& global,
                                 const std::vector<std::vector<TpBlock>>& slice, uint64_t seed, const SafeTensors* hf, real* part) {
@@ -52,6 +53,12 @@ static inline int64_t part_init(const ModelConfig& c, const ParamTable& full, co
     int64_t n = 0;
     for (size_t k = 0; k < t.specs.size(); k++) {
         const ParamSpec& f = full.specs[global[k]];
+        n += (int64_t)f.numel();
+        const bool whole = slice[k].size() == 1 && slice[k][0].rows * slice[k][0].cols == (int64_t)f.numel();
+        if (!hf && whole) {  // the rank keeps all of it: made in place
+            param_init_tensor(c, full, (size_t)global[k], part + t.specs[k].offset, seed);
+            continue;
+        }
         w.resize(f.numel());
         if (!hf) param_init_tensor(c, full, (size_t)global[k], w.data(), seed);
         else {
@@ -60,7 +67,6 @@ static inline int64_t part_init(const ModelConfig& c, const ParamTable& full, co
             std::copy(file.begin(), file.end(), w.begin());
         }
         tp_extract(w.data(), f.cols, slice[k], part + t.specs[k].offset);
-        n += (int64_t)f.numel();
     }
     return n;
 }
