@@ -350,7 +350,7 @@ MUTANTS = [
      "cpu_units", "a tensor-parallel slice of one block is made in place as if the rank held the whole tensor"),
     ("norm_bwd_channel_block", "reference", "llmc/ref_ops.h",
      "const int c0 = k * blk, c1 = std::min(C, c0 + blk);", "const int c0 = k * blk, c1 = std::min(C, c0 + blk - 1);",
-     "cpu_fd", "the norm's weight and bias gradients skip the last channel of every block of 64"),
+     "cpu_ref", "the norm's weight and bias gradients skip the last channel of every block of 64"),
     ("sum16_tail", "reference", "llmc/ref_ops.h",
      "for (int j = 0; c + j < n; j++) s[j] += f(c + j);", "for (int j = 0; c + j < n - 1; j++) s[j] += f(c + j);",
      "cpu_fd", "the norms' 16-lane sums drop the last term of a row whose length is not a multiple of 16"),
