@@ -24,11 +24,23 @@ static inline double u01_from_bits(uint64_t b) { return ((b >> 11) + 0.5) * (1.0
 // value on one AVX-512 core against 23 ns for std::log and std::cos), and they use only IEEE operations and explicit
 // fma, which round the same way whether the compiler has FMA instructions, contracts a*b+c or not, so both trainers
 // (g++ and nvcc's host compiler, any -march) make the same bits. Both are within a few 1e-16 of the exact functions
-// (test_gpt_cpu units compares them with std::log and std::cos).
+// (test_gpt_cpu units compares them with logl and cosl).
+
+// c[0] x^(n-1) + c[1] x^(n-2) + ... + c[n-1] by Horner's rule, each step one explicit fma, written out at compile
+// time (a loop here would keep the caller's loop from vectorising)
+template <int i, int n>
+static inline double horner_step(double x, const double (&c)[n], double p) {
+    if constexpr (i == n) return p;
+    else return horner_step<i + 1>(x, c, std::fma(p, x, c[i]));
+}
+template <int n>
+static inline double horner_fma(double x, const double (&c)[n]) { return horner_step<1>(x, c, c[0]); }
 
 // log x for a normal double x in (0, 1]: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh s with
 // s = (m - 1) / (m + 1), |s| < 0.172, as t (1 + w/3 + w^2/5 + ... + w^10/21) with t = 2s, w = s^2 (the next term is
 // below 3e-17 of the sum).
+static constexpr double LOG_ATANH_C[] = {1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13,
+                                         1.0 / 11, 1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
 static inline double log_unit(double x) {
     uint64_t b;
     std::memcpy(&b, &x, 8);
@@ -39,22 +51,20 @@ static inline double log_unit(double x) {
     double m;
     std::memcpy(&m, &mb, 8);
     const double s = (m - 1.0) / (m + 1.0), w = s * s, t = 2.0 * s;
-    double p = 1.0 / 21;
-    p = std::fma(p, w, 1.0 / 19);
-    p = std::fma(p, w, 1.0 / 17);
-    p = std::fma(p, w, 1.0 / 15);
-    p = std::fma(p, w, 1.0 / 13);
-    p = std::fma(p, w, 1.0 / 11);
-    p = std::fma(p, w, 1.0 / 9);
-    p = std::fma(p, w, 1.0 / 7);
-    p = std::fma(p, w, 1.0 / 5);
-    p = std::fma(p, w, 1.0 / 3);
-    return std::fma(e, 0.6931471805599453094, std::fma(t * w, p, t));  // e log 2 + log m
+    return std::fma(e, 0.6931471805599453094, std::fma(t * w, horner_fma(w, LOG_ATANH_C), t));  // e log 2 + log m
 }
 
 // cos(2 pi (v + 1/2) / 2^53) for a 53-bit integer v. In quarter turns the angle is (v + 1/2) / 2^51 = q + r, q the
 // nearest whole quarter and r in [-1/2, 1/2], both from v's bits exactly; then cos = c, -s, -c, s for q = 0, 1, 2, 3
 // with c = cos(pi/2 r) and s = sin(pi/2 r), Taylor polynomials in r (the next terms are below 1e-17).
+static constexpr double COS_QUARTER_C[] = {  // (-1)^n (pi/2)^2n / (2n)!, n = 9 down to 0
+    -5.2944002007346237619e-13, 6.5659631149794723622e-11, -6.3866030837918522411e-9, 4.7108747788181715037e-7,
+    -2.5202042373060605481e-5,  9.1926027483942658024e-4,  -2.0863480763352960873e-2, 2.5366950790104801364e-1,
+    -1.2337005501361698274,     1.0};
+static constexpr double SIN_QUARTER_C[] = {  // (-1)^n (pi/2)^(2n+1) / (2n+1)!, n = 8 down to 0
+    6.0669357311061956671e-12, -6.6880351098114672325e-10, 5.6921729219679268118e-8, -3.5988432352120853405e-6,
+    1.6044118478735982187e-4,  -4.6817541353186881007e-3,  7.9692626246167045121e-2, -6.4596409750624625366e-1,
+    1.5707963267948966192};
 static inline double cos_turn(uint64_t v) {
     const uint64_t a = v + (1ull << 50);
     const uint64_t q = (a >> 51) & 3;
@@ -63,26 +73,7 @@ static inline double cos_turn(uint64_t v) {
     std::memcpy(&f, &fb, 8);
     const double r = ((f - 4503599627370496.0) - (1125899906842624.0 - 0.5)) * (1.0 / 2251799813685248.0);
     const double r2 = r * r;
-    double c = -5.2944002007346237619e-13;  // (-1)^n (pi/2)^2n / (2n)!, n = 9 down to 0
-    c = std::fma(c, r2, 6.5659631149794723622e-11);
-    c = std::fma(c, r2, -6.3866030837918522411e-9);
-    c = std::fma(c, r2, 4.7108747788181715037e-7);
-    c = std::fma(c, r2, -2.5202042373060605481e-5);
-    c = std::fma(c, r2, 9.1926027483942658024e-4);
-    c = std::fma(c, r2, -2.0863480763352960873e-2);
-    c = std::fma(c, r2, 2.5366950790104801364e-1);
-    c = std::fma(c, r2, -1.2337005501361698274);
-    c = std::fma(c, r2, 1.0);
-    double s = 6.0669357311061956671e-12;  // (-1)^n (pi/2)^(2n+1) / (2n+1)!, n = 8 down to 0
-    s = std::fma(s, r2, -6.6880351098114672325e-10);
-    s = std::fma(s, r2, 5.6921729219679268118e-8);
-    s = std::fma(s, r2, -3.5988432352120853405e-6);
-    s = std::fma(s, r2, 1.6044118478735982187e-4);
-    s = std::fma(s, r2, -4.6817541353186881007e-3);
-    s = std::fma(s, r2, 7.9692626246167045121e-2);
-    s = std::fma(s, r2, -6.4596409750624625366e-1);
-    s = std::fma(s, r2, 1.5707963267948966192);
-    s = s * r;
+    const double c = horner_fma(r2, COS_QUARTER_C), s = horner_fma(r2, SIN_QUARTER_C) * r;
     // chosen and signed with bit masks: no branch, so the caller's loop vectorises
     uint64_t cb, sb;
     std::memcpy(&cb, &c, 8);
