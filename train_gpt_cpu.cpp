@@ -513,9 +513,7 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, real* tok_loss, const 
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const real* l = logits + (size_t)n * Vpl;
-        real m = -INFINITY;
-        for (int v = 0; v < nv; v++) m = std::max(m, l[v]);
-        mx[n] = m;
+        mx[n] = max16(nv, l);
         const int t = targets[n] - v0;
         tgt[n] = t >= 0 && t < nv ? l[t] : (real)0;
     }
@@ -524,9 +522,8 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, real* tok_loss, const 
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const real* l = logits + (size_t)n * Vpl;
-        real s = 0;
-        for (int v = 0; v < nv; v++) s += std::exp(l[v] - mx[n]);
-        sum[n] = s;
+        const real m = mx[n];
+        sum[n] = sum16<real>(nv, [&](int v) { return exp_vec(l[v] - m); });
     }
     comm_all_reduce_sum(g->cm.tp, sum, N);
     double total = 0;
@@ -542,14 +539,17 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, real* tok_loss, const 
 // logits [N,Vpl] are overwritten with dloss/dlogits = (softmax - onehot) * scale on valid rows.
 template <typename real>
 void vocab_parallel_ce_backward(GPT<real>* g, real* logits, const real* lse, const int32_t* targets, int N, real scale) {
-    const int V = g->cfg.vocab_size, Vpl = g->Vpl, v0 = g->v0;
+    const int V = g->cfg.vocab_size, Vpl = g->Vpl, v0 = g->v0, nv = std::max(0, std::min(Vpl, V - v0));
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         real* l = logits + (size_t)n * Vpl;
-        const bool valid = targets[n] >= 0;
-        for (int v = 0; v < Vpl; v++) {
-            real p = (v0 + v < V && valid) ? std::exp(l[v] - lse[n]) : (real)0;
-            l[v] = (p - (valid && v0 + v == targets[n] ? (real)1 : (real)0)) * scale;
+        const int t = targets[n] < 0 ? -1 : targets[n] - v0;  // the target's column here, if this rank holds it
+        const real ln = lse[n], lt = t >= 0 && t < nv ? l[t] : (real)0;
+        if (targets[n] < 0) std::fill(l, l + Vpl, (real)0);
+        else {
+            for (int v = 0; v < nv; v++) l[v] = exp_vec(l[v] - ln) * scale;  // softmax (a loop that vectorises)
+            std::fill(l + nv, l + Vpl, (real)0);                              // padding columns
+            if (t >= 0 && t < nv) l[t] = (exp_vec(lt - ln) - (real)1) * scale;
         }
     }
 }

@@ -44,18 +44,28 @@ void embedding_backward(real* dwte, real* dwpe, const real* dout, const int32_t*
         }
 }
 
-// sum over c in [0, n) of f(c), in 16 interleaved partial sums (term c into sum c % 16) added pairwise at the end: a
-// fixed order, and the compiler keeps the 16 in vector registers (one chain would run at the latency of an add).
-template <typename real, typename F>
-static inline real sum16(int n, F f) {
-    real s[16] = {};
+// op folded over f(c) for c in [0, n), in 16 interleaved lanes (term c into lane c % 16, each lane from `init`) joined
+// pairwise at the end: a fixed order, and the compiler keeps the 16 in vector registers (one chain would run at the
+// latency of one op). sum16 and max16 are the two the layers use.
+template <typename real, typename F, typename Op>
+static inline real fold16(int n, real init, F f, Op op) {
+    real s[16];
+    for (int j = 0; j < 16; j++) s[j] = init;
     int c = 0;
     for (; c + 16 <= n; c += 16)
-        for (int j = 0; j < 16; j++) s[j] += f(c + j);
-    for (int j = 0; c + j < n; j++) s[j] += f(c + j);
+        for (int j = 0; j < 16; j++) s[j] = op(s[j], f(c + j));
+    for (int j = 0; c + j < n; j++) s[j] = op(s[j], f(c + j));
     for (int w = 8; w >= 1; w /= 2)
-        for (int j = 0; j < w; j++) s[j] += s[j + w];
+        for (int j = 0; j < w; j++) s[j] = op(s[j], s[j + w]);
     return s[0];
+}
+template <typename real, typename F>
+static inline real sum16(int n, F f) {
+    return fold16<real>(n, (real)0, f, [](real a, real b) { return a + b; });
+}
+template <typename real>
+static inline real max16(int n, const real* x) {  // -inf for n = 0
+    return fold16<real>(n, -INFINITY, [&](int c) { return x[c]; }, [](real a, real b) { return a > b ? a : b; });
 }
 
 // LayerNorm: (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps). RMSNorm: x * rstd * w,
