@@ -72,6 +72,13 @@
 // and the vector's own value-initialisation, which would write every element again from one thread, is skipped:
 // construct() without a value does nothing, so resize(n) of a fresh vector leaves the zeros. (Grown in place after
 // shrinking, such a vector would keep old values: these buffers are only made fresh, by big_zeros.)
+// p[0, n) <- x, each thread the share of a static loop (one thread below 256K elements)
+template <typename T>
+void threads_fill(T* p, int64_t n, T x) {
+#pragma omp parallel for schedule(static) if (n >= (1 << 18))
+    for (int64_t i = 0; i < n; i++) p[i] = x;
+}
+
 template <typename T>
 struct ZeroedByThreads {
     using value_type = T;
@@ -80,17 +87,7 @@ struct ZeroedByThreads {
     ZeroedByThreads(const ZeroedByThreads<U>&) {}
     T* allocate(size_t n) {
         T* p = std::allocator<T>().allocate(n);
-#ifdef _OPENMP
-#pragma omp parallel if (n * sizeof(T) >= (1 << 20))
-#endif
-        {
-#ifdef _OPENMP
-            const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-#else
-            const size_t nt = 1, t = 0;
-#endif
-            std::memset((void*)(p + n * t / nt), 0, (n * (t + 1) / nt - n * t / nt) * sizeof(T));
-        }
+        threads_fill(p, (int64_t)n, (T)0);
         return p;
     }
     void deallocate(T* p, size_t n) { std::allocator<T>().deallocate(p, n); }
@@ -114,12 +111,7 @@ void big_zeros(BigVec<T>* v, size_t n) {
 // every element of v <- x, by the threads in the same static shares
 template <typename T>
 void big_fill(BigVec<T>* v, T x) {
-    T* p = v->data();
-    const int64_t n = (int64_t)v->size();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) if (n >= (1 << 18))
-#endif
-    for (int64_t i = 0; i < n; i++) p[i] = x;
+    threads_fill(v->data(), (int64_t)v->size(), x);
 }
 
 template <typename real>
@@ -543,14 +535,16 @@ void vocab_parallel_ce_backward(GPT<real>* g, real* logits, const real* lse, con
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         real* l = logits + (size_t)n * Vpl;
-        const int t = targets[n] < 0 ? -1 : targets[n] - v0;  // the target's column here, if this rank holds it
-        const real ln = lse[n], lt = t >= 0 && t < nv ? l[t] : (real)0;
-        if (targets[n] < 0) std::fill(l, l + Vpl, (real)0);
-        else {
-            for (int v = 0; v < nv; v++) l[v] = exp_vec(l[v] - ln) * scale;  // softmax (a loop that vectorises)
-            std::fill(l + nv, l + Vpl, (real)0);                              // padding columns
-            if (t >= 0 && t < nv) l[t] = (exp_vec(lt - ln) - (real)1) * scale;
+        if (targets[n] < 0) {
+            std::fill(l, l + Vpl, (real)0);
+            continue;
         }
+        const int t = targets[n] - v0;  // the target's column, when this rank holds it (0 <= t < nv)
+        const bool here = t >= 0 && t < nv;
+        const real ln = lse[n], lt = here ? l[t] : (real)0;
+        for (int v = 0; v < nv; v++) l[v] = exp_vec(l[v] - ln) * scale;  // softmax (a loop that vectorises)
+        std::fill(l + nv, l + Vpl, (real)0);                              // padding columns
+        if (here) l[t] = (exp_vec(lt - ln) - (real)1) * scale;
     }
 }
 
@@ -854,10 +848,8 @@ double grad_norm(const GPT<real>* g) {
     std::vector<double> part(items.size(), 0.0);
 #pragma omp parallel for schedule(static)
     for (size_t k = 0; k < items.size(); k++) {
-        double ps[8] = {};  // 8 partial sums, element i into ps[i % 8] (a fixed order that vectorises)
-        const size_t lo = items[k].lo, n = items[k].hi - lo;
-        for (size_t i = 0; i < n; i++) ps[i % 8] += (double)base[lo + i] * base[lo + i];
-        part[k] = ((ps[0] + ps[1]) + (ps[2] + ps[3])) + ((ps[4] + ps[5]) + (ps[6] + ps[7]));
+        const real* x = base + items[k].lo;
+        part[k] = sum16<double>((int)items[k].size(), [&](int i) { return (double)x[i] * x[i]; });
     }
     double s = 0;
     for (double x : part) s += x;
