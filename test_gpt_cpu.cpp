@@ -579,8 +579,8 @@ static void test_units() {
     }
 
     // llmc/rng.h's log and cos polynomials against the C library's in long double (64-bit mantissa): log within
-    // 4 ulp of the result, cos within 2^-52; on 2^20 hashed arguments and the edges (the smallest and largest u1,
-    // the ends of m's range, every quarter turn's edges)
+    // 4 ulp of the result, cos within 2^-52; on 2^20 hashed arguments (and 2^16 reciprocals of them, above 1) and the
+    // edges (the smallest and largest u1, the ends of m's range, either side of 1, every quarter turn's edges)
     {
         std::vector<double> xs = {0x1p-53, 0x1p-52, 0.5, 0.25, 1 - 0x1p-53, 0.70710678118654746, 0.70710678118654757};
         std::vector<uint64_t> vs = {0, 1, (1ull << 53) - 1};
@@ -590,11 +590,13 @@ static void test_units() {
             const uint64_t h = normal_hash(3, 1, i);
             xs.push_back(((double)(h >> 12) * 2 + 1) * 0x1p-53);
             vs.push_back(splitmix64(h) >> 11);
+            if (i % 16 == 0) xs.push_back(1 / xs.back());  // above 1: the cross-entropy's sums of exponentials
         }
+        for (double x : {1 + 0x1p-52, 1 - 0x1p-53, 2.0, 3.0, 50257.0, 128256.0, 1.5e30}) xs.push_back(x);
         double log_ulps = 0, cos_err = 0;
         for (double x : xs) {
             const long double want = logl((long double)x);
-            log_ulps = std::max(log_ulps, (double)(fabsl(log_unit(x) - want) / (fabsl(want) * 0x1p-52L)));
+            log_ulps = std::max(log_ulps, (double)(fabsl(log_pos(x) - want) / (fabsl(want) * 0x1p-52L)));
         }
         const long double two_pi = 6.283185307179586476925286766559L;
         for (uint64_t v : vs) {

@@ -521,7 +521,7 @@ double vocab_parallel_ce_forward(GPT<real>* g, real* lse, real* tok_loss, const 
     double total = 0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
     for (int n = 0; n < N; n++) {
-        lse[n] = mx[n] + std::log(sum[n]);
+        lse[n] = mx[n] + (real)log_pos((double)sum[n]);  // our log, not the C library's (llmc/ref_ops.h: determinism)
         tok_loss[n] = targets[n] >= 0 ? lse[n] - tgt[n] : (real)0;
         if (targets[n] >= 0) total += (double)(lse[n] - tgt[n]);
     }

@@ -23,6 +23,7 @@
 // the calling thread runs them all.
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 // GCC's unroll pragma for the tile's constant loops; nvcc's front end (the dev/cuda programs include this through
@@ -80,7 +81,8 @@ GEMM_UNROLL(8)
             for (int r = 0; r < MR; r++) {
                 const real s = a[r * ars + k * acs];
 GEMM_UNROLL(4)
-                for (int v = 0; v < GEMM_NV; v++) acc[r][v] += s * b[v];
+                for (int v = 0; v < GEMM_NV; v++)
+                    for (int l = 0; l < W; l++) acc[r][v][l] = std::fma(s, b[v][l], acc[r][v][l]);  // one rounding
             }
         }
         const bool add = load || g0 > 0, last = g1 == kc;

@@ -4,7 +4,10 @@
 // in dev/cuda and llmc/*.cuh are checked against them.
 //
 // Determinism: every parallel loop writes disjoint outputs and reduces in a fixed order, so
-// results do not depend on the number of threads.
+// results do not depend on the number of threads. Nor on the machine: the Makefile builds with
+// -ffp-contract=off (fused multiply-adds only where written, std::fma), and the float exponential
+// and logarithm are ours (exp_vec here, log_pos in llmc/rng.h), not the C library's, whose code
+// is chosen at run time by the CPU's features.
 // Shapes: B batch, T time, C channels, H query heads, KV kv heads, hd head dim,
 // qd = H*hd, kvd = KV*hd, F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), Vp padded vocab.
 // The RoPE tables are in llmc/rope_tables.h (included here), which the CUDA trainer uses without this file.
@@ -17,6 +20,23 @@
 #include "llmc/cpu_gemm.h"
 #include "llmc/model_config.h"
 #include "llmc/rope_tables.h"
+
+// e^x for float with no library call, so that the loops over it vectorise: x = n ln2 + r, |r| <= ln2 / 2 (n by
+// rounding x log2(e) with the 1.5 * 2^23 trick; r with one fused multiply-add each for ln2's two parts), e^r by its Taylor
+// series to r^7 (the rest below 2^-27 of it; each step one fma), times 2^n put in the exponent bits. x is clamped to [-87, 88], where e^x is
+// a normal float. Within 2 x 2^-24 of e^x (test_gpt_cpu units). double (the finite-difference check) keeps std::exp.
+static inline float exp_vec(float x) {
+    x = std::min(std::max(x, -87.0f), 88.0f);
+    const float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
+    const float r = std::fma(-n, 1.42860682030941723e-6f, std::fma(-n, 0.693145751953125f, x));  // ln2's two parts
+    const float p = std::fma(r, std::fma(r, std::fma(r, std::fma(r, std::fma(r, std::fma(r, std::fma(r, 1.0f / 5040,
+                    1.0f / 720), 1.0f / 120), 1.0f / 24), 1.0f / 6), 0.5f), 1.0f), 1.0f);  // Taylor, by Horner's rule
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float two_n;
+    std::memcpy(&two_n, &bits, 4);
+    return p * two_n;
+}
+static inline double exp_vec(double x) { return std::exp(x); }
 
 // Backward functions accumulate (+=) into parameter gradients;
 // input gradients are accumulated too unless stated, and the caller zeroes them.
@@ -298,7 +318,7 @@ void attention_forward(real* out, real* att, const real* qkv, int B, int T, int 
                     mx = std::max(mx, a[t2]);
                 }
                 real sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = std::exp(a[t2] - mx); sum += a[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_vec(a[t2] - mx); sum += a[t2]; }
                 for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
                 real* o = out + ((size_t)b * T + t) * qd + h * hd;
@@ -351,22 +371,6 @@ void attention_backward(real* dqkv, const real* dout, const real* qkv, const rea
     }
 }
 
-// e^x for float with no library call, so that the loops over it vectorise: x = n ln2 + r, |r| <= ln2 / 2 (n by
-// rounding x log2(e) with the 1.5 * 2^23 trick; r with one fused multiply-add each for ln2's two parts), e^r by its Taylor
-// series to r^7 (the rest below 2^-27 of it), times 2^n put in the exponent bits. x is clamped to [-87, 88], where e^x is
-// a normal float. Within 2 x 2^-24 of e^x (test_gpt_cpu units). double (the finite-difference check) keeps std::exp.
-static inline float exp_vec(float x) {
-    x = std::min(std::max(x, -87.0f), 88.0f);
-    const float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
-    const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723e-6f;  // ln2 = 0.693145751953125 + 1.4286e-6
-    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
-                                                                                                    r * (1.0f / 5040)))))));
-    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float two_n;
-    std::memcpy(&two_n, &bits, 4);
-    return p * two_n;
-}
-static inline double exp_vec(double x) { return std::exp(x); }
 
 // GELU (tanh form) as the CUDA kernels (llmc/mlp_act.cuh) write it: with s = (1 + tanh u) / 2 = 1 / (1 + e^-2u) and
 // s' = (1 - tanh u) / 2 = e^-2u s, u = k (x + 0.044715 x^3), gelu = x s and gelu' = s + 2 x s s' k (1 + 3 0.044715 x^2),

@@ -36,12 +36,13 @@ static inline double horner_step(double x, const double (&c)[n], double p) {
 template <int n>
 static inline double horner_fma(double x, const double (&c)[n]) { return horner_step<1>(x, c, c[0]); }
 
-// log x for a normal double x in (0, 1]: x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh s with
+// log x for a positive normal double x (the initialisation's u1 in (0, 1); the CPU trainer's cross-entropy takes the
+// log of its sums of exponentials, at least 1, through it too): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log m = 2 atanh s with
 // s = (m - 1) / (m + 1), |s| < 0.172, as t (1 + w/3 + w^2/5 + ... + w^10/21) with t = 2s, w = s^2 (the next term is
 // below 3e-17 of the sum).
 static constexpr double LOG_ATANH_C[] = {1.0 / 21, 1.0 / 19, 1.0 / 17, 1.0 / 15, 1.0 / 13,
                                          1.0 / 11, 1.0 / 9,  1.0 / 7,  1.0 / 5,  1.0 / 3};
-static inline double log_unit(double x) {
+static inline double log_pos(double x) {
     uint64_t b;
     std::memcpy(&b, &x, 8);
     // e from the exponent bits of x / sqrt(1/2): x's bits plus a constant that keeps them positive for the shift
@@ -96,7 +97,7 @@ static inline double normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     double u1;
     std::memcpy(&u1, &ub, 8);
     u1 = (u1 - 1.0) + 0x1p-53;  // (2k + 1) / 2^53, both steps exact
-    return std::sqrt(-2.0 * log_unit(u1)) * cos_turn(splitmix64(h) >> 11);
+    return std::sqrt(-2.0 * log_pos(u1)) * cos_turn(splitmix64(h) >> 11);
 }
 
 // The sampling generator's first state for the run's --seed (TrainState.rng, saved in checkpoints), the same in both

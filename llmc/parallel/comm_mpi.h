@@ -149,18 +149,33 @@ static inline Comm comm_group(const Comm& parent, const std::vector<int>& member
     return c;
 }
 
-// buf[n] = sum (or max) over the group, on every rank.
-template <typename T>
-static inline void comm_all_reduce_sum(const Comm& c, T* buf, size_t n) {
-    if (c.size == 1) return;
 #ifdef USE_MPI
-    for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
-        MPI_Request r;
-        mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), MPI_SUM, c.mpi, &r));
-        comm_mpi_wait(&r, "all-reduce (sum)", c.name, c.size);
+// Sums in rank order. MPI_SUM leaves the order of the additions to the library (its algorithm for the message size
+// and the group's size, which differ between MPI versions and builds); these add the ranks' values in one fixed order,
+// ((x_0 + x_1) + x_2) + ..., so a layout computes the same bits with any MPI. Piece r of every rank's send[size * n]
+// goes to rank r (one all-to-all), which adds them up into recv[n]; send and recv may be the same buffer.
+template <typename T>
+static inline void comm_sum_pieces_in_rank_order(const Comm& c, const T* send, T* recv, size_t n) {
+    const size_t m_max = COMM_MAX_COUNT;
+    std::vector<T> out, in;
+    for (size_t o = 0; o < n; o += m_max) {
+        const size_t m = std::min(m_max, n - o);
+        out.resize((size_t)c.size * m);
+        in.resize((size_t)c.size * m);
+        for (int r = 0; r < c.size; r++) memcpy(out.data() + (size_t)r * m, send + (size_t)r * n + o, sizeof(T) * m);
+        MPI_Request q;
+        mpi_check(MPI_Ialltoall(out.data(), (int)m, mpi_type<T>(), in.data(), (int)m, mpi_type<T>(), c.mpi, &q));
+        comm_mpi_wait(&q, "reduce-scatter (all-to-all)", c.name, c.size);
+        for (size_t i = 0; i < m; i++) {
+            T s = in[i];
+            for (int r = 1; r < c.size; r++) s += in[(size_t)r * m + i];
+            recv[o + i] = s;
+        }
     }
-#endif
 }
+#endif
+
+// buf[n] = max over the group, on every rank (the sum is comm_all_reduce_sum, after the all-gather it uses).
 template <typename T>
 static inline void comm_all_reduce_max(const Comm& c, T* buf, size_t n) {
     if (c.size == 1) return;
@@ -173,25 +188,12 @@ static inline void comm_all_reduce_max(const Comm& c, T* buf, size_t n) {
 #endif
 }
 
-// send[c.size * n] summed over the group; rank r receives piece r (n values) in recv[n].
+// send[c.size * n] summed over the group in rank order; rank r receives piece r (n values) in recv[n].
 template <typename T>
 static inline void comm_reduce_scatter(const Comm& c, const T* send, T* recv, size_t n) {
     if (c.size == 1) { if (recv != send) memcpy(recv, send, sizeof(T) * n); return; }
 #ifdef USE_MPI
-    if (n <= COMM_MAX_COUNT) {
-        MPI_Request r;
-        mpi_check(MPI_Ireduce_scatter_block(send, recv, (int)n, mpi_type<T>(), MPI_SUM, c.mpi, &r));
-        comm_mpi_wait(&r, "reduce-scatter", c.name, c.size);
-        return;
-    }
-    // in pieces: piece r of every rank reduced onto rank r
-    for (int r = 0; r < c.size; r++)
-        for (size_t o = 0; o < n; o += COMM_MAX_COUNT) {
-            MPI_Request q;
-            mpi_check(MPI_Ireduce(send + (size_t)r * n + o, r == c.rank ? recv + o : nullptr, (int)std::min(COMM_MAX_COUNT, n - o),
-                                  mpi_type<T>(), MPI_SUM, r, c.mpi, &q));
-            comm_mpi_wait(&q, "reduce-scatter (in pieces)", c.name, c.size);
-        }
+    comm_sum_pieces_in_rank_order(c, send, recv, n);
 #endif
 }
 
@@ -216,6 +218,21 @@ static inline void comm_all_gather(const Comm& c, const T* send, T* recv, size_t
             mpi_check(MPI_Ibcast(recv + (size_t)r * n + o, (int)std::min(COMM_MAX_COUNT, n - o), mpi_type<T>(), r, c.mpi, &q));
             comm_mpi_wait(&q, "all-gather (in pieces)", c.name, c.size);
         }
+#endif
+}
+
+// buf[n] = sum over the group, on every rank: each rank adds up its share of the elements in rank
+// order (comm_sum_pieces_in_rank_order), then every rank gathers the shares.
+template <typename T>
+static inline void comm_all_reduce_sum(const Comm& c, T* buf, size_t n) {
+    if (c.size == 1) return;
+#ifdef USE_MPI
+    const size_t k = (n + c.size - 1) / c.size;  // each rank's share, the last one padded with zeros
+    std::vector<T> all((size_t)c.size * k, (T)0), mine(k);
+    memcpy(all.data(), buf, sizeof(T) * n);
+    comm_sum_pieces_in_rank_order(c, all.data(), mine.data(), k);
+    comm_all_gather(c, mine.data(), all.data(), k);
+    memcpy(buf, all.data(), sizeof(T) * n);
 #endif
 }
 
