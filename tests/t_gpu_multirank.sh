@@ -24,7 +24,9 @@
 # Tolerances, fp32 (tests/t_parallel.sh's, whose derivations hold here: the emulated fp32 kernels are one more fp32
 # summation order, and the observed one-rank differences are loss 8e-8, norm 1.6e-8 at step 1, weights 2.5e-4):
 #   losses LOSS_TOL = 1e-5 absolute; gradient norms at step 1 sqrt(N) 2^-24 relative (N = 256 tokens per step, 384 at
-#   dp 3: each gradient element a sum over them, reordered), steps 2-4 NORM_TOL = 3e-5. Final weights: per tensor the
+#   dp 3: each gradient element a sum over them, reordered), and the same at step 3 against the CPU trainer resumed
+#   from the layout's own step-2 checkpoint (the same weights; later steps drift with the trajectory, which no bound
+#   follows: tests/t_parallel.sh); a resumed run's step 3 against the run it continues, likewise. Final weights: per tensor the
 #   L2 norm of the difference, in AdamW steps of one element (lr = 1e-3, the default these runs keep; an element's step
 #   is lr m / sqrt(v), at most about lr), within WEIGHT_STEP_TOL = 0.5, leaving out the key biases (exact gradient 0:
 #   their steps are rounding noise that AdamW amplifies to about lr; tests/weights_checks.py). Any layout fault that
