@@ -25,6 +25,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#if defined(__AVX512F__) || (defined(__FMA__) && defined(__AVX__))
+#include <immintrin.h>
+#endif
 
 // GCC's unroll pragma for the tile's constant loops; nvcc's front end (the dev/cuda programs include this through
 // llmc/ref_ops.h, for their CPU references) does not know it
@@ -50,6 +53,23 @@ template <typename real> struct GemmVec {
     static const int W = GEMM_VEC_BYTES / (int)sizeof(real);  // lanes
     static const int NC = GEMM_NV * W;                         // columns of a tile
 };
+
+// acc + s b with one rounding a lane (the build has -ffp-contract=off: a * b + c is never fused unless written so): the
+// FMA instruction of the vector's width where the target has one (a loop of std::fma over the lanes would be split
+// into the compiler's preferred width, half of AVX-512's), else std::fma a lane. The same bits on every path.
+template <typename real, typename V>
+static inline V gemm_fma(real s, V b, V acc) {
+#if defined(__AVX512F__)
+    if constexpr (sizeof(real) == 4) return (V)_mm512_fmadd_ps(_mm512_set1_ps(s), (__m512)b, (__m512)acc);
+    else return (V)_mm512_fmadd_pd(_mm512_set1_pd(s), (__m512d)b, (__m512d)acc);
+#elif defined(__FMA__) && defined(__AVX__)
+    if constexpr (sizeof(real) == 4) return (V)_mm256_fmadd_ps(_mm256_set1_ps(s), (__m256)b, (__m256)acc);
+    else return (V)_mm256_fmadd_pd(_mm256_set1_pd(s), (__m256d)b, (__m256d)acc);
+#else
+    for (int l = 0; l < GemmVec<real>::W; l++) acc[l] = std::fma(s, b[l], acc[l]);
+    return acc;
+#endif
+}
 
 // One tile: c[MR, NC] (row stride ldc; the first `ncols` columns are C's) over one slice of kc steps (a multiple of
 // GEMM_KG, but the last). a(r, k) = a[r * ars + k * acs]; bp: the packed slice, row k at bp + k * NC. load: add the
@@ -81,8 +101,7 @@ GEMM_UNROLL(8)
             for (int r = 0; r < MR; r++) {
                 const real s = a[r * ars + k * acs];
 GEMM_UNROLL(4)
-                for (int v = 0; v < GEMM_NV; v++)
-                    for (int l = 0; l < W; l++) acc[r][v][l] = std::fma(s, b[v][l], acc[r][v][l]);  // one rounding
+                for (int v = 0; v < GEMM_NV; v++) acc[r][v] = gemm_fma(s, b[v], acc[r][v]);
             }
         }
         const bool add = load || g0 > 0, last = g1 == kc;
