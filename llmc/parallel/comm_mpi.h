@@ -11,7 +11,7 @@
 // collectives; ZeRO pads its buckets so that counts are equal, llmc/parallel/zero.h). Types: float, double.
 // Host values (loss, norm, flags, memory rows) go through comm_host_sum / comm_host_max, which
 // take host pointers in both backends.
-// Hangs: every call is non-blocking MPI (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
+// Hangs: every call is non-blocking MPI (MPI_Ialltoall for the sums, MPI_Iallreduce for the max, MPI_Iallgather,
 // MPI_Ibcast, MPI_Isend / MPI_Irecv, MPI_Ibarrier, ...) waited for by comm_mpi_wait, which polls MPI_Test;
 // past comm_set_timeout's seconds (--comm-timeout; llmc/parallel/comm_timeout.h) it prints the world rank, the
 // operation and the group's name and size, and MPI_Abort ends every rank. comm_group's MPI_Comm_split, at
