@@ -210,6 +210,12 @@ fi
 
 bad "world size 3 is not --dp 2" 3 "--dp 2" --dp 2
 EMU_DEVICES=1 bad "2 ranks on a node of one GPU" 2 "2 ranks on this node (local rank 0, from mpirun (OMPI_COMM_WORLD_*)) but 1 visible GPU" --dp 2
+# ranks sharing one GPU where the launch says so (LLMC_SHARE_GPU=1, llmc/parallel/comm_nccl.cuh): local rank r on GPU
+# r % devices (the emulation refuses an ordinal past its count, as CUDA does), and NCCL's condition named when unmet
+EMU_DEVICES=1 LLMC_SHARE_GPU=1 bad "LLMC_SHARE_GPU=1 without a host id per rank" 2 "give each rank its own NCCL_HOSTID" --dp 2
+EMU_DEVICES=1 LLMC_SHARE_GPU=yes bad "LLMC_SHARE_GPU=yes" 2 "LLMC_SHARE_GPU='yes': expected 1" --dp 2
+EMU_DEVICES=1 LLMC_SHARE_GPU=1 NCCL_HOSTID=emu fp32 shared_dp2_zero3 "dp2 zero3, both ranks on one GPU (LLMC_SHARE_GPU=1)" 2 4 --dp 2 --zero 3
+EMU_DEVICES=2 LLMC_SHARE_GPU=1 NCCL_HOSTID=emu fp32 shared_dp4_zero2 "dp4 zero2, 4 ranks on 2 GPUs (LLMC_SHARE_GPU=1)" 4 4 --dp 4 --zero 2
 bad "dp 2 does not divide 3 micro-batches" 2 "-d 192" --dp 2 -d 192
 
 [ $status -eq 0 ] && rm -rf "$d"

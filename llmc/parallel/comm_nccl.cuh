@@ -13,7 +13,7 @@
 // fails the peers' pending operations, so their waits end too) and exits 1.
 // The world comes from llmc/parallel/launch.h (mpirun, srun or RANK/WORLD_SIZE/LOCAL_RANK; the NCCL unique id made
 // by rank 0 reaches the others over TCP or a file, and the ranks' command lines must agree), one GPU per
-// local rank (local_rank % device count). Sub-groups are ncclCommSplit of their parent (color = the
+// local rank (GPU local_rank; with LLMC_SHARE_GPU=1, several ranks on one GPU: local_rank % device count). Sub-groups are ncclCommSplit of their parent (color = the
 // group's first member, key = the position in it); a group of one rank has no NCCL communicator.
 // Counts are size_t (NCCL's own counts); types float, __nv_bfloat16 and double.
 // Point to point: NCCL has no tags, so the tag argument is checked for nothing: a send and a receive
@@ -120,15 +120,22 @@ static inline Comm comm_init(int* argc, char*** argv) {
     if (!comm_registry().empty()) die("comm_init: called twice");
     LaunchInfo li = launch_info();
     int devices = cuda_require_device();
-    // one GPU per rank: more ranks on a node than it has visible GPUs would put two on one GPU (NCCL refuses that,
-    // or they share its memory). A test that shares a GPU on purpose gives each rank its own NCCL_HOSTID or sets
-    // NCCL_MULTI_RANK_GPU_ENABLE (dev/probe/nccl_ranks.cu).
+    // One GPU per rank: more ranks on a node than it has visible GPUs would put two on one GPU. Only where the
+    // launch says so (LLMC_SHARE_GPU=1: tests of many ranks on one GPU, scripts/launch.sh --share-gpu) do ranks
+    // share, local rank r on GPU r % devices; NCCL then needs each rank to look like a host of its own (its own
+    // NCCL_HOSTID, loopback sockets) or, from NCCL 2.30 on, NCCL_MULTI_RANK_GPU_ENABLE=1 (dev/probe/nccl_ranks.cu).
     const int local_ranks = std::max(li.local_world, li.local_rank + 1);  // local_world 0: unknown
-    if (local_ranks > devices && !getenv("NCCL_HOSTID") && !getenv("NCCL_MULTI_RANK_GPU_ENABLE"))
+    const bool share = launch_share_gpu();
+    if (local_ranks > devices && !share)
         die("%d ranks on this node (local rank %d, from %s) but %d visible GPU%s: each rank needs a GPU of its own; "
-            "start at most %d ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES)", local_ranks,
-            li.local_rank, li.source, devices, devices == 1 ? "" : "s", devices);
-    cudaCheck(cudaSetDevice(li.local_rank));
+            "start at most %d ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES); to share GPUs on "
+            "purpose (tests), LLMC_SHARE_GPU=1 (scripts/launch.sh --share-gpu)", local_ranks, li.local_rank,
+            li.source, devices, devices == 1 ? "" : "s", devices);
+    if (share && li.world > 1 && local_ranks > devices && !getenv("NCCL_HOSTID") && !getenv("NCCL_MULTI_RANK_GPU_ENABLE"))
+        die("LLMC_SHARE_GPU=1 puts %d ranks on %d GPU%s, and NCCL refuses two ranks of one host on one GPU: give each "
+            "rank its own NCCL_HOSTID (scripts/launch.sh --share-gpu does), or set NCCL_MULTI_RANK_GPU_ENABLE=1 "
+            "(NCCL 2.30 and newer)", local_ranks, devices, devices == 1 ? "" : "s");
+    cudaCheck(cudaSetDevice(share ? li.local_rank % devices : li.local_rank));
     ncclComm_t nccl = nullptr;
     if (li.world > 1) {
         ncclUniqueId id;

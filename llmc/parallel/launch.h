@@ -6,6 +6,7 @@
 //   srun (Slurm)       SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
 //   plain environment  RANK, WORLD_SIZE, LOCAL_RANK (scripts/launch.sh sets them)
 //   none of them       one rank
+// LLMC_SHARE_GPU=1 lets ranks of one machine share its GPUs (launch_share_gpu; scripts/launch.sh --share-gpu).
 // The id exchange (launch_exchange_id), first found wins:
 //   LLMC_ID_FILE=path  through a file on a filesystem every rank sees: each rank r announces itself in
 //                      path.rank<r> (the digest of its layout), rank 0 waits for all, checks them and writes
@@ -88,6 +89,15 @@ static inline double launch_timeout_s() {
     double t = v ? atof(v) : 300.0;
     if (!(t > 0)) die("launch: LLMC_LAUNCH_TIMEOUT='%s' is not a positive number of seconds", v);
     return t;
+}
+
+// LLMC_SHARE_GPU: 1 lets several ranks of a node share its GPUs (local rank r on GPU r % devices: tests of many ranks
+// on one GPU; llmc/parallel/comm_nccl.cuh); 0 or unset keeps one GPU per rank
+static inline bool launch_share_gpu() {
+    const char* v = getenv("LLMC_SHARE_GPU");
+    if (!v || !*v || strcmp(v, "0") == 0) return false;
+    if (strcmp(v, "1") != 0) die("launch: LLMC_SHARE_GPU='%s': expected 1 (ranks may share a GPU) or 0", v);
+    return true;
 }
 
 // FNV-1a, 64 bits: the digest of a layout string the ranks compare

@@ -436,7 +436,8 @@ struct EmuLaunch {
 
 // ---------------------------------------------------------------- runtime
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidDevice = 101,
+       cudaErrorNotReady = 600 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
 enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount, cudaDevAttrClockRate, cudaDevAttrMemoryClockRate, cudaDevAttrGlobalMemoryBusWidth };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
@@ -447,7 +448,8 @@ struct cudaDeviceProp {
     int l2CacheSize;
 };
 static inline const char* cudaGetErrorString(cudaError_t e) {
-    return e == cudaErrorMemoryAllocation ? "out of memory" : e ? "emulated error" : "no error";
+    return e == cudaErrorMemoryAllocation ? "out of memory" : e == cudaErrorInvalidDevice ? "invalid device ordinal"
+           : e ? "emulated error" : "no error";
 }
 static inline const char* cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorEmulated" : "cudaSuccess"; }
 static inline long emu_errors() {
@@ -631,7 +633,12 @@ static inline cudaError_t cudaGetDeviceCount(int* n) {
     *n = e && atoi(e) > 0 ? atoi(e) : 1;
     return cudaSuccess;
 }
-static inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+// an ordinal past the count is refused, as the runtime does (cudaErrorInvalidDevice)
+static inline cudaError_t cudaSetDevice(int d) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    return d >= 0 && d < n ? cudaSuccess : cudaErrorInvalidDevice;
+}
 static inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof(*p));
