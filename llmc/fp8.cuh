@@ -32,6 +32,8 @@
 // Fp8Meta keeps everything on the device in one fp32 array, laid out for the host to read back as is (a
 // checkpoint saves fp8_meta_download's values and the position):
 //   [scale n][scale_inv n][amax n][history: history_len rows of n]   history row h = one step's amaxes
+// and, for the GEMMs' scale pointers, each scale_inv again in a 256-byte slot of its own (Fp8Meta::gemm,
+// fp8_gemm_scale), written by the same kernels.
 // Tensor i's casts read scale[i] and max their amax into amax[i] (delayed scaling); fp8_update_delayed writes
 // amax[i] into history row pos, takes the window's max, updates the scale and zeroes amax[i]; pos (on the host,
 // one for all n tensors, since they update together) then moves on, circularly. The amaxes are contiguous so that
@@ -129,14 +131,27 @@ struct Fp8Meta {
     int margin = 0;       // scale = fp8_max * 2^-margin / amax
     int pos = 0;          // history row the next update writes (host side; saved with the values)
     float* buf = nullptr; // device [(3 + history_len) * n] fp32, layout in the header comment
+    float* gemm = nullptr; // device [n * FP8_GEMM_SLOT]: scale_inv[i] again, alone in slot i (fp8_gemm_scale)
 };
+// The GEMMs' scale pointers each get a 256-byte slot of their own: cuBLASLt's references (PyTorch's scaled_mm,
+// TransformerEngine, NVIDIA's LtFp8Matmul sample) pass scales in separate allocations, and a pointer 4 bytes into
+// buf is a difference worth removing while fp8 GEMMs are refused on the H100 for a reason not yet known.
+static const int FP8_GEMM_SLOT = 64;  // floats: 256 bytes
 
 static inline float* fp8_scale(const Fp8Meta* m, int i) { return m->buf + i; }
 static inline float* fp8_scale_inv(const Fp8Meta* m, int i) { return m->buf + m->n + i; }
 static inline float* fp8_amax(const Fp8Meta* m, int i) { return m->buf + 2 * (size_t)m->n + i; }
+static inline const float* fp8_gemm_scale(const Fp8Meta* m, int i) { return m->gemm + (size_t)i * FP8_GEMM_SLOT; }
 static inline float* fp8_history(const Fp8Meta* m) { return m->buf + 3 * (size_t)m->n; }
 static inline size_t fp8_meta_count(const Fp8Meta* m) { return (3 + (size_t)m->history_len) * m->n; }
 static inline float fp8_scaled_max(const Fp8Meta* m) { return ldexpf(fp8_format_max(m->format), -m->margin); }
+
+// The GEMMs' slots from the host: slot i = inv[i]
+static inline void fp8_gemm_slots_set(Fp8Meta* m, const std::vector<float>& inv) {
+    std::vector<float> slots((size_t)m->n * FP8_GEMM_SLOT, 0.0f);
+    for (int i = 0; i < m->n; i++) slots[(size_t)i * FP8_GEMM_SLOT] = inv[i];
+    cudaCheck(cudaMemcpy(m->gemm, slots.data(), slots.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
 
 // Fresh state: scale 1, scale_inv 1, amax 0, history 0, pos 0.
 static inline void fp8_meta_init(Fp8Meta* m, Fp8Format format, int n, int history_len, int margin) {
@@ -152,11 +167,14 @@ static inline void fp8_meta_init(Fp8Meta* m, Fp8Format format, int n, int histor
     for (int i = 0; i < 2 * n; i++) v[i] = 1.0f;
     cudaCheck(cudaMalloc(&m->buf, v.size() * sizeof(float)));
     cudaCheck(cudaMemcpy(m->buf, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMalloc(&m->gemm, (size_t)n * FP8_GEMM_SLOT * sizeof(float)));
+    fp8_gemm_slots_set(m, std::vector<float>(n, 1.0f));
 }
 
 static inline void fp8_meta_free(Fp8Meta* m) {
     cudaCheck(cudaFree(m->buf));
-    m->buf = nullptr;
+    cudaCheck(cudaFree(m->gemm));
+    m->buf = m->gemm = nullptr;
 }
 
 // The device values in their layout (for a checkpoint; pos goes with them).
@@ -171,6 +189,7 @@ static inline void fp8_meta_upload(Fp8Meta* m, const std::vector<float>& v, int 
         die("fp8 state: %zu values at position %d, expected %zu values (%d tensors, history %d) and a position below %d",
             v.size(), pos, fp8_meta_count(m), m->n, m->history_len, m->history_len);
     cudaCheck(cudaMemcpy(m->buf, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    fp8_gemm_slots_set(m, std::vector<float>(v.begin() + m->n, v.begin() + 2 * (size_t)m->n));
     m->pos = pos;
 }
 
@@ -249,8 +268,8 @@ __global__ void fp8_dequantize_kernel(T* out, const F8* q, size_t n, const float
 // Delayed scaling, block i = tensor i: history[pos][i] = amax[i]; a = max over history[.][i] (fmaxf: NaN ignored,
 // inf kept); scale[i] = scaled_max / a when a is finite and > 0, else unchanged; scale_inv[i] = 1 / scale[i];
 // amax[i] = 0 for the next step's casts. history: [len, n].
-__global__ static void fp8_delayed_update_kernel(float* scale, float* scale_inv, float* amax, float* history, int n,
-                                                 int len, int pos, float scaled_max) {
+__global__ static void fp8_delayed_update_kernel(float* scale, float* scale_inv, float* gemm, float* amax, float* history,
+                                                 int n, int len, int pos, float scaled_max) {
     __shared__ float part[FP8_THREADS];
     const int i = blockIdx.x, t = threadIdx.x;
     if (t == 0) history[(size_t)pos * n + i] = amax[i];
@@ -266,18 +285,18 @@ __global__ static void fp8_delayed_update_kernel(float* scale, float* scale_inv,
     if (t != 0) return;
     const float s = fp8_scale_from_amax(part[0], scaled_max, scale[i]);
     scale[i] = s;
-    scale_inv[i] = fp8_reciprocal(s);
+    scale_inv[i] = gemm[(size_t)i * FP8_GEMM_SLOT] = fp8_reciprocal(s);
     amax[i] = 0.0f;
 }
 
 // Current scaling of tensors [0, n) from their amaxes (measured just before): scale 1 when an amax is 0, inf or NaN.
-__global__ static void fp8_current_scale_kernel(float* scale, float* scale_inv, const float* amax, int n,
+__global__ static void fp8_current_scale_kernel(float* scale, float* scale_inv, float* gemm, const float* amax, int n,
                                                 float scaled_max) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float s = fp8_scale_from_amax(amax[i], scaled_max, 1.0f);
     scale[i] = s;
-    scale_inv[i] = fp8_reciprocal(s);
+    scale_inv[i] = gemm[(size_t)i * FP8_GEMM_SLOT] = fp8_reciprocal(s);
 }
 
 // ------------------------------------------------------------------------------------------------ launchers
@@ -305,7 +324,7 @@ static inline void fp8_measure_amax(cudaStream_t stream, const T* inp, size_t n,
 // fp8_measure_amax and this, the ranks sharing a tensor can agree on its amax (a max all-reduce).
 static inline void fp8_scale_from_measured(cudaStream_t stream, const Fp8Meta* m, int i, int count) {
     fp8_current_scale_kernel<<<(unsigned)ceil_div(count, FP8_THREADS), FP8_THREADS, 0, stream>>>(
-        fp8_scale(m, i), fp8_scale_inv(m, i), fp8_amax(m, i), count, fp8_scaled_max(m));
+        fp8_scale(m, i), fp8_scale_inv(m, i), m->gemm + (size_t)i * FP8_GEMM_SLOT, fp8_amax(m, i), count, fp8_scaled_max(m));
     cudaCheck(cudaGetLastError());
 }
 
@@ -358,7 +377,7 @@ static inline void fp8_dequantize(cudaStream_t stream, T* out, const F8* q, size
 // After a step under delayed scaling (once the ranks sharing each tensor have agreed on its amax): every
 // tensor's history, scale and scale_inv, its amax back to 0; pos moves to the next row.
 static inline void fp8_update_delayed(cudaStream_t stream, Fp8Meta* m) {
-    fp8_delayed_update_kernel<<<m->n, FP8_THREADS, 0, stream>>>(fp8_scale(m, 0), fp8_scale_inv(m, 0), fp8_amax(m, 0),
+    fp8_delayed_update_kernel<<<m->n, FP8_THREADS, 0, stream>>>(fp8_scale(m, 0), fp8_scale_inv(m, 0), m->gemm, fp8_amax(m, 0),
                                                                 fp8_history(m), m->n, m->history_len, m->pos,
                                                                 fp8_scaled_max(m));
     cudaCheck(cudaGetLastError());

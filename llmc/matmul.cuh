@@ -24,6 +24,7 @@
 // the row-major result (derivations beside each call).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -52,11 +53,16 @@ struct MatmulKey {
 };
 
 // The heuristic's answer for a key: its algorithm, or none (found false: the epilogue falls back).
+// The heuristic's algorithms for a key, best first, and the one the first call found to work (chosen; -1 before
+// the first call, or when none worked: found false then, and refused says why).
 struct MatmulAlgo {
     MatmulKey key;
     bool found;
-    cublasLtMatmulAlgo_t algo;
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    int chosen;
+    std::string refused;
 };
+static const int MATMUL_HEURISTIC_ALGOS = 8;  // asked of the heuristic per key
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -65,6 +71,7 @@ struct MatmulContext {
     floatX* bias_scratch = nullptr;         // [max bias length] one micro-batch's bias gradient (BGRADB output)
     int bias_scratch_len = 0;
     std::vector<MatmulAlgo> algos;         // the heuristic's answers so far (few keys: a linear search)
+    std::string why;                       // why the last cublaslt_run that found no algorithm found none
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
@@ -119,12 +126,12 @@ __global__ static void matmul_bias_grad_kernel(floatX* bias, const floatX* b, in
     bias[j] = to_floatX(t);
 }
 
-// The heuristic's answer for this key, asked once and kept in the context. cuBLASLt reports "none" either
-// as CUBLAS_STATUS_NOT_SUPPORTED or as success with no result; both are kept as found = false.
-static inline const MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
-                                            cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                            cublasLtMatrixLayout_t ld_) {
-    for (const MatmulAlgo& a : ctx->algos)
+// The heuristic's answers for this key, asked once and kept in the context (up to MATMUL_HEURISTIC_ALGOS, best
+// first). cuBLASLt reports "none" either as CUBLAS_STATUS_NOT_SUPPORTED or as success with no result; both are kept
+// as found = false.
+static inline MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
+                                      cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_) {
+    for (MatmulAlgo& a : ctx->algos)
         if (a.key == key) return a;
     // The heuristic may otherwise assume 256-byte aligned matrices (its default); ours are 16-byte aligned
     // (tensor offsets are multiples of 8 elements), so tell it the alignment each pointer really has.
@@ -140,15 +147,53 @@ static inline const MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey&
                                                      sizeof(key.align_d)));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d,
                                                      sizeof(key.align_d)));
-    cublasLtMatmulHeuristicResult_t heur;
+    cublasLtMatmulHeuristicResult_t heur[MATMUL_HEURISTIC_ALGOS];
     int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref, 1, &heur, &found);
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld_, ld_, pref,
+                                                             MATMUL_HEURISTIC_ALGOS, heur, &found);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    MatmulAlgo a{key, st == CUBLAS_STATUS_SUCCESS && found > 0, {}};
-    if (a.found) a.algo = heur.algo;
+    MatmulAlgo a{key, false, {}, -1, ""};
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++)
+        if (heur[i].state == CUBLAS_STATUS_SUCCESS) a.algos.push_back(heur[i].algo);
+    a.found = !a.algos.empty();
+    if (!a.found) a.refused = "the heuristic offered no algorithm (status " + std::to_string((int)st) + ")";
     ctx->algos.push_back(a);
     return ctx->algos.back();
+}
+
+// The algorithm a key's first call settles on: the heuristic's in order, each checked (cublasLtMatmulAlgoCheck)
+// and then really called, the first that runs kept for every later call. A refusal (CUBLAS_STATUS_NOT_SUPPORTED or
+// INVALID_VALUE: the H100 refused every fp8 GEMM at the call with an algorithm the heuristic had offered) moves on
+// to the next; any other failure stops the program. fp8 keys print the choice, others only when it is not the
+// heuristic's first. Returns whether one ran (the product is then done).
+static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                                 cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_, const float* alpha, const float* beta,
+                                 const void* a, const void* b, const void* c, void* d, cudaStream_t stream) {
+    const bool fp8 = algo->key.a_type != CUDA_FLOATX;
+    std::string refused;
+    for (int i = 0; i < (int)algo->algos.size(); i++) {
+        cublasLtMatmulHeuristicResult_t check;
+        cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->handle, desc, la, lb, ld_, ld_, &algo->algos[i], &check);
+        if (st == CUBLAS_STATUS_SUCCESS && check.workspaceSize > ctx->workspace_size) st = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmul(ctx->handle, desc, alpha, a, la, b, lb, beta, c, ld_, d, ld_, &algo->algos[i],
+                                ctx->workspace, ctx->workspace_size, stream);
+        if (st == CUBLAS_STATUS_SUCCESS) {
+            algo->chosen = i;
+            if (fp8 || i > 0)
+                printf("cuBLASLt: m=%d n=%d k=%d, A type %d, B type %d, D type %d%s: algorithm %d of the heuristic's %d%s%s\n",
+                       algo->key.m, algo->key.n, algo->key.k, (int)algo->key.a_type, (int)algo->key.b_type,
+                       (int)algo->key.d_type, algo->key.fast_accum ? ", fast accumulation" : "", i + 1,
+                       (int)algo->algos.size(), i > 0 ? " (the ones before refused: " : "", i > 0 ? (refused + ")").c_str() : "");
+            return true;
+        }
+        if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) cublasCheck(st);
+        refused += (refused.empty() ? "status " : ", ") + std::to_string((int)st);
+    }
+    algo->found = false;
+    algo->refused = "each of the heuristic's " + std::to_string(algo->algos.size()) + " algorithms refused (" + refused + ")";
+    return false;
 }
 
 // d = a b (+ d when accumulate) with the cached algorithm of key (matmul_algo), when cuBLASLt has one; the descriptor
@@ -157,17 +202,23 @@ static inline const MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey&
 static inline bool cublaslt_run(MatmulContext* ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
                                 cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_,
                                 const void* a, const void* b, void* d, bool accumulate, cudaStream_t stream) {
-    const MatmulAlgo algo = matmul_algo(ctx, key, desc, la, lb, ld_);
-    if (algo.found) {
-        const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-        cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld_, d, ld_, &algo.algo,
+    MatmulAlgo& algo = matmul_algo(ctx, key, desc, la, lb, ld_);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const void* c = accumulate ? d : nullptr;  // C (= D) is read only when accumulating; none at beta 0, as PyTorch
+    bool ran = false;
+    if (algo.found && algo.chosen >= 0) {
+        cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, c, ld_, d, ld_, &algo.algos[algo.chosen],
                                    ctx->workspace, ctx->workspace_size, stream));
+        ran = true;
+    } else if (algo.found) {
+        ran = matmul_settle(ctx, &algo, desc, la, lb, ld_, &alpha, &beta, a, b, c, d, stream);
     }
+    if (!ran) ctx->why = algo.refused;
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return algo.found;
+    return ran;
 }
 
 // The one cuBLASLt call: D[m,n] (column-major) = op(A)[m,k] @ op(B)[k,n] (+ D if accumulate),
@@ -200,8 +251,8 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
                         pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), CUDA_FLOATX, CUDA_FLOATX, false, false};
     if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
-        die("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d output type %d (llmc/matmul.cuh; shapes "
-            "must be multiples of 8 for tensor cores)", m, n, k, (int)trans_a, (int)trans_b, (int)d_type);
+        die("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d output type %d: %s (llmc/matmul.cuh; "
+            "shapes must be multiples of 8 for tensor cores)", m, n, k, (int)trans_a, (int)trans_b, (int)d_type, ctx->why.c_str());
     // no algorithm with this epilogue: the plain product, then the epilogue's work in our own kernel
     cublaslt_matmul(ctx, stream, d, d_type, a, b, m, n, k, trans_a, trans_b, accumulate, CUBLASLT_EPILOGUE_DEFAULT,
                     nullptr, bias_type);

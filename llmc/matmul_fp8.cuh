@@ -70,9 +70,10 @@ static inline void cublaslt_matmul_fp8(MatmulContext* ctx, cudaStream_t stream, 
                         pointer_alignment(d), a_type, b_type, fast_accum, amax_d != nullptr};
     if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
-        die("cuBLASLt has no fp8 algorithm for m=%d n=%d k=%d, A type %d, B type %d, output type %d (llmc/matmul_fp8.cuh; "
-            "fp8 GEMMs need compute capability 8.9+, K a multiple of 16 and not both operands E5M2)", m, n, k,
-            (int)a_type, (int)b_type, (int)d_type);
+        die("cuBLASLt has no fp8 algorithm for m=%d n=%d k=%d (TN: A [k, m] and B [k, n] stored along k), A type %d, B "
+            "type %d, output type %d, fast accumulation %d: %s (llmc/matmul_fp8.cuh; fp8 GEMMs need compute capability "
+            "8.9+, K a multiple of 16 and not both operands E5M2; dev/probe/fp8_gemm pins the cause on a GPU)", m, n, k,
+            (int)a_type, (int)b_type, (int)d_type, (int)fast_accum, ctx->why.c_str());
     // no algorithm with the bias epilogue: the plain product, then matmul.cuh's bias kernel
     if (amax_d || d_type != CUDA_FLOATX)
         die("llmc/matmul_fp8.cuh: no cuBLASLt algorithm with the bias epilogue, and its fallback supports neither "

@@ -123,6 +123,16 @@ layout fp8.pp2 "delayed pp2" fp8.one --fp8 delayed --fp8-history 3 --pp 2
 layout fp8.cur_tp2 "current tp2" fp8.cur_one --fp8 current --tp 2
 layout fp8.cur_dp2_zero3 "current dp2 zero3" fp8.cur_one --fp8 current --dp 2 --zero 3
 
+# 5b. cuBLASLt refusing algorithms at the call (as the H100 refused every fp8 GEMM), and misaligned scale pointers:
+# each GEMM's first call tries the heuristic's algorithms in order and keeps the first that runs (llmc/matmul.cuh,
+# matmul_settle), the scales sit in slots of their own (llmc/fp8.cuh, fp8_gemm_scale). With the first two algorithms
+# refused and scale pointers held to 256 bytes, the run is the one-rank run's, loss for loss, and says what it chose.
+EMU_LT_REFUSE_ALGOS=2 EMU_LT_SCALE_ALIGN=256 run fp8.cur_fallback build/train_gpt_emu 1 4 --fp8 current
+l=$(diff_of fp8.cur_fallback fp8.cur_one 1 loss 0)
+if [ $rc = 0 ] && within "$l" 0 && grep -q "algorithm 3 of the heuristic's 3 (the ones before refused: status 15, 15)" "$d/fp8.cur_fallback.log"; then
+    echo "[PASS] fp8 with cuBLASLt refusing the first 2 algorithms and scales held to 256 bytes: the third kept ($(grep -c "^cuBLASLt: " "$d/fp8.cur_fallback.log") GEMM keys logged), losses equal the plain run's ($l)"
+else echo "[FAIL] fp8 with the first 2 algorithms refused and scales held to 256 bytes: exit $rc, losses $l from the plain run's, choice line: $(grep -m1 "^cuBLASLt" "$d/fp8.cur_fallback.log") $(why fp8.cur_fallback)"; status=1; fi
+
 # 6. refusals
 refuse() {  # refuse LABEL PATTERN [ENV=..] PROGRAM FLAGS...
     local label=$1 pattern=$2 out rc; shift 2
@@ -139,6 +149,7 @@ refuse "--fp8-history with --fp8 current" "flag --fp8-history sets delayed scali
 refuse "--fp8-margin without --fp8" "flag --fp8-margin needs --fp8 delayed or current" $E --fp8-margin 1
 refuse "the fp32 build" "--fp8 needs the bf16 build" build/train_gpt_fp32_emu --fp8 delayed
 refuse "compute capability 8.0" "--fp8 needs a GPU of compute capability 8.9 or newer" EMU_CC=8.0 $E --fp8 current
+refuse "cuBLASLt refusing every fp8 algorithm" "each of the heuristic's 3 algorithms refused (status 15, 15, 15)" EMU_LT_REFUSE_ALGOS=3 $E --fp8 current
 refuse "--ffn 520" "--ffn 520 / --tp 1 = 520 with --fp8: the fp8 GEMMs need a multiple of 16" $E --fp8 delayed --ffn 520
 refuse "--ffn 1040 --tp 2 (520 per rank; --plan, no device)" "--ffn 1040 / --tp 2 = 520 with --fp8" $E --fp8 delayed --ffn 1040 --tp 2 --plan --world 2
 exit $status

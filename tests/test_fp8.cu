@@ -336,15 +336,15 @@ static GemmOut gemms(bool dump_operands) {
         cudaCheck(cudaMemcpy(dw, dw0.data(), dw0.size() * sizeof(bf16), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(dbias, dbias0.data(), dbias0.size() * sizeof(bf16), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(dw32, dw0_32.data(), dw0_32.size() * sizeof(float), cudaMemcpyHostToDevice));
-        matmul_fp8_forward(&mm, 0, out_bias, inp8, fp8_scale_inv(&fwd, 0), w8, fp8_scale_inv(&fwd, 1), d_bias, N, IC, OC);
+        matmul_fp8_forward(&mm, 0, out_bias, inp8, fp8_gemm_scale(&fwd, 0), w8, fp8_gemm_scale(&fwd, 1), d_bias, N, IC, OC);
         // the plain forward once more, with the amax of its output
-        cublaslt_matmul_fp8(&mm, 0, out, CUDA_R_16BF, w8, CUDA_R_8F_E4M3, fp8_scale_inv(&fwd, 1), inp8, CUDA_R_8F_E4M3,
-                            fp8_scale_inv(&fwd, 0), OC, N, IC, false, true, nullptr, amax_d);
-        matmul_fp8_backward_input(&mm, 0, dinp, dout8, fp8_scale_inv(&bwd, 0), wt8, fp8_scale_inv(&fwd, 1), N, IC, OC);
-        matmul_fp8_backward_weight(&mm, 0, dw, dbias, d_dout, doutt8, fp8_scale_inv(&bwd, 0), inpt8,
-                                   fp8_scale_inv(&fwd, 0), N, IC, OC);
-        matmul_fp8_backward_weight(&mm, 0, dw32, (bf16*)nullptr, d_dout, doutt8, fp8_scale_inv(&bwd, 0), inpt8,
-                                   fp8_scale_inv(&fwd, 0), N, IC, OC);
+        cublaslt_matmul_fp8(&mm, 0, out, CUDA_R_16BF, w8, CUDA_R_8F_E4M3, fp8_gemm_scale(&fwd, 1), inp8, CUDA_R_8F_E4M3,
+                            fp8_gemm_scale(&fwd, 0), OC, N, IC, false, true, nullptr, amax_d);
+        matmul_fp8_backward_input(&mm, 0, dinp, dout8, fp8_gemm_scale(&bwd, 0), wt8, fp8_gemm_scale(&fwd, 1), N, IC, OC);
+        matmul_fp8_backward_weight(&mm, 0, dw, dbias, d_dout, doutt8, fp8_gemm_scale(&bwd, 0), inpt8,
+                                   fp8_gemm_scale(&fwd, 0), N, IC, OC);
+        matmul_fp8_backward_weight(&mm, 0, dw32, (bf16*)nullptr, d_dout, doutt8, fp8_gemm_scale(&bwd, 0), inpt8,
+                                   fp8_gemm_scale(&fwd, 0), N, IC, OC);
 #ifdef CUDA_EMU
         if (pass == 0) r.heuristic_first = g_emu_heuristic_calls - calls0;
 #endif

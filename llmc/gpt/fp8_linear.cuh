@@ -121,8 +121,8 @@ static void fp8_linear_forward(GPT* g, int l, int k, floatX* out, const floatX* 
     const int i = LINEARS_PER_LAYER * l + k;
     fp8_cast_tensor(g, g->fp8.x8, (__nv_fp8_e4m3*)nullptr, inp, N, IC, &g->fp8.x, i,
                     k == LINEAR_ATTN_OUT || k == LINEAR_FC2);
-    matmul_fp8_forward(&g->mm, g->stream, out, g->fp8.x8, fp8_scale_inv(&g->fp8.x, i), fp8_weight(g, l, k, false),
-                       fp8_scale_inv(&g->fp8.w, i), bias, N, IC, OC);
+    matmul_fp8_forward(&g->mm, g->stream, out, g->fp8.x8, fp8_gemm_scale(&g->fp8.x, i), fp8_weight(g, l, k, false),
+                       fp8_gemm_scale(&g->fp8.w, i), bias, N, IC, OC);
 }
 
 // dinp[N,IC] = dout[N,OC] W and dW += dout^T inp (dbias += column sums of dout, when given) of linear layer k of
@@ -132,12 +132,12 @@ static void fp8_linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbia
     const int w = linear_weight(g->table.blocks[l], k), i = LINEARS_PER_LAYER * l + k;
     // the output gradients of QKV and fc1 (column-parallel) are tp slices, as the inputs of attention-out and fc2
     fp8_cast_tensor(g, g->fp8.dy8, g->fp8.dyt8, dout, N, OC, &g->fp8.dy, i, k == LINEAR_QKV || k == LINEAR_FC1);
-    matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->fp8.dy8, fp8_scale_inv(&g->fp8.dy, i),
-                              fp8_weight(g, l, k, true), fp8_scale_inv(&g->fp8.w, i), N, IC, OC);
+    matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->fp8.dy8, fp8_gemm_scale(&g->fp8.dy, i),
+                              fp8_weight(g, l, k, true), fp8_gemm_scale(&g->fp8.w, i), N, IC, OC);
     fp8_cast_tensor(g, (__nv_fp8_e4m3*)nullptr, g->fp8.x8, inp, N, IC, &g->fp8.x, i,
                     k == LINEAR_ATTN_OUT || k == LINEAR_FC2);
-    matmul_fp8_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, g->fp8.dyt8, fp8_scale_inv(&g->fp8.dy, i),
-                               g->fp8.x8, fp8_scale_inv(&g->fp8.x, i), N, IC, OC);
+    matmul_fp8_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, g->fp8.dyt8, fp8_gemm_scale(&g->fp8.dy, i),
+                               g->fp8.x8, fp8_gemm_scale(&g->fp8.x, i), N, IC, OC);
 }
 
 // Values of a scaling state of n tensors (v: fp8_meta_download's, column i = tensor i) over the ranks of c: the largest

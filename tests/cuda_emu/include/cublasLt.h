@@ -14,6 +14,11 @@
 // get CUBLAS_STATUS_NOT_SUPPORTED. CUBLASLT_MATMUL_DESC_FAST_ACCUM is accepted and recorded but changes nothing:
 // the emulation accumulates in fp32 in order, which the GPU's fast mode (fewer promotions of the tensor cores'
 // partial sums to fp32) does not; a test of fast-accumulation accuracy needs a GPU.
+// The heuristic offers up to EMU_LT_ALGOS (default 3) algorithms, numbered 0, 1, ... in algo.data[0];
+// cublasLtMatmulAlgoCheck accepts each. Two refusals the H100 showed (the heuristic offers, the call refuses) can be
+// planted, read on each call: EMU_LT_REFUSE_ALGOS=K refuses algorithms 0..K-1 of every fp8 GEMM at the call
+// (CUBLAS_STATUS_NOT_SUPPORTED; K at or above EMU_LT_ALGOS refuses them all), EMU_LT_SCALE_ALIGN=B refuses an fp8
+// call whose A or B scale pointer is not B-byte aligned.
 #pragma once
 #include "cuda_emu.h"
 #include "cuda_fp8.h"
@@ -192,6 +197,15 @@ static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrix
 inline long g_emu_heuristic_calls = 0;
 
 // true when EMU_LT_NO_ALGO names this epilogue (by its name without CUBLASLT_EPILOGUE_, or its number)
+// an integer from the environment (read on each call), fallback when unset; a malformed value stops the program
+static inline int64_t emu_env_int(const char* name, int64_t fallback) {
+    const char* e = getenv(name);
+    if (!e || !*e) return fallback;
+    char* end = nullptr;
+    const long long v = strtoll(e, &end, 10);
+    if (*end || v < 0) { fprintf(stderr, "EMU cuBLASLt: %s='%s' is not a non-negative integer\n", name, e); exit(2); }
+    return v;
+}
 static inline bool emu_lt_no_algo(cublasLtEpilogue_t ep) {
     const char* env = getenv("EMU_LT_NO_ALGO");
     if (!env) return false;
@@ -216,11 +230,32 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     g_emu_heuristic_calls++;
     if (emu_lt_no_algo(d->ep)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    memset(&res[0], 0, sizeof(res[0]));
-    res[0].state = CUBLAS_STATUS_SUCCESS;
-    res[0].wavesCount = 1.0f;
-    *found = 1;
+    const int offered = (int)std::min<int64_t>(requested, emu_env_int("EMU_LT_ALGOS", 3));
+    for (int i = 0; i < offered; i++) {
+        memset(&res[i], 0, sizeof(res[i]));
+        res[i].algo.data[0] = (uint64_t)i;
+        res[i].state = CUBLAS_STATUS_SUCCESS;
+        res[i].wavesCount = 1.0f;
+    }
+    *found = offered;
     return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                                     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                                     cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t*,
+                                                     cublasLtMatmulHeuristicResult_t* res) {
+    int M, N, K;
+    const cublasStatus_t s = emu_lt_check(d, a, b, c, dd, &M, &N, &K);
+    memset(res, 0, sizeof(*res));
+    res->state = s;
+    return s;
+}
+// The planted refusals of an fp8 call (the header comment): algorithm `algo` refused, or a scale pointer misaligned
+static inline bool emu_lt_refused(const EmuLtDesc* d, const cublasLtMatmulAlgo_t* algo, bool fp8) {
+    if (!fp8) return false;
+    if (algo && (int64_t)algo->data[0] < emu_env_int("EMU_LT_REFUSE_ALGOS", 0)) return true;
+    const int64_t align = emu_env_int("EMU_LT_SCALE_ALIGN", 1);
+    return ((uintptr_t)d->a_scale % align) != 0 || ((uintptr_t)d->b_scale % align) != 0;
 }
 
 static inline float emu_ld(const void* p, cudaDataType_t t, size_t i) {
@@ -282,11 +317,12 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
 static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                                             cublasLtMatrixLayout_t la, const void* Bm, cublasLtMatrixLayout_t lb,
                                             const void* beta, const void* Cm, cublasLtMatrixLayout_t lc, void* D,
-                                            cublasLtMatrixLayout_t ldd, const cublasLtMatmulAlgo_t*, void*, size_t,
+                                            cublasLtMatrixLayout_t ldd, const cublasLtMatmulAlgo_t* algo, void*, size_t,
                                             cudaStream_t stream, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     int M, N, K;
     cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
+    if (emu_lt_refused(d, algo, emu_lt_is_fp8(la->type))) return CUBLAS_STATUS_NOT_SUPPORTED;
     const float be = *(const float*)beta, al = *(const float*)alpha;
     if (Cm != D && be != 0.0f) {
         fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
