@@ -25,6 +25,7 @@
 #                          blocks per SM (ptxas -v; blocks per SM computed, docs/resources.md; tests/t_resources.sh)
 #   make build/ceilings    probe: copy bandwidth and cuBLASLt bf16/fp8 GEMM ceilings (dev/probe/)
 #   make build/nccl_ranks  probe: NCCL collectives with several ranks on one GPU (only when NCCL is found)
+#   make build/fp8_gemm    probe: why cuBLASLt refuses fp8 GEMMs (the PyTorch-style call, then one change at a time)
 #   make probe-config      prints the nvcc and NCCL this Makefile found (tests/t_probe_build.sh)
 # Test tooling:
 #   make deps              installs what the tests need and the machine lacks (scripts/install_deps.sh)
@@ -255,6 +256,12 @@ $(BUILD)/ceilings: dev/probe/ceilings.cu $(PROBE_DEPS) dev/cuda/ceilings.h
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
 
+# why cuBLASLt refuses fp8 GEMMs: the setups side by side (the trainer's own call included)
+$(BUILD)/fp8_gemm: dev/probe/fp8_gemm.cu $(PROBE_DEPS) $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS) -ldl
+
 $(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
 	$(NEED_NVCC)
 	@test -n "$(NCCL_LDLIBS)" || { echo "error: $@ needs NCCL and this build has none (NO_NCCL is set, or no nccl.h under CUDA_HOME, /usr, /usr/local or the nvidia.nccl wheel of $(PYTHON)); set NCCL_HOME=<dir with include/nccl.h and lib/> or PYTHON=<python3 with the wheel>"; exit 1; }
@@ -268,7 +275,7 @@ ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/ckpt_conve
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
                  $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu)
 ifneq ($(NVCC),)
-  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
+  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit $(RESOURCE_LOGS)
 endif
 # the tests that take seconds (t_attention, t_matmul_emulated and t_widths about half a minute each on 2 cores)
@@ -449,7 +456,7 @@ GPU_KIT_DEVICE_STATES := llama32_style_hd64 flagperf_style_hd64 gpt_rope_mqa_hd6
 # train_gpt_cpu for the GPU machine's CPU: no -march=native (any x86-64-v3 CPU), no MPI (none there)
 GPU_KIT_CXXFLAGS := -O3 -march=x86-64-v3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -fopenmp
 
-GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/test_fp8 \
+GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
                     $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu
 
 $(BUILD)/gpukit/train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)

@@ -121,6 +121,37 @@ if [ -x "$B/nccl_ranks" ]; then
         env RANK=0 WORLD_SIZE=2 CUDA_VISIBLE_DEVICES= "$N" --id-file "$T/stale_id"
 fi
 
+# ---- the fp8 GEMM probe (dev/probe/fp8_gemm.cu): nvcc warning-free, without a GPU a clear error, and against the
+# emulated cuBLASLt (tests/cuda_emu) its whole table and the trainer's call, with refusals planted as the H100 showed
+if make --no-print-directory BUILD="$T" "$T/fp8_gemm" > "$T/fp8_gemm.log" 2>&1; then
+    if grep -qi "warning" "$T/fp8_gemm.log"; then fail "fp8_gemm compiles warning-free" "$(grep -i -m 3 warning "$T/fp8_gemm.log")"
+    else pass "fp8_gemm compiles warning-free"; fi
+    expect_usage "$T/fp8_gemm"
+    expect_error "fp8_gemm without a GPU" "no usable CUDA device" env CUDA_VISIBLE_DEVICES= "$T/fp8_gemm" --m 64 --n 32 --k 64
+    expect_error "fp8_gemm: a dimension not a multiple of 16" "--k expects a multiple of 16" "$T/fp8_gemm" --k 24
+else fail "fresh compile of fp8_gemm" "$(tail -n 5 "$T/fp8_gemm.log")"; fi
+E=$T/fp8_gemm_emu
+if bash tests/cuda_emu/build.sh dev/probe/fp8_gemm.cu "$E" -std=c++17 -O1 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra \
+       -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -I"$(pwd)" -- -ldl > "$T/fp8_gemm_emu.log" 2>&1 &&
+   ! grep -q "warning:" "$T/fp8_gemm_emu.log"; then
+    pass "fp8_gemm builds against the emulation without warnings"
+    out=$("$E" --m 64 --n 32 --k 64 --trainer 2>&1); rc=$?
+    rows=$(grep -c ' | heuristic ' <<< "$out")
+    if [ $rc -eq 0 ] && [ "$rows" = 16 ] && grep -q "^pytorch .*1: check ok call ok | ran, samples ok" <<< "$out" &&
+       grep -q "^trainer call ran" <<< "$out" && grep -q "^cublasLtMatmul from: " <<< "$out"; then
+        pass "fp8_gemm, emulated: 16 variants in the table, the PyTorch-style call and the trainer's run and check"
+    else fail "fp8_gemm, emulated" "exit $rc, $rows rows: $(tail -n 4 <<< "$out" | tr '\n' ' ')"; fi
+    out=$(EMU_LT_REFUSE_ALGOS=1 "$E" --m 64 --n 32 --k 64 --only pytorch 2>&1); rc=$?
+    if [ $rc -eq 0 ] && grep -q "^pytorch .*1: check ok call NOT_SUPPORTED(15), 2: check ok call ok | ran" <<< "$out"; then
+        pass "fp8_gemm, emulated, the first algorithm refused at the call: the table shows it and the second runs"
+    else fail "fp8_gemm, first algorithm refused" "exit $rc: $(tail -n 2 <<< "$out" | tr '\n' ' ')"; fi
+    out=$(EMU_LT_REFUSE_ALGOS=3 "$E" --m 64 --n 32 --k 64 --trainer 2>&1); rc=$?
+    if [ $rc -eq 1 ] && grep -q "^pytorch .*NONE RAN" <<< "$out" &&
+       grep -q "each of the heuristic's 3 algorithms refused (status 15, 15, 15)" <<< "$out"; then
+        pass "fp8_gemm, emulated, every algorithm refused: NONE RAN, and the trainer's call names the refusals (exit 1)"
+    else fail "fp8_gemm, every algorithm refused" "exit $rc: $(tail -n 2 <<< "$out" | tr '\n' ' ')"; fi
+else fail "fp8_gemm builds against the emulation without warnings" "$(grep -m 3 -E 'error|warning' "$T/fp8_gemm_emu.log")"; fi
+
 # ---- the probe script
 if bash -n scripts/gpu_probe.sh; then pass "scripts/gpu_probe.sh parses (bash -n)"
 else fail "scripts/gpu_probe.sh" "bash -n reports a syntax error"; fi

@@ -39,7 +39,7 @@ def rewrite_launches(text, name):
         i = p + 1; n += 1
     return ''.join(out), n
 total = 0
-roots = ['.', 'tests'] + sorted(os.path.relpath(d, SRC) for d, _, _ in os.walk(os.path.join(SRC, 'llmc')))
+roots = ['.', 'tests', 'dev/probe'] + sorted(os.path.relpath(d, SRC) for d, _, _ in os.walk(os.path.join(SRC, 'llmc')))
 for root in roots:
     for f in sorted(os.listdir(os.path.join(SRC, root))):
         if root == '.' and f not in ('train_gpt.cu', 'test_gpt.cu'): continue

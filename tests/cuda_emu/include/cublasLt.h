@@ -49,7 +49,8 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
     CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER,
-    CUBLASLT_MATMUL_DESC_FAST_ACCUM
+    CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+    CUBLASLT_MATMUL_DESC_D_SCALE_POINTER
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -94,6 +95,7 @@ static inline const char* cublasLtGetStatusName(cublasStatus_t s) {
     return s == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == CUBLAS_STATUS_INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE" : "CUBLAS_STATUS_NOT_SUPPORTED";
 }
 static inline const char* cublasLtGetStatusString(cublasStatus_t s) { return cublasLtGetStatusName(s); }
+static inline size_t cublasLtGetVersion() { return 130000; }  // the emulation answers as cuBLASLt 13.0
 static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = new EmuLtHandle{0}; return CUBLAS_STATUS_SUCCESS; }
 static inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 static inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t c, cudaDataType_t s) {
@@ -115,6 +117,7 @@ static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t
         case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->b_scale, buf, sizeof(void*)); break;
         case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->amax_d, buf, sizeof(void*)); break;
         case CUBLASLT_MATMUL_DESC_FAST_ACCUM: if (size != sizeof(int8_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->fast_accum, buf, 1); break;
+        case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; break;  // fp8 D: not emulated
         default: return CUBLAS_STATUS_INVALID_VALUE;
     }
     return CUBLAS_STATUS_SUCCESS;
