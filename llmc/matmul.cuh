@@ -204,7 +204,9 @@ static inline bool cublaslt_run(MatmulContext* ctx, const MatmulKey& key, cublas
                                 const void* a, const void* b, void* d, bool accumulate, cudaStream_t stream) {
     MatmulAlgo& algo = matmul_algo(ctx, key, desc, la, lb, ld_);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const void* c = accumulate ? d : nullptr;  // C (= D) is read only when accumulating; none at beta 0, as PyTorch
+    // C (= D) is read only when accumulating. An fp8 GEMM at beta 0 passes none, as PyTorch's scaled_mm does (the
+    // H100 refused the fp8 calls that passed C = D); the bf16 GEMMs keep C = D, the setup measured on the H100.
+    const void* c = accumulate || key.a_type == CUDA_FLOATX ? d : nullptr;
     bool ran = false;
     if (algo.found && algo.chosen >= 0) {
         cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, c, ld_, d, ld_, &algo.algos[algo.chosen],
