@@ -13,8 +13,9 @@
 // fails the peers' pending operations, so their waits end too) and exits 1.
 // The world comes from llmc/parallel/launch.h (mpirun, srun or RANK/WORLD_SIZE/LOCAL_RANK; the NCCL unique id made
 // by rank 0 reaches the others over TCP or a file, and the ranks' command lines must agree), one GPU per
-// local rank (GPU local_rank; with LLMC_SHARE_GPU=1, several ranks on one GPU: local_rank % device count). Sub-groups are ncclCommSplit of their parent (color = the
-// group's first member, key = the position in it); a group of one rank has no NCCL communicator.
+// local rank (GPU local_rank; with LLMC_SHARE_GPU=1, several ranks on one GPU: local_rank % device count).
+// Sub-groups are ncclCommSplit of their parent (color = the group's first member, key = the position in it); a
+// group of one rank has no NCCL communicator.
 // Counts are size_t (NCCL's own counts); types float, __nv_bfloat16 and double.
 // Point to point: NCCL has no tags, so the tag argument is checked for nothing: a send and a receive
 // between two ranks match in the order they were issued. A send does not finish until the peer posts the
