@@ -135,8 +135,10 @@ fp32() {
     l=$(diff_of "$name" $base 1 loss 0)
     n1=$(diff_of "$name" $base 1 grad_norm 1 1)
     # step 3 from the layout's own step-2 weights: the CPU trainer's one process resumed from its checkpoint
+    local layout_took=$took
     mkdir -p "$d/$name.at2" && cp -r "$d/$name/ckpt_00000002" "$d/$name.at2/" 2>/dev/null
     run "$name.at2" ./train_gpt_cpu 1 "$accum" --resume auto
+    took=$layout_took
     n=$(diff_of "$name" "$name.at2" 3 grad_norm 1 3)
     weights steps "$(ckpt "$name" $STEPS model)" "$(ckpt $base $STEPS model)" $LR $WEIGHT_STEP_TOL
     within "$l" $LOSS_TOL || fail+=" losses $l > $LOSS_TOL;"
