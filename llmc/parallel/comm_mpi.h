@@ -153,9 +153,10 @@ static inline Comm comm_group(const Comm& parent, const std::vector<int>& member
 // Sums in rank order. MPI_SUM leaves the order of the additions to the library (its algorithm for the message size
 // and the group's size, which differ between MPI versions and builds); these add the ranks' values in one fixed order,
 // ((x_0 + x_1) + x_2) + ..., so a layout computes the same bits with any MPI. Piece r of every rank's send[size * n]
-// goes to rank r (one all-to-all), which adds them up into recv[n]; send and recv may be the same buffer.
+// goes to rank r (one all-to-all), which adds them up into recv[n]; send and recv may be the same buffer. op: the
+// collective's name in a timeout's message.
 template <typename T>
-static inline void comm_sum_pieces_in_rank_order(const Comm& c, const T* send, T* recv, size_t n) {
+static inline void comm_sum_pieces_in_rank_order(const Comm& c, const T* send, T* recv, size_t n, const char* op) {
     const size_t m_max = COMM_MAX_COUNT;
     std::vector<T> out, in;
     for (size_t o = 0; o < n; o += m_max) {
@@ -165,7 +166,7 @@ static inline void comm_sum_pieces_in_rank_order(const Comm& c, const T* send, T
         for (int r = 0; r < c.size; r++) memcpy(out.data() + (size_t)r * m, send + (size_t)r * n + o, sizeof(T) * m);
         MPI_Request q;
         mpi_check(MPI_Ialltoall(out.data(), (int)m, mpi_type<T>(), in.data(), (int)m, mpi_type<T>(), c.mpi, &q));
-        comm_mpi_wait(&q, "reduce-scatter (all-to-all)", c.name, c.size);
+        comm_mpi_wait(&q, op, c.name, c.size);
         for (size_t i = 0; i < m; i++) {
             T s = in[i];
             for (int r = 1; r < c.size; r++) s += in[(size_t)r * m + i];
@@ -193,7 +194,7 @@ template <typename T>
 static inline void comm_reduce_scatter(const Comm& c, const T* send, T* recv, size_t n) {
     if (c.size == 1) { if (recv != send) memcpy(recv, send, sizeof(T) * n); return; }
 #ifdef USE_MPI
-    comm_sum_pieces_in_rank_order(c, send, recv, n);
+    comm_sum_pieces_in_rank_order(c, send, recv, n, "reduce-scatter");
 #endif
 }
 
@@ -230,7 +231,7 @@ static inline void comm_all_reduce_sum(const Comm& c, T* buf, size_t n) {
     const size_t k = (n + c.size - 1) / c.size;  // each rank's share, the last one padded with zeros
     std::vector<T> all((size_t)c.size * k, (T)0), mine(k);
     memcpy(all.data(), buf, sizeof(T) * n);
-    comm_sum_pieces_in_rank_order(c, all.data(), mine.data(), k);
+    comm_sum_pieces_in_rank_order(c, all.data(), mine.data(), k, "all-reduce (sum)");
     comm_all_gather(c, mine.data(), all.data(), k);
     memcpy(buf, all.data(), sizeof(T) * n);
 #endif
