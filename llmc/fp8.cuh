@@ -141,7 +141,7 @@ static const int FP8_GEMM_SLOT = 64;  // floats: 256 bytes
 static inline float* fp8_scale(const Fp8Meta* m, int i) { return m->buf + i; }
 static inline float* fp8_scale_inv(const Fp8Meta* m, int i) { return m->buf + m->n + i; }
 static inline float* fp8_amax(const Fp8Meta* m, int i) { return m->buf + 2 * (size_t)m->n + i; }
-static inline const float* fp8_gemm_scale(const Fp8Meta* m, int i) { return m->gemm + (size_t)i * FP8_GEMM_SLOT; }
+static inline float* fp8_gemm_scale(const Fp8Meta* m, int i) { return m->gemm + (size_t)i * FP8_GEMM_SLOT; }
 static inline float* fp8_history(const Fp8Meta* m) { return m->buf + 3 * (size_t)m->n; }
 static inline size_t fp8_meta_count(const Fp8Meta* m) { return (3 + (size_t)m->history_len) * m->n; }
 static inline float fp8_scaled_max(const Fp8Meta* m) { return ldexpf(fp8_format_max(m->format), -m->margin); }
@@ -324,7 +324,7 @@ static inline void fp8_measure_amax(cudaStream_t stream, const T* inp, size_t n,
 // fp8_measure_amax and this, the ranks sharing a tensor can agree on its amax (a max all-reduce).
 static inline void fp8_scale_from_measured(cudaStream_t stream, const Fp8Meta* m, int i, int count) {
     fp8_current_scale_kernel<<<(unsigned)ceil_div(count, FP8_THREADS), FP8_THREADS, 0, stream>>>(
-        fp8_scale(m, i), fp8_scale_inv(m, i), m->gemm + (size_t)i * FP8_GEMM_SLOT, fp8_amax(m, i), count, fp8_scaled_max(m));
+        fp8_scale(m, i), fp8_scale_inv(m, i), fp8_gemm_scale(m, i), fp8_amax(m, i), count, fp8_scaled_max(m));
     cudaCheck(cudaGetLastError());
 }
 
@@ -377,7 +377,8 @@ static inline void fp8_dequantize(cudaStream_t stream, T* out, const F8* q, size
 // After a step under delayed scaling (once the ranks sharing each tensor have agreed on its amax): every
 // tensor's history, scale and scale_inv, its amax back to 0; pos moves to the next row.
 static inline void fp8_update_delayed(cudaStream_t stream, Fp8Meta* m) {
-    fp8_delayed_update_kernel<<<m->n, FP8_THREADS, 0, stream>>>(fp8_scale(m, 0), fp8_scale_inv(m, 0), m->gemm, fp8_amax(m, 0),
+    fp8_delayed_update_kernel<<<m->n, FP8_THREADS, 0, stream>>>(fp8_scale(m, 0), fp8_scale_inv(m, 0), fp8_gemm_scale(m, 0),
+                                                                fp8_amax(m, 0),
                                                                 fp8_history(m), m->n, m->history_len, m->pos,
                                                                 fp8_scaled_max(m));
     cudaCheck(cudaGetLastError());

@@ -52,12 +52,11 @@ struct MatmulKey {
     }
 };
 
-// The heuristic's answer for a key: its algorithm, or none (found false: the epilogue falls back).
 // The heuristic's algorithms for a key, best first, and the one the first call found to work (chosen; -1 before
-// the first call, or when none worked: found false then, and refused says why).
+// the first call). None left (the heuristic offered none, or each was refused at the call; refused says which): the
+// caller falls back (another epilogue) or stops.
 struct MatmulAlgo {
     MatmulKey key;
-    bool found;
     std::vector<cublasLtMatmulAlgo_t> algos;
     int chosen;
     std::string refused;
@@ -128,7 +127,7 @@ __global__ static void matmul_bias_grad_kernel(floatX* bias, const floatX* b, in
 
 // The heuristic's answers for this key, asked once and kept in the context (up to MATMUL_HEURISTIC_ALGOS, best
 // first). cuBLASLt reports "none" either as CUBLAS_STATUS_NOT_SUPPORTED or as success with no result; both are kept
-// as found = false.
+// as an empty list.
 static inline MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, cublasLtMatmulDesc_t desc,
                                       cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_) {
     for (MatmulAlgo& a : ctx->algos)
@@ -153,11 +152,10 @@ static inline MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, 
                                                              MATMUL_HEURISTIC_ALGOS, heur, &found);
     if (st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    MatmulAlgo a{key, false, {}, -1, ""};
+    MatmulAlgo a{key, {}, -1, ""};
     for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++)
         if (heur[i].state == CUBLAS_STATUS_SUCCESS) a.algos.push_back(heur[i].algo);
-    a.found = !a.algos.empty();
-    if (!a.found) a.refused = "the heuristic offered no algorithm (status " + std::to_string((int)st) + ")";
+    if (a.algos.empty()) a.refused = "the heuristic offered no algorithm (status " + std::to_string((int)st) + ")";
     ctx->algos.push_back(a);
     return ctx->algos.back();
 }
@@ -191,8 +189,8 @@ static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtM
         if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) cublasCheck(st);
         refused += (refused.empty() ? "status " : ", ") + std::to_string((int)st);
     }
-    algo->found = false;
     algo->refused = "each of the heuristic's " + std::to_string(algo->algos.size()) + " algorithms refused (" + refused + ")";
+    algo->algos.clear();  // later calls of this key fall back at once
     return false;
 }
 
@@ -208,11 +206,11 @@ static inline bool cublaslt_run(MatmulContext* ctx, const MatmulKey& key, cublas
     // H100 refused the fp8 calls that passed C = D); the bf16 GEMMs keep C = D, the setup measured on the H100.
     const void* c = accumulate || key.a_type == CUDA_FLOATX ? d : nullptr;
     bool ran = false;
-    if (algo.found && algo.chosen >= 0) {
+    if (algo.chosen >= 0) {
         cublasCheck(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, c, ld_, d, ld_, &algo.algos[algo.chosen],
                                    ctx->workspace, ctx->workspace_size, stream));
         ran = true;
-    } else if (algo.found) {
+    } else if (!algo.algos.empty()) {
         ran = matmul_settle(ctx, &algo, desc, la, lb, ld_, &alpha, &beta, a, b, c, d, stream);
     }
     if (!ran) ctx->why = algo.refused;

@@ -22,9 +22,10 @@
 #include "llmc/rope_tables.h"
 
 // e^x for float with no library call, so that the loops over it vectorise: x = n ln2 + r, |r| <= ln2 / 2 (n by
-// rounding x log2(e) with the 1.5 * 2^23 trick; r with one fused multiply-add each for ln2's two parts), e^r by its Taylor
-// series to r^7 (the rest below 2^-27 of it; each step one fma), times 2^n put in the exponent bits. x is clamped to [-87, 88], where e^x is
-// a normal float. Within 2 x 2^-24 of e^x (test_gpt_cpu units). double (the finite-difference check) keeps std::exp.
+// rounding x log2(e) with the 1.5 * 2^23 trick; r with one fused multiply-add each for ln2's two parts), e^r by its
+// Taylor series to r^7 (the rest below 2^-27 of it; each step one fma), times 2^n put in the exponent bits. x is
+// clamped to [-87, 88], where e^x is a normal float. Within 2 x 2^-24 of e^x (test_gpt_cpu units). double (the
+// finite-difference check) keeps std::exp.
 static inline float exp_vec(float x) {
     x = std::min(std::max(x, -87.0f), 88.0f);
     const float n = (x * 1.44269504089f + 12582912.0f) - 12582912.0f;
@@ -370,7 +371,6 @@ void attention_backward(real* dqkv, const real* dout, const real* qkv, const rea
                     }
     }
 }
-
 
 // GELU (tanh form) as the CUDA kernels (llmc/mlp_act.cuh) write it: with s = (1 + tanh u) / 2 = 1 / (1 + e^-2u) and
 // s' = (1 - tanh u) / 2 = e^-2u s, u = k (x + 0.044715 x^3), gelu = x s and gelu' = s + 2 x s s' k (1 + 3 0.044715 x^2),

@@ -16,8 +16,8 @@
 // cublasLtMatmulAlgoCheck and the call itself answered; for the first that ran, a host check of 64 sampled
 // elements against the product in double. Last, `--trainer` runs the trainer's own call (llmc/matmul_fp8.cuh:
 // every algorithm in order, the first that runs kept, a message naming the refusals otherwise).
-// Run it twice on a GPU machine: as it is, and with PyTorch's libcublasLt first (LD_LIBRARY_PATH; scripts/gpu_check.sh
-// sprint does both), with CUBLASLT_LOG_LEVEL=5 to diff cuBLASLt's own trace against PyTorch's (same stage).
+// Run it twice on a GPU machine: as it is, and with PyTorch's libcublasLt first (LD_LIBRARY_PATH), both under
+// CUBLASLT_LOG_LEVEL=5, so that cuBLASLt's own trace can be diffed against torch._scaled_mm's (docs/fp8.md).
 //   usage: fp8_gemm [--m M] [--n N] [--k K] [--only NAME] [--trainer] [--help]
 // Exit status: 0 when the PyTorch-style call ran and its samples check, 1 otherwise (the table is printed either way).
 #include <cmath>
@@ -219,9 +219,9 @@ static bool run_variant(cublasLtHandle_t lt, const Variant& v, int m, int n, int
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     for (cublasLtMatrixLayout_t l : {la, lb, ld, lc2}) cublasCheck(cublasLtMatrixLayoutDestroy(l));
     cublasCheck(cublasLtMatmulDescDestroy(desc));
-    for (void* p : {a, b, d, c, ws, (void*)sa, (void*)sb, (void*)dscale, (void*)amax, (void*)bias})
-        if (p && p != (void*)sb) cudaCheck(cudaFree(p));
-    if (sb && v.scales == 0) cudaCheck(cudaFree(sb));
+    // sa is its own allocation or the shared one; sb is its own only with separate scales
+    for (void* p : {a, b, d, c, ws, (void*)sa, v.scales == 0 ? (void*)sb : nullptr, (void*)dscale, (void*)amax, (void*)bias})
+        if (p) cudaCheck(cudaFree(p));
     return ok;
 }
 

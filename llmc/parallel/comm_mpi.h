@@ -161,11 +161,15 @@ static inline void comm_sum_pieces_in_rank_order(const Comm& c, const T* send, T
     std::vector<T> out, in;
     for (size_t o = 0; o < n; o += m_max) {
         const size_t m = std::min(m_max, n - o);
-        out.resize((size_t)c.size * m);
+        const T* pieces = send;  // already the all-to-all's layout when one round covers n
+        if (m < n) {
+            out.resize((size_t)c.size * m);
+            for (int r = 0; r < c.size; r++) memcpy(out.data() + (size_t)r * m, send + (size_t)r * n + o, sizeof(T) * m);
+            pieces = out.data();
+        }
         in.resize((size_t)c.size * m);
-        for (int r = 0; r < c.size; r++) memcpy(out.data() + (size_t)r * m, send + (size_t)r * n + o, sizeof(T) * m);
         MPI_Request q;
-        mpi_check(MPI_Ialltoall(out.data(), (int)m, mpi_type<T>(), in.data(), (int)m, mpi_type<T>(), c.mpi, &q));
+        mpi_check(MPI_Ialltoall(pieces, (int)m, mpi_type<T>(), in.data(), (int)m, mpi_type<T>(), c.mpi, &q));
         comm_mpi_wait(&q, op, c.name, c.size);
         for (size_t i = 0; i < m; i++) {
             T s = in[i];
