@@ -1004,6 +1004,7 @@ int main(int argc, char** argv) {
     const int B = tc.B, T = tc.T, dp = layout.topo.dp, accum = rs.accum;
     GPT g;
     gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, accum, opt.fp8);
+    fp8_gemm_check(&g);  // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here
     const ParamTable table = build_param_table(mc);  // the whole model: files are read and written per tensor
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);

@@ -71,6 +71,9 @@ struct MatmulContext {
     int bias_scratch_len = 0;
     std::vector<MatmulAlgo> algos;         // the heuristic's answers so far (few keys: a linear search)
     std::string why;                       // why the last cublaslt_run that found no algorithm found none
+    // --fp8's start-up check (llmc/gpt/fp8_linear.cuh): while fp8_check is set, an fp8 GEMM that cuBLASLt refuses
+    // sets fp8_refused (why names the GEMM and cuBLASLt's answers) and returns, where a step's GEMM would stop
+    bool fp8_check = false, fp8_refused = false;
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
@@ -90,6 +93,16 @@ static inline void matmul_free(MatmulContext* ctx) {
 // cuBLASLt's name for the element type behind an output pointer.
 static inline cudaDataType_t cublaslt_type(const float*) { return CUDA_R_32F; }
 static inline cudaDataType_t cublaslt_type(const __nv_bfloat16*) { return CUDA_R_16BF; }
+
+static inline const char* cuda_type_name(cudaDataType_t t) {
+    switch (t) {
+        case CUDA_R_8F_E4M3: return "E4M3";
+        case CUDA_R_8F_E5M2: return "E5M2";
+        case CUDA_R_16BF: return "bf16";
+        case CUDA_R_32F: return "fp32";
+        default: return "an unknown type";
+    }
+}
 
 // The largest power of two up to 256 that divides the address (cuBLASLt's alignment preferences).
 static inline uint32_t pointer_alignment(const void* p) {
@@ -180,9 +193,9 @@ static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtM
         if (st == CUBLAS_STATUS_SUCCESS) {
             algo->chosen = i;
             if (fp8 || i > 0)
-                printf("cuBLASLt: m=%d n=%d k=%d, A type %d, B type %d, D type %d%s: algorithm %d of the heuristic's %d%s%s\n",
-                       algo->key.m, algo->key.n, algo->key.k, (int)algo->key.a_type, (int)algo->key.b_type,
-                       (int)algo->key.d_type, algo->key.fast_accum ? ", fast accumulation" : "", i + 1,
+                printf("cuBLASLt: m=%d n=%d k=%d, %s x %s -> %s%s: algorithm %d of the heuristic's %d%s%s\n",
+                       algo->key.m, algo->key.n, algo->key.k, cuda_type_name(algo->key.a_type),
+                       cuda_type_name(algo->key.b_type), cuda_type_name(algo->key.d_type), algo->key.fast_accum ? ", fast accumulation" : "", i + 1,
                        (int)algo->algos.size(), i > 0 ? " (the ones before refused: " : "", i > 0 ? (refused + ")").c_str() : "");
             return true;
         }

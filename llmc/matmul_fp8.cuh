@@ -37,6 +37,16 @@
 #include "llmc/fp8.cuh"
 #include "llmc/matmul.cuh"
 
+// An fp8 GEMM in words, for messages: its shape, layout and types.
+static inline std::string fp8_gemm_words(int m, int n, int k, cudaDataType_t a_type, cudaDataType_t b_type,
+                                         cudaDataType_t d_type, bool fast_accum, bool bias) {
+    char s[320];
+    snprintf(s, sizeof(s), "m=%d n=%d k=%d, TN (A [k, m] and B [k, n] stored along k), %s x %s -> %s, fast "
+             "accumulation %s%s", m, n, k, cuda_type_name(a_type), cuda_type_name(b_type), cuda_type_name(d_type),
+             fast_accum ? "on" : "off", bias ? ", bias epilogue" : "");
+    return s;
+}
+
 // D[m,n] (column-major, d_type floatX or fp32, dense) = a_scale_inv * b_scale_inv * A^T[m,k] @ B[k,n] (+ bias[m]
 // per row) (+ D if accumulate). A stored column-major [k, m] (row-major [m, k]), B column-major [k, n] (row-major
 // [n, k]), both fp8 of the given types. amax_d (or null): set to max |D|.
@@ -69,17 +79,22 @@ static inline void cublaslt_matmul_fp8(MatmulContext* ctx, cudaStream_t stream, 
     const MatmulKey key{m, n, k, true, false, epilogue, d_type, d_type, pointer_alignment(a), pointer_alignment(b),
                         pointer_alignment(d), a_type, b_type, fast_accum, amax_d != nullptr};
     if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
-    if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
-        die("cuBLASLt has no fp8 algorithm for m=%d n=%d k=%d (TN: A [k, m] and B [k, n] stored along k), A type %d, B "
-            "type %d, output type %d, fast accumulation %d: %s (llmc/matmul_fp8.cuh; fp8 GEMMs need compute capability "
-            "8.9+, K a multiple of 16 and not both operands E5M2; dev/probe/fp8_gemm pins the cause on a GPU)", m, n, k,
-            (int)a_type, (int)b_type, (int)d_type, (int)fast_accum, ctx->why.c_str());
+    if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+        if (ctx->fp8_check) {  // why: cuBLASLt's answers
+            ctx->fp8_refused = true;
+            return;
+        }
+        die("cuBLASLt has no fp8 algorithm for %s: %s (llmc/matmul_fp8.cuh; fp8 GEMMs need compute capability 8.9+, K a "
+            "multiple of 16 and not both operands E5M2; dev/probe/fp8_gemm pins the cause on a GPU)",
+            fp8_gemm_words(m, n, k, a_type, b_type, d_type, fast_accum, false).c_str(), ctx->why.c_str());
+    }
     // no algorithm with the bias epilogue: the plain product, then matmul.cuh's bias kernel
     if (amax_d || d_type != CUDA_FLOATX)
         die("llmc/matmul_fp8.cuh: no cuBLASLt algorithm with the bias epilogue, and its fallback supports neither "
             "the amax of D nor an output other than floatX");
     cublaslt_matmul_fp8(ctx, stream, d, d_type, a, a_type, a_scale_inv, b, b_type, b_scale_inv, m, n, k, accumulate,
                         fast_accum, nullptr, nullptr);
+    if (ctx->fp8_refused) return;  // the start-up check: refused without the epilogue too
     matmul_bias_add_kernel<<<(unsigned)ceil_div((size_t)m * n, 256), 256, 0, stream>>>((floatX*)d, bias, m, n);
     cudaCheck(cudaGetLastError());
 }

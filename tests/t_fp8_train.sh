@@ -150,6 +150,24 @@ refuse "--fp8-margin without --fp8" "flag --fp8-margin needs --fp8 delayed or cu
 refuse "the fp32 build" "--fp8 needs the bf16 build" build/train_gpt_fp32_emu --fp8 delayed
 refuse "compute capability 8.0" "--fp8 needs a GPU of compute capability 8.9 or newer" EMU_CC=8.0 $E --fp8 current
 refuse "cuBLASLt refusing every fp8 algorithm" "each of the heuristic's 3 algorithms refused (status 15, 15, 15)" EMU_LT_REFUSE_ALGOS=3 $E --fp8 current
+# the start-up check (llmc/gpt/fp8_linear.cuh, fp8_gemm_check) stops the run before step 1 and names the GEMM: its
+# shape, layout, types and cuBLASLt's answers; and it catches an algorithm that runs but computes a wrong product
+refuse "every fp8 algorithm refused: the start-up check names the GEMM" "cannot run 12 of this model's 12 fp8 GEMMs on this GPU (the fp8 start-up check, before step 1; the first: forward of qkv (m=384 n=64 k=128, TN (A [k, m] and B [k, n] stored along k), E4M3 x E4M3 -> bf16, fast accumulation on, bias epilogue): refused: each of the heuristic's 3 algorithms refused (status 15, 15, 15))" EMU_LT_REFUSE_ALGOS=3 $E --fp8 delayed
+refuse "an fp8 algorithm that computes twice the product" "input gradient of fc2 (m=512 n=64 k=128, TN (A [k, m] and B [k, n] stored along k), E4M3 x E5M2 -> bf16, fast accumulation off): ran, and computes a wrong product" EMU_LT_WRONG_ALGOS=1 $E --fp8 current
+out=$(EMU_LT_REFUSE_ALGOS=3 EMU_NCCL_TIMEOUT=60 timeout 120 "${MPIRUN[@]}" -np 2 $E "${MODEL[@]}" -b 1 -t 64 -x 1 -v 0 -g 0 -i data/mobydick.txt -j "" -o "" --fp8 current --tp 2 2>&1); rc=$?
+n=$(grep -c "the fp8 start-up check, before step 1" <<< "$out")
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$n" = 2 ] && ! grep -q "^step" <<< "$out"; then
+    echo "[PASS] refused: every fp8 algorithm refused at tp2: both ranks stop at the start-up check, exit $rc"
+else echo "[FAIL] refused: every fp8 algorithm refused at tp2: exit $rc, $n ranks named the start-up check: $(tail -c 300 <<< "$out" | tr '\n' ' ')"; status=1; fi
+# a run's start-up check: the 12 GEMMs within the bound; one rank's steps then find every GEMM key settled by it (no
+# cuBLASLt choice printed after the check's line: the check's buffers have the steps' alignments)
+startup='^fp8 start-up check: the 12 fp8 GEMMs of layer 0.s shapes (forward, input and weight gradient of qkv, attn_out, fc1, fc2) ran; 64 samples each within 0\.[0-9]* of the bound'
+f=$d/fp8.cur_one.log
+if grep -q "$startup" "$f" && ! sed -n '/^fp8 start-up check: /,$p' "$f" | grep -q "^cuBLASLt: "; then
+    echo "[PASS] fp8 current, one rank: the start-up check ran the 12 fp8 GEMMs within the bound, and the steps found every GEMM key settled by it"
+else echo "[FAIL] fp8 current, one rank: start-up check line: '$(grep -m 1 "fp8 start-up" "$f")'; GEMM keys settled after it: $(sed -n '/^fp8 start-up check: /,$p' "$f" | grep -c "^cuBLASLt: ")"; status=1; fi
+grep -q "$startup" "$d/fp8.tp2_sp.log" && echo "[PASS] fp8 delayed tp2 sp: the start-up check ran the 12 fp8 GEMMs of a tp rank's shapes within the bound" \
+    || { echo "[FAIL] fp8 delayed tp2 sp: no start-up check line: $(grep -m 1 "fp8 start-up" "$d/fp8.tp2_sp.log")"; status=1; }
 refuse "--ffn 520" "--ffn 520 / --tp 1 = 520 with --fp8: the fp8 GEMMs need a multiple of 16" $E --fp8 delayed --ffn 520
 refuse "--ffn 1040 --tp 2 (520 per rank; --plan, no device)" "--ffn 1040 / --tp 2 = 520 with --fp8" $E --fp8 delayed --ffn 1040 --tp 2 --plan --world 2
 exit $status

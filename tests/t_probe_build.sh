@@ -152,6 +152,41 @@ if bash tests/cuda_emu/build.sh dev/probe/fp8_gemm.cu "$E" -std=c++17 -O1 -fopen
     else fail "fp8_gemm, every algorithm refused" "exit $rc: $(tail -n 2 <<< "$out" | tr '\n' ' ')"; fi
 else fail "fp8_gemm builds against the emulation without warnings" "$(grep -m 3 -E 'error|warning' "$T/fp8_gemm_emu.log")"; fi
 
+# ---- the PyTorch control (dev/probe/fp8_torch.py) and the trace comparison (dev/probe/lt_trace.py)
+# Two cuBLASLt traces in cuBLASLt's format, made here with planted differences: ours passes C = D and a scale pointer
+# 4 bytes into its allocation, PyTorch's C = none, 256-byte scales and one key more; ours has an Error line. The diff
+# must name exactly these (and not the addresses of the stream or the workspace, nor the bf16 call before ours).
+lt() {  # lt PID A C D ASCALE EXTRA: one cublasLtMatmul line of an E4M3 x E4M3 -> bf16 GEMM
+    echo "[2026-01-01 00:00:00][cublasLt][$1][Api][cublasLtMatmul] A=$2 Adesc=[type=R_8F_E4M3 rows=2048 cols=6144 ld=2048] B=0x7f0000100000 Bdesc=[type=R_8F_E4M3 rows=2048 cols=4096 ld=2048] C=$3 Cdesc=[type=R_16BF rows=6144 cols=4096 ld=6144] D=$4 Ddesc=[type=R_16BF rows=6144 cols=4096 ld=6144] computeDesc=[computeType=COMPUTE_32F scaleType=R_32F transa=OP_T aScalePointer=$5$6] workSpace=0x7f00003$1 workSpaceSizeInBytes=33554432 beta=0 stream=0x$1"
+}
+{ lt 1 0x7f0000000100 0x7f0000200000 0x7f0000200000 0x7f0000400004 "" | sed 's/R_8F_E4M3/R_16BF/g'
+  lt 1 0x7f0000000100 0x7f0000200000 0x7f0000200000 0x7f0000400004 ""
+  echo "[2026-01-01 00:00:00][cublasLt][1][Error][cublasLtMatmul] planted error line"; } > "$T/lt_ours.log"
+lt 2 0x7e0000000000 "(nil)" 0x7e0000200000 0x7e0000400000 " fastAccumulationMode=0" > "$T/lt_torch.log"
+out=$(python3 dev/probe/lt_trace.py "$T/lt_ours.log" "$T/lt_torch.log" 2>&1); rc=$?
+if [ $rc = 0 ] && grep -q "first fp8 cublasLtMatmul call at line 2" <<< "$out" && grep -q "^keys whose values differ (3):" <<< "$out" &&
+   grep -qE "^  C +ours aligned 256 +torch null$" <<< "$out" && grep -qE "^  C is D +ours True +torch False$" <<< "$out" &&
+   grep -qE "^  computeDesc.aScalePointer +ours aligned 4 +torch aligned 256$" <<< "$out" &&
+   grep -q "^keys only in torch (1):" <<< "$out" && grep -qE "^  computeDesc.fastAccumulationMode +0$" <<< "$out" &&
+   grep -q "^ours: 1 line(s) at Error" <<< "$out"; then
+    pass "lt_trace.py names the planted differences of two cuBLASLt traces (C = D, a 4-byte scale pointer, a key only PyTorch sets) and the Error line"
+else fail "lt_trace.py on planted traces" "exit $rc: $(head -c 600 <<< "$out" | tr '\n' ' ')"; fi
+head -n 1 "$T/lt_ours.log" > "$T/lt_bf16.log"
+python3 dev/probe/lt_trace.py "$T/lt_bf16.log" "$T/lt_torch.log" > "$T/lt.out" 2>&1
+[ $? = 1 ] && grep -q "no fp8 cublasLtMatmul call among its 1 cublasLtMatmul lines" "$T/lt.out" \
+    && pass "lt_trace.py: a trace without an fp8 call, exit 1 naming it" || fail "lt_trace.py without an fp8 call" "$(cat "$T/lt.out")"
+python3 dev/probe/lt_trace.py "$T/lt_ours.log" "$T/missing.log" > "$T/lt.out" 2>&1
+[ $? = 2 ] && grep -q "error: torch trace $T/missing.log: No such file" "$T/lt.out" \
+    && pass "lt_trace.py: a missing trace, exit 2 naming it" || fail "lt_trace.py, missing trace" "$(cat "$T/lt.out")"
+if ! { command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }; then
+    out=$(python3 dev/probe/fp8_torch.py 2>&1); rc=$?
+    [ $rc = 2 ] && grep -q "^no CUDA device" <<< "$out" && pass "fp8_torch.py without a GPU: exit 2, 'no CUDA device'" \
+        || fail "fp8_torch.py without a GPU" "exit $rc: $out"
+fi
+out=$(python3 dev/probe/fp8_torch.py --k 24 2>&1); rc=$?
+[ $rc = 2 ] && grep -q "error: --k 24: fp8 GEMMs need a positive multiple of 16" <<< "$out" \
+    && pass "fp8_torch.py --k 24: exit 2 naming the flag" || fail "fp8_torch.py --k 24" "exit $rc: $out"
+
 # ---- the probe script
 if bash -n scripts/gpu_probe.sh; then pass "scripts/gpu_probe.sh parses (bash -n)"
 else fail "scripts/gpu_probe.sh" "bash -n reports a syntax error"; fi

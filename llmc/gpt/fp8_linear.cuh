@@ -4,6 +4,8 @@
 // whose fields it reads and writes.
 #pragma once
 
+#include <cmath>
+#include <type_traits>
 #include "llmc/fp8.cuh"
 #include "llmc/matmul_fp8.cuh"
 #include "llmc/run/checkpoint.h"
@@ -193,4 +195,185 @@ static bool fp8_state_set(GPT* g, const Fp8State& st) {
     fp8_meta_upload(&g->fp8.x, st.x, st.pos);
     fp8_meta_upload(&g->fp8.dy, st.dy, st.pos);
     return true;
+}
+
+// --fp8's start-up check, after gpt_build and before the weights are read (gpt_load casts them into w8 afterwards):
+// every fp8 GEMM kind of the steps (forward E4M3 x E4M3 with the layer's bias; input gradient E5M2 x E4M3; weight
+// gradient E5M2 x E4M3 accumulated into the gradient) at the shapes of each linear layer of this rank's first layer,
+// through the steps' own calls and fp8 buffers, on operands patterned from {-1, -0.5, 0, 0.5, 1} (exact in E4M3 and
+// E5M2), with the steps' scale slots set to 2 (inputs), 4 (weights) and 1/8 (output gradients) for the check and
+// restored after it: the three kinds then scale by 8, 1/2 and 1/4, so a scale left out shows. Each result is sampled at 64 elements against the host's exact product: a
+// wrong algorithm is off by the size of the product itself, while a right one is within the output's bf16 rounding
+// (2^-8 relative) and an accumulation bound of 2^-8 of sum |a b| (fast accumulation keeps fewer bits of its partial
+// sums than fp32). A GEMM that cuBLASLt refuses, or that computes a wrong product, stops every rank here with a message
+// naming it, before any data is read and before step 1. The first call of each GEMM also settles its algorithm
+// (llmc/matmul.cuh, matmul_settle), so the steps reuse what was checked. The gradients are left zero.
+static void fp8_gemm_check(GPT* g) {
+    if (g->fp8.opt.recipe == FP8_NONE) return;
+    int l = 0;  // this rank's first layer (a pipeline stage holds some)
+    while (l < g->cfg.n_layer && g->fp8.w8_off[(size_t)LINEARS_PER_LAYER * l] == SIZE_MAX) l++;
+    if (l == g->cfg.n_layer) return;
+    const ParamTable::Block& b = g->table.blocks[l];
+    const int N = g->B * g->T;
+    const char* names[LINEARS_PER_LAYER] = {"qkv", "attn_out", "fc1", "fc2"};
+    const int biases[LINEARS_PER_LAYER] = {b.qkv_b, b.attn_out_b, b.fc1_b, b.fc2_b};
+    // the outputs of the forward [N, OC] and the input gradient [N, IC]: the fc1 gradient's scratch [N, F1] when it
+    // is large enough (it is for every preset), else an allocation of its own
+    size_t out_len = 0, max_oc = 0;
+    for (int k = 0; k < LINEARS_PER_LAYER; k++) {
+        const ParamSpec& s = g->table.specs[linear_weight(b, k)];
+        out_len = std::max(out_len, (size_t)N * std::max(s.rows, s.cols));
+        max_oc = std::max(max_oc, (size_t)s.rows);
+    }
+    const size_t F1 = (size_t)(g->cfg.mlp == MLP_SWIGLU ? 2 : 1) * g->Fl;
+    floatX *out = g->dfc1, *own = nullptr, *bias = nullptr;
+    if (out_len > (size_t)N * F1) {
+        cudaCheck(cudaMalloc(&own, out_len * sizeof(floatX)));
+        out = own;
+    }
+    cudaCheck(cudaMalloc(&bias, max_oc * sizeof(floatX)));
+
+    // operand values in halves: -2..2 (times 0.5), a hash of the index and the operand's salt
+    auto halves = [](size_t n, uint32_t salt) {
+        std::vector<int8_t> v(n);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t h = (uint32_t)i * 2654435761u ^ salt * 2246822519u;
+            h ^= h >> 15;
+            h *= 2654435761u;
+            v[i] = (int8_t)((h >> 13) % 5) - 2;
+        }
+        return v;
+    };
+    auto upload = [](auto* dst, const std::vector<int8_t>& v) {
+        using F8 = std::remove_pointer_t<decltype(dst)>;
+        std::vector<F8> h(v.size());
+        for (size_t i = 0; i < v.size(); i++) h[i] = F8(0.5f * v[i]);
+        cudaCheck(cudaMemcpy(dst, h.data(), h.size() * sizeof(F8), cudaMemcpyHostToDevice));
+    };
+    auto scale_of = [](const float* slot) {
+        float s;
+        cudaCheck(cudaMemcpy(&s, slot, sizeof(float), cudaMemcpyDeviceToHost));
+        return (double)s;
+    };
+    auto set_scale = [](float* slot, float v) { cudaCheck(cudaMemcpy(slot, &v, sizeof(float), cudaMemcpyHostToDevice)); };
+    // D[r, c] = s * sum_p X[r, p] Y[c, p] (+ bias[c]), X [R, K] and Y [C, K] row-major, sampled against d (row-major
+    // [R, C] on the device); returns the worst |error| / bound, or a negative value where a sample is not finite
+    auto sampled = [&](const floatX* d, const std::vector<int8_t>& X, const std::vector<int8_t>& Y,
+                       const std::vector<int8_t>* bias_h, double s, int R, int C, int K) {
+        double worst = 0;
+        uint64_t state = 0x9E3779B97F4A7C15ull;
+        for (int t = 0; t < 64; t++) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            const int r = (int)((state >> 33) % (uint64_t)R), c = (int)((state >> 13) % (uint64_t)C);
+            int64_t dot = 0, abs_dot = 0;  // in quarters
+            for (int p = 0; p < K; p++) {
+                const int64_t q = (int64_t)X[(size_t)r * K + p] * Y[(size_t)c * K + p];
+                dot += q;
+                abs_dot += q < 0 ? -q : q;
+            }
+            const double want = s * 0.25 * (double)dot + (bias_h ? 0.5 * (*bias_h)[c] : 0.0);
+            floatX got_x;
+            cudaCheck(cudaMemcpy(&got_x, d + (size_t)r * C + c, sizeof(floatX), cudaMemcpyDeviceToHost));
+            const double got = (double)to_float(got_x);
+            if (!std::isfinite(got)) return -1.0;
+            const double bound = ldexp(std::fabs(want) + s * 0.25 * (double)abs_dot, -8) + 1e-30;
+            worst = std::max(worst, std::fabs(got - want) / bound);
+        }
+        return worst;
+    };
+
+    std::vector<std::string> failed;
+    double worst_all = 0;
+    int ran = 0;
+    g->mm.fp8_check = true;
+    for (int k = 0; k < LINEARS_PER_LAYER; k++) {
+        const int w = linear_weight(b, k), i = LINEARS_PER_LAYER * l + k;
+        const ParamSpec& sp = g->table.specs[w];
+        const int OC = (int)sp.rows, IC = (int)sp.cols;
+        float *sx = fp8_gemm_scale(&g->fp8.x, i), *sw = fp8_gemm_scale(&g->fp8.w, i), *sdy = fp8_gemm_scale(&g->fp8.dy, i);
+        const double kept[3] = {scale_of(sx), scale_of(sw), scale_of(sdy)};
+        set_scale(sx, 2.0f);
+        set_scale(sw, 4.0f);
+        set_scale(sdy, 0.125f);
+        const std::vector<int8_t> x = halves((size_t)N * IC, 1), wv = halves((size_t)OC * IC, 2),
+                                  wt = halves((size_t)IC * OC, 3), dy = halves((size_t)N * OC, 4),
+                                  dyt = halves((size_t)OC * N, 5), xt = halves((size_t)IC * N, 6),
+                                  bh = halves((size_t)OC, 7);
+        upload(g->fp8.x8, x);
+        upload(fp8_weight(g, l, k, false), wv);
+        upload(fp8_weight(g, l, k, true), wt);
+        upload(g->fp8.dy8, dy);
+        upload(g->fp8.dyt8, dyt);
+        const bool with_bias = biases[k] >= 0;
+        if (with_bias) {
+            std::vector<floatX> h(OC);
+            for (int c = 0; c < OC; c++) h[c] = to_floatX(0.5f * bh[c]);
+            cudaCheck(cudaMemcpy(bias, h.data(), OC * sizeof(floatX), cudaMemcpyHostToDevice));
+        }
+        for (int kind = 0; kind < 3; kind++) {
+            g->mm.fp8_refused = false;
+            std::string words;
+            double worst = 0;
+            if (kind == 0) {  // out[N, OC] = x8[N, IC] w8[OC, IC]^T (+ bias)
+                words = "forward of " + std::string(names[k]) + " (" +
+                        fp8_gemm_words(OC, N, IC, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_FLOATX, true, with_bias) + ")";
+                matmul_fp8_forward(&g->mm, g->stream, out, g->fp8.x8, sx, fp8_weight(g, l, k, false), sw,
+                                   with_bias ? bias : nullptr, N, IC, OC);
+                cudaCheck(cudaStreamSynchronize(g->stream));
+                if (!g->mm.fp8_refused)
+                    worst = sampled(out, x, wv, with_bias ? &bh : nullptr, scale_of(sx) * scale_of(sw), N, OC, IC);
+            } else if (kind == 1) {  // dinp[N, IC] = dy8[N, OC] wt8[IC, OC]^T
+                words = "input gradient of " + std::string(names[k]) + " (" +
+                        fp8_gemm_words(IC, N, OC, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_FLOATX, false, false) + ")";
+                matmul_fp8_backward_input(&g->mm, g->stream, out, g->fp8.dy8, sdy, fp8_weight(g, l, k, true), sw, N,
+                                          IC, OC);
+                cudaCheck(cudaStreamSynchronize(g->stream));
+                if (!g->mm.fp8_refused) worst = sampled(out, dy, wt, nullptr, scale_of(sdy) * scale_of(sw), N, IC, OC);
+            } else {  // dW[OC, IC] += dyt8[OC, N] xt8[IC, N]^T, into the zeroed gradient
+                words = "weight gradient of " + std::string(names[k]) + " (" +
+                        fp8_gemm_words(IC, OC, N, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, cublaslt_type(g->G(w)), false, false) +
+                        ", accumulating)";
+                upload(g->fp8.x8, xt);  // the backward's x8 holds the input transposed
+                cudaCheck(cudaMemset(g->G(w), 0, sp.numel() * sizeof(floatX)));
+                matmul_fp8_backward_weight(&g->mm, g->stream, g->G(w), (floatX*)nullptr, (const floatX*)nullptr,
+                                           g->fp8.dyt8, sdy, g->fp8.x8, sx, N, IC, OC);
+                cudaCheck(cudaStreamSynchronize(g->stream));
+                if (!g->mm.fp8_refused) worst = sampled(g->G(w), dyt, xt, nullptr, scale_of(sdy) * scale_of(sx), OC, IC, N);
+                cudaCheck(cudaMemset(g->G(w), 0, sp.numel() * sizeof(floatX)));
+            }
+            if (g->mm.fp8_refused) failed.push_back(words + ": refused: " + g->mm.why);
+            else if (worst < 0) failed.push_back(words + ": ran, and wrote a value that is not finite");
+            else if (worst > 1) {
+                char s[96];
+                snprintf(s, sizeof(s), ": ran, and computes a wrong product (sampled error %.3g times the bound)", worst);
+                failed.push_back(words + s);
+            } else {
+                worst_all = std::max(worst_all, worst);
+                ran++;
+            }
+        }
+        set_scale(sx, (float)kept[0]);
+        set_scale(sw, (float)kept[1]);
+        set_scale(sdy, (float)kept[2]);
+    }
+    g->mm.fp8_check = false;
+    g->mm.fp8_refused = false;
+    cudaCheck(cudaFree(own));
+    cudaCheck(cudaFree(bias));
+
+    double bad = failed.empty() ? 0.0 : 1.0;  // every rank stops together
+    comm_host_max(g->world, &bad, 1);
+    if (!failed.empty()) {
+        fflush(stdout);
+        fprintf(stderr, "fp8 start-up check (rank %d, layer %d's shapes, N = B*T = %d): %zu of %d fp8 GEMMs failed:\n",
+                g->world.rank, l, N, failed.size(), 3 * LINEARS_PER_LAYER);
+        for (const std::string& f : failed) fprintf(stderr, "  %s\n", f.c_str());
+        die("--fp8: cuBLASLt cannot run %zu of this model's %d fp8 GEMMs on this GPU (the fp8 start-up check, before "
+            "step 1; the first: %s); train without --fp8, or run dev/probe/fp8_gemm to pin the cause (docs/fp8.md)",
+            failed.size(), 3 * LINEARS_PER_LAYER, failed[0].c_str());
+    }
+    if (bad != 0) die("--fp8: the fp8 start-up check failed on another rank (its message names the GEMMs)");
+    if (g->world.rank == 0)
+        printf("fp8 start-up check: the %d fp8 GEMMs of layer %d's shapes (forward, input and weight gradient of qkv, "
+               "attn_out, fc1, fc2) ran; 64 samples each within %.2f of the bound\n", ran, l, worst_all);
 }

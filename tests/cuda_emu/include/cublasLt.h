@@ -18,7 +18,8 @@
 // cublasLtMatmulAlgoCheck accepts each. Two refusals the H100 showed (the heuristic offers, the call refuses) can be
 // planted, read on each call: EMU_LT_REFUSE_ALGOS=K refuses algorithms 0..K-1 of every fp8 GEMM at the call
 // (CUBLAS_STATUS_NOT_SUPPORTED; K at or above EMU_LT_ALGOS refuses them all), EMU_LT_SCALE_ALIGN=B refuses an fp8
-// call whose A or B scale pointer is not B-byte aligned.
+// call whose A or B scale pointer is not B-byte aligned. And a wrong product: EMU_LT_WRONG_ALGOS=K makes algorithms
+// 0..K-1 of every fp8 GEMM run and write twice the product (what --fp8's start-up check must catch).
 #pragma once
 #include "cuda_emu.h"
 #include "cuda_fp8.h"
@@ -275,10 +276,11 @@ static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
 // The shapes are checked and alpha, beta, the descriptor and the layouts read when the call is made; the product runs
 // on the stream (at once, or queued in the stream mode, cuda_emu_streams.h).
 static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const void* A, const EmuLtLayout* la,
-                                  const void* Bm, const EmuLtLayout* lb, void* D, const EmuLtLayout* ldd, int M, int N, int K) {
+                                  const void* Bm, const EmuLtLayout* lb, void* D, const EmuLtLayout* ldd, int M, int N, int K,
+                                  bool wrong = false) {
     g_emu_gemms++;
-    // alpha times the fp8 operands' scales (1 where no pointer is set)
-    const float al = al0 * (d->a_scale ? *d->a_scale : 1.0f) * (d->b_scale ? *d->b_scale : 1.0f);
+    // alpha times the fp8 operands' scales (1 where no pointer is set); doubled where a wrong product is planted
+    const float al = al0 * (d->a_scale ? *d->a_scale : 1.0f) * (d->b_scale ? *d->b_scale : 1.0f) * (wrong ? 2.0f : 1.0f);
     // op(A) as rows of K, op(B) as columns of K, in fp32 (exact for bf16 and fp8)
     std::vector<float> a((size_t)M * K), b((size_t)N * K);
     const bool ta = d->ta == CUBLAS_OP_T, tb = d->tb == CUBLAS_OP_T;
@@ -333,6 +335,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     }
     const EmuLtDesc dc = *d;
     const EmuLtLayout lac = *la, lbc = *lb, ldc = *ldd;
-    emu_submit(stream, "cublasLtMatmul", file, line, [=]() { emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K); });
+    const bool wrong = emu_lt_is_fp8(la->type) && algo && (int64_t)algo->data[0] < emu_env_int("EMU_LT_WRONG_ALGOS", 0);
+    emu_submit(stream, "cublasLtMatmul", file, line, [=]() { emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K, wrong); });
     return CUBLAS_STATUS_SUCCESS;
 }
