@@ -333,6 +333,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     }
     const EmuLtDesc dc = *d;
     const EmuLtLayout lac = *la, lbc = *lb, ldc = *ldd;
+    emu_count_launch("cublasLtMatmul", file, line);
     emu_submit(stream, "cublasLtMatmul", file, line, [=]() { emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K); });
     return CUBLAS_STATUS_SUCCESS;
 }
