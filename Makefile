@@ -320,7 +320,7 @@ coverage_run: $(ALL_TEST_DEPS)
 # emulation's headers first on the include path. The builds differ only in their flags.
 EMU_BUILD = CXX="$(CXX)" PYTHON="$(PYTHON)" bash tests/cuda_emu/build.sh
 EMU_DEPS := tests/cuda_emu/build.sh tests/cuda_emu/rewrite.py tests/cuda_emu/streams.cpp \
-            $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/*)
+            $(wildcard tests/cuda_emu/include/*.h tests/cuda_emu/include/llmc/* tests/cuda_emu/include/nvtx3/*)
 
 # tests/t_comm.sh: llmc/parallel/comm_nccl.cuh's test program against the emulated CUDA runtime and NCCL (NCCL over
 # MPI), for mpirun on the CPU

@@ -46,6 +46,7 @@
 #include "llmc/parallel/comm_one_rank.cuh"  // built without NCCL: one rank
 #endif
 #include "llmc/run/test_hooks.h"
+#include "llmc/profile.cuh"  // --profile: the kernel classes (PROF, ProfScope) and the step profile's table
 #include "llmc/gpt/options.cuh"
 #include "llmc/gpt/axes.cuh"
 
@@ -158,7 +159,9 @@ struct GPT {
 // --norm-head: the step's fp32 head gradient (of the unit rows) becomes that of the head's own rows, once per step
 // before it joins the other gradients (gpt_fold_head_grad, grads_bucket_done).
 static void head_grad_finish(GPT* g) {
-    if (g->cfg.norm_head) norm_head_backward(g->head_grad, g->head_n, g->head_rnorm, g->Vpl, g->cfg.n_embd, g->stream);
+    if (g->cfg.norm_head)
+        PROF(PROF_NORM_BWD, prof_bytes(3.0 * g->Vpl * g->cfg.n_embd * 4),
+             norm_head_backward(g->head_grad, g->head_n, g->head_rnorm, g->Vpl, g->cfg.n_embd, g->stream));
 }
 
 #include "llmc/gpt/tensor_parallel.cuh"  // tp_sum, tp_gather: the residual stream over the tp group
@@ -183,11 +186,17 @@ static void head_grad_finish(GPT* g) {
 // recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
 // input x[l] and recomputes the whole layer just before its backward.
 
+// The FLOPs of a causal attention forward: QK^T and PV over the lower triangle, 2 x (2 T^2 hd / 2) per sample and head
+// (the profile's count, the work the kernels do; MFU counts the full square, llmc/flops.h). Its backward does 2.5
+// times this (five products: the scores again, dV, dP, dQ, dK).
+static double attention_flops(int B, int T, int H, int hd) { return 2.0 * B * H * (double)T * T * hd; }
+
 // The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
 // build the CUDA-core kernels of llmc/attention_rowwise.cuh. Same layouts and meaning.
 // alibi: the slopes of the H heads, or null.
 static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
                           const float* alibi, cudaStream_t stream) {
+    ProfScope prof(PROF_ATTN_FWD, prof_flops(attention_flops(B, T, H, hd)));
 #ifdef ENABLE_FP32
     attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi);
 #else
@@ -197,6 +206,7 @@ static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int
 static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
                           const float* lse, int B, int T, int H, int KV, int hd, const float* alibi,
                           cudaStream_t stream) {
+    ProfScope prof(PROF_ATTN_BWD, prof_flops(2.5 * attention_flops(B, T, H, hd)));
 #ifdef ENABLE_FP32
     attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi);
 #else
@@ -208,6 +218,7 @@ static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const f
 // through fp8 GEMMs (llmc/gpt/fp8_linear.cuh).
 static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp, const floatX* bias, int N, int IC,
                            int OC) {
+    ProfScope prof(prof_linear(k, PROF_FWD), prof_gemm(OC, N, IC));
     if (g->fp8.opt.recipe != FP8_NONE) return fp8_linear_forward(g, l, k, out, inp, bias, N, IC, OC);
     matmul_forward(&g->mm, g->stream, out, inp, g->P(linear_weight(g->table.blocks[l], k)), bias, N, IC, OC);
 }
@@ -218,8 +229,10 @@ static void linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, c
                             int N, int IC, int OC) {
     if (g->fp8.opt.recipe != FP8_NONE) return fp8_linear_backward(g, l, k, dinp, dbias, dout, inp, N, IC, OC);
     const int w = linear_weight(g->table.blocks[l], k);
-    matmul_backward_input(&g->mm, g->stream, dinp, dout, g->P(w), N, IC, OC);
-    matmul_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, inp, N, IC, OC);
+    PROF(prof_linear(k, PROF_DGRAD), prof_gemm(IC, N, OC),
+         matmul_backward_input(&g->mm, g->stream, dinp, dout, g->P(w), N, IC, OC));
+    PROF(prof_linear(k, PROF_WGRAD), prof_gemm(IC, OC, N),
+         matmul_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, inp, N, IC, OC));
 }
 
 // The attention half of layer l after ln1: qkv (column-parallel: this rank's heads, on ln1 gathered under SP),
@@ -230,15 +243,20 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = g->Hl, KV = g->KVl;
     tp_gather(g, la.ln1, la.ln1_full);
     linear_forward(g, l, LINEAR_QKV, la.qkv, la.ln1_full, g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
+    const double qk_bytes = (double)N * (H + KV) * hd * sizeof(floatX);  // the q and k heads
     if (c.qk_norm)
-        qk_norm_forward(la.qkv, la.qk_raw, g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream);
-    if (c.pos == POS_ROPE) rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream);
+        PROF(PROF_NORM_FWD, prof_bytes(3 * qk_bytes),
+             qk_norm_forward(la.qkv, la.qk_raw, g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream));
+    if (c.pos == POS_ROPE)
+        PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
+             rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream));
     attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->alibi, g->stream);
 }
 
 // The MLP activation of layer l: act from fc1 (this rank's Fl columns).
 static void mlp_act_forward(GPT* g, LayerActs& la) {
     const size_t N = (size_t)g->B * g->T;
+    ProfScope prof(PROF_ACT_FWD, prof_bytes((g->cfg.mlp == MLP_SWIGLU ? 3.0 : 2.0) * N * g->Fl * sizeof(floatX)));
     if (g->cfg.mlp == MLP_SWIGLU) swiglu_forward(la.act, la.fc1, (int)N, g->Fl, g->stream);
     else gelu_forward(la.act, la.fc1, N * g->Fl, g->stream);
 }
@@ -255,19 +273,24 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const int N = g->B * g->T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, F = g->Fl,
               F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM;
-    if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, false);  // its weights just gathered
+    const double row_bytes = (double)Nl * C * sizeof(floatX);  // one [Nl,C] tensor of the residual stream
+    if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3)
+        PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, false));  // its weights just gathered
     if (x_prev_mid)
-        fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w), g->P(w.ln1_b),
-                                    Nl, C, c.norm_eps, rms, g->stream);
+        PROF(PROF_NORM_FWD, prof_bytes(4 * row_bytes),
+             fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w),
+                                         g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream));
     else
-        fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
-                                    g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream);  // no residual add
+        PROF(PROF_NORM_FWD, prof_bytes(2 * row_bytes),
+             fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
+                                         g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream));  // no residual add
     attention_block_forward(g, l, la);
     floatX* part = tp_part(g, g->y);
     linear_forward(g, l, LINEAR_ATTN_OUT, part, la.atty, row_bias(g, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
     tp_sum(g, part, g->y);
-    fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w), g->P(w.ln2_b), Nl,
-                                C, c.norm_eps, rms, g->stream);
+    PROF(PROF_NORM_FWD, prof_bytes(4 * row_bytes),
+         fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w),
+                                     g->P(w.ln2_b), Nl, C, c.norm_eps, rms, g->stream));
     tp_gather(g, la.ln2, la.ln2_full);
     linear_forward(g, l, LINEAR_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
     mlp_act_forward(g, la);
@@ -354,7 +377,8 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
         // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add. Tensor parallel: this rank's vocabulary
         // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
         floatX* x0 = tp_part(g, g->layers[0].x);
-        embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl);
+        PROF(PROF_EMB_FWD, prof_bytes((2.0 * N + T) * C * sizeof(floatX)),
+             embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl));
         tp_sum(g, x0, g->layers[0].x);
         params_done(g, 0);
     }
@@ -367,16 +391,20 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
     }
     if (!last) {  // x[l1] = x_mid + y, sent to the next chunk's stage
         const size_t n = (size_t)(g->tp.sp ? N / g->tp.n : N) * C;
+        ProfScope prof(PROF_NORM_FWD, prof_bytes(3.0 * n * sizeof(floatX)));  // the residual add a norm would fuse
         residual_add_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(out, g->layers[l1 - 1].x_mid, g->y, n);
         cudaCheck(cudaGetLastError());
         return;
     }
     if (c.tied && !first) params_use(g, 0);  // the last stage's copy of the tied embedding, for the LM head
     params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
-    if (c.norm_head) norm_head_forward(g->head_n, g->head_rnorm, g->P(g->head()), g->Vpl, C, g->stream);
-    fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
-                                g->P(t.lnf_w), g->P(t.lnf_b), g->tp.sp ? N / g->tp.n : N, C, c.norm_eps,
-                                c.norm == NORM_RMSNORM, g->stream);
+    if (c.norm_head)
+        PROF(PROF_NORM_FWD, prof_bytes(2.0 * g->Vpl * C * sizeof(floatX)),
+             norm_head_forward(g->head_n, g->head_rnorm, g->P(g->head()), g->Vpl, C, g->stream));
+    PROF(PROF_NORM_FWD, prof_bytes(4.0 * (g->tp.sp ? N / g->tp.n : N) * C * sizeof(floatX)),
+         fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
+                                     g->P(t.lnf_w), g->P(t.lnf_b), g->tp.sp ? N / g->tp.n : N, C, c.norm_eps,
+                                     c.norm == NORM_RMSNORM, g->stream));
     tp_gather(g, g->lnf, g->lnf_full);
 }
 
@@ -408,6 +436,7 @@ __global__ void loss_accumulate_kernel(double* loss_sum, const float* losses, in
 
 // Adds weight * (mean loss over the valid targets of the micro-batch in g->losses) into g->loss_sum.
 static void gpt_loss_accumulate(GPT* g, double weight) {
+    ProfScope prof(PROF_XENT, prof_bytes(4.0 * g->B * g->T));
     loss_accumulate_kernel<<<1, 256, 0, g->stream>>>(g->loss_sum, g->losses, g->B * g->T, g->n_valid, weight);
     cudaCheck(cudaGetLastError());
 }
@@ -439,18 +468,23 @@ static void classifier_tp(GPT* g, floatX* dx, float scale) {
     float *mx = g->cls_stats, *sum = mx + chunk, *tgt = sum + chunk;
     for (int r0 = 0; r0 < N; r0 += chunk) {
         const int rows = std::min(chunk, N - r0);
-        gpt_logits(g, r0, rows);
-        vocab_parallel_max_target(g->logits, mx, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, g->stream);
-        comm_all_reduce_max(g->tp.comm, mx, rows);
-        comm_all_reduce_sum(g->tp.comm, tgt, rows);
-        vocab_parallel_sum_exp(g->logits, mx, sum, rows, g->v0, V, g->Vpl, g->stream);
-        comm_all_reduce_sum(g->tp.comm, sum, rows);
-        vocab_parallel_loss_grad(g->logits, g->losses + r0, mx, sum, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, scale,
-                                 g->stream);
+        const ProfWork stats = prof_bytes(4.0 * rows), logits = prof_bytes((double)rows * g->Vpl * sizeof(floatX));
+        PROF(PROF_HEAD_FWD, prof_gemm(g->Vpl, rows, C), gpt_logits(g, r0, rows));
+        PROF(PROF_XENT, logits,
+             vocab_parallel_max_target(g->logits, mx, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, g->stream));
+        PROF(PROF_TP_COMM, stats, comm_all_reduce_max(g->tp.comm, mx, rows));
+        PROF(PROF_TP_COMM, stats, comm_all_reduce_sum(g->tp.comm, tgt, rows));
+        PROF(PROF_XENT, logits, vocab_parallel_sum_exp(g->logits, mx, sum, rows, g->v0, V, g->Vpl, g->stream));
+        PROF(PROF_TP_COMM, stats, comm_all_reduce_sum(g->tp.comm, sum, rows));
+        PROF(PROF_XENT, prof_bytes(2 * logits.bytes),
+             vocab_parallel_loss_grad(g->logits, g->losses + r0, mx, sum, tgt, g->targets + r0, rows, g->v0, V, g->Vpl,
+                                      scale, g->stream));
         if (!dx) continue;
-        matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->logits, g->head_w(), rows, C, g->Vpl);
-        matmul_backward_weight(&g->mm, g->stream, g->head_grad, nullptr, g->logits, g->lnf_full + (size_t)r0 * C, rows, C,
-                               g->Vpl);
+        PROF(PROF_HEAD_DGRAD, prof_gemm(C, rows, g->Vpl),
+             matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->logits, g->head_w(), rows, C, g->Vpl));
+        PROF(PROF_HEAD_WGRAD, prof_gemm(C, g->Vpl, rows),
+             matmul_backward_weight(&g->mm, g->stream, g->head_grad, nullptr, g->logits, g->lnf_full + (size_t)r0 * C,
+                                    rows, C, g->Vpl));
     }
 }
 
@@ -461,9 +495,10 @@ static double gpt_loss(GPT* g) {
     if (g->tp.n > 1) classifier_tp(g, nullptr, 0.0f);
     for (int r0 = 0; r0 < N && g->tp.n == 1; r0 += g->cls_chunk) {
         const int rows = std::min(g->cls_chunk, N - r0);
-        gpt_logits(g, r0, rows);
-        fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size, c.padded_vocab,
-                              0.0f, g->stream);
+        PROF(PROF_HEAD_FWD, prof_gemm(c.padded_vocab, rows, c.n_embd), gpt_logits(g, r0, rows));
+        PROF(PROF_XENT, prof_bytes(2.0 * rows * c.padded_vocab * sizeof(floatX)),
+             fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size,
+                                   c.padded_vocab, 0.0f, g->stream));
     }
     cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
     gpt_loss_accumulate(g, 1.0);
@@ -487,6 +522,8 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
     const int B = g->B, T = g->T, N = B * T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, hd = c.head_dim, H = g->Hl,
               KV = g->KVl, qd = H * hd, qkvd = (H + 2 * KV) * hd, F = g->Fl, F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
+    const double row_bytes = (double)Nl * C * sizeof(floatX), qk_bytes = (double)N * (H + KV) * hd * sizeof(floatX),
+                 act_bytes = (double)N * F * sizeof(floatX);  // [Nl,C], the q and k heads, [N,F]
     int l0, l1;
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
@@ -505,7 +542,8 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
         if (g->tp.n == 1) {
             fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->head_w(), g->targets, N,
-                             C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream);
+                             C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream,
+                             prof_classifier_phase);  // the profile's LM head and cross-entropy classes
         } else {
             floatX* part = tp_part(g, g->dln);
             classifier_tp(g, part, scale);
@@ -513,8 +551,9 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         }
         gpt_loss_accumulate(g, loss_weight);
         cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
-        norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
-                      g->lnf_mean, g->lnf_rstd, Nl, C, rms, g->stream);
+        PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
+             norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
+                           g->lnf_mean, g->lnf_rstd, Nl, C, rms, g->stream));
         const int head_bucket = (int)g->dp.buckets.size() - 1;
         params_done(g, head_bucket);
         if (c.tied) params_done(g, 0);
@@ -536,30 +575,36 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
-        if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3) fp8_cast_weights(g, l, true);  // the transposes, after the gather
+        if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3)  // the transposes, after the gather
+            PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, true));
         floatX* part = tp_part(g, g->dln);
         tp_gather(g, g->dres, g->dres_full);
         linear_backward(g, l, LINEAR_FC2, g->dact, row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
-        if (swiglu) swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream);
-        else gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream);
+        if (swiglu) PROF(PROF_ACT_BWD, prof_bytes(5 * act_bytes), swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream));
+        else PROF(PROF_ACT_BWD, prof_bytes(3 * act_bytes), gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream));
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
         linear_backward(g, l, LINEAR_FC1, part, g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
         tp_sum(g, part, g->dln);
-        norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w), la.ln2_mean,
-                      la.ln2_rstd, Nl, C, rms, g->stream);
+        PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
+             norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w),
+                           la.ln2_mean, la.ln2_rstd, Nl, C, rms, g->stream));
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
         tp_gather(g, g->dres, g->dres_full);
         linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
         attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->alibi, g->stream);
-        if (c.pos == POS_ROPE) rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream);
+        if (c.pos == POS_ROPE)
+            PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
+                 rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream));
         if (c.qk_norm)  // the weights' gradients: this rank's heads' part (summed over tp with the bucket)
-            qk_norm_backward(g->dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->norm_partial, la.qk_raw, g->P(w.q_norm_w),
-                             g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream);
+            PROF(PROF_NORM_BWD, prof_bytes(3 * qk_bytes),
+                 qk_norm_backward(g->dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->norm_partial, la.qk_raw,
+                                  g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream));
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);
         linear_backward(g, l, LINEAR_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
         tp_sum(g, part, g->dln);
-        norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w), la.ln1_mean,
-                      la.ln1_rstd, Nl, C, rms, g->stream);
+        PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
+             norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w),
+                           la.ln1_mean, la.ln1_rstd, Nl, C, rms, g->stream));
         params_done(g, b);
         if (reduce) grads_bucket_done(g, b);
     }
@@ -569,8 +614,9 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t]): this rank's vocabulary rows, from every position (gathered under SP)
     tp_gather(g, g->dres, g->dres_full);
-    embedding_backward(g->G(t.wte), row_bias_grad(g, g->G(t.wpe)), g->dres_full, g->plan, N, T, C, g->stream, g->v0,
-                       g->Vpl);
+    PROF(PROF_EMB_BWD, prof_bytes(3.0 * N * C * sizeof(floatX)),
+         embedding_backward(g->G(t.wte), row_bias_grad(g, g->G(t.wpe)), g->dres_full, g->plan, N, T, C, g->stream, g->v0,
+                            g->Vpl));
     if (reduce) grads_bucket_done(g, 0);
 }
 
@@ -615,6 +661,11 @@ static void gpt_fold_head_grad(GPT* g) {
 // over dp (grads_norm_reduced, llmc/gpt/data_parallel.cuh). Only enqueues.
 static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
+    // the bytes read: the fp32 reduced gradients this rank counts, or the floatX ones and the head's fp32 gradient folded in
+    const double head = (double)g->Vpl * g->cfg.n_embd;
+    ProfScope prof(PROF_GRAD_NORM, prof_bytes(g->dp.parallel ? 4.0 * g->dp.shard  // about P / dp per rank
+                                                             : (double)g->table.total * sizeof(floatX) +
+                                                                   head * (4 + 2 * sizeof(floatX))));
     if (g->dp.parallel) return grads_norm_reduced(g, out, tc.grad_clip);
     gpt_fold_head_grad(g);
     global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
@@ -626,7 +677,10 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
 static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     const float* clip = g->gnorm + GLOBAL_NORM_BLOCKS + 1;
     AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
-    adamw_update(g->adam, h, t, clip, g->stream);
+    // per element updated: master and both moments read and written, the gradient read, the weight written
+    const double n = g->L.zero >= 1 ? (double)g->dp.shard : (double)g->table.total;
+    const double grad = g->dp.parallel ? 4 : sizeof(floatX), moment = g->bf16_moments ? 2 : 4;
+    PROF(PROF_ADAMW, prof_bytes(n * (8 + 4 * moment + grad + sizeof(floatX))), adamw_update(g->adam, h, t, clip, g->stream));
     if (g->L.zero == 1 || g->L.zero == 2) {
         params_allgather(g);
     } else if (g->L.zero >= 3) {  // the next gathers read the updated shard
@@ -680,8 +734,11 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     *verdict = guard_verdict(tc, st, loss, *norm_out);  // the same on every rank: the loss and norm are summed over dp
     const bool update = *verdict == GUARD_UPDATE;
     if (update) gpt_update(g, guard_adam_step(st, step), lr, tc);
-    fp8_step_end(g, update);             // --fp8 delayed: the next step's scales (a skipped step drops its amaxes)
-    if (update) fp8_weights_update(g);  // --fp8: the updated weights' scales and fp8 copies
+    if (g->fp8.opt.recipe != FP8_NONE) {
+        PROF(PROF_FP8_SCALING, ProfWork(), fp8_step_end(g, update));  // delayed: the next step's scales (a skipped step
+                                                                       // drops its amaxes)
+        if (update) PROF(PROF_FP8_SCALING, ProfWork(), fp8_weights_update(g));  // the updated weights' scales, copies
+    }
     return loss;
 }
 
@@ -803,6 +860,18 @@ static double device_peak_flops(const char* name) {
     if (n.find("H100") != std::string::npos || n.find("H200") != std::string::npos || n.find("H800") != std::string::npos)
         return 989e12;
     if (n.find("A100") != std::string::npos || n.find("A800") != std::string::npos) return 312e12;
+    return 0.0;
+}
+
+// Nominal memory bandwidth of the device from its name, bytes/s (the step profile's ceiling of memory-bound kernels
+// without --ceilings): H200 4.8 TB/s, H100 SXM (HBM3) 3.35, H100 PCIe 2.0, A100 2.0 (80 GB; 40 GB 1.555); 0 when
+// unknown. Nominal, as the vendor states it: a copy reaches about 88% of it (bench/results, dev/probe/ceilings.cu).
+static double device_peak_bandwidth(const char* name) {
+    std::string n = name;
+    auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+    if (has("H200")) return 4.8e12;
+    if (has("H100") || has("H800")) return has("PCIe") ? 2.0e12 : 3.35e12;
+    if (has("A100") || has("A800")) return has("40GB") ? 1.555e12 : 2.0e12;
     return 0.0;
 }
 
@@ -992,6 +1061,10 @@ int main(int argc, char** argv) {
     comm_set_io_timeout(tc.io_timeout); // the same for a wait on another rank's disk work (--io-timeout)
     stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/run/signals.h)
     if (run_host_mode(mc, &tc, &opt)) return 0;
+    if (opt.profile > tc.steps - 1)
+        die("flag --profile %d: the profile times the steps after the first, and -x %d leaves %d: give at most %d, or "
+            "more steps", opt.profile, tc.steps, tc.steps - 1, tc.steps - 1);
+    profile_open(&g_prof, opt.profile, opt.ceilings, opt.fp8.recipe != FP8_NONE);  // --ceilings read and checked here
     RunFiles files;
     run_files_open(&files, mc, tc);
 
@@ -1009,6 +1082,9 @@ int main(int argc, char** argv) {
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);
     gpt_load(&g, table, tc, files.resume_dir, &state);
+    if (opt.profile > tc.steps - state.step - 1)
+        die("flag --profile %d: the run resumes at step %d of -x %d, which leaves %d steps after its first", opt.profile,
+            state.step, tc.steps, std::max(0, tc.steps - state.step - 1));
     auto save_checkpoint = [&]() { gpt_save_checkpoint(&g, table, tc, state); };
     if (rank0 && !tc.out_dir.empty()) {
         std::error_code ec;
@@ -1027,6 +1103,8 @@ int main(int argc, char** argv) {
     lg.formats = tc.log_formats;
     lg.seq_len = T;
     lg.mem_limit_bytes = tc.gpu_mem_gib > 0 ? tc.gpu_mem_gib * 1073741824.0 : (double)rs.prop.totalGlobalMem;
+    g_prof.peak_flops = lg.peak_flops;  // --profile's nominal ceilings (without --ceilings)
+    g_prof.peak_bw = device_peak_bandwidth(rs.prop.name);
     if (rank0) logger_start(&lg);
     auto print_sample = [&]() {
         if (tc.gen_tokens <= 0) return;
@@ -1064,9 +1142,12 @@ int main(int argc, char** argv) {
         double norm = 0;
         const TestCorrupt mb0 = test_hooks_step(hooks, step + 1, world.rank, &targets);  // tests only
         GuardVerdict verdict;
+        profile_step_begin(step - first_step, g.stream);  // --profile: the N steps after the first are timed by class
         loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0, &norm, &verdict);
+        const double ms = profile_step_end(t0);  // a profiled step first waits for its last event
         state.step = step + 1;
-        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0, verdict);
+        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, ms, verdict);
+        if (opt.profile > 0 && step - first_step == opt.profile) profile_print(&g_prof, world, lg, hw_flops);
         std::string why;
         if (!guard_record(tc, &state, verdict, loss, step + 1, &why)) {
             if (rank0) log_failed(&lg, mc);

@@ -11,7 +11,9 @@
 // linear layer of IC = C inputs and OC = Vp outputs over N = rows tokens.
 // Launchers:
 //   fused_classifier_rows(...)              step 2 on `rows` rows of logits
-//   fused_classifier(...)                   steps 1-4 over all N rows, chunk rows at a time
+//   fused_classifier(...)                   steps 1-4 over all N rows, chunk rows at a time; its optional `phase`
+//                                           hook is told each step as it starts (step, rows, C, Vp; 4: done), as
+//                                           train_gpt's step profile times them (llmc/profile.cuh)
 // Tensor parallel (vocabulary-parallel cross-entropy, Megatron): a rank holds the head rows [v0, v0 + Vpl) and
 // computes only those logit columns [rows, Vpl] per chunk; the trainer combines the rows' statistics over the tp
 // ranks between these steps, so no rank ever holds full logits:
@@ -119,22 +121,28 @@ static void fused_classifier_rows(floatX* logits, float* losses, float* lse, con
 //   (its bias scratch is not used).
 static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, floatX* logits_chunk,
                              const floatX* x, const floatX* w, const int32_t* targets, int N, int C,
-                             int V, int Vp, int chunk, float scale, MatmulContext* mm, cudaStream_t stream) {
+                             int V, int Vp, int chunk, float scale, MatmulContext* mm, cudaStream_t stream,
+                             void (*phase)(int step, int rows, int C, int Vp) = nullptr) {
     if (chunk < 1) die("fused_classifier: chunk must be positive (got %d)", chunk);
     for (int r0 = 0; r0 < N; r0 += chunk) {
         const int rows = N - r0 < chunk ? N - r0 : chunk;
         const floatX* xc = x + (size_t)r0 * C;
+        if (phase) phase(0, rows, C, Vp);
         // logits[rows, Vp] = x[rows, C] W[Vp, C]^T. Column-major: D[Vp, rows] = W^T[Vp, C] @ x[C, rows]
         // (m = Vp, n = rows, k = C; A = W stored column-major [C, Vp], transposed; B = x not transposed).
         matmul_forward(mm, stream, logits_chunk, xc, w, nullptr, rows, C, Vp);
+        if (phase) phase(1, rows, C, Vp);
         fused_classifier_rows(logits_chunk, losses + r0, lse ? lse + r0 : nullptr, targets + r0, rows, V, Vp, scale,
                               stream);
         // dx[rows, C] = dlogits[rows, Vp] W[Vp, C]. Column-major: D[C, rows] = W[C, Vp] @ dlogits[Vp, rows]
         // (m = C, n = rows, k = Vp; neither transposed).
+        if (phase) phase(2, rows, C, Vp);
         matmul_backward_input(mm, stream, dx + (size_t)r0 * C, logits_chunk, w, rows, C, Vp);
         // dW[Vp, C] += dlogits^T x[rows, C]. Column-major: D[C, Vp] += x[C, rows] @ dlogits^T[rows, Vp]
         // (m = C, n = Vp, k = rows; B = dlogits stored column-major [Vp, rows], transposed); D fp32, beta 1.
+        if (phase) phase(3, rows, C, Vp);
         matmul_backward_weight(mm, stream, dw, nullptr, logits_chunk, xc, rows, C, Vp);
+        if (phase) phase(4, rows, C, Vp);
     }
 }
 

@@ -98,7 +98,7 @@ __global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double c
 // over every rank (dp shards, tp slices and stages). Only enqueues.
 static void grads_norm_reduced(GPT* g, float* out, double clip) {
     cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
     const float* grads = g->L.zero >= 2 ? g->dp.grad_shard : g->dp.grad32;
     double* sumsq = g->dp.norm64 + GLOBAL_NORM_BLOCKS;
     norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, g->stream>>>(
@@ -111,7 +111,7 @@ static void grads_norm_reduced(GPT* g, float* out, double clip) {
     // over every rank: dp shards, tp slices (disjoint; replicated tensors count on tp rank 0 only) and stages
     comm_all_reduce_sum(g->world, sumsq, 1);
     cudaCheck(cudaEventRecord(g->ev_comm, g->world.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
     clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, clip);
     cudaCheck(cudaGetLastError());
 }
@@ -150,7 +150,7 @@ static void params_allgather(GPT* g) {
         comm_all_gather(g->dp.comm, g->params + zero_piece(b, dp, g->L.topo.dp_rank).lo, g->params + b.range.lo,
                         b.range.size() / dp);
     cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
 }
 
 // ZeRO-3: a bucket's weights gathered on dp.comm.stream into its gather buffer before use, one layer ahead
@@ -173,7 +173,8 @@ static void params_prefetch(GPT* g, int b) {
 static void params_use(GPT* g, int b) {
     if (g->L.zero < 3) return;
     params_prefetch(g, b);
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_gathered[g->dp.gather_buffer(g->dp.buckets[b])], 0));
+    PROF(PROF_DP_WAIT, ProfWork(),
+         cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_gathered[g->dp.gather_buffer(g->dp.buckets[b])], 0)));
 }
 
 // The compute stream's work so far is the last to read bucket b's buffer until its next params_use: the buffer
@@ -200,9 +201,10 @@ static void grads_bucket_done(GPT* g, int b) {
     if (zero >= 2) {
         staging = g->dp.staging_next;
         g->dp.staging_next ^= 1;
-        cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_staging_free[staging], 0));
+        PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_staging_free[staging], 0)));
         dst = g->dp.grad32 + staging * g->dp.max_bucket;
     }
+    ProfScope prof(PROF_DP_CAST, prof_bytes(n * (4.0 + sizeof(floatX))));  // to the collectives' issue (on dp.comm.stream)
     f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(dst, g->grads + bk.range.lo, n);
     cudaCheck(cudaGetLastError());
     const int h = g->head();
@@ -217,7 +219,9 @@ static void grads_bucket_done(GPT* g, int b) {
     // position embedding) are summed over tp, in fp32, before the dp reduction; QK-norm's weights (TP_SUM) always
     for (int k = bk.first_spec; k < bk.end_spec && g->tp.n > 1; k++) {
         const ParamSpec& s = g->table.specs[k];
-        if (tp_grad_summed(s.tp, g->tp.sp)) comm_all_reduce_sum(g->tp.comm, dst + (s.offset - bk.range.lo), s.numel());
+        if (tp_grad_summed(s.tp, g->tp.sp))
+            PROF(PROF_TP_COMM, prof_bytes(4.0 * s.numel()),
+                 comm_all_reduce_sum(g->tp.comm, dst + (s.offset - bk.range.lo), s.numel()));
     }
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     const int e = g->table.wte;

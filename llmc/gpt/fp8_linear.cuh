@@ -31,13 +31,13 @@
 // The ranks sharing tensors agree on their amaxes amax[n]: the max over tp (on the compute stream, as every tp
 // collective) and, with over_dp, over dp (on dp.comm.stream, ordered by events).
 static void fp8_agree(GPT* g, float* amax, size_t n, bool over_tp, bool over_dp) {
-    if (over_tp && g->tp.n > 1) comm_all_reduce_max(g->tp.comm, amax, n);
+    if (over_tp && g->tp.n > 1) PROF(PROF_TP_COMM, prof_bytes(4.0 * n), comm_all_reduce_max(g->tp.comm, amax, n));
     if (!over_dp || g->L.topo.dp == 1) return;
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
     comm_all_reduce_max(g->dp.comm, amax, n);
     cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
-    cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
 }
 
 // q[rows, cols] (or null) and qt[cols, rows] (or null) = inp[rows, cols] in fp8 with the scale of tensor i of m under
@@ -132,10 +132,14 @@ static void fp8_linear_forward(GPT* g, int l, int k, floatX* out, const floatX* 
 static void fp8_linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, const floatX* dout, const floatX* inp,
                                 int N, int IC, int OC) {
     const int w = linear_weight(g->table.blocks[l], k), i = LINEARS_PER_LAYER * l + k;
-    // the output gradients of QKV and fc1 (column-parallel) are tp slices, as the inputs of attention-out and fc2
-    fp8_cast_tensor(g, g->fp8.dy8, g->fp8.dyt8, dout, N, OC, &g->fp8.dy, i, k == LINEAR_QKV || k == LINEAR_FC1);
-    matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->fp8.dy8, fp8_gemm_scale(&g->fp8.dy, i),
-                              fp8_weight(g, l, k, true), fp8_gemm_scale(&g->fp8.w, i), N, IC, OC);
+    {   // the profile's dgrad: the output gradient's casts (used by both GEMMs) and the input gradient
+        ProfScope prof(prof_linear(k, PROF_DGRAD), prof_gemm(IC, N, OC));
+        // the output gradients of QKV and fc1 (column-parallel) are tp slices, as the inputs of attention-out and fc2
+        fp8_cast_tensor(g, g->fp8.dy8, g->fp8.dyt8, dout, N, OC, &g->fp8.dy, i, k == LINEAR_QKV || k == LINEAR_FC1);
+        matmul_fp8_backward_input(&g->mm, g->stream, dinp, g->fp8.dy8, fp8_gemm_scale(&g->fp8.dy, i),
+                                  fp8_weight(g, l, k, true), fp8_gemm_scale(&g->fp8.w, i), N, IC, OC);
+    }
+    ProfScope prof(prof_linear(k, PROF_WGRAD), prof_gemm(IC, OC, N));  // the input's cast and the weight gradient
     fp8_cast_tensor(g, (__nv_fp8_e4m3*)nullptr, g->fp8.x8, inp, N, IC, &g->fp8.x, i,
                     k == LINEAR_ATTN_OUT || k == LINEAR_FC2);
     matmul_fp8_backward_weight(&g->mm, g->stream, g->G(w), dbias, dout, g->fp8.dyt8, fp8_gemm_scale(&g->fp8.dy, i),

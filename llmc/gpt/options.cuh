@@ -40,6 +40,8 @@ struct CudaOptions {
     // on NVSwitch machines, NVLS buffers; docs/plan.md). Published figures: about 1.6 GB for one communicator and
     // up to about 6 GB for a rank in three or more (NVIDIA/nccl issues 864 and 986), hence 1.5 GiB each by default.
     double nccl_gib = NCCL_MEM_DEFAULT_GIB;
+    int profile = 0;               // --profile N: the step profile of the N steps after the first (llmc/profile.cuh)
+    std::string ceilings;          // --ceilings FILE: the profile's measured ceilings (build/ceilings --json)
 };
 
 static void print_cuda_usage() {
@@ -59,7 +61,15 @@ static void print_cuda_usage() {
            "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
            "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n"
            "  --nccl-mem GIB       device memory the plan leaves to each NCCL communicator of a rank (default %g;\n"
-           "                       NCCL_NVLS_ENABLE=0 makes NCCL take far less on NVSwitch machines: docs/plan.md)\n\n",
+           "                       NCCL_NVLS_ENABLE=0 makes NCCL take far less on NVSwitch machines: docs/plan.md)\n"
+           "  --profile N          time every kernel class (each linear's forward, dgrad and wgrad, the LM head,\n"
+           "                       attention, norms, activations, embeddings, cross-entropy, grad norm, AdamW, the\n"
+           "                       dp / tp / pp communication) with CUDA events over the N steps after the first,\n"
+           "                       and print rank 0's table: calls, ms per step, share, achieved TFLOP/s or GB/s\n"
+           "                       against the ceiling, what no class accounts for, MFU and HFU (default 0: off;\n"
+           "                       N at most -x minus 1; docs/cuda_trainer.md). NVTX ranges mark the same classes\n"
+           "  --ceilings FILE      the profile's ceilings, measured: build/ceilings --json FILE (dev/probe/ceilings.cu);\n"
+           "                       default: the device's nominal bf16 peak and memory bandwidth\n\n",
            FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN, NCCL_MEM_DEFAULT_GIB);
 }
 
@@ -71,7 +81,8 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         std::string a = argv[i];
         if (a == "-h" || a == "--help") print_cuda_usage();
         const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
-                          a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin" || a == "--nccl-mem";
+                          a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin" || a == "--nccl-mem" ||
+                          a == "--profile" || a == "--ceilings";
         if (!ours) { rest.push_back(argv[i]); continue; }
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
@@ -98,6 +109,11 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
                 die("flag %s expects an integer in [%ld, %ld], got '%s'", a.c_str(), lo, hi, v.c_str());
             (hist ? o->fp8.history : o->fp8.margin) = (int)x;
             (hist ? history_given : margin_given) = true;
+        } else if (a == "--profile") {
+            o->profile = (int)parse_long("flag --profile", v.c_str(), 0, INT_MAX);  // a number of steps
+        } else if (a == "--ceilings") {
+            o->ceilings = v;
+            note_path_flag("--ceilings", v);
         } else if (a == "--nccl-mem") {
             char* end = nullptr;
             o->nccl_gib = strtod(v.c_str(), &end);
@@ -112,6 +128,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
     if (history_given && o->fp8.recipe != FP8_DELAYED)
         die("flag --fp8-history sets delayed scaling's amax history: it needs --fp8 delayed");
     if (margin_given && o->fp8.recipe == FP8_NONE) die("flag --fp8-margin needs --fp8 delayed or current");
+    if (!o->ceilings.empty() && o->profile == 0) die("flag --ceilings sets the ceilings of the step profile: it needs --profile N");
 #ifdef ENABLE_FP32
     if (o->fp8.recipe != FP8_NONE)
         die("--fp8 needs the bf16 build (this binary was built with PRECISION=FP32); run with --fp8 none");

@@ -54,6 +54,7 @@ static void pp_bind(GPT* g, int s, int chunk) {
 // blocking, untagged sends (llmc/parallel/pp_schedule.h; tests/test_parallel.cpp simulates it).
 static void pp_exchange(GPT* g, const PpMsg* msgs, int n, const std::map<std::pair<int, int>, int>& live) {
     const size_t NC = pp_io_rows(g) * g->cfg.n_embd;  // [Nl,C]: this rank's rows under SP
+    ProfScope prof(PROF_PP_COMM, prof_bytes((double)n * NC * sizeof(floatX)));  // the messages' bytes
     cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
     cudaCheck(cudaStreamWaitEvent(g->pp.comm.stream, g->ev_compute, 0));
     comm_group_start();

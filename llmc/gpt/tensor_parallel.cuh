@@ -46,6 +46,7 @@ __global__ void seq_pack_kernel(floatX* packed, floatX* rows, int B, int T, int 
 static void tp_sum(GPT* g, floatX* part, floatX* out) {
     if (g->tp.n == 1) return;
     const size_t N = (size_t)g->B * g->T, C = g->cfg.n_embd;
+    ProfScope prof(PROF_TP_COMM, prof_bytes((double)N * C * sizeof(floatX)));  // the partial sums' bytes
     if (!g->tp.sp) {
         if (out != part) die("tp_sum: without sequence parallelism the sum is in place");
         comm_all_reduce_sum(g->tp.comm, part, N * C);
@@ -62,6 +63,7 @@ static void tp_sum(GPT* g, floatX* part, floatX* out) {
 static void tp_gather(GPT* g, const floatX* local, floatX* full) {
     if (!g->tp.sp) return;
     const size_t N = (size_t)g->B * g->T, C = g->cfg.n_embd;
+    ProfScope prof(PROF_TP_COMM, prof_bytes((double)N * C * sizeof(floatX)));  // the gathered bytes
     comm_all_gather(g->tp.comm, local, g->tp.seq_buf, N * C / g->tp.n);
     seq_pack_kernel<<<(unsigned)ceil_div(N * C / 8, 256), 256, 0, g->stream>>>(g->tp.seq_buf, full, g->B, g->T, g->tp.n,
                                                                                  (int)C, false);

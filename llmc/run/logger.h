@@ -116,6 +116,15 @@ static inline void print_config_table(const ModelConfig& c, int64_t n_params, in
     printf("+-----------------------+--------------------------------------------------+\n");
 }
 
+// Tokens per second per device of a step of `ms`, and the fraction of the peak that `flops_per_token` at tok_s per device
+// is (MFU with the model FLOPs, HFU with the hardware FLOPs); 0 when the peak is unknown.
+static inline double logger_tokens_per_s(const Logger* lg, double ms) {
+    return ms > 0 ? lg->tokens_per_step / (ms / 1000.0) / lg->n_devices : 0.0;
+}
+static inline double logger_mfu(const Logger* lg, double tok_s, double flops_per_token) {
+    return lg->peak_flops > 0 ? tok_s * flops_per_token / lg->peak_flops : 0.0;
+}
+
 // skip: the numerics guard's verdict (llmc/run/guard.h: 0 updated, 1 non-finite, 2 loss spike; a skipped step says so).
 static inline void log_step(Logger* lg, int step, int steps, double loss, double lr, double gnorm, double ms, int skip = 0) {
     double tok_s = lg->tokens_per_step / (ms / 1000.0) / lg->n_devices;
@@ -220,9 +229,9 @@ static inline void log_summary(Logger* lg, const ModelConfig& c, int64_t n_param
     if (v.empty()) v = lg->step_ms;
     std::sort(v.begin(), v.end());
     double med = v.empty() ? 0.0 : v[v.size() / 2];
-    double tok_s = med > 0 ? lg->tokens_per_step / (med / 1000.0) / lg->n_devices : 0.0;
-    double mfu = lg->peak_flops > 0 ? tok_s * lg->flops_per_token / lg->peak_flops : 0.0;
-    double nominal_mfu = lg->peak_flops > 0 ? tok_s * nominal_flops_per_token(n_params) / lg->peak_flops : 0.0;
+    double tok_s = logger_tokens_per_s(lg, med);
+    double mfu = logger_mfu(lg, tok_s, lg->flops_per_token);
+    double nominal_mfu = logger_mfu(lg, tok_s, nominal_flops_per_token(n_params));
     printf("summary: median %.1f ms/step, %.0f tokens/s per device, final loss %.4f", med, tok_s, final_loss);
     if (val_loss >= 0) printf(", val loss %.4f", val_loss);
     if (lg->eval_acc >= 0) printf(", eval acc %.4f acc_norm %.4f", lg->eval_acc, lg->eval_acc_norm);

@@ -336,6 +336,7 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     const EmuLtDesc dc = *d;
     const EmuLtLayout lac = *la, lbc = *lb, ldc = *ldd;
     const bool wrong = emu_lt_is_fp8(la->type) && algo && (int64_t)algo->data[0] < emu_env_int("EMU_LT_WRONG_ALGOS", 0);
+    emu_count_launch("cublasLtMatmul", file, line);
     emu_submit(stream, "cublasLtMatmul", file, line, [=]() { emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K, wrong); });
     return CUBLAS_STATUS_SUCCESS;
 }

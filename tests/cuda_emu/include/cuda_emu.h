@@ -414,9 +414,24 @@ static inline void emu_submit(cudaStream_t st, const char* what, const char* fil
     fn();
 #endif
 }
+// Kernel launches and cuBLASLt matmuls issued so far (counted when issued, in either mode) and the last one's name and
+// place: train_gpt's --profile checks with them that every launch of a profiled step falls inside a class
+// (llmc/profile.cuh, tests/t_profile.sh).
+struct EmuLaunchCount {
+    long n = 0;
+    const char* what = "";
+    const char* file = "";
+    int line = 0;
+};
+inline EmuLaunchCount g_emu_launch_count;
+static inline void emu_count_launch(const char* what, const char* file, int line) {
+    g_emu_launch_count.n++;
+    g_emu_launch_count.what = what, g_emu_launch_count.file = file, g_emu_launch_count.line = line;
+}
 template <typename F, typename... Args>
 static void emu_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t st, const char* what, const char* file, int line,
                        F f, Args... args) {
+    emu_count_launch(what, file, line);
     emu_submit(st, what, file, line, [=]() {
         auto fn = [&]() { f(args...); };
         emu_run_grid(grid, block, smem, fn);
