@@ -273,7 +273,8 @@ $(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
 # build, but the fuzzers and the sanitized copies
 ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/ckpt_convert $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
-                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu)
+                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu) \
+                 $(BUILD)/test_gpt_emu $(BUILD)/test_gpt_fp32_emu $(BUILD)/fp8_gemm_emu $(BUILD)/gpukit/states/made
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit $(RESOURCE_LOGS)
