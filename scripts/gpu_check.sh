@@ -9,7 +9,7 @@
 #   usage: scripts/gpu_check.sh [STAGE|all] [--out DIR] [--kit DIR] [--budget S] [--steps N] [--quick] [--bench FILE]
 #                               [--programs DIR] [--tiny]
 #          scripts/gpu_check.sh STAGE --help
-#   stages (all runs them in this order; docs/gpu.md groups them into commands of a GPU machine):
+#   stages (docs/gpu.md groups them into commands of a GPU machine; all runs probe ... multirank in order):
 #     sprint1      the short session's first command (at most 6 minutes, budget 330 s): the environment; the fp8
 #                  probe build/fp8_gemm under cuBLASLt's log with the default libraries, with PyTorch's cuBLASLt first,
 #                  and --trainer; PyTorch's control dev/probe/fp8_torch.py and dev/probe/lt_trace.py on the two
@@ -458,7 +458,7 @@ tokens_per_s() { sed -n 's/^summary: median [0-9.]* ms\/step, \([0-9]*\) tokens\
 # (P) with FLAGS and EXTRA on $data into LOG (at most LIMIT s); sets row (the bench table's row: tokens/s, MFU, peak
 # memory, the estimate), tok (tokens/s, empty when none) and brc (the run's exit status; 3 when it did not fit)
 bench_row() {
-    local preset=$1 flags=$2 log=$3 lim=$4 est estt free fpt peak mfu; shift 4
+    local preset=$1 flags=$2 shown=$2 log=$3 lim=$4 est estt free fpt peak mfu; shift 4
     local tg; tg=$(pp train_gpt)
     [ $tiny = 1 ] && flags="-b 1 -t 64"  # the row keeps the preset's flags; the tiny model runs these
     free=$(free_gib)
@@ -468,7 +468,7 @@ bench_row() {
     estt=$(sed -n 's/.*total \([0-9.]*\) of .*/\1/p' <<< "$est")
     tok=""
     if ! grep -q '^fits' <<< "$est"; then
-        row="| $preset | $2 | no fit in $free GiB free | - | - | ${estt:--} |"; brc=3; return
+        row="| $preset | $shown | no fit in $free GiB free | - | - | ${estt:--} |"; brc=3; return
     fi
     # shellcheck disable=SC2086
     limited "$lim" "$tg" $(model_flags "$preset") $flags -x "$steps" -v 0 -g 0 -o "" -i "$(data_for "$preset")" "$@" > "$log" 2>&1
@@ -480,7 +480,7 @@ bench_row() {
     peak=$(sed -n 's/^peak device memory in use: \([0-9.]*\) GiB/\1/p' "$log")
     mfu=$(awk -v t="${tok:-0}" -v f="${fpt:-0}" -v p="$(peak_tflops)" 'BEGIN {
         if (p > 0 && t > 0 && f > 0) printf "%.1f%%", 100 * t * f / p; else printf "-" }')
-    row="| $preset | $2 | ${tok:--} | $mfu | ${peak:--} | ${estt:--} |"
+    row="| $preset | $shown | ${tok:--} | $mfu | ${peak:--} | ${estt:--} |"
 }
 # model_flags PRESET: -c PRESET, or with --tiny a tiny model of the preset's family (GPT or LLaMA), head dim 64 (the
 # bf16 kernels' smallest); data_for PRESET: the token shards, or with --tiny the text (its byte vocabulary fits 301)

@@ -108,7 +108,7 @@ if [ -f "$K/data/tokenizers/llama3.tiktoken" ] && [ "$(sha256sum "$K/data/tokeni
 else fail "kit llama3.tiktoken" "$(grep '^missing: data/tokenizers/llama3' "$M" || echo "absent or wrong SHA-256")"; fi
 
 # ---- the stages' command line
-stages=$(bash scripts/gpu_check.sh --help | awk '/^  stages \(all runs them/ { on = 1; next } on && /^    [a-z]/ { print $1 } /^  --out/ { exit }')
+stages=$(bash scripts/gpu_check.sh --help | awk '/^  stages \(/ { on = 1; next } on && /^    [a-z]/ { print $1 } /^  --out/ { exit }')
 [ "$(echo $stages)" = "sprint1 sprint2 sprint probe correct kernels bench-small bench-large torch-small torch-large fp8 multirank all" ] \
     && pass "gpu_check.sh --help lists the stages" || fail "gpu_check.sh --help" "stages listed: $(echo $stages)"
 # an nvidia-smi that finds no GPU, as the real one says it (exit 6); the real GPU hidden as well
