@@ -273,7 +273,8 @@ $(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
 # build, but the fuzzers and the sanitized copies
 ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/ckpt_convert $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
-                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu)
+                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu) \
+                 $(BUILD)/test_gpt_emu $(BUILD)/test_gpt_fp32_emu $(BUILD)/fp8_gemm_emu $(BUILD)/gpukit/states/made
 ifneq ($(NVCC),)
   ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit $(RESOURCE_LOGS)
@@ -342,6 +343,18 @@ $(BUILD)/train_gpt_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
 	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) -DENABLE_FP32 $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
+
+# tests/t_gpu_sprint.sh: what scripts/gpu_check.sh sprint runs on a GPU, built against the emulation for its run on the
+# CPU (gpu_check.sh --programs): test_gpt.cu (bf16 and fp32, as tests/t_gpu_emulated.sh builds them) and the fp8 probe
+$(BUILD)/test_gpt_emu: test_gpt.cu train_gpt.cu tests/check.h tests/ref_state.h $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	$(EMU_BUILD) test_gpt.cu $@ -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I.
+
+$(BUILD)/test_gpt_fp32_emu: test_gpt.cu train_gpt.cu tests/check.h tests/ref_state.h $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	$(EMU_BUILD) test_gpt.cu $@ -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I. -DENABLE_FP32
+
+$(BUILD)/fp8_gemm_emu: dev/probe/fp8_gemm.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	$(EMU_BUILD) dev/probe/fp8_gemm.cu $@ -std=c++17 -O1 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra \
+	    -Wno-unused-parameter -Wno-unused-function -Wno-unknown-pragmas -I. -- -ldl
 
 # tests/t_streams.sh: the bf16 build in the emulation's stream mode (streams run concurrently in a seeded order, a
 # happens-before checker on every access; tests/cuda_emu/include/cuda_emu_streams.h)
@@ -457,12 +470,17 @@ GPU_KIT_DEVICE_STATES := llama32_style_hd64 flagperf_style_hd64 gpt_rope_mqa_hd6
 GPU_KIT_CXXFLAGS := -O3 -march=x86-64-v3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -fopenmp
 
 GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
-                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu
+                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu $(BUILD)/gpukit/ckpt_convert
 
 $(BUILD)/gpukit/train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 	@mkdir -p $(@D)
 	$(CXX) $(GPU_KIT_CXXFLAGS) $< -o $@ -lm
 	@echo "$(CXX) $(GPU_KIT_CXXFLAGS)" > $@.flags
+
+# the checkpoint converter the multirank checks use, built the same way
+$(BUILD)/gpukit/ckpt_convert: dev/ckpt_convert.cpp $(HEADERS)
+	@mkdir -p $(@D)
+	$(CXX) $(GPU_KIT_CXXFLAGS) $< -o $@ -lm
 
 # the states depend on the trainer that exports their initial weights, the reference that steps them and
 # the list above

@@ -59,6 +59,7 @@ while IFS='|' read -r kpath cpath; do
     src=$cpath
     case "$cpath" in
         train_gpt_cpu) src=$build/gpukit/train_gpt_cpu ;;
+        build/ckpt_convert) src=$build/gpukit/ckpt_convert ;;
         build/*) src=$build/${cpath#build/} ;;
     esac
     if [ "$cpath" = data/tokenizers/llama3.tiktoken ] && [ ! -f "$src" ]; then

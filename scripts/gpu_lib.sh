@@ -4,9 +4,10 @@
 #
 # The kit (make gpu-kit, default folder gpukit/) holds (programs gzip-compressed, NAME.gz: a third of the size):
 #   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a + sm_100a), and train_gpt_cpu built
-#               for any x86-64-v3 CPU without MPI (it writes the reference states' initial weights)
+#               for any x86-64-v3 CPU without MPI (it writes the reference states' initial weights), and ckpt_convert
+#               built the same way (the multirank checks read checkpoints as whole tensors with it)
 #   devcuda/    the dev/cuda programs (dev/cuda/Makefile's PROGRAMS: devcuda_programs)
-#   probe/      ceilings, nccl_ranks (dev/probe)
+#   probe/      ceilings, nccl_ranks, fp8_gemm (dev/probe)
 #   states/     the reference states of tests/gpu_cases.sh small enough to carry
 #   data/       the git-ignored data files a GPU run reads (data/tokenizers/llama3.tiktoken)
 #   MANIFEST    commit, dirty flag, nvcc version, build flags, the sources' digest, each file's sha256 and size
@@ -19,7 +20,8 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
     local p
     for p in train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_cpu; do echo "bin/$p.gz|$p"; done
     for p in $(devcuda_programs); do echo "devcuda/$p.gz|build/devcuda/$p"; done
-    for p in ceilings nccl_ranks; do echo "probe/$p.gz|build/$p"; done
+    for p in ceilings nccl_ranks fp8_gemm; do echo "probe/$p.gz|build/$p"; done
+    echo "bin/ckpt_convert.gz|build/ckpt_convert"
     echo "bin/test_fp8.gz|build/test_fp8"
     echo "data/tokenizers/llama3.tiktoken|data/tokenizers/llama3.tiktoken"
 }
@@ -27,7 +29,7 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
 # The files the kit's programs and states are made from, sorted (paths relative to the repository root).
 # Their digest is the kit's freshness key: it needs no git, so it also works in a copy of the tree.
 kit_source_files() {
-    ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile $(find llmc -type f) dev/cuda/Makefile \
+    ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile $(find llmc -type f) dev/cuda/Makefile dev/ckpt_convert.cpp \
         dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh tests/test_fp8.cu 2>/dev/null \
         | LC_ALL=C sort
 }

@@ -89,6 +89,9 @@ CHECKS = {
     "fp8_train": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
     # data parallel of the CUDA trainer on emulated GPUs, bad layouts and rank counts
     "gpu_multirank": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_multirank.sh"),
+    # scripts/gpu_check.sh sprint (its multirank runs among them) against the emulation, --programs --tiny
+    "gpu_sprint": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu build/test_gpt_emu "
+                   "build/test_gpt_fp32_emu build/fp8_gemm_emu build/gpukit/states/made", "bash tests/t_gpu_sprint.sh"),
     # pipeline layouts of the CUDA trainer on emulated GPUs; its host modes, validation and sampling at one rank
     "gpu_pp": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_pp.sh"),
     # stalled ranks and slow storage under --comm-timeout / --io-timeout, both trainers
@@ -718,6 +721,15 @@ MUTANTS = [
     ("val_loss_one_rank", "trainer", "train_gpt.cu",
      "[&](int, const double*, double mean) { s += mean; });", "[&](int, const double*, double mean) { s = mean; });",
      "eval", "validation without a pipeline keeps the last batch's loss instead of the sum"),
+    # --- the GPU sprint's launch and checks (scripts/multirank_lib.sh, scripts/gpu_check.sh) ----------------------------
+    ("sprint_hostid_dropped", "sprint", "scripts/multirank_lib.sh",
+     """bash -c 'NCCL_HOSTID=llmc-rank-$OMPI_COMM_WORLD_RANK exec "$@"' _)""",
+     """bash -c 'exec "$@"' _)""",
+     "gpu_sprint", "the shared-GPU launch drops each rank's own NCCL_HOSTID (NCCL refuses two ranks of one host on one GPU)"),
+    ("sprint_stall_no_timeout_check", "sprint", "scripts/gpu_check.sh",
+     """CKPT_EVERY=1 LLMC_TEST_STALL=1:3 EMU_NCCL_TIMEOUT=$MR_STALL_CT run""",
+     """CKPT_EVERY=1 LLMC_TEST_STALL=1:3 run""",
+     "gpu_sprint", "the stall run waits under the default 90 s instead of the stage's timeout (the bound on the end is not met)"),
 ]
 
 

@@ -24,7 +24,7 @@ if [ "${1:-}" = -j ]; then
     shift 2
 fi
 ALONE=" t_hangs t_signals t_kill9 "
-LONGEST=(t_gpu_emulated t_streams t_gpu_layouts t_reference t_gpu_tp t_gpu_multirank t_gpu_pp t_fp8_train t_parallel)
+LONGEST=(t_gpu_emulated t_streams t_gpu_layouts t_reference t_gpu_tp t_gpu_multirank t_gpu_sprint t_gpu_pp t_fp8_train t_parallel)
 passed=0; failed=0; skipped=0
 failures=()   # "script: [FAIL] line", repeated after the table so the last lines of the output name them
 log_dir=${TEST_LOG_DIR:-build/test_logs}

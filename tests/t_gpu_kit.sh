@@ -75,7 +75,7 @@ grep -q '^nvcc_flags: .*arch=compute_80,code=sm_80.*arch=compute_90a,code=sm_90a
 while IFS='|' read -r kpath cpath; do
     case "$kpath" in *.gz) ;; *) continue ;; esac
     src=$cpath
-    case "$cpath" in train_gpt_cpu) src=build/gpukit/train_gpt_cpu ;; esac
+    case "$cpath" in train_gpt_cpu) src=build/gpukit/train_gpt_cpu ;; build/ckpt_convert) src=build/gpukit/ckpt_convert ;; esac
     if [ ! -f "$K/$kpath" ]; then
         if [ "$kpath" = probe/nccl_ranks.gz ] && grep -q '^missing: build/nccl_ranks (this build found no NCCL)' "$M"; then
             echo "[SKIP] $kpath: this build found no NCCL (the manifest says so; the stage builds it on the device)"
@@ -108,8 +108,8 @@ if [ -f "$K/data/tokenizers/llama3.tiktoken" ] && [ "$(sha256sum "$K/data/tokeni
 else fail "kit llama3.tiktoken" "$(grep '^missing: data/tokenizers/llama3' "$M" || echo "absent or wrong SHA-256")"; fi
 
 # ---- the stages' command line
-stages=$(bash scripts/gpu_check.sh --help | awk '/^  stages \(all runs them/ { on = 1; next } on && /^    [a-z]/ { print $1 } /^  --out/ { exit }')
-[ "$(echo $stages)" = "probe correct kernels bench-small bench-large torch-small torch-large fp8 all" ] \
+stages=$(bash scripts/gpu_check.sh --help | awk '/^  stages \(/ { on = 1; next } on && /^    [a-z]/ { print $1 } /^  --out/ { exit }')
+[ "$(echo $stages)" = "sprint1 sprint2 sprint probe correct kernels bench-small bench-large torch-small torch-large fp8 multirank all" ] \
     && pass "gpu_check.sh --help lists the stages" || fail "gpu_check.sh --help" "stages listed: $(echo $stages)"
 # an nvidia-smi that finds no GPU, as the real one says it (exit 6); the real GPU hidden as well
 mkdir -p "$T/nogpu"
