@@ -7,13 +7,14 @@
 # NCCL_HOSTID), the states a kit of this checkout's sources holding the two tiny ones (make build/gpukit/states/made).
 #   - the command exits 0 and writes 6 files (at most 8 come back from the GPU machine): sprint1.log, sprint1.md,
 #     sprint1_files.tar.gz, sprint2.log, sprint2.md, sprint2_files.tar.gz; each log ends with its stage's last line
-#   - sprint1.md: the environment, the three fp8_gemm rows, PyTorch's control and lt_trace.py said "not run: ..." (the
-#     file does not exist yet, or torch has no CUDA device), test_gpt on the GPT state passes (--tiny: the rest not run),
+#   - sprint1.md: the environment, the three fp8_gemm rows, PyTorch's control and lt_trace.py said "not run: ..." (torch
+#     has no CUDA device, so no trace to compare), test_gpt on the GPT state passes (--tiny: the rest not run),
 #     and every multirank line passed: the fp32 layouts, bf16 dp2 zero3 against one rank, twice bitwise, the stall
 #     ended by the emulation's timeout (EMU_NCCL_TIMEOUT: its NCCL waits inside the call, so --comm-timeout cannot fire
 #     here) and --resume auto bitwise equal to the uninterrupted run
 #   - the launch: mpirun with a per-rank NCCL_HOSTID (the commands in the tar)
-#   - sprint2.md: both bf16 rows with tokens/s, the fp8 rows and the loss rule, torch and the attention sweep "not run:"
+#   - sprint2.md: both bf16 rows with tokens/s, the fp8 rows and the loss rule, torch and the attention sweep "not run:";
+#     sprint2.log: the step profile's table after each bf16 run
 #   - bad input: --programs naming no directory, or one without the programs, exit 1 / a missing program, named
 # About 4-5 minutes on 2 busy cores, most of it the multirank runs (10 launches of 2-8 emulated ranks).
 set -u
@@ -106,8 +107,8 @@ n=$(grep -cE '^\| fp8_gemm .*\| exit 0 \|' "$m")
 [ "$n" = 2 ] && grep -qE '^\| fp8_gemm \(torch_cublaslt\) \| not run: .*nvidia.cublas' "$m" \
     && pass "sprint1.md: fp8_gemm (default libraries, --trainer) ran; PyTorch's cuBLASLt: not run, said why" \
     || fail "sprint1.md fp8_gemm rows" "$(grep -E '^\| fp8_gemm' "$m" | tr '\n' ' ')"
-if grep -qE '^\| dev/probe/fp8_torch.py \| not run: (dev/probe/fp8_torch.py does not exist yet|torch has no CUDA device) \|' "$m" &&
-   grep -qE '^\| dev/probe/lt_trace.py \| not run: ' "$m"; then pass "sprint1.md: PyTorch's control and lt_trace.py: not run, said why"
+if grep -qE '^\| dev/probe/fp8_torch.py \| not run: torch has no CUDA device \|' "$m" &&
+   grep -qE '^\| dev/probe/lt_trace.py \| not run: a trace is missing ' "$m"; then pass "sprint1.md: PyTorch's control and lt_trace.py: not run, said why"
 else fail "sprint1.md torch control rows" "$(grep -E '^\| dev/probe' "$m" | tr '\n' ' ')"; fi
 n=$(grep -cE '^\| gpt3_tiny_hd64 \| [1-9][0-9]* passed, 0 failed \| not run \(--tiny: test_gpt on gpt3_tiny_hd64 only\) \|$' "$m")
 [ "$n" = 1 ] && pass "sprint1.md: test_gpt on the kit's gpt3_tiny_hd64 (--tiny), no failure" \
@@ -135,8 +136,10 @@ m=$O/sprint2.md
 n=$(grep -cE '^\| (gpt3_1.3b|llama3.2_1b) \| -b [48] -t 2048 \| [0-9]+ \|' "$m")
 [ "$n" = 4 ] && pass "sprint2.md: bf16 and fp8 delayed rows with tokens/s on both models" \
     || fail "sprint2.md rows" "$n rows: $(grep -E '^\| (gpt3|llama)' "$m" | tr '\n' ' ')"
-grep -q -- "--profile 2" "$O/sprint2.log" && pass "sprint2 runs the step profile's flags (SPRINT_PROFILE_FLAGS)" \
-    || fail "sprint2 profile flags" "no --profile in sprint2.log"
+n=$(grep -c "^profile of steps 2-3 of this run (the 2 after the first), rank 0's compute stream: per step" "$O/sprint2.log")
+[ "$n" = 2 ] && grep -q "emulation: .* kernel launches and matmuls in the profiled steps on 1 rank, 0 outside every class" "$O/sprint2.log" \
+    && pass "sprint2: the step profile's table (SPRINT_PROFILE_FLAGS) after both bf16 runs, every launch in a class" \
+    || fail "sprint2 step profile" "$n profile tables in sprint2.log"
 grep -qE '^- fp8 delayed against bf16 on gpt3_125m, 4 steps: mean relative loss difference from step 2 [0-9.e-]+ ' "$m" \
     && pass "sprint2.md: FlagPerf's loss rule computed" || fail "sprint2.md loss rule" "$(grep -m1 'fp8' "$m")"
 if grep -q '^- torch-small at gpt3_1.3b: not run: .* has no torch with CUDA' "$m" && grep -q '^- attention sweep: not run: ' "$m"; then
