@@ -139,20 +139,8 @@ expect_error "bad --steps: exit 1" "--steps expects a positive integer, got 'x'"
 expect_error "two stages: exit 1" "one stage at a time" probe correct
 expect_error "bad --budget: exit 1" "--budget expects seconds (at least 60), got '10'" correct --budget 10
 
-# ---- the plumbing of one stage, with an nvidia-smi that reports an H100 and no device visible to CUDA
-mkdir -p "$T/fakegpu"
-cat > "$T/fakegpu/nvidia-smi" <<'EOF'
-#!/bin/sh
-case "$*" in
-    -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-test)" ;;
-    *query-gpu=name*) echo "NVIDIA H100 80GB HBM3" ;;
-    *memory.total*) echo 81559 ;;
-    *memory.free*) echo 81000 ;;
-    *) exit 6 ;;
-esac
-EOF
-chmod +x "$T/fakegpu/nvidia-smi"
-PATH="$(pwd)/$T/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 2 --out "$T/stage" > "$T/stage.stdout" 2>&1
+# ---- the plumbing of one stage, with an nvidia-smi that reports an H100 (tests/fakegpu) and no device visible to CUDA
+PATH="$(pwd)/tests/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 2 --out "$T/stage" > "$T/stage.stdout" 2>&1
 rc=$?
 log=$T/stage/bench-small.log
 if [ $rc = 1 ] && [ -f "$log" ] && cmp -s "$log" "$T/stage.stdout" && tail -n 1 "$log" | grep -q "^  train_gpt llama3.2_1b$"; then
@@ -176,7 +164,7 @@ nfiles=$(find "$T/stage" -type f | wc -l)
 # a kit built from other sources: its programs are not used, make builds (here: finds up to date) train_gpt
 cp -r "$K" "$T/stale"
 sed -i 's/^sources_sha256: .*/sources_sha256: 0000/' "$T/stale/MANIFEST"
-PATH="$(pwd)/$T/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 1 --kit "$T/stale" \
+PATH="$(pwd)/tests/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 1 --kit "$T/stale" \
     --out "$T/stage_stale" > /dev/null 2>&1
 log=$T/stage_stale/bench-small.log
 if grep -q "^kit:     $T/stale: programs and states not used: built from other sources" "$log" 2>/dev/null \
@@ -192,7 +180,7 @@ if gcc -shared -fPIC "$T/l.c" -o "$T/libkittest.so" && gcc "$T/m.c" -L"$T" -lkit
     gzip -9 -n -c "$T/m" > "$T/unres/bin/train_gpt.gz"
     sha=$(sha256sum "$T/unres/bin/train_gpt.gz" | cut -d' ' -f1); size=$(stat -c %s "$T/unres/bin/train_gpt.gz")
     sed -i "s|^[0-9a-f]* [0-9]* bin/train_gpt.gz\$|$sha $size bin/train_gpt.gz|" "$T/unres/MANIFEST"
-    PATH="$(pwd)/$T/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 1 --kit "$T/unres" \
+    PATH="$(pwd)/tests/fakegpu:$PATH" CUDA_VISIBLE_DEVICES="" bash scripts/gpu_check.sh bench-small --steps 1 --kit "$T/unres" \
         --out "$T/stage_unres" > /dev/null 2>&1
     log=$T/stage_unres/bench-small.log
     if grep -q "^  train_gpt.kit does not resolve here: .*libkittest.so => not found" "$log" 2>/dev/null \

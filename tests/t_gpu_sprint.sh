@@ -56,22 +56,8 @@ cp build/gpukit/states/gpt3_tiny_hd64.safetensors build/gpukit/states/llama_tiny
         echo "$(sha256sum "$K/$f" | cut -d' ' -f1) $(stat -c %s "$K/$f") $f"
     done
 } > "$K/MANIFEST"
-# an nvidia-smi that reports an H100 (the emulated runtime reports one too)
-mkdir -p "$T/fakegpu"
-cat > "$T/fakegpu/nvidia-smi" <<'EOF'
-#!/bin/sh
-case "$*" in
-    -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-test)" ;;
-    *query-gpu=name*) echo "NVIDIA H100 80GB HBM3" ;;
-    *memory.total*) echo 81559 ;;
-    *memory.free*) echo 81000 ;;
-    *driver_version*) echo "580.0 (fake)" ;;
-    *compute_cap*) echo "9.0" ;;
-    *) exit 6 ;;
-esac
-EOF
-chmod +x "$T/fakegpu/nvidia-smi"
-sprint() { PATH="$(pwd)/$T/fakegpu:$PATH" EMU_DEVICES=1 OMP_NUM_THREADS=1 bash scripts/gpu_check.sh "$@"; }
+# an nvidia-smi that reports an H100 (tests/fakegpu; the emulated runtime reports one too)
+sprint() { PATH="$(pwd)/tests/fakegpu:$PATH" EMU_DEVICES=1 OMP_NUM_THREADS=1 bash scripts/gpu_check.sh "$@"; }
 
 # ---- bad input
 sprint sprint1 --programs "$T/nothing" --out "$T/bad" > "$T/bad.txt" 2>&1; rc=$?
