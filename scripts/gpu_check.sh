@@ -896,7 +896,7 @@ stage_sprint2() {
         fp8_loss_rule "$work" $n $from 90
         notes+=("fp8 delayed against bf16 on gpt3_125m, $n steps: mean relative loss difference from step $from $rel (FlagPerf's rule: < 0.02)")
     else
-        notes+=("fp8 rows: not run: train_gpt --fp8 delayed stopped at start-up (exit $rc): $(grep -m 1 -iE 'error|fp8|refus' "$work/fp8_startup.log" | cut -c1-300)")
+        notes+=("fp8 rows: not run: train_gpt --fp8 delayed stopped at start-up (exit $rc): $({ grep -m 1 '^error:' "$work/fp8_startup.log" || tail -n 1 "$work/fp8_startup.log"; } | cut -c1-300)")
         [ $rc = 1 ] || failed+=("fp8 start-up: exit $rc")
     fi
     # -- PyTorch at gpt3_1.3b for the ratio (torch.compile: 60-90 s)
