@@ -40,14 +40,13 @@
 #include "llmc/grad_norm.cuh"
 #include "llmc/run/guard.h"
 #include "llmc/parallel/layout.h"
-#ifdef USE_NCCL
-#include "llmc/parallel/comm_nccl.cuh"
-#else
-#include "llmc/parallel/comm_one_rank.cuh"  // built without NCCL: one rank
-#endif
+#include "llmc/parallel/comm.cuh"  // NCCL, or one rank in a build without it
 #include "llmc/run/test_hooks.h"
 #include "llmc/profile.cuh"  // --profile: the kernel classes (PROF, ProfScope) and the step profile's table
 #include "llmc/gpt/options.cuh"
+#include "llmc/gpt/tensor_parallel.cuh"  // --tp, --sp: tp_sum, tp_gather: the residual stream over the tp group
+#include "llmc/gpt/data_parallel.cuh"    // --dp, --zero: ZeRO-3 gathers, the per-bucket gradient reduction over dp
+#include "llmc/gpt/pipeline.cuh"         // --pp, --vpp: a stage's schedule, the sends between stages
 #include "llmc/gpt/axes.cuh"
 
 // ----------------------------------------------------------------------------------------------
@@ -144,10 +143,7 @@ struct GPT {
     double loss = 0;            // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
 
     floatX* P(int k) const {    // the weights of tensor k (ZeRO 3: in its gather buffer)
-        if (k < 0) return nullptr;
-        if (L.zero < 3) return params + table.specs[k].offset;
-        const Bucket& b = dp.buckets[dp.bucket_of[k]];
-        return dp.gather + dp.gather_off[dp.gather_buffer(b)] + (table.specs[k].offset - b.range.lo);
+        return k < 0 ? nullptr : dp_weights(dp, params, table, k);
     }
     floatX* G(int k) const { return k < 0 ? nullptr : grads + table.specs[k].offset; }
     int head() const { return cfg.tied ? table.wte : table.lm_head; }
@@ -155,7 +151,8 @@ struct GPT {
     const floatX* head_w() const { return cfg.norm_head ? head_n : P(head()); }
 };
 
-// The parallel axes, each in a file of its own (they read and write struct GPT above):
+#include "llmc/gpt/fp8_linear.cuh"       // --fp8: the linear layers through fp8 GEMMs
+
 // --norm-head: the step's fp32 head gradient (of the unit rows) becomes that of the head's own rows, once per step
 // before it joins the other gradients (gpt_fold_head_grad, grads_bucket_done).
 static void head_grad_finish(GPT* g) {
@@ -164,9 +161,31 @@ static void head_grad_finish(GPT* g) {
              norm_head_backward(g->head_grad, g->head_n, g->head_rnorm, g->Vpl, g->cfg.n_embd, g->stream));
 }
 
-#include "llmc/gpt/tensor_parallel.cuh"  // tp_sum, tp_gather: the residual stream over the tp group
-#include "llmc/gpt/data_parallel.cuh"    // ZeRO-3 gathers, the per-bucket gradient reduction over dp
-#include "llmc/gpt/fp8_linear.cuh"       // --fp8: the linear layers through fp8 GEMMs
+// The bucket of layer l's weights (the embeddings are bucket 0, the final norm and head the last).
+static int layer_bucket(const GPT* g, int l) { return g->dp.bucket_of[g->table.blocks[l].ln1_w]; }
+
+// Several ranks: bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it). Where
+// the axes meet: cast to fp32 for the dp reduction; there the LM head's fp32 gradient joins it, SP sums the replicated
+// tensors' gradients over tp, and the tied embedding's gradient is summed over the pipeline's first and last stage;
+// then dp.comm.stream reduces the bucket over dp, overlapping the rest of the backward.
+static void grads_bucket_done(GPT* g, int b) {
+    const Bucket& bk = g->dp.buckets[b];
+    float* grad32 = dp_bucket_cast(g->dp, b, g->grads, g->stream);  // bucket element bk.range.lo + i at [i]
+    auto in_bucket = [&](int k) { return k >= bk.first_spec && k < bk.end_spec; };
+    auto at = [&](int k) { return grad32 + (g->table.specs[k].offset - bk.range.lo); };
+    if (g->has_head && in_bucket(g->head())) {
+        const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
+        head_grad_finish(g);
+        PROF(PROF_DP_CAST, prof_bytes(12.0 * hn), add_f32(at(g->head()), g->head_grad, hn, g->stream));
+    }
+    tp_sum_replicated_grads(g->tp, g->table, bk.first_spec, bk.end_spec, grad32, bk.range.lo);
+    cudaCheck(cudaEventRecord(g->dp.ev_compute, g->stream));
+    cudaEvent_t ready = g->dp.ev_compute;
+    const int e = g->table.wte;
+    if (g->cfg.tied && g->L.topo.pp > 1 && in_bucket(e))  // the first stage's (embedding) plus the last's (LM head)
+        ready = pp_sum_tied_grad(g->pp, at(e), g->table.specs[e].numel(), ready);
+    dp_bucket_reduce(g->dp, b, grad32, ready);
+}
 
 // ----------------------------------------------------------------------------------------------
 // Forward of one layer l (x = the residual stream entering it, [N,C] with N = B*T):
@@ -241,7 +260,7 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     const ModelConfig& c = g->cfg;
     const ParamTable::Block& w = g->table.blocks[l];
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd, hd = c.head_dim, H = g->Hl, KV = g->KVl;
-    tp_gather(g, la.ln1, la.ln1_full);
+    tp_gather(g->tp, la.ln1, la.ln1_full);
     linear_forward(g, l, LINEAR_QKV, la.qkv, la.ln1_full, g->P(w.qkv_b), N, C, (H + 2 * KV) * hd);
     const double qk_bytes = (double)N * (H + KV) * hd * sizeof(floatX);  // the q and k heads
     if (c.qk_norm)
@@ -270,7 +289,7 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const ModelConfig& c = g->cfg;
     const ParamTable::Block& w = g->table.blocks[l];
     LayerActs& la = g->layers[l];
-    const int N = g->B * g->T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, F = g->Fl,
+    const int N = g->B * g->T, Nl = (int)g->tp.local_rows(N), C = c.n_embd, F = g->Fl,
               F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM;
     const double row_bytes = (double)Nl * C * sizeof(floatX);  // one [Nl,C] tensor of the residual stream
@@ -285,17 +304,17 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
              fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
                                          g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream));  // no residual add
     attention_block_forward(g, l, la);
-    floatX* part = tp_part(g, g->y);
-    linear_forward(g, l, LINEAR_ATTN_OUT, part, la.atty, row_bias(g, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
-    tp_sum(g, part, g->y);
+    floatX* part = tp_part(g->tp, g->y);
+    linear_forward(g, l, LINEAR_ATTN_OUT, part, la.atty, row_bias(g->tp, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
+    tp_sum(g->tp, part, g->y);
     PROF(PROF_NORM_FWD, prof_bytes(4 * row_bytes),
          fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w),
                                      g->P(w.ln2_b), Nl, C, c.norm_eps, rms, g->stream));
-    tp_gather(g, la.ln2, la.ln2_full);
+    tp_gather(g->tp, la.ln2, la.ln2_full);
     linear_forward(g, l, LINEAR_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
     mlp_act_forward(g, la);
-    linear_forward(g, l, LINEAR_FC2, part, la.act, row_bias(g, g->P(w.fc2_b)), N, F, C);
-    tp_sum(g, part, g->y);
+    linear_forward(g, l, LINEAR_FC2, part, la.act, row_bias(g->tp, g->P(w.fc2_b)), N, F, C);
+    tp_sum(g->tp, part, g->y);
 }
 
 // dst[i] = floatX(a[i] + b[i]): a pipeline chunk's output, its last layer's x_mid plus its MLP output (the residual
@@ -372,40 +391,40 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
     // ZeRO 3: each bucket's weights gathered one bucket ahead (params_use waits for them, params_done frees the buffer)
     const int head_bucket = (int)g->dp.buckets.size() - 1;
     if (first) {
-        params_use(g, 0);
-        params_prefetch(g, layer_bucket(g, l0));
+        dp_params_use(g->dp, g->params, 0, g->stream);
+        dp_params_prefetch(g->dp, g->params, layer_bucket(g, l0));
         // x[0] = wte[token] (+ wpe[t]); layer 0's norm has no residual to add. Tensor parallel: this rank's vocabulary
         // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
-        floatX* x0 = tp_part(g, g->layers[0].x);
+        floatX* x0 = tp_part(g->tp, g->layers[0].x);
         PROF(PROF_EMB_FWD, prof_bytes((2.0 * N + T) * C * sizeof(floatX)),
-             embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl));
-        tp_sum(g, x0, g->layers[0].x);
-        params_done(g, 0);
+             embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g->tp, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl));
+        tp_sum(g->tp, x0, g->layers[0].x);
+        dp_params_done(g->dp, 0, g->stream);
     }
     for (int l = l0; l < l1; l++) {
         const int b = layer_bucket(g, l);
-        params_use(g, b);
-        params_prefetch(g, l + 1 < l1 ? layer_bucket(g, l + 1) : last ? head_bucket : -1);
+        dp_params_use(g->dp, g->params, b, g->stream);
+        dp_params_prefetch(g->dp, g->params, l + 1 < l1 ? layer_bucket(g, l + 1) : last ? head_bucket : -1);
         layer_forward(g, l, l == l0 ? nullptr : g->layers[l - 1].x_mid);
-        params_done(g, b);
+        dp_params_done(g->dp, b, g->stream);
     }
     if (!last) {  // x[l1] = x_mid + y, sent to the next chunk's stage
-        const size_t n = (size_t)(g->tp.sp ? N / g->tp.n : N) * C;
+        const size_t n = g->tp.local_rows(N) * C;
         ProfScope prof(PROF_NORM_FWD, prof_bytes(3.0 * n * sizeof(floatX)));  // the residual add a norm would fuse
         residual_add_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(out, g->layers[l1 - 1].x_mid, g->y, n);
         cudaCheck(cudaGetLastError());
         return;
     }
-    if (c.tied && !first) params_use(g, 0);  // the last stage's copy of the tied embedding, for the LM head
-    params_use(g, head_bucket);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
+    if (c.tied && !first) dp_params_use(g->dp, g->params, 0, g->stream);  // the last stage's copy of the tied embedding, for the LM head
+    dp_params_use(g->dp, g->params, head_bucket, g->stream);  // the final norm here, the LM head in the classifier (tied: the embedding buffer)
     if (c.norm_head)
         PROF(PROF_NORM_FWD, prof_bytes(2.0 * g->Vpl * C * sizeof(floatX)),
              norm_head_forward(g->head_n, g->head_rnorm, g->P(g->head()), g->Vpl, C, g->stream));
-    PROF(PROF_NORM_FWD, prof_bytes(4.0 * (g->tp.sp ? N / g->tp.n : N) * C * sizeof(floatX)),
+    PROF(PROF_NORM_FWD, prof_bytes(4.0 * g->tp.local_rows(N) * C * sizeof(floatX)),
          fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
-                                     g->P(t.lnf_w), g->P(t.lnf_b), g->tp.sp ? N / g->tp.n : N, C, c.norm_eps,
+                                     g->P(t.lnf_w), g->P(t.lnf_b), (int)g->tp.local_rows(N), C, c.norm_eps,
                                      c.norm == NORM_RMSNORM, g->stream));
-    tp_gather(g, g->lnf, g->lnf_full);
+    tp_gather(g->tp, g->lnf, g->lnf_full);
 }
 
 // Forward of one micro-batch inputs[B*T] (host) through the final norm, outside a training step (evaluation,
@@ -519,7 +538,7 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
                                 floatX* dx = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
-    const int B = g->B, T = g->T, N = B * T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, hd = c.head_dim, H = g->Hl,
+    const int B = g->B, T = g->T, N = B * T, Nl = (int)g->tp.local_rows(N), C = c.n_embd, hd = c.head_dim, H = g->Hl,
               KV = g->KVl, qd = H * hd, qkvd = (H + 2 * KV) * hd, F = g->Fl, F1 = c.mlp == MLP_SWIGLU ? 2 * F : F;
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     const double row_bytes = (double)Nl * C * sizeof(floatX), qk_bytes = (double)N * (H + KV) * hd * sizeof(floatX),
@@ -535,7 +554,7 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
                               st.plan_max, N, g->stream);
     if (!last) {
         cudaCheck(cudaMemcpyAsync(g->dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
-        params_prefetch(g, layer_bucket(g, l1 - 1));
+        dp_params_prefetch(g->dp, g->params, layer_bucket(g, l1 - 1));
     } else {
         // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf (tensor parallel: the vocabulary-
         // parallel classifier, and d lnf summed over tp: the head is column-parallel)
@@ -545,9 +564,9 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
                              C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream,
                              prof_classifier_phase);  // the profile's LM head and cross-entropy classes
         } else {
-            floatX* part = tp_part(g, g->dln);
+            floatX* part = tp_part(g->tp, g->dln);
             classifier_tp(g, part, scale);
-            tp_sum(g, part, g->dln);
+            tp_sum(g->tp, part, g->dln);
         }
         gpt_loss_accumulate(g, loss_weight);
         cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
@@ -555,18 +574,18 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
              norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
                            g->lnf_mean, g->lnf_rstd, Nl, C, rms, g->stream));
         const int head_bucket = (int)g->dp.buckets.size() - 1;
-        params_done(g, head_bucket);
-        if (c.tied) params_done(g, 0);
+        dp_params_done(g->dp, head_bucket, g->stream);
+        if (c.tied) dp_params_done(g->dp, 0, g->stream);
         if (reduce) grads_bucket_done(g, head_bucket);
-        params_prefetch(g, layer_bucket(g, l1 - 1));
+        dp_params_prefetch(g->dp, g->params, layer_bucket(g, l1 - 1));
     }
 
     for (int l = l1 - 1; l >= l0; l--) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs& la = g->layers[l];
         const int b = layer_bucket(g, l);
-        params_use(g, b);
-        params_prefetch(g, l > l0 ? layer_bucket(g, l - 1) : -1);
+        dp_params_use(g->dp, g->params, b, g->stream);
+        dp_params_prefetch(g->dp, g->params, l > l0 ? layer_bucket(g, l - 1) : -1);
         if (g->recompute == RECOMPUTE_FULL) {
             layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
@@ -577,20 +596,20 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
         if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3)  // the transposes, after the gather
             PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, true));
-        floatX* part = tp_part(g, g->dln);
-        tp_gather(g, g->dres, g->dres_full);
-        linear_backward(g, l, LINEAR_FC2, g->dact, row_bias_grad(g, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
+        floatX* part = tp_part(g->tp, g->dln);
+        tp_gather(g->tp, g->dres, g->dres_full);
+        linear_backward(g, l, LINEAR_FC2, g->dact, row_bias_grad(g->tp, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
         if (swiglu) PROF(PROF_ACT_BWD, prof_bytes(5 * act_bytes), swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream));
         else PROF(PROF_ACT_BWD, prof_bytes(3 * act_bytes), gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream));
-        if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
+        if (g->recompute != RECOMPUTE_FULL) tp_gather(g->tp, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
         linear_backward(g, l, LINEAR_FC1, part, g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
-        tp_sum(g, part, g->dln);
+        tp_sum(g->tp, part, g->dln);
         PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
              norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w),
                            la.ln2_mean, la.ln2_rstd, Nl, C, rms, g->stream));
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
-        tp_gather(g, g->dres, g->dres_full);
-        linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
+        tp_gather(g->tp, g->dres, g->dres_full);
+        linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g->tp, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
         attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->alibi, g->stream);
         if (c.pos == POS_ROPE)
             PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
@@ -599,13 +618,13 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
             PROF(PROF_NORM_BWD, prof_bytes(3 * qk_bytes),
                  qk_norm_backward(g->dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->norm_partial, la.qk_raw,
                                   g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream));
-        if (g->recompute != RECOMPUTE_FULL) tp_gather(g, la.ln1, la.ln1_full);
+        if (g->recompute != RECOMPUTE_FULL) tp_gather(g->tp, la.ln1, la.ln1_full);
         linear_backward(g, l, LINEAR_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
-        tp_sum(g, part, g->dln);
+        tp_sum(g->tp, part, g->dln);
         PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
              norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w),
                            la.ln1_mean, la.ln1_rstd, Nl, C, rms, g->stream));
-        params_done(g, b);
+        dp_params_done(g->dp, b, g->stream);
         if (reduce) grads_bucket_done(g, b);
     }
     if (!first) {  // d(x[l0]), sent back to the previous chunk's stage
@@ -613,9 +632,9 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         return;
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t]): this rank's vocabulary rows, from every position (gathered under SP)
-    tp_gather(g, g->dres, g->dres_full);
+    tp_gather(g->tp, g->dres, g->dres_full);
     PROF(PROF_EMB_BWD, prof_bytes(3.0 * N * C * sizeof(floatX)),
-         embedding_backward(g->G(t.wte), row_bias_grad(g, g->G(t.wpe)), g->dres_full, g->plan, N, T, C, g->stream, g->v0,
+         embedding_backward(g->G(t.wte), row_bias_grad(g->tp, g->G(t.wpe)), g->dres_full, g->plan, N, T, C, g->stream, g->v0,
                             g->Vpl));
     if (reduce) grads_bucket_done(g, 0);
 }
@@ -658,7 +677,7 @@ static void gpt_fold_head_grad(GPT* g) {
 
 // The step's pre-clip global gradient norm and clip coefficient into g->gnorm[GLOBAL_NORM_BLOCKS + 0, 1]: on one GPU
 // over the floatX gradients, the head gradient first joining them; on several ranks over the fp32 gradients reduced
-// over dp (grads_norm_reduced, llmc/gpt/data_parallel.cuh). Only enqueues.
+// over dp (dp_grad_norm, llmc/gpt/data_parallel.cuh). Only enqueues.
 static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
     // the bytes read: the fp32 reduced gradients this rank counts, or the floatX ones and the head's fp32 gradient folded in
@@ -666,7 +685,7 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
     ProfScope prof(PROF_GRAD_NORM, prof_bytes(g->dp.parallel ? 4.0 * g->dp.shard  // about P / dp per rank
                                                              : (double)g->table.total * sizeof(floatX) +
                                                                    head * (4 + 2 * sizeof(floatX))));
-    if (g->dp.parallel) return grads_norm_reduced(g, out, tc.grad_clip);
+    if (g->dp.parallel) return dp_grad_norm(g->dp, g->world, g->stream, out, tc.grad_clip);
     gpt_fold_head_grad(g);
     global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
 }
@@ -681,16 +700,39 @@ static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
     const double n = g->L.zero >= 1 ? (double)g->dp.shard : (double)g->table.total;
     const double grad = g->dp.parallel ? 4 : sizeof(floatX), moment = g->bf16_moments ? 2 : 4;
     PROF(PROF_ADAMW, prof_bytes(n * (8 + 4 * moment + grad + sizeof(floatX))), adamw_update(g->adam, h, t, clip, g->stream));
-    if (g->L.zero == 1 || g->L.zero == 2) {
-        params_allgather(g);
-    } else if (g->L.zero >= 3) {  // the next gathers read the updated shard
-        for (int& held : g->dp.gather_holds) held = -1;
-        cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-        cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
-    }
+    dp_params_updated(g->dp, g->params, g->stream);
 }
 
-#include "llmc/gpt/pipeline.cuh"  // --pp: the schedule of chunk forwards and backwards, the sends between stages
+// ----------------------------------------------------------------------------------------------
+// Pipeline parallel (llmc/gpt/pipeline.cuh runs the stage's schedule): each (micro-batch, chunk) in flight holds an
+// activation slot s, the LayerActs of its chunk's layers, acts[s * slot_layers ...], bound to g->layers before the
+// layer code runs.
+static void pp_bind(GPT* g, int s, int chunk) {
+    int l0, l1;
+    bool first, last;
+    chunk_span(g, chunk, &l0, &l1, &first, &last);
+    for (int l = l0; l < l1; l++) g->layers[l] = g->acts[(size_t)s * g->pp.slot_layers + (l - l0)];
+}
+
+// This stage's schedule over the n_mb micro-batches uploaded into buffers 0 .. n_mb-1: training (backward, each
+// micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/run/guard.h's test hooks), the gradients
+// accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head(mb)
+// (validation: its loss). Only enqueues work, but for the groups' waits.
+static void gpt_pipeline(GPT* g, int n_mb, bool backward, double scale, const std::function<void(int mb)>& head,
+                         TestCorrupt mb0 = {}) {
+    PpChunks fn;
+    fn.forward = [&](int mb, int chunk, int s) {
+        pp_bind(g, s, chunk);
+        gpt_forward_chunk(g, mb, chunk, pp_out(g->pp, s));
+    };
+    fn.backward = [&](int mb, int chunk, int s) {
+        pp_bind(g, s, chunk);
+        gpt_backward_chunk(g, mb, scale * mb0.grad_of(mb), scale * mb0.loss_of(mb), false, chunk, pp_dout(g->pp, s));
+    };
+    fn.head = head;
+    fn.input = [&](int s) { return g->acts[(size_t)s * g->pp.slot_layers].x; };
+    pp_pipeline(g->pp, g->stream, n_mb, backward, fn);
+}
 
 // ----------------------------------------------------------------------------------------------
 // One optimizer step over the micro-batches inputs/targets [accum][B*T] (data parallel: this rank's share of the
@@ -712,7 +754,7 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     // asynchronous copies from pinned memory and its loss is summed on the device.
     if (g->L.topo.pp > 1) {
         for (int a = 0; a < accum; a++) gpt_upload(g, a, inputs[a].data(), targets[a].data());
-        pp_pipeline(g, accum, true, scale, nullptr, mb0);
+        gpt_pipeline(g, accum, true, scale, nullptr, mb0);
         for (int b = (int)g->dp.buckets.size() - 1; b >= 0; b--) grads_bucket_done(g, b);  // head, layers, embeddings
     } else {
         for (int a = 0; a < accum; a++) {
@@ -815,9 +857,9 @@ static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchL
             make(j0 + j);
             gpt_upload(g, j, in.data(), tg.data());
         }
-        pp_pipeline(g, m, false, 0.0, [&]() {
+        gpt_pipeline(g, m, false, 0.0, [&](int mb) {
             gpt_loss(g);
-            take(j0 + g->pp.head_mb);
+            take(j0 + mb);
         });
     }
     for (int j = 0; j < per_rank && g->L.topo.pp == 1; j++) {

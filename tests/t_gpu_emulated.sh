@@ -3,9 +3,11 @@
 # g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (by tests/cuda_emu/build.sh; every kernel
 # runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
 # head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 (GPT
-# with ALiBi) and 128, the fp32 build on the three head-dim-64 states. Every check of test_gpt runs:
-# logits, loss, gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism,
-# resume. A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
+# with ALiBi) and 128, the fp32 build on the three head-dim-64 states. The checks of test_gpt: logits, loss,
+# gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism; and on the bf16 pass's
+# head-dim-64 states and the fp32 pass's GPT state also the resume and the ZeRO stages on one GPU (the others run
+# test_gpt's --core: those two run no kernel the other checks do not, and cost most at the larger head dims).
+# A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
 # in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the
 # shared-memory race detector (EMU_SCHED=random, tests/cuda_emu/include/cuda_emu.h). A third bf16 pass on
 # gpt3_tiny_hd64 runs the stream mode build (tests/cuda_emu/include/cuda_emu_streams.h): every kernel, copy and
@@ -67,10 +69,15 @@ else
 fi
 fp32_states=()
 race_state=""
+bf16_args=() bf16_core=() fp32_args=() fp32_core=()  # test_gpt's arguments: every check, then --core states
 for f in "${bf16_states[@]}"; do
     case $f in */gpt3_tiny_hd64.safetensors|*/llama_tiny_gqa_hd64.safetensors|*/llama_switches_hd64.safetensors) fp32_states+=("$f") ;; esac
     case $f in */gpt3_tiny_hd64.safetensors) race_state=$f ;; esac
+    case $f in *_hd64.safetensors) bf16_args+=("$f") ;; *) bf16_core+=("$f") ;; esac
+    case $f in */gpt3_tiny_hd64.safetensors) fp32_args+=("$f") ;; *_hd64.safetensors) fp32_core+=("$f") ;; esac
 done
+[ ${#bf16_core[@]} -gt 0 ] && bf16_args+=(--core "${bf16_core[@]}")
+[ ${#fp32_core[@]} -gt 0 ] && fp32_args+=(--core "${fp32_core[@]}")
 # test_gpt writes its checkpoints under build/t_gpu of the working directory: run it in $d/run.
 # run_emu LOG LABEL CMD...: the checks of one run, labelled, as they come; a run that stops early (an
 # emulation error: a race, a deadlock, a misaligned access) without a [FAIL] line gets one naming the first
@@ -87,7 +94,7 @@ run_emu() {
 }
 cd "$d/run"
 if has "$passes" bf16 && [ ${#bf16_states[@]} -gt 0 ]; then
-    run_emu "$d/bf16.log" "" "$d/test_gpt_emu" ref "${bf16_states[@]}"
+    run_emu "$d/bf16.log" "" "$d/test_gpt_emu" ref "${bf16_args[@]}"
 fi
 if has "$passes" race; then
     if [ -n "$race_state" ]; then
@@ -103,7 +110,7 @@ if has "$passes" streams; then
     else echo "[FAIL] the streams pass runs on gpt3_tiny_hd64, which EMU_CASES does not name"; status=1; fi
 fi
 if has "$passes" fp32; then
-    if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_states[@]}"
+    if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_args[@]}"
     else echo "[FAIL] the fp32 pass runs on the head-dim-64 states, which EMU_CASES does not name"; status=1; fi
 fi
 exit $status

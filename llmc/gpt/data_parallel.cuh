@@ -1,12 +1,16 @@
-// llmc/gpt/data_parallel.cuh: data parallel and ZeRO 0-3 in the CUDA trainer.
-// Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
-// whose fields it reads and writes.
+// llmc/gpt/data_parallel.cuh: data parallel and ZeRO 0-3 in the CUDA trainer: its state (struct DataParallel, a member
+// of train_gpt.cu's struct GPT: the buckets, the fp32 reduction buffers, the ZeRO-3 gather buffers, the dp stream's
+// events) and its work: the planning of the buckets, the weights' gathers, each bucket's gradient reduction, the
+// global norm over the reduced gradients, AdamW's table and the weights' all-gather after the update. A header that
+// stands alone: every function takes the DataParallel it works with and the model's buffers it works on (params,
+// grads, the parameter table) as arguments. On one GPU (dp.parallel false) nothing of it runs: the trainer reduces
+// nothing, the norm and AdamW read the floatX gradients, and the weights are where the parameter table puts them.
 //
 // Data parallel and ZeRO (--dp, --zero as in train_gpt_cpu; llmc/parallel/layout.h checks the layout, llmc/parallel/zero.h plans
 // the buckets): world = pp x dp x tp ranks (tp fastest, llmc/parallel/topology.h), one GPU each, started by mpirun, srun or
 // scripts/launch.sh (comm_init, llmc/parallel/launch.h); pipeline parallelism in llmc/gpt/pipeline.cuh. Every NCCL call goes through
 // llmc/parallel/comm_nccl.cuh: the dp group's on its own stream (dp.comm.stream), ordered against the compute stream by events; the
-// tp group's on the compute stream itself (g->tp.comm.stream = g->stream), in line with the kernels around them. One rank
+// tp group's on the compute stream itself (tp.comm.stream, llmc/gpt/tensor_parallel.cuh), in line with the kernels around them. One rank
 // is the one-GPU trainer of train_gpt.cu, unchanged, with no NCCL communicator.
 //   Data: dp rank r trains on the micro-batches r, r + dp, r + 2dp, ... of the one-process run (-d tokens per
 //   step, accum = d / (B*T*dp) micro-batches per rank), each loss scaled by 1/(accum*dp), so the sum over the
@@ -46,6 +50,58 @@
 //
 #pragma once
 
+#include <algorithm>
+#include <vector>
+#include "llmc/adamw.cuh"
+#include "llmc/cuda_common.cuh"
+#include "llmc/grad_clip.h"
+#include "llmc/grad_norm.cuh"
+#include "llmc/param_table.h"
+#include "llmc/precision.cuh"
+#include "llmc/profile.cuh"
+#include "llmc/parallel/comm.cuh"
+#include "llmc/parallel/layout.h"
+#include "llmc/parallel/zero.h"
+
+// ZeRO-3's gather buffers: two for the layers (layer l in GATHER_LAYER0 + l % 2), the embeddings, the final norm
+// and head
+enum { GATHER_LAYER0 = 0, GATHER_EMB = 2, GATHER_HEAD = 3, GATHER_BUFFERS = 4 };
+
+// Data parallel and ZeRO 0-3 (--dp, --zero; llmc/parallel/zero.h plans the buckets). dp_plan sets the buckets and the
+// counts of the buffer-table rows (llmc/gpt/memory.cuh allocates them), dp_events_create its events.
+struct DataParallel {
+    Comm comm;                  // the dp group: its size, rank and stream
+    int n = 1, rank = 0;        // dp ranks, this rank's place among them
+    int zero = 0;               // the ZeRO stage (--zero)
+    bool parallel = false;      // any layout but one GPU: fp32 bucket reduction, the optimizer over this rank's ranges
+    std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
+    std::vector<int> bucket_of;        // spec -> bucket
+    size_t shard = 0;                  // P / dp
+    size_t max_bucket = 0;             // elements of the largest bucket
+    size_t n_grad32 = 0, n_grad_shard = 0, n_gather = 0, n_norm64 = 0;  // buffer-table counts (0: no row)
+    std::vector<size_t> norm_ranges_host;  // [n,2] the gradient ranges this rank counts (layout_norm_ranges)
+    size_t gather_off[GATHER_BUFFERS] = {};  // each gather buffer's offset in `gather`
+    float* grad32 = nullptr;    // fp32 gradients: ZeRO 0/1 [P] reduced in place; ZeRO 2/3 [2, max_bucket], the two
+                                // staging buffers a bucket is cast into before its reduce-scatter
+    float* grad_shard = nullptr;  // ZeRO 2/3: [shard] the reduced gradients of this rank's pieces
+    floatX* gather = nullptr;   // ZeRO 3: the gather buffers [2 * max layer bucket + embeddings + head]
+    double* norm64 = nullptr;   // [GLOBAL_NORM_BLOCKS + 1] fp64 partial sums of squares, then their sum
+    size_t* norm_ranges = nullptr;     // [n,2] device copy of norm_ranges_host
+    cudaEvent_t ev_staging_free[2] = {};  // ZeRO 2/3: staging buffer s may be overwritten (its reduce-scatter is done)
+    cudaEvent_t ev_gathered[GATHER_BUFFERS] = {}, ev_gather_done[GATHER_BUFFERS] = {};  // ZeRO 3: filled / last read
+    int gather_holds[GATHER_BUFFERS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none
+    int staging_next = 0;              // ZeRO 2/3: the staging buffer the next bucket is cast into
+    int staging_cast = -1;             // ZeRO 2/3: the staging buffer of the bucket cast last (dp_bucket_cast)
+    cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before comm.stream reads what it wrote
+    cudaEvent_t ev_comm = nullptr;     // recorded on comm.stream (or the world's) before the compute stream reads
+
+    // the gather buffer of bucket b
+    int gather_buffer(const Bucket& b) const {
+        return b.layer >= 0 ? GATHER_LAYER0 + b.layer % 2 : b.range.lo == 0 ? GATHER_EMB : GATHER_HEAD;
+    }
+};
+
+
 // dst[i] = float(src[i]): a bucket's floatX gradients into the fp32 reduction buffer
 __global__ void f32_from_floatX_kernel(float* dst, const floatX* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
@@ -57,7 +113,10 @@ __global__ void add_f32_kernel(float* dst, const float* src, size_t n) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i < n) dst[i] += src[i];
 }
-
+static void add_f32(float* dst, const float* src, size_t n, cudaStream_t stream) {
+    add_f32_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(dst, src, n);
+    cudaCheck(cudaGetLastError());
+}
 
 // partial[block] = sum of g[i]^2 over the ranges [ranges[2r], ranges[2r+1]) in fp64, in a fixed order: thread j
 // of the grid (G threads) sums elements lo + j, lo + j + G, ... of each range in turn, then the block sums its
@@ -93,26 +152,93 @@ __global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double c
 }
 
 
+// The plan of this rank's layout L over its parameter table: the buckets (llmc/parallel/zero.h), the shard, and the
+// sizes of the buffer-table rows data parallel owns (0: no row). One GPU: parallel false, every count 0.
+static void dp_plan(DataParallel& dp, const ParamTable& table, const Layout& L) {
+    dp.n = L.topo.dp, dp.rank = L.topo.dp_rank, dp.zero = L.zero;
+    dp.parallel = L.topo.dp > 1 || L.zero > 0 || L.topo.tp > 1 || L.topo.pp > 1;
+    dp.buckets = zero_buckets(table, dp.n);
+    dp.bucket_of.assign(table.specs.size(), -1);
+    size_t max_layer = 0;
+    dp.max_bucket = 0;
+    for (int b = 0; b < (int)dp.buckets.size(); b++) {
+        const Bucket& bk = dp.buckets[b];
+        for (int k = bk.first_spec; k < bk.end_spec; k++) dp.bucket_of[k] = b;
+        dp.max_bucket = std::max(dp.max_bucket, bk.range.size());
+        if (bk.layer >= 0) max_layer = std::max(max_layer, bk.range.size());
+    }
+    dp.shard = zero_shard_size(table, dp.n);
+    const size_t P = table.total;
+    dp.n_grad32 = !dp.parallel ? 0 : L.zero <= 1 ? P : 2 * dp.max_bucket;
+    dp.n_grad_shard = dp.parallel && L.zero >= 2 ? dp.shard : 0;
+    dp.n_norm64 = dp.parallel ? GLOBAL_NORM_BLOCKS + 1 : 0;
+    dp.norm_ranges_host.clear();
+    if (dp.parallel)
+        for (const Range& r : layout_norm_ranges(table, dp.buckets, L, L.zero >= 2)) {
+            dp.norm_ranges_host.push_back(r.lo);
+            dp.norm_ranges_host.push_back(r.hi);
+        }
+    // ZeRO 3: two layer buffers of the largest layer bucket, then the embedding bucket, then the final norm and head
+    dp.n_gather = 0;
+    if (L.zero >= 3) {
+        dp.gather_off[GATHER_LAYER0] = 0;
+        dp.gather_off[GATHER_LAYER0 + 1] = max_layer;
+        dp.gather_off[GATHER_EMB] = 2 * max_layer;
+        dp.gather_off[GATHER_HEAD] = 2 * max_layer + dp.buckets.front().range.size();
+        dp.n_gather = dp.gather_off[GATHER_HEAD] + dp.buckets.back().range.size();
+    }
+}
+
+// After the buffer table has placed dp's buffers: the norm's ranges uploaded, the events created (several ranks only).
+static void dp_build(DataParallel& dp) {
+    if (!dp.parallel) return;
+    cudaCheck(cudaMemcpy(dp.norm_ranges, dp.norm_ranges_host.data(), dp.norm_ranges_host.size() * sizeof(size_t),
+                         cudaMemcpyHostToDevice));
+    for (cudaEvent_t* e : {&dp.ev_compute, &dp.ev_comm, &dp.ev_staging_free[0], &dp.ev_staging_free[1]})
+        cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    for (int i = 0; i < GATHER_BUFFERS; i++) {
+        cudaCheck(cudaEventCreateWithFlags(&dp.ev_gathered[i], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&dp.ev_gather_done[i], cudaEventDisableTiming));
+    }
+}
+static void dp_free(DataParallel& dp) {
+    if (!dp.parallel) return;
+    for (cudaEvent_t e : {dp.ev_compute, dp.ev_comm, dp.ev_staging_free[0], dp.ev_staging_free[1]})
+        cudaCheck(cudaEventDestroy(e));
+    for (int i = 0; i < GATHER_BUFFERS; i++) {
+        cudaCheck(cudaEventDestroy(dp.ev_gathered[i]));
+        cudaCheck(cudaEventDestroy(dp.ev_gather_done[i]));
+    }
+}
+
+// The weights of tensor k of table: in params where the table puts them, or at ZeRO 3 (params holds only this rank's
+// shard) in the gather buffer of its bucket.
+static floatX* dp_weights(const DataParallel& dp, floatX* params, const ParamTable& table, int k) {
+    if (dp.zero < 3) return params + table.specs[k].offset;
+    const Bucket& b = dp.buckets[dp.bucket_of[k]];
+    return dp.gather + dp.gather_off[dp.gather_buffer(b)] + (table.specs[k].offset - b.range.lo);
+}
+
 // Several ranks: out[0, 1] = the pre-clip global norm and clip coefficient of the fp32 reduced gradients, once
 // dp.comm.stream has reduced every bucket: the norm over the ranges this rank counts (fp64, layout_norm_ranges), summed
-// over every rank (dp shards, tp slices and stages). Only enqueues.
-static void grads_norm_reduced(GPT* g, float* out, double clip) {
-    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
-    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
-    const float* grads = g->L.zero >= 2 ? g->dp.grad_shard : g->dp.grad32;
-    double* sumsq = g->dp.norm64 + GLOBAL_NORM_BLOCKS;
-    norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, g->stream>>>(
-        g->dp.norm64, grads, g->dp.norm_ranges, (int)(g->dp.norm_ranges_host.size() / 2));
+// over every rank of world (dp shards, tp slices and stages). Only enqueues, on the compute stream.
+static void dp_grad_norm(DataParallel& dp, const Comm& world, cudaStream_t stream, float* out, double clip) {
+    cudaCheck(cudaEventRecord(dp.ev_comm, dp.comm.stream));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_comm, 0)));
+    const float* grads = dp.zero >= 2 ? dp.grad_shard : dp.grad32;
+    double* sumsq = dp.norm64 + GLOBAL_NORM_BLOCKS;
+    norm_ranges_partial_kernel<<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, stream>>>(
+        dp.norm64, grads, dp.norm_ranges, (int)(dp.norm_ranges_host.size() / 2));
     cudaCheck(cudaGetLastError());
-    sum_partials_kernel<<<1, 1, 0, g->stream>>>(sumsq, g->dp.norm64, GLOBAL_NORM_BLOCKS);
+    sum_partials_kernel<<<1, 1, 0, stream>>>(sumsq, dp.norm64, GLOBAL_NORM_BLOCKS);
     cudaCheck(cudaGetLastError());
-    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->world.stream, g->ev_compute, 0));
+    cudaCheck(cudaEventRecord(dp.ev_compute, stream));
+    cudaCheck(cudaStreamWaitEvent(world.stream, dp.ev_compute, 0));
     // over every rank: dp shards, tp slices (disjoint; replicated tensors count on tp rank 0 only) and stages
-    comm_all_reduce_sum(g->world, sumsq, 1);
-    cudaCheck(cudaEventRecord(g->ev_comm, g->world.stream));
-    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
-    clip_from_sumsq_kernel<<<1, 1, 0, g->stream>>>(out, sumsq, clip);
+    comm_all_reduce_sum(world, sumsq, 1);
+    cudaCheck(cudaEventRecord(dp.ev_comm, world.stream));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_comm, 0)));
+    clip_from_sumsq_kernel<<<1, 1, 0, stream>>>(out, sumsq, clip);
     cudaCheck(cudaGetLastError());
 }
 
@@ -120,126 +246,109 @@ static void grads_norm_reduced(GPT* g, float* out, double clip) {
 // tensor's part in this rank's piece of its bucket (ZeRO >= 1; bucket padding is never updated and stays zero). Each
 // buffer is addressed at its own ZeRO stage (zero_part_offset): params flat below ZeRO 3; the gradients flat below
 // ZeRO 2 (grads: the floatX gradients on one GPU, the fp32 ones reduced over dp, grad32, otherwise) and in the shard
-// grad_shard from 2; master and moments flat at ZeRO 0. Piece and tensor bounds are multiples of 8 elements, as the
-// update needs.
+// grad_shard from 2; master and moments (m, v: of type Moment) flat at ZeRO 0. Piece and tensor bounds are multiples
+// of 8 elements, as the update needs.
 template <typename Moment, typename Grad>
-static AdamWTable<Moment, Grad> adamw_table_build(GPT* g, float wd, const Grad* grads, const Grad* grad_shard) {
+static AdamWTable<Moment, Grad> dp_adamw_table(const DataParallel& dp, const ParamTable& table, floatX* params,
+                                               const Grad* grads, const Grad* grad_shard, float* master, void* m,
+                                               void* v, float wd) {
     std::vector<AdamWTensor<Moment, Grad>> ts;
-    const int zero = g->L.zero;
-    for (const ZeroPart& p : zero_parts(g->table, g->dp.buckets, g->L.topo.dp, g->L.topo.dp_rank, zero == 0)) {
+    const int zero = dp.zero;
+    for (const ZeroPart& p : zero_parts(table, dp.buckets, dp.n, dp.rank, zero == 0)) {
         AdamWTensor<Moment, Grad> t{};
-        t.param = g->params + zero_part_offset(p, ZERO_PARAMS, zero);
+        t.param = params + zero_part_offset(p, ZERO_PARAMS, zero);
         t.grad = (zero >= ZERO_GRADS ? grad_shard : grads) + zero_part_offset(p, ZERO_GRADS, zero);
-        t.master = g->master + zero_part_offset(p, ZERO_OPTIM, zero);
-        t.m = (Moment*)g->m + zero_part_offset(p, ZERO_OPTIM, zero);
-        t.v = (Moment*)g->v + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.master = master + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.m = (Moment*)m + zero_part_offset(p, ZERO_OPTIM, zero);
+        t.v = (Moment*)v + zero_part_offset(p, ZERO_OPTIM, zero);
         t.n = p.flat.size();
-        t.weight_decay = g->table.specs[p.spec].is_matrix ? wd : 0.0f;
+        t.weight_decay = table.specs[p.spec].is_matrix ? wd : 0.0f;
         ts.push_back(t);
     }
     return adamw_table_upload(ts);
 }
 
-// ZeRO 1/2: every rank's pieces of params reach every rank: after the compute stream's writes, dp.comm.stream all-gathers
-// each bucket in place (rank r's piece at its place); the compute stream then waits for dp.comm.stream.
-static void params_allgather(GPT* g) {
-    const int dp = g->L.topo.dp;
-    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
-    for (const Bucket& b : g->dp.buckets)
-        comm_all_gather(g->dp.comm, g->params + zero_piece(b, dp, g->L.topo.dp_rank).lo, g->params + b.range.lo,
-                        b.range.size() / dp);
-    cudaCheck(cudaEventRecord(g->ev_comm, g->dp.comm.stream));
-    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->ev_comm, 0)));
+// After AdamW (on the compute stream) has written this rank's pieces of params: ZeRO 1/2: dp.comm.stream all-gathers
+// each bucket in place (rank r's piece at its place) and the compute stream waits for it; ZeRO 3: the gather buffers
+// are stale and the next gathers wait for the update. Below ZeRO 1 nothing.
+static void dp_params_updated(DataParallel& dp, floatX* params, cudaStream_t stream) {
+    if (dp.zero == 0) return;
+    if (dp.zero >= 3) for (int& held : dp.gather_holds) held = -1;
+    cudaCheck(cudaEventRecord(dp.ev_compute, stream));
+    cudaCheck(cudaStreamWaitEvent(dp.comm.stream, dp.ev_compute, 0));
+    if (dp.zero >= 3) return;  // the next gathers read the updated shard
+    for (const Bucket& b : dp.buckets)
+        comm_all_gather(dp.comm, params + zero_piece(b, dp.n, dp.rank).lo, params + b.range.lo, b.range.size() / dp.n);
+    cudaCheck(cudaEventRecord(dp.ev_comm, dp.comm.stream));
+    PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_comm, 0)));
 }
 
 // ZeRO-3: a bucket's weights gathered on dp.comm.stream into its gather buffer before use, one layer ahead
 
-// Starts the all-gather of bucket b's weights into its buffer (nothing when the buffer holds it already, or below
-// ZeRO 3, or for b out of range). dp.comm.stream first waits until the compute stream is done with the buffer's
-// previous bucket (params_done), so the caller must have marked that bucket done.
-static void params_prefetch(GPT* g, int b) {
-    if (g->L.zero < 3 || b < 0 || b >= (int)g->dp.buckets.size()) return;
-    const Bucket& bk = g->dp.buckets[b];
-    const int s = g->dp.gather_buffer(bk), dp = g->L.topo.dp;
-    if (g->dp.gather_holds[s] == b) return;
-    cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->dp.ev_gather_done[s], 0));
-    comm_all_gather(g->dp.comm, g->params + zero_shard_offset(bk, dp), g->dp.gather + g->dp.gather_off[s], bk.range.size() / dp);
-    cudaCheck(cudaEventRecord(g->dp.ev_gathered[s], g->dp.comm.stream));
-    g->dp.gather_holds[s] = b;
+// Starts the all-gather of bucket b's weights (of params, this rank's shard) into its buffer (nothing when the buffer
+// holds it already, or below ZeRO 3, or for b out of range). dp.comm.stream first waits until the compute stream is
+// done with the buffer's previous bucket (dp_params_done), so the caller must have marked that bucket done.
+static void dp_params_prefetch(DataParallel& dp, const floatX* params, int b) {
+    if (dp.zero < 3 || b < 0 || b >= (int)dp.buckets.size()) return;
+    const Bucket& bk = dp.buckets[b];
+    const int s = dp.gather_buffer(bk);
+    if (dp.gather_holds[s] == b) return;
+    cudaCheck(cudaStreamWaitEvent(dp.comm.stream, dp.ev_gather_done[s], 0));
+    comm_all_gather(dp.comm, params + zero_shard_offset(bk, dp.n), dp.gather + dp.gather_off[s], bk.range.size() / dp.n);
+    cudaCheck(cudaEventRecord(dp.ev_gathered[s], dp.comm.stream));
+    dp.gather_holds[s] = b;
 }
 
 // Bucket b's weights are read from here on: the compute stream waits for their gather.
-static void params_use(GPT* g, int b) {
-    if (g->L.zero < 3) return;
-    params_prefetch(g, b);
+static void dp_params_use(DataParallel& dp, const floatX* params, int b, cudaStream_t stream) {
+    if (dp.zero < 3) return;
+    dp_params_prefetch(dp, params, b);
     PROF(PROF_DP_WAIT, ProfWork(),
-         cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_gathered[g->dp.gather_buffer(g->dp.buckets[b])], 0)));
+         cudaCheck(cudaStreamWaitEvent(stream, dp.ev_gathered[dp.gather_buffer(dp.buckets[b])], 0)));
 }
 
-// The compute stream's work so far is the last to read bucket b's buffer until its next params_use: the buffer
+// The compute stream's work so far is the last to read bucket b's buffer until its next dp_params_use: the buffer
 // may be gathered into after it.
-static void params_done(GPT* g, int b) {
-    if (g->L.zero < 3) return;
-    cudaCheck(cudaEventRecord(g->dp.ev_gather_done[g->dp.gather_buffer(g->dp.buckets[b])], g->stream));
+static void dp_params_done(DataParallel& dp, int b, cudaStream_t stream) {
+    if (dp.zero < 3) return;
+    cudaCheck(cudaEventRecord(dp.ev_gather_done[dp.gather_buffer(dp.buckets[b])], stream));
 }
 
-// The bucket of layer l's weights (the embeddings are bucket 0, the final norm and head the last).
-static int layer_bucket(const GPT* g, int l) { return g->dp.bucket_of[g->table.blocks[l].ln1_w]; }
-
-// Data parallel: bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it). It is
-// cast to fp32 (plus head_grad where the LM head lives), and dp.comm.stream, once the compute stream has written it,
-// reduces it over dp: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's piece holds the
-// sum (ZeRO 1), or reduce-scatter from a staging buffer into grad_shard (ZeRO 2/3; the cast into a staging buffer
-// first waits until its previous bucket's reduce-scatter has read it).
-static void grads_bucket_done(GPT* g, int b) {
-    const Bucket& bk = g->dp.buckets[b];
-    const int dp = g->L.topo.dp, zero = g->L.zero;
+// Bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it): its floatX gradients
+// (in grads, where the table puts them) cast to fp32 on the compute stream, into grad32 at the bucket's place (ZeRO
+// 0/1) or into the next of the two staging buffers (ZeRO 2/3; first waiting until that buffer's previous bucket has
+// been reduced out of it). Returns where the bucket's fp32 gradients are (element bk.range.lo + i at [i]): the caller
+// may add to them before dp_bucket_reduce.
+static float* dp_bucket_cast(DataParallel& dp, int b, const floatX* grads, cudaStream_t stream) {
+    const Bucket& bk = dp.buckets[b];
     const size_t n = bk.range.size();
-    int staging = -1;
-    float* dst = g->dp.grad32 + bk.range.lo;
-    if (zero >= 2) {
-        staging = g->dp.staging_next;
-        g->dp.staging_next ^= 1;
-        PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(g->stream, g->dp.ev_staging_free[staging], 0)));
-        dst = g->dp.grad32 + staging * g->dp.max_bucket;
+    float* dst = dp.grad32 + bk.range.lo;
+    dp.staging_cast = -1;
+    if (dp.zero >= 2) {
+        dp.staging_cast = dp.staging_next;
+        dp.staging_next ^= 1;
+        PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_staging_free[dp.staging_cast], 0)));
+        dst = dp.grad32 + dp.staging_cast * dp.max_bucket;
     }
-    ProfScope prof(PROF_DP_CAST, prof_bytes(n * (4.0 + sizeof(floatX))));  // to the collectives' issue (on dp.comm.stream)
-    f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(dst, g->grads + bk.range.lo, n);
+    ProfScope prof(PROF_DP_CAST, prof_bytes(n * (4.0 + sizeof(floatX))));
+    f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(dst, grads + bk.range.lo, n);
     cudaCheck(cudaGetLastError());
-    const int h = g->head();
-    if (g->has_head && h >= bk.first_spec && h < bk.end_spec) {
-        const size_t hn = (size_t)g->Vpl * g->cfg.n_embd;
-        float* head_dst = dst + (g->table.specs[h].offset - bk.range.lo);
-        head_grad_finish(g);
-        add_f32_kernel<<<(unsigned)ceil_div(hn, 256), 256, 0, g->stream>>>(head_dst, g->head_grad, hn);
-        cudaCheck(cudaGetLastError());
-    }
-    // SP: each tp rank saw its part of the sequence, so the replicated tensors' gradients (norms, row-parallel biases,
-    // position embedding) are summed over tp, in fp32, before the dp reduction; QK-norm's weights (TP_SUM) always
-    for (int k = bk.first_spec; k < bk.end_spec && g->tp.n > 1; k++) {
-        const ParamSpec& s = g->table.specs[k];
-        if (tp_grad_summed(s.tp, g->tp.sp))
-            PROF(PROF_TP_COMM, prof_bytes(4.0 * s.numel()),
-                 comm_all_reduce_sum(g->tp.comm, dst + (s.offset - bk.range.lo), s.numel()));
-    }
-    cudaCheck(cudaEventRecord(g->ev_compute, g->stream));
-    const int e = g->table.wte;
-    if (g->cfg.tied && g->L.topo.pp > 1 && e >= bk.first_spec && e < bk.end_spec) {
-        // the tied embedding's gradient: the first stage's (embedding) plus the last stage's (LM head), on pp.emb.stream
-        cudaCheck(cudaStreamWaitEvent(g->pp.emb.stream, g->ev_compute, 0));
-        comm_all_reduce_sum(g->pp.emb, dst + (g->table.specs[e].offset - bk.range.lo), g->table.specs[e].numel());
-        cudaCheck(cudaEventRecord(g->pp.ev_emb, g->pp.emb.stream));
-        cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->pp.ev_emb, 0));
+    return dst;
+}
+
+// Bucket b's fp32 gradients grad32 (dp_bucket_cast's) reduced over dp on dp.comm.stream, once `ready` (an event after
+// everything that writes them) has passed: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's
+// piece holds the sum (ZeRO 1), or reduce-scatter from the staging buffer into grad_shard (ZeRO 2/3).
+static void dp_bucket_reduce(DataParallel& dp, int b, float* grad32, cudaEvent_t ready) {
+    const Bucket& bk = dp.buckets[b];
+    const size_t n = bk.range.size();
+    cudaCheck(cudaStreamWaitEvent(dp.comm.stream, ready, 0));
+    if (dp.zero == 0) {
+        comm_all_reduce_sum(dp.comm, grad32, n);
+    } else if (dp.zero == 1) {
+        comm_reduce_scatter(dp.comm, grad32, grad32 + (size_t)dp.rank * (n / dp.n), n / dp.n);
     } else {
-        cudaCheck(cudaStreamWaitEvent(g->dp.comm.stream, g->ev_compute, 0));
-    }
-    if (zero == 0) {
-        comm_all_reduce_sum(g->dp.comm, dst, n);
-    } else if (zero == 1) {
-        comm_reduce_scatter(g->dp.comm, dst, dst + (size_t)g->L.topo.dp_rank * (n / dp), n / dp);
-    } else {
-        comm_reduce_scatter(g->dp.comm, dst, g->dp.grad_shard + zero_shard_offset(bk, dp), n / dp);
-        cudaCheck(cudaEventRecord(g->dp.ev_staging_free[staging], g->dp.comm.stream));
+        comm_reduce_scatter(dp.comm, grad32, dp.grad_shard + zero_shard_offset(bk, dp.n), n / dp.n);
+        cudaCheck(cudaEventRecord(dp.ev_staging_free[dp.staging_cast], dp.comm.stream));
     }
 }

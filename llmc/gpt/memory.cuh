@@ -84,7 +84,7 @@ static size_t buffer_copies(const Buffer& b, Recompute r, int n_acts) {
 // copies (*_full), the partial sums before a reduce-scatter (tp_part) and the packing buffer (seq_buf); tp > 1 the
 // classifier's row statistics (cls_stats).
 static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int T) {
-    const size_t N = (size_t)B * T, Nl = g->tp.sp ? N / g->tp.n : N, C = c.n_embd, hd = c.head_dim,
+    const size_t N = (size_t)B * T, Nl = g->tp.local_rows(N), C = c.n_embd, hd = c.head_dim,
                  qd = (size_t)g->Hl * hd, qkvd = (size_t)(g->Hl + 2 * g->KVl) * hd, F = g->Fl,
                  F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->tp.sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
@@ -163,27 +163,12 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 // dp rows of the buffer table, the activation slots of its stage over n_mb micro-batches. No allocation (the memory
 // estimate plans a GPT it never builds). L: a layout from layout_make, or layout_single for one GPU.
 
-// The most (micro-batch, chunk) pairs whose activations pp_run (llmc/parallel/pp_exec.h) keeps at once on this rank's stage,
-// training n_mb micro-batches or running any number forward only (validation; that peak is reached from 2 on): its
-// acquires and releases counted over the schedules (mem_plan_acts_walk in llmc/parallel/memory_formula.h counts their bytes so).
-static int pp_slots_needed(const Layout& L, int n_mb) {
-    int live = 0, peak = 0;
-    PpCallbacks cb;
-    cb.acquire = [&](int, int) { peak = std::max(peak, ++live); };
-    cb.release = [&](int, int) { live--; };
-    cb.forward = cb.backward = [](int, int) {};
-    cb.exchange = [](const PpMsg*, int) {};
-    const int pp = L.topo.pp, s = L.topo.pp_rank;
-    pp_run(pp_schedule(pp, L.vpp, n_mb, s), L.n_chunks(), true, cb);
-    pp_run(pp_forward_schedule(pp, L.vpp, std::max(n_mb, 2), s), L.n_chunks(), false, cb);
-    return peak;
-}
 
 static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, const Fp8Options& fp8 = {}) {
     g->cfg = c;
     g->L = L;
     g->fp8.opt = fp8;
-    const int dp = L.topo.dp, tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
+    const int tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
     g->tp.n = tp;
     g->tp.rank = L.topo.tp_rank;
     g->tp.sp = L.sp;
@@ -197,46 +182,9 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, co
     g->table = lt.t;
     g->global = lt.global;
     g->slice = lt.slice;
-    g->dp.parallel = dp > 1 || L.zero > 0 || tp > 1 || pp > 1;
     g->has_head = stage == pp - 1;
-    g->pp.n_slots = 1;
-    g->pp.slot_layers = c.n_layer;
-    if (pp > 1) {  // this stage's chunks are stage, stage + pp, ... (llmc/parallel/pp_schedule.h)
-        g->pp.slot_layers = 0;
-        for (int ch = stage; ch < L.n_chunks(); ch += pp)
-            g->pp.slot_layers = std::max(g->pp.slot_layers, L.chunk_first[ch + 1] - L.chunk_first[ch]);
-        g->pp.n_slots = pp_slots_needed(L, n_mb);
-    }
-    g->dp.buckets = zero_buckets(g->table, dp);
-    g->dp.bucket_of.assign(g->table.specs.size(), -1);
-    size_t max_layer = 0;
-    g->dp.max_bucket = 0;
-    for (int b = 0; b < (int)g->dp.buckets.size(); b++) {
-        const Bucket& bk = g->dp.buckets[b];
-        for (int k = bk.first_spec; k < bk.end_spec; k++) g->dp.bucket_of[k] = b;
-        g->dp.max_bucket = std::max(g->dp.max_bucket, bk.range.size());
-        if (bk.layer >= 0) max_layer = std::max(max_layer, bk.range.size());
-    }
-    g->dp.shard = zero_shard_size(g->table, dp);
-    const size_t P = g->table.total;
-    g->dp.n_grad32 = !g->dp.parallel ? 0 : L.zero <= 1 ? P : 2 * g->dp.max_bucket;
-    g->dp.n_grad_shard = g->dp.parallel && L.zero >= 2 ? g->dp.shard : 0;
-    g->dp.n_norm64 = g->dp.parallel ? GLOBAL_NORM_BLOCKS + 1 : 0;
-    g->dp.norm_ranges_host.clear();
-    if (g->dp.parallel)
-        for (const Range& r : layout_norm_ranges(g->table, g->dp.buckets, L, L.zero >= 2)) {
-            g->dp.norm_ranges_host.push_back(r.lo);
-            g->dp.norm_ranges_host.push_back(r.hi);
-        }
-    // ZeRO 3: two layer buffers of the largest layer bucket, then the embedding bucket, then the final norm and head
-    g->dp.n_gather = 0;
-    if (L.zero >= 3) {
-        g->dp.gather_off[GATHER_LAYER0] = 0;
-        g->dp.gather_off[GATHER_LAYER0 + 1] = max_layer;
-        g->dp.gather_off[GATHER_EMB] = 2 * max_layer;
-        g->dp.gather_off[GATHER_HEAD] = 2 * max_layer + g->dp.buckets.front().range.size();
-        g->dp.n_gather = g->dp.gather_off[GATHER_HEAD] + g->dp.buckets.back().range.size();
-    }
+    pp_plan(g->pp, L, c.n_layer, n_mb);  // the activation slots this stage holds
+    dp_plan(g->dp, g->table, L);         // the buckets, the shard, data parallel's rows of the buffer table
     // fp8 weight copies: this stage's linear weights one after the other (ZeRO 3: each layer's from 0, one layer held)
     g->fp8.w8_off.assign((size_t)LINEARS_PER_LAYER * c.n_layer, SIZE_MAX);
     g->fp8.w8_half = 0;
@@ -446,6 +394,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     g->bf16_moments = bf16_moments;
     cudaCheck(cudaStreamCreate(&g->stream));
     comm_set_stream(&g->tp.comm, g->stream);  // tp collectives in line with the kernels that write and read their buffers
+    g->tp.B = B, g->tp.T = T, g->tp.C = c.n_embd;  // the residual stream it sums and gathers
     matmul_init(&g->mm, (int)max_bias_len(c));
     g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
     const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
@@ -486,7 +435,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         at += copies * buffer_bytes(b);
     }
     // the second halves of the [2,Nl] and [2,N] rows; without SP the gathered copies are the buffers themselves
-    const size_t N = (size_t)B * T, Nl = g->tp.sp ? N / g->tp.n : N;
+    const size_t N = (size_t)B * T, Nl = g->tp.local_rows(N);
     for (LayerActs& la : g->acts) {
         la.ln1_rstd = la.ln1_mean + Nl;
         la.ln2_rstd = la.ln2_mean + Nl;
@@ -516,21 +465,23 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         fp8_meta_init(&g->fp8.dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
     }
     // AdamW's table: on one GPU over the floatX gradients, otherwise over the fp32 ones reduced over dp
-    if (!g->dp.parallel && bf16_moments) g->adam.bf16 = adamw_table_build<__nv_bfloat16>(g, weight_decay, g->grads, g->grads);
-    else if (!g->dp.parallel) g->adam.f32 = adamw_table_build<float>(g, weight_decay, g->grads, g->grads);
-    else if (bf16_moments) g->adam.bf16_g32 = adamw_table_build<__nv_bfloat16>(g, weight_decay, g->dp.grad32, g->dp.grad_shard);
-    else g->adam.f32_g32 = adamw_table_build<float>(g, weight_decay, g->dp.grad32, g->dp.grad_shard);
-    if (g->dp.parallel) {
-        cudaCheck(cudaMemcpy(g->dp.norm_ranges, g->dp.norm_ranges_host.data(), g->dp.norm_ranges_host.size() * sizeof(size_t),
-                             cudaMemcpyHostToDevice));
-        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm, &g->dp.ev_staging_free[0], &g->dp.ev_staging_free[1], &g->pp.ev_pp,
-                               &g->pp.ev_emb})
-            cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-        for (int i = 0; i < GATHER_BUFFERS; i++) {
-            cudaCheck(cudaEventCreateWithFlags(&g->dp.ev_gathered[i], cudaEventDisableTiming));
-            cudaCheck(cudaEventCreateWithFlags(&g->dp.ev_gather_done[i], cudaEventDisableTiming));
-        }
-    }
+    const DataParallel& dp = g->dp;
+    if (!dp.parallel && bf16_moments)
+        g->adam.bf16 = dp_adamw_table<__nv_bfloat16>(dp, g->table, g->params, g->grads, g->grads, g->master, g->m, g->v,
+                                                     weight_decay);
+    else if (!dp.parallel)
+        g->adam.f32 = dp_adamw_table<float>(dp, g->table, g->params, g->grads, g->grads, g->master, g->m, g->v,
+                                            weight_decay);
+    else if (bf16_moments)
+        g->adam.bf16_g32 = dp_adamw_table<__nv_bfloat16>(dp, g->table, g->params, dp.grad32, dp.grad_shard, g->master,
+                                                         g->m, g->v, weight_decay);
+    else
+        g->adam.f32_g32 = dp_adamw_table<float>(dp, g->table, g->params, dp.grad32, dp.grad_shard, g->master, g->m,
+                                                g->v, weight_decay);
+    dp_build(g->dp);         // several ranks: the norm's ranges uploaded, its events
+    pp_build(g->pp, Nl, c.n_embd);  // pp > 1: the activations sent between stages [Nl,C], its events
+    if (dp.parallel)
+        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm}) cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
 }
 
@@ -539,14 +490,10 @@ static void gpt_free(GPT* g) {
                     (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
     adamw_tables_free(&g->adam);
-    if (g->dp.parallel) {
-        for (cudaEvent_t e : {g->ev_compute, g->ev_comm, g->dp.ev_staging_free[0], g->dp.ev_staging_free[1], g->pp.ev_pp, g->pp.ev_emb})
-            cudaCheck(cudaEventDestroy(e));
-        for (int i = 0; i < GATHER_BUFFERS; i++) {
-            cudaCheck(cudaEventDestroy(g->dp.ev_gathered[i]));
-            cudaCheck(cudaEventDestroy(g->dp.ev_gather_done[i]));
-        }
-    }
+    if (g->dp.parallel)
+        for (cudaEvent_t e : {g->ev_compute, g->ev_comm}) cudaCheck(cudaEventDestroy(e));
+    dp_free(g->dp);
+    pp_free(g->pp);
     embedding_plan_free(&g->plan);
     if (g->fp8.opt.recipe != FP8_NONE)
         for (Fp8Meta* m : {&g->fp8.w, &g->fp8.x, &g->fp8.dy}) fp8_meta_free(m);

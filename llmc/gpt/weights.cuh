@@ -33,7 +33,7 @@ static void params_from_master(GPT* g) {
             g->params + piece.lo, g->master + zero_shard_offset(b, dp), piece.size());
         cudaCheck(cudaGetLastError());
     }
-    params_allgather(g);
+    dp_params_updated(g->dp, g->params, g->stream);  // ZeRO 1/2: every rank's pieces to every rank
 }
 
 // Uploads this rank's fp32 weights (and moments, or zeros when m is null); params = floatX(master). Given whole over
