@@ -63,8 +63,8 @@ static Comms g_one_rank;  // every group of one rank, for the ZeRO stages on one
 // byte for byte, under the model's recompute mode: both read the buffer table.
 static void check_estimate(const GPT& g, const std::string& tag) {
     const MemoryEstimate e = estimate_memory(g.cfg, g.B, g.T, g.recompute, g.bf16_moments, g.L);
-    check(e.allocations() == g.allocated, tag + " --recompute " + recompute_name(g.recompute) +
-          ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.allocated);
+    check(e.allocations() == g.mem.allocated, tag + " --recompute " + recompute_name(g.recompute) +
+          ": the memory estimate is the allocation", "estimate %.0f vs allocated %.0f bytes", e.allocations(), g.mem.allocated);
     // --plan and the layout planner (llmc/parallel/planner.h through cuda_plan_bytes) see the same bytes: the plan of this
     // layout peaks at the allocation plus the reserve, to the byte
     TrainConfig tc;
@@ -72,9 +72,9 @@ static void check_estimate(const GPT& g, const std::string& tag) {
     tc.total_batch = (long)g.B * g.T * g.L.topo.dp;
     const Plan p = plan_make(g.cfg, tc, g.L.topo.dp, (int)g.recompute, PLAN_COMM, plan_hardware(tc),
                              cuda_plan_bytes_fn(g.bf16_moments), false);
-    check(p.err.empty() && p.peak == g.allocated + MEMORY_RESERVE_BYTES, tag + " --recompute " +
+    check(p.err.empty() && p.peak == g.mem.allocated + MEMORY_RESERVE_BYTES, tag + " --recompute " +
           recompute_name(g.recompute) + ": the plan's bytes are the allocation plus the reserve",
-          "plan %.0f vs allocated %.0f + reserve %.0f bytes%s%s", p.peak, g.allocated, MEMORY_RESERVE_BYTES,
+          "plan %.0f vs allocated %.0f + reserve %.0f bytes%s%s", p.peak, g.mem.allocated, MEMORY_RESERVE_BYTES,
           p.err.empty() ? "" : ": ", p.err.c_str());
 }
 
@@ -266,10 +266,10 @@ static void test_reference(const char* path, bool core) {
     // logits and loss of the first micro-batch
     gpt_forward(&g, inputs.data(), targets.data());
     std::vector<float> logits((size_t)N * V), ref_logits((size_t)N * V);
-    for (int r0 = 0; r0 < N; r0 += g.cls_chunk) {
-        const int rows = std::min(g.cls_chunk, N - r0);
+    for (int r0 = 0; r0 < N; r0 += g.scratch.cls_chunk) {
+        const int rows = std::min(g.scratch.cls_chunk, N - r0);
         gpt_logits(&g, r0, rows);
-        std::vector<float> chunk = download_floatX(g.logits, (size_t)rows * Vp);
+        std::vector<float> chunk = download_floatX(g.scratch.logits, (size_t)rows * Vp);
         for (int n = 0; n < rows; n++)
             for (int v = 0; v < V; v++) logits[(size_t)(r0 + n) * V + v] = chunk[(size_t)n * Vp + v];
     }
@@ -326,15 +326,15 @@ static void test_reference(const char* path, bool core) {
         gpt_set_weights(&h, init.data(), nullptr, nullptr);
         const std::vector<float> hg = micro_batch_grads(&h, inputs.data(), targets.data());
         const std::string name = tag + " --recompute " + recompute_name(r);
-        check(h.loss == g.loss, name + " loss is bitwise that of none", "%.9g vs %.9g", h.loss, g.loss);
+        check(h.io.loss == g.io.loss, name + " loss is bitwise that of none", "%.9g vs %.9g", h.io.loss, g.io.loss);
         double rw = 0;
         for (const ParamSpec& s : table.specs)
             rw = std::max(rw, rel_err(hg.data() + s.offset, grads.data() + s.offset, s.numel()));
         check(rw <= 1.0 / 256, name + " gradients match none", "worst rel diff %.3g > 2^-8", rw);
-        check(h.allocated < g.allocated, name + " allocates less than none", "%.0f vs %.0f bytes", h.allocated, g.allocated);
+        check(h.mem.allocated < g.mem.allocated, name + " allocates less than none", "%.0f vs %.0f bytes", h.mem.allocated, g.mem.allocated);
         check_estimate(h, tag);
         printf("  --recompute %s: %.2f MiB allocated vs %.2f MiB (none); gradients rel diff %.3g\n", recompute_name(r),
-               h.allocated / 1048576.0, g.allocated / 1048576.0, rw);
+               h.mem.allocated / 1048576.0, g.mem.allocated / 1048576.0, rw);
         gpt_free(&h);
     }
 

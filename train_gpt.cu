@@ -72,6 +72,29 @@ struct LayerActs {
     floatX* act;      // [N,F]
 };
 
+// The step's buffers outside the layers (their shapes in buffer_table, llmc/gpt/memory.cuh): the final norm, the
+// classifier and the gradients that flow back through the layers one at a time.
+struct Scratch {
+    floatX* y = nullptr;         // [Nl,C] a matmul output about to join the residual stream
+    floatX* x_final = nullptr;   // [Nl,C] the last layer's x_mid + y
+    floatX* lnf = nullptr;       // [Nl,C] the final norm
+    float* lnf_mean = nullptr;   // [Nl]
+    float* lnf_rstd = nullptr;   // [Nl]
+    floatX* lnf_full = nullptr;  // [N,C] SP: lnf gathered over tp (the classifier's input); otherwise = lnf
+    floatX* logits = nullptr;    // [chunk,Vpl] a chunk of rows' logits, then their gradient in place
+    float* losses = nullptr;     // [N] the per-position losses
+    float* cls_stats = nullptr;  // [3,chunk] tp > 1: the rows' max, target logit and sum of exps over the vocabulary
+    int cls_chunk = 0;           // the classifier's rows per chunk
+    double* loss_sum = nullptr;  // [1] sum over the micro-batches of their weighted mean losses (fp64)
+    floatX* dres = nullptr;      // [Nl,C] the residual stream's gradient
+    floatX* dres_full = nullptr; // [N,C] SP: dres gathered over tp; otherwise = dres
+    floatX* dln = nullptr;       // [Nl,C] the gradient of a norm output
+    floatX *datty = nullptr, *dqkv = nullptr, *dfc1 = nullptr, *dact = nullptr;  // a layer's own gradients
+    float* dvec = nullptr;       // [B,H,T] the attention backward's rowsum(dO * O)
+    float* norm_partial = nullptr;  // the norms' weight-gradient partial sums
+    float* gnorm = nullptr;      // [GLOBAL_NORM_BLOCKS + 2] the global norm's partials, then the norm and clip coefficient
+};
+
 // The host's record of one uploaded micro-batch (the data are in its pinned upload buffer).
 struct MicroBatchUpload {
     bool has_targets = false;        // with targets, also the embedding plan
@@ -83,6 +106,29 @@ struct MicroBatchUpload {
 struct StepReadback {
     double loss;   // mean micro-batch loss of the step
     float norm;    // pre-clip global gradient norm
+};
+
+// What crosses between host and device (gpt_upload, gpt_read_loss): the pinned host upload buffers (cudaMallocHost),
+// everything a micro-batch needs from the host, one buffer per micro-batch of the step, so that its copies are
+// asynchronous and no buffer is rewritten while a copy from it may still be queued (layout, int32: inputs [N] |
+// targets [N] | embedding plan [3N+1]); their device copies; the step's readback.
+struct HostIO {
+    int32_t* h_upload = nullptr;
+    int n_uploads = 0;
+    std::vector<MicroBatchUpload> uploads;  // [n_uploads] what the host knows of each buffer
+    int32_t *inputs = nullptr, *targets = nullptr;  // [N] each: the micro-batch of the forward (targets < 0: no loss)
+    EmbeddingPlan plan;                     // the embedding backward's plan of the micro-batch's tokens
+    int n_valid = 0;                        // targets >= 0 in the micro-batch of the last forward
+    StepReadback* h_readback = nullptr;     // pinned: the step's loss and gradient norm, read once per step
+    double loss = 0;                        // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
+};
+
+// The device memory this rank holds (gpt_build, llmc/gpt/memory.cuh, which checks it against its estimate).
+struct MemoryUse {
+    char* buffer_memory = nullptr;  // every row of buffer_table but the counted ones
+    double allocated = 0;           // bytes asked of cudaMalloc
+    double allocated_weights = 0, allocated_grads = 0, allocated_optim = 0;  // of which: params; grads + head_grad;
+                                                                             // master + moments
 };
 
 struct GPT {
@@ -100,21 +146,17 @@ struct GPT {
     float* master = nullptr;    // [P]; ZeRO >= 1: [shard]
     void* m = nullptr;          // [P] fp32 or bf16; ZeRO >= 1: [shard]
     void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
+    AdamWTables adam;           // AdamW over what this rank updates (dp_adamw_table, llmc/gpt/data_parallel.cuh)
     float* head_grad = nullptr; // [Vp,C] (on the stage that runs the classifier)
     floatX* head_n = nullptr;   // [Vp,C] --norm-head: the head's rows of unit length (the classifier's weights)
     float* head_rnorm = nullptr;  // [Vp] --norm-head: 1 / the rows' lengths
-    char* buffer_memory = nullptr;  // every row of buffer_table (llmc/gpt/memory.cuh) but the counted ones
+    float *rope_cos = nullptr, *rope_sin = nullptr;  // [T,hd/2] --pos rope: the rotation's tables
+    float* alibi = nullptr;     // [Hl] --pos alibi: the slopes of this rank's heads (else null)
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
-    // scratch (shapes in buffer_table)
-    floatX *y, *x_final, *lnf, *lnf_full, *dres, *dres_full, *dln, *datty, *dqkv, *dfc1, *dact, *logits;
-    float *lnf_mean, *lnf_rstd, *dvec, *norm_partial, *losses, *gnorm, *rope_cos, *rope_sin, *cls_stats;
-    float* alibi = nullptr;     // [Hl] --pos alibi: the slopes of this rank's heads (else null)
-    double* loss_sum;           // [1] sum over the micro-batches of their weighted mean losses (fp64)
-    int32_t *inputs, *targets;
-    int cls_chunk = 0;
-    EmbeddingPlan plan;
-    AdamWTables adam;           // AdamW over what this rank updates (adamw_table_build, llmc/gpt/data_parallel.cuh)
+    Scratch scratch;            // the step's buffers outside the layers
+    HostIO io;                  // the micro-batches' way in, the step's readback
+    MemoryUse mem;              // what this rank allocated
     // this rank's layer shapes (one GPU: the model's): heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;
     Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp (one GPU: layout_single)
@@ -124,23 +166,11 @@ struct GPT {
     std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/parallel/tp.h)
     cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before another stream reads what it wrote
     cudaEvent_t ev_comm = nullptr;     // recorded on another stream before the compute stream reads what it wrote
-    // the parallel axes and fp8 (llmc/gpt/axes.cuh)
+    // the parallel axes (llmc/gpt/tensor_parallel.cuh, data_parallel.cuh, pipeline.cuh) and fp8 (fp8_linear.cuh)
     TensorParallel tp;
     DataParallel dp;
     Pipeline pp;
     Fp8Linears fp8;
-    double allocated = 0;       // bytes asked of cudaMalloc
-    double allocated_weights = 0, allocated_grads = 0, allocated_optim = 0;  // of which: params; grads + head_grad;
-                                                                             // master + moments
-    // Pinned host upload buffers (cudaMallocHost): everything a micro-batch needs from the host, one buffer per
-    // micro-batch of the step, so that its copies are asynchronous and no buffer is rewritten while a copy from it
-    // may still be queued. Layout (int32): inputs [N] | targets [N] | embedding plan [3N+1].
-    int32_t* h_upload = nullptr;
-    int n_uploads = 0;
-    std::vector<MicroBatchUpload> uploads;  // [n_uploads] what the host knows of each buffer
-    StepReadback* h_readback = nullptr;     // pinned: the step's loss and gradient norm, read once per step
-    int n_valid = 0;            // targets >= 0 in the micro-batch of the last forward
-    double loss = 0;            // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
 
     floatX* P(int k) const {    // the weights of tensor k (ZeRO 3: in its gather buffer)
         return k < 0 ? nullptr : dp_weights(dp, params, table, k);
@@ -280,10 +310,10 @@ static void mlp_act_forward(GPT* g, LayerActs& la) {
     else gelu_forward(la.act, la.fc1, N * g->Fl, g->stream);
 }
 
-// Layer l up to its MLP output in g->y. x_prev_mid: x[l] = x_prev_mid + g->y (the previous layer's
+// Layer l up to its MLP output in g->scratch.y. x_prev_mid: x[l] = x_prev_mid + g->scratch.y (the previous layer's
 // x_mid and MLP output) is formed by ln1's residual add; null when la.x already holds x[l] (layer 0, a
 // recompute), and then ln1 = norm(la.x) without a residual add.
-// Tensor parallel: attn_out and fc2 are row-parallel, their partial outputs summed over tp into g->y (tp_sum; the
+// Tensor parallel: attn_out and fc2 are row-parallel, their partial outputs summed over tp into g->scratch.y (tp_sum; the
 // bias from tp rank 0); the norms and residual adds run on this rank's Nl rows.
 static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const ModelConfig& c = g->cfg;
@@ -297,24 +327,24 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
         PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, false));  // its weights just gathered
     if (x_prev_mid)
         PROF(PROF_NORM_FWD, prof_bytes(4 * row_bytes),
-             fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->y, g->P(w.ln1_w),
+             fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->scratch.y, g->P(w.ln1_w),
                                          g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream));
     else
         PROF(PROF_NORM_FWD, prof_bytes(2 * row_bytes),
              fused_residual_norm_forward(nullptr, la.ln1, la.ln1_mean, la.ln1_rstd, la.x, nullptr, g->P(w.ln1_w),
                                          g->P(w.ln1_b), Nl, C, c.norm_eps, rms, g->stream));  // no residual add
     attention_block_forward(g, l, la);
-    floatX* part = tp_part(g->tp, g->y);
+    floatX* part = tp_part(g->tp, g->scratch.y);
     linear_forward(g, l, LINEAR_ATTN_OUT, part, la.atty, row_bias(g->tp, g->P(w.attn_out_b)), N, g->Hl * c.head_dim, C);
-    tp_sum(g->tp, part, g->y);
+    tp_sum(g->tp, part, g->scratch.y);
     PROF(PROF_NORM_FWD, prof_bytes(4 * row_bytes),
-         fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->y, g->P(w.ln2_w),
+         fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->scratch.y, g->P(w.ln2_w),
                                      g->P(w.ln2_b), Nl, C, c.norm_eps, rms, g->stream));
     tp_gather(g->tp, la.ln2, la.ln2_full);
     linear_forward(g, l, LINEAR_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
     mlp_act_forward(g, la);
     linear_forward(g, l, LINEAR_FC2, part, la.act, row_bias(g->tp, g->P(w.fc2_b)), N, F, C);
-    tp_sum(g->tp, part, g->y);
+    tp_sum(g->tp, part, g->scratch.y);
 }
 
 // dst[i] = floatX(a[i] + b[i]): a pipeline chunk's output, its last layer's x_mid plus its MLP output (the residual
@@ -334,11 +364,11 @@ static size_t upload_ints(const GPT* g) {
 
 // At least n pinned upload buffers. Only between steps: no queued copy may read the old ones.
 static void gpt_upload_reserve(GPT* g, int n) {
-    if (g->n_uploads >= n) return;
-    if (g->h_upload) cudaCheck(cudaFreeHost(g->h_upload));
-    cudaCheck(cudaMallocHost((void**)&g->h_upload, (size_t)n * upload_ints(g) * sizeof(int32_t)));
-    g->n_uploads = n;
-    g->uploads.assign(n, MicroBatchUpload{});
+    if (g->io.n_uploads >= n) return;
+    if (g->io.h_upload) cudaCheck(cudaFreeHost(g->io.h_upload));
+    cudaCheck(cudaMallocHost((void**)&g->io.h_upload, (size_t)n * upload_ints(g) * sizeof(int32_t)));
+    g->io.n_uploads = n;
+    g->io.uploads.assign(n, MicroBatchUpload{});
 }
 
 // Host work of one micro-batch, into pinned upload buffer `slot`: the tokens (checked against the vocabulary), the
@@ -347,8 +377,8 @@ static void gpt_upload_reserve(GPT* g, int n) {
 static void gpt_upload(GPT* g, int slot, const int32_t* inputs, const int32_t* targets) {
     const size_t N = (size_t)g->B * g->T;
     const int V = g->cfg.vocab_size;
-    int32_t* h = g->h_upload + (size_t)slot * upload_ints(g);
-    MicroBatchUpload& st = g->uploads[slot];
+    int32_t* h = g->io.h_upload + (size_t)slot * upload_ints(g);
+    MicroBatchUpload& st = g->io.uploads[slot];
     for (size_t n = 0; n < N; n++) {
         if (inputs[n] < 0 || inputs[n] >= V) die("input token %d out of range [0, %d)", inputs[n], V);
         if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
@@ -373,7 +403,7 @@ static void chunk_span(const GPT* g, int chunk, int* l0, int* l1, bool* first, b
 }
 
 // Forward of uploaded micro-batch `slot` (gpt_upload) through pipeline chunk `chunk` (-1: the whole model): from the
-// embeddings (the first chunk) or from g->layers[l0].x (received from the previous stage), to the final norm g->lnf
+// embeddings (the first chunk) or from g->layers[l0].x (received from the previous stage), to the final norm g->scratch.lnf
 // [N,C] (the last chunk) or to the chunk's output out [N,C] (sent on). Its tokens and targets go up in one
 // asynchronous copy from its pinned upload buffer (they are adjacent there and on the device).
 static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nullptr) {
@@ -383,11 +413,11 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
     int l0, l1;
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
-    const MicroBatchUpload& st = g->uploads[slot];
-    const int32_t* h = g->h_upload + (size_t)slot * upload_ints(g);
-    cudaCheck(cudaMemcpyAsync(g->inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
+    const MicroBatchUpload& st = g->io.uploads[slot];
+    const int32_t* h = g->io.h_upload + (size_t)slot * upload_ints(g);
+    cudaCheck(cudaMemcpyAsync(g->io.inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
-    g->n_valid = st.n_valid;
+    g->io.n_valid = st.n_valid;
     // ZeRO 3: each bucket's weights gathered one bucket ahead (params_use waits for them, params_done frees the buffer)
     const int head_bucket = (int)g->dp.buckets.size() - 1;
     if (first) {
@@ -397,7 +427,7 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
         // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
         floatX* x0 = tp_part(g->tp, g->layers[0].x);
         PROF(PROF_EMB_FWD, prof_bytes((2.0 * N + T) * C * sizeof(floatX)),
-             embedding_forward(x0, g->inputs, g->P(t.wte), row_bias(g->tp, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl));
+             embedding_forward(x0, g->io.inputs, g->P(t.wte), row_bias(g->tp, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl));
         tp_sum(g->tp, x0, g->layers[0].x);
         dp_params_done(g->dp, 0, g->stream);
     }
@@ -411,7 +441,7 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
     if (!last) {  // x[l1] = x_mid + y, sent to the next chunk's stage
         const size_t n = g->tp.local_rows(N) * C;
         ProfScope prof(PROF_NORM_FWD, prof_bytes(3.0 * n * sizeof(floatX)));  // the residual add a norm would fuse
-        residual_add_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(out, g->layers[l1 - 1].x_mid, g->y, n);
+        residual_add_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, g->stream>>>(out, g->layers[l1 - 1].x_mid, g->scratch.y, n);
         cudaCheck(cudaGetLastError());
         return;
     }
@@ -421,10 +451,10 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
         PROF(PROF_NORM_FWD, prof_bytes(2.0 * g->Vpl * C * sizeof(floatX)),
              norm_head_forward(g->head_n, g->head_rnorm, g->P(g->head()), g->Vpl, C, g->stream));
     PROF(PROF_NORM_FWD, prof_bytes(4.0 * g->tp.local_rows(N) * C * sizeof(floatX)),
-         fused_residual_norm_forward(g->x_final, g->lnf, g->lnf_mean, g->lnf_rstd, g->layers[l1 - 1].x_mid, g->y,
+         fused_residual_norm_forward(g->scratch.x_final, g->scratch.lnf, g->scratch.lnf_mean, g->scratch.lnf_rstd, g->layers[l1 - 1].x_mid, g->scratch.y,
                                      g->P(t.lnf_w), g->P(t.lnf_b), (int)g->tp.local_rows(N), C, c.norm_eps,
                                      c.norm == NORM_RMSNORM, g->stream));
-    tp_gather(g->tp, g->lnf, g->lnf_full);
+    tp_gather(g->tp, g->scratch.lnf, g->scratch.lnf_full);
 }
 
 // Forward of one micro-batch inputs[B*T] (host) through the final norm, outside a training step (evaluation,
@@ -453,27 +483,27 @@ __global__ void loss_accumulate_kernel(double* loss_sum, const float* losses, in
     if (threadIdx.x == 0 && n_valid > 0) loss_sum[0] += weight * part[0] / n_valid;
 }
 
-// Adds weight * (mean loss over the valid targets of the micro-batch in g->losses) into g->loss_sum.
+// Adds weight * (mean loss over the valid targets of the micro-batch in g->scratch.losses) into g->scratch.loss_sum.
 static void gpt_loss_accumulate(GPT* g, double weight) {
     ProfScope prof(PROF_XENT, prof_bytes(4.0 * g->B * g->T));
-    loss_accumulate_kernel<<<1, 256, 0, g->stream>>>(g->loss_sum, g->losses, g->B * g->T, g->n_valid, weight);
+    loss_accumulate_kernel<<<1, 256, 0, g->stream>>>(g->scratch.loss_sum, g->scratch.losses, g->B * g->T, g->io.n_valid, weight);
     cudaCheck(cudaGetLastError());
 }
 
-// Waits for the stream and reads g->loss_sum through pinned memory into g->loss.
+// Waits for the stream and reads g->scratch.loss_sum through pinned memory into g->io.loss.
 static double gpt_read_loss(GPT* g) {
-    cudaCheck(cudaMemcpyAsync(&g->h_readback->loss, g->loss_sum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaMemcpyAsync(&g->io.h_readback->loss, g->scratch.loss_sum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
     cudaCheck(cudaStreamSynchronize(g->stream));
-    g->loss = g->h_readback->loss;
-    return g->loss;
+    g->io.loss = g->io.h_readback->loss;
+    return g->io.loss;
 }
 
-// logits[rows, Vpl] (floatX, in g->logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
+// logits[rows, Vpl] (floatX, in g->scratch.logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
 // head (this rank's vocabulary rows) as a linear layer (IC = C, OC = Vpl), the same GEMM as step 1 of
 // fused_classifier.
 static void gpt_logits(GPT* g, int row0, int rows) {
     const ModelConfig& c = g->cfg;
-    matmul_forward(&g->mm, g->stream, g->logits, g->lnf_full + (size_t)row0 * c.n_embd, g->head_w(), nullptr, rows,
+    matmul_forward(&g->mm, g->stream, g->scratch.logits, g->scratch.lnf_full + (size_t)row0 * c.n_embd, g->head_w(), nullptr, rows,
                    c.n_embd, g->Vpl);
 }
 
@@ -483,26 +513,26 @@ static void gpt_logits(GPT* g, int row0, int rows) {
 // sum: the caller sums it over tp) and head_grad += dlogits^T lnf.
 static void classifier_tp(GPT* g, floatX* dx, float scale) {
     const ModelConfig& c = g->cfg;
-    const int N = g->B * g->T, C = c.n_embd, V = c.vocab_size, chunk = g->cls_chunk;
-    float *mx = g->cls_stats, *sum = mx + chunk, *tgt = sum + chunk;
+    const int N = g->B * g->T, C = c.n_embd, V = c.vocab_size, chunk = g->scratch.cls_chunk;
+    float *mx = g->scratch.cls_stats, *sum = mx + chunk, *tgt = sum + chunk;
     for (int r0 = 0; r0 < N; r0 += chunk) {
         const int rows = std::min(chunk, N - r0);
         const ProfWork stats = prof_bytes(4.0 * rows), logits = prof_bytes((double)rows * g->Vpl * sizeof(floatX));
         PROF(PROF_HEAD_FWD, prof_gemm(g->Vpl, rows, C), gpt_logits(g, r0, rows));
         PROF(PROF_XENT, logits,
-             vocab_parallel_max_target(g->logits, mx, tgt, g->targets + r0, rows, g->v0, V, g->Vpl, g->stream));
+             vocab_parallel_max_target(g->scratch.logits, mx, tgt, g->io.targets + r0, rows, g->v0, V, g->Vpl, g->stream));
         PROF(PROF_TP_COMM, stats, comm_all_reduce_max(g->tp.comm, mx, rows));
         PROF(PROF_TP_COMM, stats, comm_all_reduce_sum(g->tp.comm, tgt, rows));
-        PROF(PROF_XENT, logits, vocab_parallel_sum_exp(g->logits, mx, sum, rows, g->v0, V, g->Vpl, g->stream));
+        PROF(PROF_XENT, logits, vocab_parallel_sum_exp(g->scratch.logits, mx, sum, rows, g->v0, V, g->Vpl, g->stream));
         PROF(PROF_TP_COMM, stats, comm_all_reduce_sum(g->tp.comm, sum, rows));
         PROF(PROF_XENT, prof_bytes(2 * logits.bytes),
-             vocab_parallel_loss_grad(g->logits, g->losses + r0, mx, sum, tgt, g->targets + r0, rows, g->v0, V, g->Vpl,
+             vocab_parallel_loss_grad(g->scratch.logits, g->scratch.losses + r0, mx, sum, tgt, g->io.targets + r0, rows, g->v0, V, g->Vpl,
                                       scale, g->stream));
         if (!dx) continue;
         PROF(PROF_HEAD_DGRAD, prof_gemm(C, rows, g->Vpl),
-             matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->logits, g->head_w(), rows, C, g->Vpl));
+             matmul_backward_input(&g->mm, g->stream, dx + (size_t)r0 * C, g->scratch.logits, g->head_w(), rows, C, g->Vpl));
         PROF(PROF_HEAD_WGRAD, prof_gemm(C, g->Vpl, rows),
-             matmul_backward_weight(&g->mm, g->stream, g->head_grad, nullptr, g->logits, g->lnf_full + (size_t)r0 * C,
+             matmul_backward_weight(&g->mm, g->stream, g->head_grad, nullptr, g->scratch.logits, g->scratch.lnf_full + (size_t)r0 * C,
                                     rows, C, g->Vpl));
     }
 }
@@ -512,14 +542,14 @@ static double gpt_loss(GPT* g) {
     const ModelConfig& c = g->cfg;
     const int N = g->B * g->T;
     if (g->tp.n > 1) classifier_tp(g, nullptr, 0.0f);
-    for (int r0 = 0; r0 < N && g->tp.n == 1; r0 += g->cls_chunk) {
-        const int rows = std::min(g->cls_chunk, N - r0);
+    for (int r0 = 0; r0 < N && g->tp.n == 1; r0 += g->scratch.cls_chunk) {
+        const int rows = std::min(g->scratch.cls_chunk, N - r0);
         PROF(PROF_HEAD_FWD, prof_gemm(c.padded_vocab, rows, c.n_embd), gpt_logits(g, r0, rows));
         PROF(PROF_XENT, prof_bytes(2.0 * rows * c.padded_vocab * sizeof(floatX)),
-             fused_classifier_rows(g->logits, g->losses + r0, nullptr, g->targets + r0, rows, c.vocab_size,
+             fused_classifier_rows(g->scratch.logits, g->scratch.losses + r0, nullptr, g->io.targets + r0, rows, c.vocab_size,
                                    c.padded_vocab, 0.0f, g->stream));
     }
-    cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+    cudaCheck(cudaMemsetAsync(g->scratch.loss_sum, 0, sizeof(double), g->stream));
     gpt_loss_accumulate(g, 1.0);
     return gpt_read_loss(g);
 }
@@ -529,7 +559,7 @@ static double gpt_loss(GPT* g) {
 
 // Backward of (loss * loss_scale) of uploaded micro-batch `slot` through pipeline chunk `chunk` (-1: the whole model)
 // after its forward, accumulated into the gradients (the LM head's into head_grad, fp32). The last chunk starts from
-// the loss (its micro-batch uploaded with targets; loss_weight * its mean loss joins g->loss_sum), the others from the
+// the loss (its micro-batch uploaded with targets; loss_weight * its mean loss joins g->scratch.loss_sum), the others from the
 // gradient of their output in dx [N,C] (received); the first chunk ends in the embeddings, the others leave the
 // gradient of their input in dx (sent back). Only enqueues work: the embedding plan, built on the host by gpt_upload,
 // goes up asynchronously. reduce (data parallel, the step's last micro-batch, one stage): each bucket is reduced
@@ -547,32 +577,32 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
     // the token rows of this micro-batch, grouped by token, for the embedding backward
-    const MicroBatchUpload& st = g->uploads[slot];
+    const MicroBatchUpload& st = g->io.uploads[slot];
     if (last && !st.has_targets) die("gpt_backward: the micro-batch was uploaded without targets");
     if (first)
-        embedding_plan_upload(&g->plan, g->h_upload + (size_t)slot * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
+        embedding_plan_upload(&g->io.plan, g->io.h_upload + (size_t)slot * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
                               st.plan_max, N, g->stream);
     if (!last) {
-        cudaCheck(cudaMemcpyAsync(g->dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
+        cudaCheck(cudaMemcpyAsync(g->scratch.dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
         dp_params_prefetch(g->dp, g->params, layer_bucket(g, l1 - 1));
     } else {
         // classifier: loss, dlogits in place, dln = d lnf, head_grad += dlogits^T lnf (tensor parallel: the vocabulary-
         // parallel classifier, and d lnf summed over tp: the head is column-parallel)
-        const float scale = g->n_valid ? (float)(loss_scale / g->n_valid) : 0.0f;
+        const float scale = g->io.n_valid ? (float)(loss_scale / g->io.n_valid) : 0.0f;
         if (g->tp.n == 1) {
-            fused_classifier(g->dln, g->head_grad, g->losses, nullptr, g->logits, g->lnf, g->head_w(), g->targets, N,
-                             C, c.vocab_size, c.padded_vocab, g->cls_chunk, scale, &g->mm, g->stream,
+            fused_classifier(g->scratch.dln, g->head_grad, g->scratch.losses, nullptr, g->scratch.logits, g->scratch.lnf, g->head_w(), g->io.targets, N,
+                             C, c.vocab_size, c.padded_vocab, g->scratch.cls_chunk, scale, &g->mm, g->stream,
                              prof_classifier_phase);  // the profile's LM head and cross-entropy classes
         } else {
-            floatX* part = tp_part(g->tp, g->dln);
+            floatX* part = tp_part(g->tp, g->scratch.dln);
             classifier_tp(g, part, scale);
-            tp_sum(g->tp, part, g->dln);
+            tp_sum(g->tp, part, g->scratch.dln);
         }
         gpt_loss_accumulate(g, loss_weight);
-        cudaCheck(cudaMemsetAsync(g->dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
+        cudaCheck(cudaMemsetAsync(g->scratch.dres, 0, (size_t)Nl * C * sizeof(floatX), g->stream));
         PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
-             norm_backward(g->dres, g->G(t.lnf_w), g->G(t.lnf_b), g->norm_partial, g->dln, g->x_final, g->P(t.lnf_w),
-                           g->lnf_mean, g->lnf_rstd, Nl, C, rms, g->stream));
+             norm_backward(g->scratch.dres, g->G(t.lnf_w), g->G(t.lnf_b), g->scratch.norm_partial, g->scratch.dln, g->scratch.x_final, g->P(t.lnf_w),
+                           g->scratch.lnf_mean, g->scratch.lnf_rstd, Nl, C, rms, g->stream));
         const int head_bucket = (int)g->dp.buckets.size() - 1;
         dp_params_done(g->dp, head_bucket, g->stream);
         if (c.tied) dp_params_done(g->dp, 0, g->stream);
@@ -596,45 +626,45 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
         if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3)  // the transposes, after the gather
             PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, true));
-        floatX* part = tp_part(g->tp, g->dln);
-        tp_gather(g->tp, g->dres, g->dres_full);
-        linear_backward(g, l, LINEAR_FC2, g->dact, row_bias_grad(g->tp, g->G(w.fc2_b)), g->dres_full, la.act, N, F, C);
-        if (swiglu) PROF(PROF_ACT_BWD, prof_bytes(5 * act_bytes), swiglu_backward(g->dfc1, g->dact, la.fc1, N, F, g->stream));
-        else PROF(PROF_ACT_BWD, prof_bytes(3 * act_bytes), gelu_backward(g->dfc1, g->dact, la.fc1, (size_t)N * F, g->stream));
+        floatX* part = tp_part(g->tp, g->scratch.dln);
+        tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
+        linear_backward(g, l, LINEAR_FC2, g->scratch.dact, row_bias_grad(g->tp, g->G(w.fc2_b)), g->scratch.dres_full, la.act, N, F, C);
+        if (swiglu) PROF(PROF_ACT_BWD, prof_bytes(5 * act_bytes), swiglu_backward(g->scratch.dfc1, g->scratch.dact, la.fc1, N, F, g->stream));
+        else PROF(PROF_ACT_BWD, prof_bytes(3 * act_bytes), gelu_backward(g->scratch.dfc1, g->scratch.dact, la.fc1, (size_t)N * F, g->stream));
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g->tp, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
-        linear_backward(g, l, LINEAR_FC1, part, g->G(w.fc1_b), g->dfc1, la.ln2_full, N, C, F1);
-        tp_sum(g->tp, part, g->dln);
+        linear_backward(g, l, LINEAR_FC1, part, g->G(w.fc1_b), g->scratch.dfc1, la.ln2_full, N, C, F1);
+        tp_sum(g->tp, part, g->scratch.dln);
         PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
-             norm_backward(g->dres, g->G(w.ln2_w), g->G(w.ln2_b), g->norm_partial, g->dln, la.x_mid, g->P(w.ln2_w),
+             norm_backward(g->scratch.dres, g->G(w.ln2_w), g->G(w.ln2_b), g->scratch.norm_partial, g->scratch.dln, la.x_mid, g->P(w.ln2_w),
                            la.ln2_mean, la.ln2_rstd, Nl, C, rms, g->stream));
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
-        tp_gather(g->tp, g->dres, g->dres_full);
-        linear_backward(g, l, LINEAR_ATTN_OUT, g->datty, row_bias_grad(g->tp, g->G(w.attn_out_b)), g->dres_full, la.atty, N, qd, C);
-        attention_bwd(g->dqkv, g->dvec, g->datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->alibi, g->stream);
+        tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
+        linear_backward(g, l, LINEAR_ATTN_OUT, g->scratch.datty, row_bias_grad(g->tp, g->G(w.attn_out_b)), g->scratch.dres_full, la.atty, N, qd, C);
+        attention_bwd(g->scratch.dqkv, g->scratch.dvec, g->scratch.datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->alibi, g->stream);
         if (c.pos == POS_ROPE)
             PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
-                 rope_rotate_inplace(g->dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream));
+                 rope_rotate_inplace(g->scratch.dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream));
         if (c.qk_norm)  // the weights' gradients: this rank's heads' part (summed over tp with the bucket)
             PROF(PROF_NORM_BWD, prof_bytes(3 * qk_bytes),
-                 qk_norm_backward(g->dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->norm_partial, la.qk_raw,
+                 qk_norm_backward(g->scratch.dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->scratch.norm_partial, la.qk_raw,
                                   g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream));
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g->tp, la.ln1, la.ln1_full);
-        linear_backward(g, l, LINEAR_QKV, part, g->G(w.qkv_b), g->dqkv, la.ln1_full, N, C, qkvd);
-        tp_sum(g->tp, part, g->dln);
+        linear_backward(g, l, LINEAR_QKV, part, g->G(w.qkv_b), g->scratch.dqkv, la.ln1_full, N, C, qkvd);
+        tp_sum(g->tp, part, g->scratch.dln);
         PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
-             norm_backward(g->dres, g->G(w.ln1_w), g->G(w.ln1_b), g->norm_partial, g->dln, la.x, g->P(w.ln1_w),
+             norm_backward(g->scratch.dres, g->G(w.ln1_w), g->G(w.ln1_b), g->scratch.norm_partial, g->scratch.dln, la.x, g->P(w.ln1_w),
                            la.ln1_mean, la.ln1_rstd, Nl, C, rms, g->stream));
         dp_params_done(g->dp, b, g->stream);
         if (reduce) grads_bucket_done(g, b);
     }
     if (!first) {  // d(x[l0]), sent back to the previous chunk's stage
-        cudaCheck(cudaMemcpyAsync(dx, g->dres, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
+        cudaCheck(cudaMemcpyAsync(dx, g->scratch.dres, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
         return;
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t]): this rank's vocabulary rows, from every position (gathered under SP)
-    tp_gather(g->tp, g->dres, g->dres_full);
+    tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
     PROF(PROF_EMB_BWD, prof_bytes(3.0 * N * C * sizeof(floatX)),
-         embedding_backward(g->G(t.wte), row_bias_grad(g->tp, g->G(t.wpe)), g->dres_full, g->plan, N, T, C, g->stream, g->v0,
+         embedding_backward(g->G(t.wte), row_bias_grad(g->tp, g->G(t.wpe)), g->scratch.dres_full, g->io.plan, N, T, C, g->stream, g->v0,
                             g->Vpl));
     if (reduce) grads_bucket_done(g, 0);
 }
@@ -642,12 +672,12 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
 #ifdef TESTING
 // Backward of one micro-batch after gpt_forward(inputs, targets), for test_gpt.cu's checks of a single
 // micro-batch: uses the plan that forward uploaded, waits for the device and reads the micro-batch loss into
-// g->loss. (Training goes through train_step.)
+// g->io.loss. (Training goes through train_step.)
 static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
     const size_t N = (size_t)g->B * g->T;
-    if (g->n_uploads < 1 || !g->uploads[0].has_targets || memcmp(inputs, g->h_upload, N * sizeof(int32_t)) != 0)
+    if (g->io.n_uploads < 1 || !g->io.uploads[0].has_targets || memcmp(inputs, g->io.h_upload, N * sizeof(int32_t)) != 0)
         die("gpt_backward: call gpt_forward with these inputs and their targets first");
-    cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+    cudaCheck(cudaMemsetAsync(g->scratch.loss_sum, 0, sizeof(double), g->stream));
     gpt_backward_chunk(g, 0, loss_scale, 1.0, false);
     gpt_read_loss(g);
 }
@@ -675,11 +705,11 @@ static void gpt_fold_head_grad(GPT* g) {
     cudaCheck(cudaGetLastError());
 }
 
-// The step's pre-clip global gradient norm and clip coefficient into g->gnorm[GLOBAL_NORM_BLOCKS + 0, 1]: on one GPU
+// The step's pre-clip global gradient norm and clip coefficient into g->scratch.gnorm[GLOBAL_NORM_BLOCKS + 0, 1]: on one GPU
 // over the floatX gradients, the head gradient first joining them; on several ranks over the fp32 gradients reduced
 // over dp (dp_grad_norm, llmc/gpt/data_parallel.cuh). Only enqueues.
 static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
-    float* out = g->gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
+    float* out = g->scratch.gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
     // the bytes read: the fp32 reduced gradients this rank counts, or the floatX ones and the head's fp32 gradient folded in
     const double head = (double)g->Vpl * g->cfg.n_embd;
     ProfScope prof(PROF_GRAD_NORM, prof_bytes(g->dp.parallel ? 4.0 * g->dp.shard  // about P / dp per rank
@@ -687,14 +717,14 @@ static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
                                                                    head * (4 + 2 * sizeof(floatX))));
     if (g->dp.parallel) return dp_grad_norm(g->dp, g->world, g->stream, out, tc.grad_clip);
     gpt_fold_head_grad(g);
-    global_norm(out, g->gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
+    global_norm(out, g->scratch.gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
 }
 
 // AdamW for 1-based update t with gpt_grad_norm's clip coefficient (one GPU: on every weight; data parallel: on the
 // fp32 reduced gradients of what this rank updates), then the weights: all-gathered (ZeRO 1/2) or left in the shard
 // for the next gathers (ZeRO 3). Only enqueues.
 static void gpt_update(GPT* g, int t, double lr, const TrainConfig& tc) {
-    const float* clip = g->gnorm + GLOBAL_NORM_BLOCKS + 1;
+    const float* clip = g->scratch.gnorm + GLOBAL_NORM_BLOCKS + 1;
     AdamWHyper h{(float)lr, (float)tc.beta1, (float)tc.beta2, (float)tc.eps};
     // per element updated: master and both moments read and written, the gradient read, the weight written
     const double n = g->L.zero >= 1 ? (double)g->dp.shard : (double)g->table.total;
@@ -748,7 +778,7 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     const double scale = 1.0 / ((double)accum * g->L.topo.dp);  // each micro-batch's share of the step's mean
     gpt_upload_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
     gpt_zero_grad(g);
-    cudaCheck(cudaMemsetAsync(g->loss_sum, 0, sizeof(double), g->stream));
+    cudaCheck(cudaMemsetAsync(g->scratch.loss_sum, 0, sizeof(double), g->stream));
     // The micro-batch loop only enqueues work: micro-batch a is prepared on the host (tokens, targets, the
     // embedding plan, into its own pinned upload buffer) while the device still runs a - 1; its uploads are
     // asynchronous copies from pinned memory and its loss is summed on the device.
@@ -765,14 +795,14 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
         }
     }
     gpt_grad_norm(g, tc);
-    cudaCheck(cudaMemcpyAsync(&g->h_readback->norm, g->gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
+    cudaCheck(cudaMemcpyAsync(&g->io.h_readback->norm, g->scratch.gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
     double loss = gpt_read_loss(g);  // waits for the stream
     if (g->dp.parallel) {  // the last stage's losses, one tp rank each, summed over dp
         if (!layout_counts_loss(g->L)) loss = 0;
         comm_host_sum(g->world, &loss, 1);
     }
-    *norm_out = g->h_readback->norm;
+    *norm_out = g->io.h_readback->norm;
     *verdict = guard_verdict(tc, st, loss, *norm_out);  // the same on every rank: the loss and norm are summed over dp
     const bool update = *verdict == GUARD_UPDATE;
     if (update) gpt_update(g, guard_adam_step(st, step), lr, tc);
@@ -795,7 +825,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
     std::vector<floatX> row(c.padded_vocab);
     gpt_forward(g, window, nullptr);
     gpt_logits(g, len - 1, 1);
-    cudaCheck(cudaMemcpyAsync(row.data(), g->logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaMemcpyAsync(row.data(), g->scratch.logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, g->stream));
     cudaCheck(cudaStreamSynchronize(g->stream));
     logits->resize(c.vocab_size);
     for (int v = 0; v < c.vocab_size; v++) (*logits)[v] = to_float(row[v]);
@@ -838,11 +868,11 @@ static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchL
         std::fill(in.begin(), in.end(), 0);
         std::fill(tg.begin(), tg.end(), -1);
     };
-    auto take = [&](int j) {  // after gpt_loss: g->losses holds the micro-batch's per-token losses
+    auto take = [&](int j) {  // after gpt_loss: g->scratch.losses holds the micro-batch's per-token losses
         const int k = layout_split_batch(g->L, j);
-        const double mean = g->loss;
+        const double mean = g->io.loss;
         if (k >= n || !counts) return;
-        cudaCheck(cudaMemcpy(tok.data(), g->losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(tok.data(), g->scratch.losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost));
         for (int b = 0; b < B; b++) {
             rows[b] = 0;
             for (int i = 0; i < T; i++) rows[b] += tok[(size_t)b * T + i];
@@ -1075,7 +1105,7 @@ static void print_run(const GPT& g, const ModelConfig& mc, const TrainConfig& tc
     print_config_table(mc, n_params, tc.B, tc.T, r.accum, L.topo.dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule),
                        files.train.desc);
     printf("%s weights and activations, fp32 master weights, %s AdamW moments, --recompute %s; allocated %.2f GiB\n",
-           PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.allocated / 1073741824.0);
+           PRECISION_NAME, opt.bf16_moments ? "bf16" : "fp32", recompute_name(opt.recompute), g.mem.allocated / 1073741824.0);
     if (opt.fp8.recipe == FP8_DELAYED)
         printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): delayed scaling, amax "
                "history %d, margin %d; MFU below is against the bf16 peak\n", opt.fp8.history, opt.fp8.margin);
@@ -1205,7 +1235,7 @@ int main(int argc, char** argv) {
             peak_used = std::max(peak_used, used);
             if (step == first_step && rank0)
                 printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f, %.2f with the reserve), %.2f GiB in "
-                       "use on the device\n", g.allocated / 1073741824.0, rs.est.allocations() / 1073741824.0,
+                       "use on the device\n", g.mem.allocated / 1073741824.0, rs.est.allocations() / 1073741824.0,
                        rs.est.total() / 1073741824.0, used / 1073741824.0);
         }
         const bool last = step + 1 == tc.steps;

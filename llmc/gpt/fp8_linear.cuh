@@ -230,7 +230,7 @@ static void fp8_gemm_check(GPT* g) {
         max_oc = std::max(max_oc, (size_t)s.rows);
     }
     const size_t F1 = (size_t)(g->cfg.mlp == MLP_SWIGLU ? 2 : 1) * g->Fl;
-    floatX *out = g->dfc1, *own = nullptr, *bias = nullptr;
+    floatX *out = g->scratch.dfc1, *own = nullptr, *bias = nullptr;
     if (out_len > (size_t)N * F1) {
         cudaCheck(cudaMalloc(&own, out_len * sizeof(floatX)));
         out = own;

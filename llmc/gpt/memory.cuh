@@ -112,34 +112,34 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
                                                                                  // in the backward)
         activation(&la.fc1,        N * F1,    KEEP, KEEP,       RECOMPUTED),  // [N,F1] pre-activation
         activation(&la.act,        N * F,     KEEP, RECOMPUTED, RECOMPUTED),  // [N,F]
-        scratch(&g->y,             Nl * C),                    // [Nl,C] a matmul output about to join the residual
-        scratch(&g->x_final,       Nl * C),                    // [Nl,C] residual after the last layer
-        scratch(&g->lnf,           Nl * C),                    // [Nl,C]
-        scratch(&g->lnf_mean,      2 * Nl),                    // [2,Nl] mean, then rstd
-        scratch(&g->lnf_full,      NCsp),                      // [N,C] SP: lnf gathered (the classifier's input)
-        scratch(&g->dres,          Nl * C),                    // [Nl,C] residual-stream gradient
-        scratch(&g->dres_full,     NCsp),                      // [N,C] SP: dres gathered (a row-parallel dout)
-        scratch(&g->dln,           Nl * C),                    // [Nl,C] gradient of a norm output
-        scratch(&g->tp.part,       NCsp),                      // [N,C] SP: partial sums before the reduce-scatter
-        scratch(&g->tp.seq_buf,       NCsp),                      // [tp,B,T/tp,C] SP: rows packed by tp rank
-        scratch(&g->datty,         N * qd),                    // [N,qd]
-        scratch(&g->dqkv,          N * qkvd),                  // [N,qkvd]
-        scratch(&g->dfc1,          N * F1),                    // [N,F1]
-        scratch(&g->dact,          N * F),                     // [N,F]
-        scratch(&g->dvec,          BHT),                       // [B,H,T] attention backward
-        scratch(&g->norm_partial,  std::max(norm_backward_scratch_floats((int)Nl, (int)C),  // and QK-norm's
+        scratch(&g->scratch.y,          Nl * C),                        // [Nl,C] a matmul output joining the residual
+        scratch(&g->scratch.x_final,    Nl * C),                        // [Nl,C] residual after the last layer
+        scratch(&g->scratch.lnf,        Nl * C),                        // [Nl,C]
+        scratch(&g->scratch.lnf_mean,   2 * Nl),                        // [2,Nl] mean, then rstd
+        scratch(&g->scratch.lnf_full,   NCsp),                          // [N,C] SP: lnf gathered (classifier input)
+        scratch(&g->scratch.dres,       Nl * C),                        // [Nl,C] residual-stream gradient
+        scratch(&g->scratch.dres_full,  NCsp),                          // [N,C] SP: dres gathered (a row-parallel dout)
+        scratch(&g->scratch.dln,        Nl * C),                        // [Nl,C] gradient of a norm output
+        scratch(&g->tp.part,            NCsp),                          // [N,C] SP: partials before reduce-scatter
+        scratch(&g->tp.seq_buf,         NCsp),                          // [tp,B,T/tp,C] SP: rows packed by tp rank
+        scratch(&g->scratch.datty,      N * qd),                        // [N,qd]
+        scratch(&g->scratch.dqkv,       N * qkvd),                      // [N,qkvd]
+        scratch(&g->scratch.dfc1,       N * F1),                        // [N,F1]
+        scratch(&g->scratch.dact,       N * F),                         // [N,F]
+        scratch(&g->scratch.dvec,       BHT),                           // [B,H,T] attention backward
+        scratch(&g->scratch.norm_partial, std::max(norm_backward_scratch_floats((int)Nl, (int)C),  // and QK-norm's
                                             c.qk_norm ? qk_norm_backward_scratch_floats((int)N, (int)hd) : 0)),
-        scratch(&g->logits,        g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
-        scratch(&g->cls_stats,     g->has_head && g->tp.n > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
+        scratch(&g->scratch.logits,     g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
+        scratch(&g->scratch.cls_stats,  g->has_head && g->tp.n > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
                                                                // exps, target logit
-        scratch(&g->head_n,        g->has_head && c.norm_head ? g->Vpl * C : 0),  // [Vp,C] --norm-head: unit rows
-        scratch(&g->head_rnorm,    g->has_head && c.norm_head ? g->Vpl : 0),  // [Vp] --norm-head: 1 / row lengths
-        scratch(&g->alibi,         c.pos == POS_ALIBI ? g->Hl : 0),  // [Hl] --pos alibi: this rank's heads' slopes
-        scratch(&g->losses,        N),                         // [N]
-        scratch(&g->loss_sum,      1),                         // [1] the step's loss, summed on the device
-        scratch(&g->inputs,        2 * N),                     // [2,N] inputs, then targets (one upload)
-        scratch(&g->gnorm,         GLOBAL_NORM_BLOCKS + 2),    // partials, then norm and clip coefficient
-        scratch(&g->pp.io,         g->L.topo.pp > 1 ? g->pp.n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
+        scratch(&g->head_n,             g->has_head && c.norm_head ? g->Vpl * C : 0),  // [Vp,C] --norm-head: unit rows
+        scratch(&g->head_rnorm,         g->has_head && c.norm_head ? g->Vpl : 0),  // [Vp] --norm-head: 1 / row lengths
+        scratch(&g->alibi,              c.pos == POS_ALIBI ? g->Hl : 0),  // [Hl] --pos alibi: this rank's heads' slopes
+        scratch(&g->scratch.losses,     N),                             // [N]
+        scratch(&g->scratch.loss_sum,   1),                             // [1] the step's loss, summed on the device
+        scratch(&g->io.inputs,          2 * N),                         // [2,N] inputs, then targets (one upload)
+        scratch(&g->scratch.gnorm,      GLOBAL_NORM_BLOCKS + 2),        // partials, then norm and clip coefficient
+        scratch(&g->pp.io,              g->L.topo.pp > 1 ? g->pp.n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
         counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
@@ -317,10 +317,10 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
 static MemoryRow memory_row(const GPT* g, const MemoryEstimate& e, const Layout& L) {
     MemoryRow row;
     row.rank = L.topo.rank; row.dp_rank = L.topo.dp_rank; row.tp_rank = L.topo.tp_rank; row.pp_rank = L.topo.pp_rank;
-    row.params = g->allocated_weights;
-    row.grads = g->allocated_grads;
-    row.optim = g->allocated_optim;
-    row.acts = g->allocated - row.params - row.grads - row.optim;
+    row.params = g->mem.allocated_weights;
+    row.grads = g->mem.allocated_grads;
+    row.optim = g->mem.allocated_optim;
+    row.acts = g->mem.allocated - row.params - row.grads - row.optim;
     row.f_params = e.params;
     row.f_grads = e.grads + e.head_grad;
     row.f_optim = e.master + e.moments;
@@ -365,7 +365,7 @@ static const PlanComm PLAN_COMM = {4.0, (double)sizeof(floatX), (double)sizeof(f
 template <typename T>
 static void cuda_alloc(GPT* g, T** p, size_t bytes) {
     cudaCheck(cudaMalloc((void**)p, std::max<size_t>(bytes, 1)));
-    g->allocated += (double)bytes;
+    g->mem.allocated += (double)bytes;
 }
 
 // Allocates everything for micro-batches of B x T, n_mb of them per step (a pipeline stage's activation slots).
@@ -396,21 +396,21 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     comm_set_stream(&g->tp.comm, g->stream);  // tp collectives in line with the kernels that write and read their buffers
     g->tp.B = B, g->tp.T = T, g->tp.C = c.n_embd;  // the residual stream it sums and gathers
     matmul_init(&g->mm, (int)max_bias_len(c));
-    g->allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
+    g->mem.allocated += (double)g->mm.workspace_size + (double)max_bias_len(c) * 4;
     const size_t P = g->table.total, msz = bf16_moments ? 2 : 4, zero = g->L.zero;
     const size_t n_params = zero >= 3 ? g->dp.shard : P, n_opt = zero >= 1 ? g->dp.shard : P;
-    double before = g->allocated;
+    double before = g->mem.allocated;
     cuda_alloc(g, &g->params, n_params * sizeof(floatX));
-    g->allocated_weights = g->allocated - before;
-    before = g->allocated;
+    g->mem.allocated_weights = g->mem.allocated - before;
+    before = g->mem.allocated;
     cuda_alloc(g, &g->grads, P * sizeof(floatX));
     cuda_alloc(g, &g->head_grad, g->has_head ? (size_t)g->Vpl * c.n_embd * sizeof(float) : 0);
-    g->allocated_grads = g->allocated - before;
-    before = g->allocated;
+    g->mem.allocated_grads = g->mem.allocated - before;
+    before = g->mem.allocated;
     cuda_alloc(g, &g->master, n_opt * sizeof(float));
     cuda_alloc(g, (char**)&g->m, n_opt * msz);
     cuda_alloc(g, (char**)&g->v, n_opt * msz);
-    g->allocated_optim = g->allocated - before;
+    g->mem.allocated_optim = g->mem.allocated - before;
     cudaCheck(cudaMemset(g->m, 0, n_opt * msz));
     cudaCheck(cudaMemset(g->v, 0, n_opt * msz));
     if (g->dp.parallel) cudaCheck(cudaMemset(g->params, 0, n_params * sizeof(floatX)));  // bucket padding stays zero
@@ -424,9 +424,9 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     size_t block = 0;
     for (const Buffer& b : buffers)
         if (b.ptr) block += buffer_bytes(b) * buffer_copies(b, r, n_acts);
-        else g->allocated += (double)buffer_bytes(b);  // allocated below by its header
-    cuda_alloc(g, &g->buffer_memory, block);
-    char* at = g->buffer_memory;
+        else g->mem.allocated += (double)buffer_bytes(b);  // allocated below by its header
+    cuda_alloc(g, &g->mem.buffer_memory, block);
+    char* at = g->mem.buffer_memory;
     for (const Buffer& b : buffers) {
         if (!b.ptr) continue;
         const size_t copies = buffer_copies(b, r, n_acts);
@@ -446,18 +446,18 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     }
     g->layers = g->acts;  // one stage: layer l's activations are acts[l] (a pipeline binds a slot's per chunk)
     g->layers.resize(c.n_layer);
-    g->lnf_rstd = g->lnf_mean + Nl;
+    g->scratch.lnf_rstd = g->scratch.lnf_mean + Nl;
     if (!g->tp.sp) {
-        g->lnf_full = g->lnf;
-        g->dres_full = g->dres;
+        g->scratch.lnf_full = g->scratch.lnf;
+        g->scratch.dres_full = g->scratch.dres;
     }
-    g->targets = g->inputs + N;
-    g->cls_chunk = classifier_chunk(g->Vpl, B, T);
+    g->io.targets = g->io.inputs + N;
+    g->scratch.cls_chunk = classifier_chunk(g->Vpl, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     if (c.pos == POS_ALIBI) alibi_upload_slopes(g->alibi, c, g->tp.rank * g->Hl, g->Hl);
     else g->alibi = nullptr;  // attention without ALiBi (its row of the buffer table is empty)
-    embedding_plan_alloc(&g->plan, B * T);
+    embedding_plan_alloc(&g->io.plan, B * T);
     if (fp8.recipe != FP8_NONE) {  // the three counted fp8 rows of the buffer table
         const int n = LINEARS_PER_LAYER * c.n_layer;
         fp8_meta_init(&g->fp8.w, FP8_E4M3, n, 1, fp8.margin);
@@ -482,23 +482,23 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     pp_build(g->pp, Nl, c.n_embd);  // pp > 1: the activations sent between stages [Nl,C], its events
     if (dp.parallel)
         for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm}) cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-    cudaCheck(cudaMallocHost((void**)&g->h_readback, sizeof(StepReadback)));
+    cudaCheck(cudaMallocHost((void**)&g->io.h_readback, sizeof(StepReadback)));
 }
 
 static void gpt_free(GPT* g) {
     for (void* p : {(void*)g->params, (void*)g->grads, (void*)g->master, g->m, g->v, (void*)g->head_grad,
-                    (void*)g->buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
+                    (void*)g->mem.buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
     adamw_tables_free(&g->adam);
     if (g->dp.parallel)
         for (cudaEvent_t e : {g->ev_compute, g->ev_comm}) cudaCheck(cudaEventDestroy(e));
     dp_free(g->dp);
     pp_free(g->pp);
-    embedding_plan_free(&g->plan);
+    embedding_plan_free(&g->io.plan);
     if (g->fp8.opt.recipe != FP8_NONE)
         for (Fp8Meta* m : {&g->fp8.w, &g->fp8.x, &g->fp8.dy}) fp8_meta_free(m);
-    if (g->h_upload) cudaCheck(cudaFreeHost(g->h_upload));
-    cudaCheck(cudaFreeHost(g->h_readback));
+    if (g->io.h_upload) cudaCheck(cudaFreeHost(g->io.h_upload));
+    cudaCheck(cudaFreeHost(g->io.h_readback));
     matmul_free(&g->mm);
     cudaCheck(cudaStreamDestroy(g->stream));
 }
