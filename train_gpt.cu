@@ -38,8 +38,20 @@
 #include "llmc/embedding.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/grad_norm.cuh"
+#include "llmc/init.h"
+#include "llmc/flops.h"
+#include "llmc/sampling.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/mc_eval.h"
+#include "llmc/run/flags.h"
+#include "llmc/run/checkpoint.h"
 #include "llmc/run/guard.h"
+#include "llmc/run/logger.h"
+#include "llmc/run/lr_schedule.h"
+#include "llmc/run/signals.h"
+#include "llmc/run/weights_io.h"
 #include "llmc/parallel/layout.h"
+#include "llmc/parallel/comm_timeout.h"
 #include "llmc/parallel/comm.cuh"  // NCCL, or one rank in a build without it
 #include "llmc/run/test_hooks.h"
 #include "llmc/profile.cuh"  // --profile: the kernel classes (PROF, ProfScope) and the step profile's table
@@ -832,18 +844,6 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
     return logits->data();
 }
 
-#include "llmc/init.h"
-#include "llmc/flops.h"
-#include "llmc/sampling.h"
-#include "llmc/run/flags.h"
-#include "llmc/run/checkpoint.h"
-#include "llmc/run/logger.h"
-#include "llmc/run/lr_schedule.h"
-#include "llmc/run/signals.h"
-#include "llmc/run/weights_io.h"
-#include "llmc/data/dataloader.h"
-#include "llmc/data/mc_eval.h"
-#include "llmc/parallel/comm_timeout.h"
 #include "llmc/gpt/memory.cuh"   // the buffer table, the memory estimate, gpt_build
 #include "llmc/gpt/weights.cuh"  // weights in and out
 
