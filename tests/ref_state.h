@@ -13,7 +13,7 @@
 #include <vector>
 #include "llmc/run/flags.h"
 #include "llmc/model_config.h"
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/run/lr_schedule.h"
 #include "llmc/param_table.h"
 #include "llmc/run/safetensors.h"

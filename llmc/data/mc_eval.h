@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 #include "llmc/data/tokenizer.h"
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/run/logger.h"
 #include "llmc/utils.h"
 

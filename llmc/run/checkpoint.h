@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 #include "llmc/model_config.h"
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/tp.h"
 #include "llmc/run/safetensors.h"
