@@ -766,7 +766,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 #include "llmc/run/flags.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/logger.h"
-#include "llmc/run/lr_schedule.h"
+#include "llmc/lr_schedule.h"
 #include "llmc/run/signals.h"
 #include "llmc/run/weights_io.h"
 #include "llmc/data/dataloader.h"

@@ -47,7 +47,7 @@
 #include "llmc/init.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/run/logger.h"
-#include "llmc/run/lr_schedule.h"
+#include "llmc/lr_schedule.h"
 #include "llmc/parallel/memory_formula.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/pp_exec.h"

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "llmc/run/flags.h"
+#include "llmc/train_config.h"
 #include "llmc/model_config.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/pp_schedule.h"
