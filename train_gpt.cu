@@ -762,7 +762,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 
 #include "llmc/init.h"
 #include "llmc/flops.h"
-#include "llmc/sampling.h"
+#include "llmc/run/sampling.h"
 #include "llmc/run/flags.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/logger.h"
@@ -770,7 +770,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 #include "llmc/run/signals.h"
 #include "llmc/run/weights_io.h"
 #include "llmc/data/dataloader.h"
-#include "llmc/data/mc_eval.h"
+#include "llmc/run/mc_eval.h"
 #include "llmc/parallel/comm_timeout.h"
 #include "llmc/gpt/memory.cuh"   // the buffer table, the memory estimate, gpt_build
 #include "llmc/gpt/weights.cuh"  // weights in and out

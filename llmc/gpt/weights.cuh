@@ -5,7 +5,7 @@
 // whose fields it reads and writes.
 #pragma once
 
-#include "llmc/parallel/assemble.h"
+#include "llmc/run/assemble.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/test_hooks.h"
 
