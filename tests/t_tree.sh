@@ -7,6 +7,16 @@
 #      not checked).
 #   3. docs/reading.md's "Read:" lines name files that exist and, after each file, functions, classes and
 #      structs that occur in it (`Class.method`: both names), so the tour follows the code when it moves.
+#   4. llmc/ in layers, each header including only its own layer and those below (the #include "llmc/..."
+#      lines of every header under llmc/):
+#        0  llmc/*.h, llmc/*.cuh     kernels, the model, generic utilities
+#        1  llmc/parallel/, llmc/data/   the parallel bookkeeping; token data and tokenizers (neither
+#                                        includes the other)
+#        2  llmc/run/                flags, checkpoints, logs, the run's file formats
+#        3  llmc/gpt/                the CUDA trainer's parts (train_gpt.cu's translation unit)
+#      An include of a higher layer, or between parallel/ and data/, fails naming the file, the line and
+#      the two layers; a folder under llmc/ with no layer fails too. tests/t_headers.sh compiles each header
+#      alone.
 set -u
 cd "$(dirname "$0")/.."
 status=0
@@ -78,4 +88,34 @@ else
     if [ $stops -eq 0 ]; then fail "$tour has no Read: lines"
     elif [ $bad -eq 0 ]; then pass "$tour: $stops Read: lines, every file they name exists and their $names names occur in it"; fi
 fi
+
+# ---- 4. llmc/ in layers: no header includes a layer above its own
+# layer_of PATH: 0-3 (the table above), or nothing for a folder with no layer
+layer_of() {
+    case "$1" in
+        llmc/gpt/*) echo 3 ;;
+        llmc/run/*) echo 2 ;;
+        llmc/parallel/*|llmc/data/*) echo 1 ;;
+        llmc/*/*) echo "" ;;
+        llmc/*) echo 0 ;;
+    esac
+}
+layer_name() { case "$1" in 0) echo "0 (llmc/)" ;; 1) echo "1 (llmc/parallel/, llmc/data/)" ;; 2) echo "2 (llmc/run/)" ;; 3) echo "3 (llmc/gpt/)" ;; esac; }
+incs=0; up=0
+while IFS= read -r f; do
+    lf=$(layer_of "$f")
+    if [ -z "$lf" ]; then fail "layers: $f is in a folder of llmc/ with no layer (tests/t_tree.sh check 4)"; up=$((up + 1)); continue; fi
+    while IFS=: read -r ln inc; do
+        incs=$((incs + 1))
+        li=$(layer_of "$inc")
+        if [ -z "$li" ]; then
+            fail "layers: $f:$ln includes $inc, in a folder of llmc/ with no layer"; up=$((up + 1))
+        elif [ "$li" -gt "$lf" ]; then
+            fail "layers: $f:$ln includes $inc: layer $(layer_name "$lf") includes layer $(layer_name "$li"), above it"; up=$((up + 1))
+        elif [ "$li" = 1 ] && [ "$lf" = 1 ] && [ "${f%/*}" != "${inc%/*}" ]; then
+            fail "layers: $f:$ln includes $inc: ${f%/*}/ and ${inc%/*}/ share layer 1, and neither includes the other"; up=$((up + 1))
+        fi
+    done < <(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"llmc/' "$f" | sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
+done < <(find llmc \( -name '*.h' -o -name '*.cuh' \) -type f | sort)
+[ $up -eq 0 ] && pass "layers: the $incs includes of llmc/'s headers go to their own layer or a lower one (0 llmc/, 1 parallel/ data/, 2 run/, 3 gpt/)"
 exit $status
