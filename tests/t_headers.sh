@@ -10,7 +10,7 @@
 # Two headers need what a program supplies: llmc/parallel/comms.h is included after the program's Comm backend
 # (here llmc/parallel/comm_mpi.h, the CPU trainer's), and llmc/parallel/comm_nccl.cuh needs NCCL (-DUSE_NCCL: against
 # the emulation its nccl.h, which needs MPI's headers; with nvcc the NCCL the Makefile finds; [SKIP] without them).
-# A failure names the header and the compiler's first lines. About a minute and a half on 2 busy cores.
+# A failure names the header and the compiler's first lines. One and a half to three minutes on 2 busy cores.
 set -u
 cd "$(dirname "$0")/.."
 unset MAKEFLAGS MFLAGS MAKELEVEL  # run from `make test -jN`, nested makes would warn about the jobserver
@@ -66,7 +66,7 @@ emu_cuh() {
 if ! log=$("${PYTHON:-/usr/bin/python3}" tests/cuda_emu/rewrite.py . "$copy" 2>&1); then
     fail "emulation: tests/cuda_emu/rewrite.py failed: $(tail -n 2 <<< "$log" | paste -sd' ' -)"
 else
-    alone emulation "*.cuh headers under llmc/ (llmc/gpt/ aside), with g++" emu_cuh $headers_cuh
+    alone "emulation (g++)" "*.cuh headers under llmc/ (llmc/gpt/ aside)" emu_cuh $headers_cuh
 fi
 
 # ---- 3. *.cuh with nvcc
