@@ -186,7 +186,7 @@ $(BUILD)/test_fp8: tests/test_fp8.cu tests/check.h llmc/fp8.cuh llmc/matmul_fp8.
 	$(NVCC) $(NVCC_FLAGS) $< -o $@ $(NVCC_LDLIBS)
 
 # ---- tools -------------------------------------------------------------------------------------
-$(BUILD)/prepare: dev/data/prepare.cpp llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/run/json.h llmc/utils.h
+$(BUILD)/prepare: dev/data/prepare.cpp llmc/data/tokenizer.h llmc/data/unicode_tables.h llmc/json.h llmc/utils.h
 	@mkdir -p $(BUILD)
 	$(CXX) $(CXXFLAGS) $< -o $@ $(LDLIBS)
 
@@ -409,7 +409,7 @@ fuzz_tokenizer_run: fuzz_tokenizer
 # and DONE, 3 JSON); seeds in dev/fuzz/corpus/formats/<name>.
 FORMATS_FUZZERS := safetensors:1 ckpt:2 json:3
 define FORMATS_FUZZ_RULE
-$(BUILD)/fuzz_formats_$(word 1,$(subst :, ,$(1))): dev/fuzz/fuzz_formats.cpp llmc/run/safetensors.h llmc/run/checkpoint.h llmc/run/json.h llmc/utils.h
+$(BUILD)/fuzz_formats_$(word 1,$(subst :, ,$(1))): dev/fuzz/fuzz_formats.cpp llmc/run/safetensors.h llmc/run/checkpoint.h llmc/json.h llmc/utils.h
 	$$(NEED_FUZZ_CXX)
 	@mkdir -p $(BUILD)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -DFUZZ_FORMAT=$(word 2,$(subst :, ,$(1))) $$< -o $$@

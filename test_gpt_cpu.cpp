@@ -428,7 +428,7 @@ static void test_units() {
               clip_coef(4.0f, 1.0f) == 1.0f / (4.0f + 1e-6f) && clip_coef(0.5f, 1.0f) == 1.0f,
           "clip_coef: min(1, clip / (norm + 1e-6)), 1 without clipping or for a NaN norm, in double and float");
 
-    // generate (llmc/sampling.h) over a forward that puts all the probability on the last token + 1: the forward sees
+    // generate (llmc/run/sampling.h) over a forward that puts all the probability on the last token + 1: the forward sees
     // the text's last min(length, T) tokens at the start of its B*T window, zeros after them, and the text grows by
     // the drawn tokens
     {

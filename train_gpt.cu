@@ -2,10 +2,10 @@
 // (struct GPT), one layer's forward, the classifier, the backward, the update, train_step, generate and main; the model,
 // flags, checkpoints and logs of train_gpt_cpu.cpp and train_gpt.py; bf16 weights and activations, fp32 accumulation,
 // master weights and AdamW moments (make PRECISION=FP32: floatX = float, for tight tests). Read train_gpt.py's model
-// first, then docs/reading.md. Each parallel axis lives in a file of its own, described in its header:
+// first, then docs/reading.md. Each parallel axis is a header of its own, with its state and its work:
 // llmc/gpt/tensor_parallel.cuh (--tp, --sp), data_parallel.cuh (--dp, --zero 0-3), pipeline.cuh (--pp, --vpp),
-// fp8_linear.cuh (--fp8); memory.cuh holds the buffer table, the memory estimate and gpt_build, weights.cuh the weights
-// in and out, options.cuh this trainer's flags. On one GPU each reduces to nothing: one rank is the trainer told here.
+// fp8_linear.cuh (--fp8). On one GPU each axis reduces to nothing: one rank is the trainer told here. memory.cuh holds
+// the buffer table, the memory estimate and gpt_build, weights.cuh the weights in and out, options.cuh the flags.
 //
 // Shapes: B batch, T time, C channels, H heads, KV kv heads, hd head dim, qd = H*hd, qkvd = (H+2KV)*hd,
 // F ffn, F1 = F (gelu) or 2F (swiglu: gate then up), V vocabulary, Vp padded vocabulary, P the parameter table's
@@ -40,14 +40,14 @@
 #include "llmc/grad_norm.cuh"
 #include "llmc/init.h"
 #include "llmc/flops.h"
-#include "llmc/sampling.h"
+#include "llmc/lr_schedule.h"
 #include "llmc/data/dataloader.h"
-#include "llmc/data/mc_eval.h"
 #include "llmc/run/flags.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/guard.h"
 #include "llmc/run/logger.h"
-#include "llmc/run/lr_schedule.h"
+#include "llmc/run/mc_eval.h"
+#include "llmc/run/sampling.h"
 #include "llmc/run/signals.h"
 #include "llmc/run/weights_io.h"
 #include "llmc/parallel/layout.h"
@@ -830,7 +830,7 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
 // Sampling: the forward over a window in row 0 of the batch (the other rows hold token 0; causal
 // attention keeps them apart), the logits of the last prompt position, sampled on the host.
 
-// generate's forward (llmc/sampling.h): *logits [V] = row 0's logits at position len - 1 after the forward over
+// generate's forward (llmc/run/sampling.h): *logits [V] = row 0's logits at position len - 1 after the forward over
 // window [B*T], read back to the host as fp32.
 static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std::vector<float>* logits) {
     const ModelConfig& c = g->cfg;

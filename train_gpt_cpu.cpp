@@ -11,7 +11,7 @@
 // order (llmc/parallel/pp_schedule.h, run by llmc/parallel/pp_exec.h); ZeRO 1-3 shards optimizer state, gradients
 // and parameters over dp in padded buckets (llmc/parallel/zero.h). The layout, its checks and each rank's
 // tensors are in llmc/parallel/layout.h, its communicator groups in llmc/parallel/comms.h, a rank's part of the whole
-// model in llmc/parallel/assemble.h, the memory formula in llmc/parallel/memory_formula.h; every collective goes
+// model in llmc/run/assemble.h, the memory formula in llmc/parallel/memory_formula.h; every collective goes
 // through llmc/parallel/comm_mpi.h. The forward and backward below are written layer by layer with each
 // collective where it happens; with one process every collective is a no-op and the arithmetic
 // is exactly that of the plain model.
@@ -36,10 +36,10 @@
 #include "llmc/run/checkpoint.h"
 #include "llmc/parallel/comm_mpi.h"
 #include "llmc/parallel/comms.h"
-#include "llmc/parallel/assemble.h"
+#include "llmc/run/assemble.h"
 #include "llmc/model_config.h"
 #include "llmc/data/dataloader.h"
-#include "llmc/data/mc_eval.h"
+#include "llmc/run/mc_eval.h"
 #include "llmc/flops.h"
 #include "llmc/grad_clip.h"
 #include "llmc/run/guard.h"
@@ -47,7 +47,7 @@
 #include "llmc/init.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/run/logger.h"
-#include "llmc/run/lr_schedule.h"
+#include "llmc/lr_schedule.h"
 #include "llmc/parallel/memory_formula.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/pp_exec.h"
@@ -55,7 +55,7 @@
 #include "llmc/parallel/pp_schedule.h"
 #include "llmc/ref_ops.h"
 #include "llmc/rng.h"
-#include "llmc/sampling.h"
+#include "llmc/run/sampling.h"
 #include "llmc/run/signals.h"
 #include "llmc/parallel/topology.h"
 #include "llmc/parallel/tp.h"
@@ -221,7 +221,7 @@ void gpt_build(GPT<real>* g, const ModelConfig& c, const Layout* layout = nullpt
     g->pool.resize(L.chunk_first.size() - 1);
 }
 
-// This rank's initial weights, one whole tensor at a time (part_init, llmc/parallel/assemble.h): the seeded init of
+// This rank's initial weights, one whole tensor at a time (part_init, llmc/run/assemble.h): the seeded init of
 // llmc/init.h (independent of threads and layout), or --init-from's file when hf is open; its ZeRO shard under
 // ZeRO 3; the moments zero. Returns the seconds it took; *n_made: the values made (the whole tensors it holds).
 template <typename real>
@@ -254,7 +254,7 @@ std::vector<real> gpt_params_whole(GPT<real>* g) {
 }
 
 // The weights as a Hugging Face file (--save-safetensors), one whole tensor at a time on world rank 0, the others
-// sending their slices (assemble_export, llmc/parallel/assemble.h). Every rank calls it. A sender's wait covers rank
+// sending their slices (assemble_export, llmc/run/assemble.h). Every rank calls it. A sender's wait covers rank
 // 0's writing of the tensors before: under --io-timeout.
 template <typename real>
 void gpt_export(GPT<real>* g, const std::string& path) {
@@ -918,7 +918,7 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     return loss;
 }
 
-// Sampling's forward (generate, llmc/sampling.h): the logits of position len - 1 after the forward over window [T]
+// Sampling's forward (generate, llmc/run/sampling.h): the logits of position len - 1 after the forward over window [T]
 // (one sequence; the first V of the row's Vp are read).
 static inline const float* gpt_last_logits(GPT<float>* g, const int32_t* window, int len, int T) {
     gpt_forward(g, window, (const int32_t*)nullptr, 1, T);

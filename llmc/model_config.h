@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/utils.h"
 
 enum NormKind { NORM_LAYERNORM, NORM_RMSNORM };

@@ -26,7 +26,8 @@
 #include <vector>
 #include "llmc/cuda_common.cuh"
 #include "llmc/param_table.h"
-#include "llmc/run/json.h"
+#include "llmc/json.h"
+#include "llmc/precision.cuh"
 #include "llmc/utils.h"
 
 // The classes. Linear layer k (LINEAR_QKV .. LINEAR_FC2) of pass p (PROF_FWD, PROF_DGRAD, PROF_WGRAD) is class 3k + p.

@@ -24,7 +24,7 @@ def read_scores(path):
 
 
 def accuracy(rows):
-    """acc and acc_norm as llmc/data/mc_eval.h defines them (the first of equal scores)."""
+    """acc and acc_norm as llmc/run/mc_eval.h defines them (the first of equal scores)."""
     by_ex = {}
     for ex, j, label, nll, tok in rows:
         by_ex.setdefault(ex, (label, []))[1].append((nll, tok))

@@ -13,8 +13,8 @@
 #include <vector>
 #include "llmc/run/flags.h"
 #include "llmc/model_config.h"
-#include "llmc/run/json.h"
-#include "llmc/run/lr_schedule.h"
+#include "llmc/json.h"
+#include "llmc/lr_schedule.h"
 #include "llmc/param_table.h"
 #include "llmc/run/safetensors.h"
 #include "llmc/run/weights_io.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/t_eval.sh: multiple-choice evaluation in the loop (--eval, llmc/data/mc_eval.h) and validation split over the
+# tests/t_eval.sh: multiple-choice evaluation in the loop (--eval, llmc/run/mc_eval.h) and validation split over the
 # data-parallel ranks, on tests/data/mc_small.jsonl (7 hand-made examples of 3 or 4 endings, scored as bytes by
 # llama_tiny: vocabulary 256, the bytes tokenizer of a .txt run). Checks:
 #   1. PyTorch: every ending's summed loss of train_gpt_cpu at step 0 (the initial weights) against train_gpt.py

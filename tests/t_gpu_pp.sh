@@ -19,7 +19,7 @@
 #   6. validation through the pipeline (forward only): pp2's validation losses (3 batches, at steps 0 and 2) against
 #      the CPU run's, within LOSS_TOL; the same run at one rank (validation without a pipeline, and sampling: -g 4
 #      draws 4 tokens after the last step, which must be the CPU run's tokens, as both trainers draw them from the
-#      run's RNG through llmc/sampling.h); pp2 asked to sample says it samples at one rank only.
+#      run's RNG through llmc/run/sampling.h); pp2 asked to sample says it samples at one rank only.
 #   7. llama_tiny with 2 layers, Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm (untied LM head on
 #      the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with --recompute full.
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one

@@ -1,6 +1,6 @@
 // tests/test_parallel.cpp: checks of the parallel bookkeeping headers (llmc/parallel/topology.h,
-// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, assemble.h, comms.h and comm_mpi.h without MPI; checkpoints
-// written at one layout and read at another, llmc/run/checkpoint.h) and a weight
+// parallel/: pp_schedule.h, pp_exec.h, zero.h, layout.h, tp.h, comms.h and comm_mpi.h without MPI; a rank's part of the
+// model, llmc/run/assemble.h; checkpoints written at one layout and read at another, llmc/run/checkpoint.h) and a weight
 // comparer for the parity runs.
 //   build/test_parallel units                 every unit check, one [PASS]/[FAIL] line each
 //   build/test_parallel compare A B TOL NAME  tensor-by-tensor max |a-b| / (max|b| + 1e-3) of two
@@ -15,7 +15,7 @@
 #include <vector>
 #include "llmc/parallel/comm_mpi.h"
 #include "llmc/parallel/comms.h"
-#include "llmc/parallel/assemble.h"
+#include "llmc/run/assemble.h"
 #include "llmc/model_config.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/param_table.h"
@@ -552,7 +552,7 @@ static void test_norm_ranges() {
           " layouts (dp, tp, pp, vpp; tied and untied)", "%s", err.c_str());
 }
 
-// A rank's part of the whole model and back (llmc/parallel/assemble.h), in every layout: each rank's part of the
+// A rank's part of the whole model and back (llmc/run/assemble.h), in every layout: each rank's part of the
 // initial weights made one tensor at a time (part_init) equals its part of the whole init (part_of_full of
 // params_init_full); the parts assembled on world rank 0 one tensor at a time (assemble_send on every other rank,
 // assemble_tensor on rank 0; the transport hands rank 0 what each sender sent) give every tensor back exactly, in one
@@ -626,7 +626,7 @@ static void test_assemble() {
           "every send received in order, nothing sent twice", "%s", err.c_str());
 }
 
-// Checkpoints reshard (llmc/run/checkpoint.h, part_write and part_read of llmc/parallel/assemble.h): a model whose
+// Checkpoints reshard (llmc/run/checkpoint.h, part_write and part_read of llmc/run/assemble.h): a model whose
 // every value says where it is written by every rank of one layout (each rank its owned parts, from the buffers a
 // trainer keeps: whole or its ZeRO shard), then read back by every rank of another layout, gives each reader rank
 // exactly its part of the model (part_of_full, and its shard under ZeRO), padding rows zero, for writers and readers

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <string>
 #include <vector>
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/data/tokenizer.h"
 #include "llmc/utils.h"
 

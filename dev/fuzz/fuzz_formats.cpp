@@ -1,5 +1,5 @@
 // dev/fuzz/fuzz_formats.cpp: libFuzzer targets for the file formats a run reads besides its data:
-// llmc/run/safetensors.h, llmc/run/checkpoint.h's state.json and DONE, and llmc/run/json.h. One source;
+// llmc/run/safetensors.h, llmc/run/checkpoint.h's state.json and DONE, and llmc/json.h. One source;
 // -DFUZZ_FORMAT picks the format:
 //   1 (build/fuzz_formats_safetensors)  st_parse: the input is a whole .safetensors file (header
 //                                       size, header JSON, offsets, dtypes, shapes); after a

@@ -5,7 +5,7 @@
 // whose fields it reads and writes.
 #pragma once
 
-#include "llmc/parallel/assemble.h"
+#include "llmc/run/assemble.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/test_hooks.h"
 
@@ -37,7 +37,7 @@ static void params_from_master(GPT* g) {
 }
 
 // Uploads this rank's fp32 weights (and moments, or zeros when m is null); params = floatX(master). Given whole over
-// the rank's table [P] (g->table's layout, part_of_full of llmc/parallel/assemble.h: its stage's tensors, its tp
+// the rank's table [P] (g->table's layout, part_of_full of llmc/run/assemble.h: its stage's tensors, its tp
 // slices), under ZeRO >= 1 each rank keeps its pieces (zero_take_shard); or, with `shards`, already as this rank's
 // elements (its ZeRO shard under ZeRO >= 1: part_read). Every rank calls it (ZeRO 1/2 all-gather the params).
 static void gpt_set_weights(GPT* g, const float* p, const float* m, const float* v, bool shards = false) {
@@ -110,7 +110,7 @@ static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m
 
 // The weights as a Hugging Face file (--save-safetensors), one whole tensor at a time on world rank 0: every rank
 // downloads its part (gathered over dp under ZeRO: gpt_get_weights); the dp-rank-0 member of every other (stage, tp
-// rank) sends its slices (assemble_export, llmc/parallel/assemble.h) through grad32 (idle between steps), in pieces
+// rank) sends its slices (assemble_export, llmc/run/assemble.h) through grad32 (idle between steps), in pieces
 // that fit every rank's grad32. Every rank calls it. A sender's wait covers rank 0's writing of the tensors before:
 // under --io-timeout.
 static void gpt_export(GPT* g, const ParamTable& full, const std::string& path) {
@@ -142,8 +142,8 @@ static void gpt_export(GPT* g, const ParamTable& full, const std::string& path) 
 }
 
 // The weights at the start of a run: a fresh run makes its part one whole tensor at a time (the seeded init, or
-// --init-from's file: part_init, llmc/parallel/assemble.h); a resumed one reads its own elements from the checkpoint resume_dir of any layout
-// (part_read, llmc/parallel/assemble.h), with AdamW's moments and the run's state into *state; --fp8: the weights'
+// --init-from's file: part_init, llmc/run/assemble.h); a resumed one reads its own elements from the checkpoint resume_dir of any layout
+// (part_read, llmc/run/assemble.h), with AdamW's moments and the run's state into *state; --fp8: the weights'
 // scales and fp8 copies, and delayed scaling's state from the checkpoint when it holds one of this history.
 static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, const std::string& resume_dir,
                      TrainState* state) {

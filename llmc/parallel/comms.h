@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 #include "llmc/model_config.h"
-#include "llmc/run/flags.h"
+#include "llmc/train_config.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/parallel/planner.h"
 

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
-#include "llmc/run/flags.h"
+#include "llmc/train_config.h"
 #include "llmc/model_config.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/pp_schedule.h"
@@ -134,7 +134,7 @@ static inline int layout_split_batch(const Layout& L, int j) { return j * L.topo
 // The parts of its tensors this rank alone answers for among the ranks that hold the same values: within its dp
 // piece of each bucket (zero_parts; dp ranks hold equal values), replicated tensors (TP_NONE, TP_SUM) on tp rank 0 only, the
 // tied embedding on the first stage only. Each element of the model is in exactly one rank's parts: what the global
-// norm sums and what a checkpoint's shards hold (llmc/parallel/assemble.h).
+// norm sums and what a checkpoint's shards hold (llmc/run/assemble.h).
 static inline std::vector<ZeroPart> layout_owned_parts(const ParamTable& t, const std::vector<Bucket>& bs, const Layout& L) {
     std::vector<ZeroPart> out;
     for (const ZeroPart& p : zero_parts(t, bs, L.topo.dp, L.topo.dp_rank, false)) {

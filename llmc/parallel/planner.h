@@ -60,7 +60,7 @@
 #include <functional>
 #include <string>
 #include <vector>
-#include "llmc/run/flags.h"
+#include "llmc/train_config.h"
 #include "llmc/model_config.h"
 #include "llmc/flops.h"
 #include "llmc/parallel/layout.h"

@@ -1,6 +1,6 @@
 // llmc/run/checkpoint.h: training checkpoints, one directory per step, written by every rank at once.
 //   <out>/ckpt_00000100/shard_00003.bin    rank 3's share, raw fp32: the weights (p) and AdamW moments (m, v) it owns
-//                                          (its stage's tensors, its tp slice, its ZeRO piece: llmc/parallel/assemble.h)
+//                                          (its stage's tensors, its tp slice, its ZeRO piece: llmc/run/assemble.h)
 //   <out>/ckpt_00000100/shard_00003.json   what that file holds: pieces [kind, tensor, blocks, a, b, at] (elements
 //                                          a..b of the tensor's slice, the slice being `blocks` of the whole tensor,
 //                                          llmc/parallel/tp.h's TpBlock, stored at byte `at`), its size and a hash of
@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 #include "llmc/model_config.h"
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/tp.h"
 #include "llmc/run/safetensors.h"
@@ -879,7 +879,7 @@ static inline std::string checkpoint_resolve(const std::string& resume, const st
 
 
 // A checkpoint of the run at s.step into out_dir, the protocol of both trainers: every rank calls it. Rank 0 prepares
-// the directory; every rank writes its shard (write_mine: its pieces, part_write of llmc/parallel/assemble.h; rank 0
+// the directory; every rank writes its shard (write_mine: its pieces, part_write of llmc/run/assemble.h; rank 0
 // also fp8's state); rank 0 commits. barrier: a barrier of every rank under the disk-work timeout (--io-timeout).
 static inline void checkpoint_save(const std::string& out_dir, const ModelConfig& c, const ParamTable& full, const std::string& layout,
                                    int rank, int world, const TrainState& s, int keep_last, const Fp8State* fp8,

@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 #include <vector>
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/utils.h"
 
 struct StTensor {

@@ -1,4 +1,4 @@
-// llmc/run/json.h: a small JSON reader (enough for safetensors headers, model configs and
+// llmc/json.h: a small JSON reader (enough for safetensors headers, model configs and
 // checkpoint state) and escaping for the writers. Parsing never aborts: it returns false
 // with an error message, so callers can name the file that was malformed.
 #pragma once

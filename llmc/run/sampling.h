@@ -1,4 +1,4 @@
-// llmc/sampling.h: text generation, shared by both trainers: the loop that extends a prompt (generate), drawing the
+// llmc/run/sampling.h: text generation, shared by both trainers: the loop that extends a prompt (generate), drawing the
 // next token from a row of logits with the run's RNG (temperature 1), the prompt, and printing a sample through
 // the tokenizer named by --tokenizer (none: token ids). The forward pass that produces the logits is each trainer's
 // own, handed to generate as a callable. A run that does not sample (-g 0) opens no tokenizer, and the trainers open

@@ -1,4 +1,4 @@
-// llmc/parallel/assemble.h: a rank's part of the whole model and back, for weights in (init, --init-from, a
+// llmc/run/assemble.h: a rank's part of the whole model and back, for weights in (init, --init-from, a
 // checkpoint of any layout) and out (checkpoints, exports), shared by both trainers. Bookkeeping only: the trainer
 // moves the bytes (host copies and MPI, or device copies and NCCL) through the callables it passes. No rank holds
 // the whole model: whole tensors travel one at a time.

@@ -1,4 +1,4 @@
-// llmc/run/lr_schedule.h: the learning-rate schedule, a pure function of the step.
+// llmc/lr_schedule.h: the learning-rate schedule, a pure function of the step.
 // Linear warmup over `warmup` steps to lr_max, then one of:
 //   cosine:   lr_min + (lr_max - lr_min) * 0.5 * (1 + cos(pi * p))
 //   linear:   lr_max + (lr_min - lr_max) * p

@@ -1,4 +1,4 @@
-// llmc/data/mc_eval.h: multiple-choice evaluation in the loop (--eval FILE), shared by both trainers: HellaSwag-style
+// llmc/run/mc_eval.h: multiple-choice evaluation in the loop (--eval FILE), shared by both trainers: HellaSwag-style
 // examples (a context and N endings, one correct) scored by the model's log-likelihood of each ending given the
 // context, as llm.c and lm-evaluation-harness do.
 //   mc_eval_load(path, tokenizer, T, V)   reads the standard HellaSwag jsonl ({"ctx", "endings", "label"}; the context
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 #include "llmc/data/tokenizer.h"
-#include "llmc/run/json.h"
+#include "llmc/json.h"
 #include "llmc/run/logger.h"
 #include "llmc/utils.h"
 
