@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/t_headers.sh: every header under llmc/ compiles alone, in a translation unit that includes only it, so that
-# each one includes what it uses and can be included first anywhere. llmc/gpt/*.cuh are not checked: they are parts of
-# train_gpt.cu's one translation unit, not headers of their own (llmc/README.md). Checks:
+# each one includes what it uses and can be included first anywhere: the parallel axes of llmc/gpt/ too; only
+# llmc/gpt/memory.cuh and weights.cuh are not checked, parts of train_gpt.cu's translation unit that build and fill its
+# struct GPT (llmc/README.md). Checks:
 #   1. each *.h with g++ -std=c++17 -fsyntax-only -I.
 #   2. each *.cuh against the host emulation of CUDA, as tests/cuda_emu/build.sh builds: the sources copied with their
 #      kernel launches rewritten (tests/cuda_emu/rewrite.py), the emulation's headers first on the include path, g++
@@ -22,7 +23,7 @@ rm -rf "$T" && mkdir -p "$T/tu"
 CXX=${CXX:-g++}
 
 headers_h=$(find llmc -name '*.h' -not -path 'llmc/gpt/*' -type f | sort)
-headers_cuh=$(find llmc -name '*.cuh' -not -path 'llmc/gpt/*' -type f | sort)
+headers_cuh=$(find llmc -name '*.cuh' -not -path llmc/gpt/memory.cuh -not -path llmc/gpt/weights.cuh -type f | sort)
 # prelude HEADER: what the translation unit includes before HEADER (the program's part)
 prelude() { if [ "$1" = llmc/parallel/comms.h ]; then echo '#include "llmc/parallel/comm_mpi.h"'; fi; }
 # first lines of a compiler's errors, on one line
@@ -45,7 +46,7 @@ alone() {
 # ---- 1. *.h with g++
 gxx_h() {
     { prelude "$1"; echo "#include \"$1\""; } > "$T/tu/one.cpp"
-    "$CXX" -std=c++17 -fsyntax-only -I. -x c++ "$T/tu/one.cpp"
+    "$CXX" -std=c++17 -fsyntax-only -I. -x c++ "$T/tu/one.cpp" || return 1
 }
 alone g++ "*.h headers under llmc/" gxx_h $headers_h
 
@@ -61,12 +62,12 @@ emu_cuh() {
     # the unit sits in a folder of its own, so that "llmc/..." is looked up along the include path, the emulation's
     # llmc/mma.cuh first, as in the emulated builds
     echo "#include \"$1\"" > "$T/tu/one.cpp"
-    "$CXX" -std=c++17 -fsyntax-only "${defs[@]}" -I tests/cuda_emu/include -I "$copy" -x c++ "$T/tu/one.cpp"
+    "$CXX" -std=c++17 -fsyntax-only "${defs[@]}" -I tests/cuda_emu/include -I "$copy" -x c++ "$T/tu/one.cpp" || return 1
 }
 if ! log=$("${PYTHON:-/usr/bin/python3}" tests/cuda_emu/rewrite.py . "$copy" 2>&1); then
     fail "emulation: tests/cuda_emu/rewrite.py failed: $(tail -n 2 <<< "$log" | paste -sd' ' -)"
 else
-    alone "emulation (g++)" "*.cuh headers under llmc/ (llmc/gpt/ aside)" emu_cuh $headers_cuh
+    alone "emulation (g++)" "*.cuh headers under llmc/ (gpt/memory.cuh, weights.cuh aside)" emu_cuh $headers_cuh
 fi
 
 # ---- 3. *.cuh with nvcc
@@ -81,11 +82,11 @@ nvcc_cuh() {
     fi
     echo "#include \"$1\"" > "$T/tu/one.cu"
     "$nvcc" -x cu -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -fdevice-syntax-only -Xcompiler -fsyntax-only \
-        "${defs[@]}" -I. -c "$T/tu/one.cu" -o "$T/tu/one.o"
+        "${defs[@]}" -I. -c "$T/tu/one.cu" -o "$T/tu/one.o" || return 1  # nvcc's own status 2 is a failure, no skip
 }
 if [ -z "$nvcc" ]; then
     echo "[SKIP] nvcc: the Makefile finds no nvcc (make probe-config)"
 else
-    alone nvcc "*.cuh headers under llmc/ (llmc/gpt/ aside)" nvcc_cuh $headers_cuh
+    alone nvcc "*.cuh headers under llmc/ (gpt/memory.cuh, weights.cuh aside)" nvcc_cuh $headers_cuh
 fi
 exit $status

@@ -22,6 +22,7 @@
 #pragma once
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/packed.cuh"
 #include "llmc/param_table.h"
 #include "llmc/precision.cuh"
 #include "llmc/profile.cuh"
