@@ -430,7 +430,7 @@ static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nu
     cudaCheck(cudaMemcpyAsync(g->io.inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
     g->io.n_valid = st.n_valid;
-    // ZeRO 3: each bucket's weights gathered one bucket ahead (params_use waits for them, params_done frees the buffer)
+    // ZeRO 3: each bucket's weights gathered one bucket ahead (dp_params_use waits for them, dp_params_done frees it)
     const int head_bucket = (int)g->dp.buckets.size() - 1;
     if (first) {
         dp_params_use(g->dp, g->params, 0, g->stream);

@@ -280,7 +280,7 @@ void gpt_export(GPT<real>* g, const std::string& path) {
 // ZeRO-3: bucket b's weights are read from here on: gathered over dp into its buffer (at once: the CPU trainer has
 // no prefetch).
 template <typename real>
-void params_use(GPT<real>* g, int b) {
+void dp_params_use(GPT<real>* g, int b) {
     if (g->L.zero < 3 || !g->pbuf[b].empty()) return;
     const Bucket& bk = g->buckets[b];
     const int dp = g->L.topo.dp;
@@ -290,9 +290,9 @@ void params_use(GPT<real>* g, int b) {
     g->pbuf_peak = std::max(g->pbuf_peak, g->pbuf_bytes);
 }
 
-// ZeRO-3: bucket b's weights are not read again until its next params_use: its buffer is freed.
+// ZeRO-3: bucket b's weights are not read again until its next dp_params_use: its buffer is freed.
 template <typename real>
-void params_done(GPT<real>* g, int b) {
+void dp_params_done(GPT<real>* g, int b) {
     if (g->L.zero < 3 || g->pbuf[b].empty()) return;
     g->pbuf_bytes -= g->pbuf[b].size() * sizeof(real);
     std::vector<real>().swap(g->pbuf[b]);
@@ -565,7 +565,7 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         // vocabulary-parallel embedding: a token outside this rank's rows gives zeros, the sum over
         // tp fills them in; then the position embedding of this rank's positions
         const int b = g->bucket_of[t.wte];
-        params_use(g, b);
+        dp_params_use(g, b);
         const real* wte = g->P(t.wte);
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < N; n++) {
@@ -580,14 +580,14 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
             const int pos = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
             for (int ch = 0; ch < C; ch++) x0[(size_t)n * C + ch] = x[(size_t)n * C + ch] + (wpe ? wpe[(size_t)pos * C + ch] : (real)0);
         }
-        params_done(g, b);
+        dp_params_done(g, b);
     }
     for (int l = l0; l < l1; l++) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs<real>& la = a->layers[l - l0];
         real* x_out = l + 1 < l1 ? a->layers[l - l0 + 1].x.data() : a->x_out.data();
         const int bk = g->bucket_of[w.ln1_w];
-        params_use(g, bk);  // ZeRO-3: this layer's weights, freed at the end of the layer
+        dp_params_use(g, bk);  // ZeRO-3: this layer's weights, freed at the end of the layer
         norm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), la.x.data(), g->P(w.ln1_w), g->P(w.ln1_b), Nl, C,
                      c.norm_eps, rms);
         const real* ln1 = tp_gather(g, la.ln1.data(), la.ln1_full.data(), B, T);  // [N,C]
@@ -608,12 +608,12 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
         matmul_forward(g->dtmp.data(), la.act.data(), g->P(w.fc2_w), (const real*)nullptr, N, Fl, C);  // row-parallel
         y = tp_sum(g, g->dtmp.data(), B, T);
         residual_add(x_out, la.x_mid.data(), y, g->P(w.fc2_b), Nl, C);
-        params_done(g, bk);
+        dp_params_done(g, bk);
     }
     if (chunk == last) {
         const int head = c.tied ? t.wte : t.lm_head, bf = g->bucket_of[t.lnf_w], bh = g->bucket_of[head];
-        params_use(g, bf);
-        params_use(g, bh);
+        dp_params_use(g, bf);
+        dp_params_use(g, bh);
         norm_forward(a->lnf.data(), a->lnf_mean.data(), a->lnf_rstd.data(), a->x_out.data(), g->P(t.lnf_w), g->P(t.lnf_b), Nl, C,
                      c.norm_eps, rms);
         const real* lnf = tp_gather(g, a->lnf.data(), a->lnf_full.data(), B, T);
@@ -623,8 +623,8 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
             hw = g->head_n.data();
         }
         matmul_forward(a->logits.data(), lnf, hw, (const real*)nullptr, N, C, Vpl);  // this rank's vocabulary columns
-        params_done(g, bf);
-        params_done(g, bh);
+        dp_params_done(g, bf);
+        dp_params_done(g, bh);
         a->loss = 0;
         a->n_valid = 0;
         if (a->has_targets) {
@@ -654,7 +654,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
     if (chunk == last) {
         const real scale = a->n_valid ? (real)(loss_scale / a->n_valid) : (real)0;
         const int head = c.tied ? t.wte : t.lm_head, bf = g->bucket_of[t.lnf_w], bh = g->bucket_of[head];
-        params_use(g, bf); params_use(g, bh);
+        dp_params_use(g, bf); dp_params_use(g, bh);
         grads_begin(g, bf); grads_begin(g, bh);
         vocab_parallel_ce_backward(g, a->logits.data(), a->lse.data(), a->targets.data(), N, scale);
         zero(g->dfull);
@@ -672,7 +672,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         zero(g->dres);
         norm_backward(g->dres.data(), g->G(t.lnf_w), g->G(t.lnf_b), dln, a->x_out.data(), g->P(t.lnf_w), a->lnf_mean.data(),
                       a->lnf_rstd.data(), Nl, C, rms);
-        params_done(g, bf); params_done(g, bh);
+        dp_params_done(g, bf); dp_params_done(g, bh);
     } else {
         std::copy(a->dx.begin(), a->dx.end(), g->dres.begin());
     }
@@ -680,7 +680,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         const ParamTable::Block& w = t.blocks[l];
         LayerActs<real>& la = a->layers[l - l0];
         const int bk = g->bucket_of[w.ln1_w];
-        params_use(g, bk);
+        dp_params_use(g, bk);
         grads_begin(g, bk);
         // dres is the gradient of the block output = x_mid + fc2(act(fc1(ln2(x_mid))))
         const real* dy = tp_gather(g, g->dres.data(), g->dres_full.data(), B, T);  // [N,C]
@@ -712,7 +712,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         dln = tp_sum(g, g->dfull.data(), B, T);
         norm_backward(g->dres.data(), g->G(w.ln1_w), g->G(w.ln1_b), dln, la.x.data(), g->P(w.ln1_w), la.ln1_mean.data(),
                       la.ln1_rstd.data(), Nl, C, rms);
-        params_done(g, bk);
+        dp_params_done(g, bk);
         grads_layer_done(g, bk);  // ZeRO-2/3: this layer's gradients are reduce-scattered now
     }
     if (chunk == 0) {
