@@ -59,7 +59,7 @@
 #include "llmc/gpt/tensor_parallel.cuh"  // --tp, --sp: tp_sum, tp_gather: the residual stream over the tp group
 #include "llmc/gpt/data_parallel.cuh"    // --dp, --zero: ZeRO-3 gathers, the per-bucket gradient reduction over dp
 #include "llmc/gpt/pipeline.cuh"         // --pp, --vpp: a stage's schedule, the sends between stages
-#include "llmc/gpt/axes.cuh"
+#include "llmc/gpt/fp8_linear.cuh"       // --fp8: the linear layers through fp8 GEMMs
 
 // ----------------------------------------------------------------------------------------------
 // The model
@@ -176,8 +176,6 @@ struct GPT {
     bool has_head = true;       // this rank runs the classifier (the last pipeline stage; every rank without pp)
     std::vector<int> global;    // local spec -> its index in the whole model's table (build_param_table)
     std::vector<std::vector<TpBlock>> slice;  // local spec -> its blocks of the whole tensor (llmc/parallel/tp.h)
-    cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before another stream reads what it wrote
-    cudaEvent_t ev_comm = nullptr;     // recorded on another stream before the compute stream reads what it wrote
     // the parallel axes (llmc/gpt/tensor_parallel.cuh, data_parallel.cuh, pipeline.cuh) and fp8 (fp8_linear.cuh)
     TensorParallel tp;
     DataParallel dp;
@@ -193,7 +191,6 @@ struct GPT {
     const floatX* head_w() const { return cfg.norm_head ? head_n : P(head()); }
 };
 
-#include "llmc/gpt/fp8_linear.cuh"       // --fp8: the linear layers through fp8 GEMMs
 
 // --norm-head: the step's fp32 head gradient (of the unit rows) becomes that of the head's own rows, once per step
 // before it joins the other gradients (gpt_fold_head_grad, grads_bucket_done).
@@ -280,7 +277,8 @@ static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const f
 static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp, const floatX* bias, int N, int IC,
                            int OC) {
     ProfScope prof(prof_linear(k, PROF_FWD), prof_gemm(OC, N, IC));
-    if (g->fp8.opt.recipe != FP8_NONE) return fp8_linear_forward(g, l, k, out, inp, bias, N, IC, OC);
+    if (g->fp8.opt.recipe != FP8_NONE)
+        return fp8_linear_forward(g->fp8, g->stream, &g->mm, l, k, out, inp, bias, N, IC, OC);
     matmul_forward(&g->mm, g->stream, out, inp, g->P(linear_weight(g->table.blocks[l], k)), bias, N, IC, OC);
 }
 
@@ -288,8 +286,9 @@ static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp,
 // layer l; with --fp8 through fp8 GEMMs.
 static void linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, const floatX* dout, const floatX* inp,
                             int N, int IC, int OC) {
-    if (g->fp8.opt.recipe != FP8_NONE) return fp8_linear_backward(g, l, k, dinp, dbias, dout, inp, N, IC, OC);
     const int w = linear_weight(g->table.blocks[l], k);
+    if (g->fp8.opt.recipe != FP8_NONE)
+        return fp8_linear_backward(g->fp8, g->stream, &g->mm, l, k, dinp, g->G(w), dbias, dout, inp, N, IC, OC);
     PROF(prof_linear(k, PROF_DGRAD), prof_gemm(IC, N, OC),
          matmul_backward_input(&g->mm, g->stream, dinp, dout, g->P(w), N, IC, OC));
     PROF(prof_linear(k, PROF_WGRAD), prof_gemm(IC, OC, N),
@@ -336,7 +335,8 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
     const bool rms = c.norm == NORM_RMSNORM;
     const double row_bytes = (double)Nl * C * sizeof(floatX);  // one [Nl,C] tensor of the residual stream
     if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3)
-        PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, false));  // its weights just gathered
+        PROF(PROF_FP8_SCALING, ProfWork(),  // its weights just gathered
+             fp8_cast_weights(g->fp8, g->stream, g->table, l, false, [g](int w) { return g->P(w); }));
     if (x_prev_mid)
         PROF(PROF_NORM_FWD, prof_bytes(4 * row_bytes),
              fused_residual_norm_forward(la.x, la.ln1, la.ln1_mean, la.ln1_rstd, x_prev_mid, g->scratch.y, g->P(w.ln1_w),
@@ -637,7 +637,8 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
         if (g->fp8.opt.recipe != FP8_NONE && g->L.zero >= 3)  // the transposes, after the gather
-            PROF(PROF_FP8_SCALING, ProfWork(), fp8_cast_weights(g, l, true));
+            PROF(PROF_FP8_SCALING, ProfWork(),
+                 fp8_cast_weights(g->fp8, g->stream, g->table, l, true, [g](int w) { return g->P(w); }));
         floatX* part = tp_part(g->tp, g->scratch.dln);
         tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
         linear_backward(g, l, LINEAR_FC2, g->scratch.dact, row_bias_grad(g->tp, g->G(w.fc2_b)), g->scratch.dres_full, la.act, N, F, C);
@@ -819,9 +820,11 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     const bool update = *verdict == GUARD_UPDATE;
     if (update) gpt_update(g, guard_adam_step(st, step), lr, tc);
     if (g->fp8.opt.recipe != FP8_NONE) {
-        PROF(PROF_FP8_SCALING, ProfWork(), fp8_step_end(g, update));  // delayed: the next step's scales (a skipped step
-                                                                       // drops its amaxes)
-        if (update) PROF(PROF_FP8_SCALING, ProfWork(), fp8_weights_update(g));  // the updated weights' scales, copies
+        // delayed: the next step's scales (a skipped step drops its amaxes)
+        PROF(PROF_FP8_SCALING, ProfWork(), fp8_step_end(g->fp8, g->stream, update));
+        if (update)  // the updated weights' scales, copies
+            PROF(PROF_FP8_SCALING, ProfWork(),
+                 fp8_weights_update(g->fp8, g->stream, g->table, g->dp.buckets, g->params));
     }
     return loss;
 }
@@ -898,7 +901,7 @@ static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchL
         gpt_loss(g);
         take(j);
     }
-    fp8_step_end(g, false);
+    fp8_step_end(g->fp8, g->stream, false);
 }
 
 // The validation loss: the mean over the first n batches of the validation set (split over dp, the sum over the
@@ -1149,7 +1152,9 @@ int main(int argc, char** argv) {
     const int B = tc.B, T = tc.T, dp = layout.topo.dp, accum = rs.accum;
     GPT g;
     gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, accum, opt.fp8);
-    fp8_gemm_check(&g);  // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here
+    // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
+    fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
+                   (size_t)g.B * g.T * (g.cfg.mlp == MLP_SWIGLU ? 2 : 1) * g.Fl);
     const ParamTable table = build_param_table(mc);  // the whole model: files are read and written per tensor
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);
@@ -1189,7 +1194,7 @@ int main(int argc, char** argv) {
         const std::vector<int32_t> tokens = generate({sampler_start_token(&files.sampler)}, tc.gen_tokens, g.B, g.T,
                                                      mc.vocab_size, &state.rng, last_logits);
         sampler_print(&files.sampler, tokens);
-        fp8_step_end(&g, false);  // --fp8 delayed: sampling's amaxes are no part of the next step's
+        fp8_step_end(g.fp8, g.stream, false);  // --fp8 delayed: sampling's amaxes are no part of the next step's
     };
 
     // the loop: a step, its log line, validation, samples and checkpoints when due

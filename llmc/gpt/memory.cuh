@@ -152,7 +152,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         fp8_buffer(&g->fp8.x8,         N * max_ic),                // [N,max IC] a GEMM input in E4M3 (or [max IC,N])
         fp8_buffer(&g->fp8.dy8,        N * max_oc),                // [N,max OC] an output gradient in E5M2
         fp8_buffer(&g->fp8.dyt8,       N * max_oc),                // [max OC,N] its transpose
-        counted((3 + 1) * fp8_n, sizeof(float), true),         // the weights' scaling state (fp8_meta_init)
+        counted((3 + 1) * fp8_n, sizeof(float), true),         // the weights' scaling state (fp8_linears_build)
         counted((3 + (size_t)g->fp8.opt.meta_history()) * fp8_n, sizeof(float), true),  // the inputs' [3 + history, 4L]
         counted((3 + (size_t)g->fp8.opt.meta_history()) * fp8_n, sizeof(float), true),  // the output gradients'
     };
@@ -167,7 +167,6 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, const Fp8Options& fp8 = {}) {
     g->cfg = c;
     g->L = L;
-    g->fp8.opt = fp8;
     const int tp = L.topo.tp, pp = L.topo.pp, stage = L.topo.pp_rank;
     g->tp.n = tp;
     g->tp.rank = L.topo.tp_rank;
@@ -185,19 +184,7 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, co
     g->has_head = stage == pp - 1;
     pp_plan(g->pp, L, c.n_layer, n_mb);  // the activation slots this stage holds
     dp_plan(g->dp, g->table, L);         // the buckets, the shard, data parallel's rows of the buffer table
-    // fp8 weight copies: this stage's linear weights one after the other (ZeRO 3: each layer's from 0, one layer held)
-    g->fp8.w8_off.assign((size_t)LINEARS_PER_LAYER * c.n_layer, SIZE_MAX);
-    g->fp8.w8_half = 0;
-    for (int l = 0; l < c.n_layer && fp8.recipe != FP8_NONE; l++) {
-        const ParamTable::Block& b = g->table.blocks[l];
-        if (b.qkv_w < 0) continue;  // another stage's layer
-        size_t at_l = L.zero >= 3 ? 0 : g->fp8.w8_half;
-        for (int k = 0; k < LINEARS_PER_LAYER; k++) {
-            g->fp8.w8_off[(size_t)LINEARS_PER_LAYER * l + k] = at_l;
-            at_l += g->table.specs[linear_weight(b, k)].numel();
-        }
-        g->fp8.w8_half = std::max(g->fp8.w8_half, at_l);
-    }
+    fp8_linears_plan(g->fp8, fp8, g->table, c.n_layer, L.zero >= 3);  // --fp8, and where its weight copies sit in w8
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -458,12 +445,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
     if (c.pos == POS_ALIBI) alibi_upload_slopes(g->alibi, c, g->tp.rank * g->Hl, g->Hl);
     else g->alibi = nullptr;  // attention without ALiBi (its row of the buffer table is empty)
     embedding_plan_alloc(&g->io.plan, B * T);
-    if (fp8.recipe != FP8_NONE) {  // the three counted fp8 rows of the buffer table
-        const int n = LINEARS_PER_LAYER * c.n_layer;
-        fp8_meta_init(&g->fp8.w, FP8_E4M3, n, 1, fp8.margin);
-        fp8_meta_init(&g->fp8.x, FP8_E4M3, n, fp8.meta_history(), fp8.margin);
-        fp8_meta_init(&g->fp8.dy, FP8_E5M2, n, fp8.meta_history(), fp8.margin);
-    }
+    fp8_linears_build(g->fp8, g->world, g->tp.comm, g->dp.comm);  // the three counted fp8 rows of the buffer table
     // AdamW's table: on one GPU over the floatX gradients, otherwise over the fp32 ones reduced over dp
     const DataParallel& dp = g->dp;
     if (!dp.parallel && bf16_moments)
@@ -480,8 +462,6 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
                                                 g->v, weight_decay);
     dp_build(g->dp);         // several ranks: the norm's ranges uploaded, its events
     pp_build(g->pp, Nl, c.n_embd);  // pp > 1: the activations sent between stages [Nl,C], its events
-    if (dp.parallel)
-        for (cudaEvent_t* e : {&g->ev_compute, &g->ev_comm}) cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     cudaCheck(cudaMallocHost((void**)&g->io.h_readback, sizeof(StepReadback)));
 }
 
@@ -490,13 +470,10 @@ static void gpt_free(GPT* g) {
                     (void*)g->mem.buffer_memory, (void*)g->rope_cos, (void*)g->rope_sin})
         if (p) cudaCheck(cudaFree(p));
     adamw_tables_free(&g->adam);
-    if (g->dp.parallel)
-        for (cudaEvent_t e : {g->ev_compute, g->ev_comm}) cudaCheck(cudaEventDestroy(e));
     dp_free(g->dp);
     pp_free(g->pp);
     embedding_plan_free(&g->io.plan);
-    if (g->fp8.opt.recipe != FP8_NONE)
-        for (Fp8Meta* m : {&g->fp8.w, &g->fp8.x, &g->fp8.dy}) fp8_meta_free(m);
+    fp8_linears_free(g->fp8);
     if (g->io.h_upload) cudaCheck(cudaFreeHost(g->io.h_upload));
     cudaCheck(cudaFreeHost(g->io.h_readback));
     matmul_free(&g->mm);

@@ -8,7 +8,7 @@
 #include <vector>
 #include "llmc/fp8.cuh"
 #include "llmc/model_config.h"
-#include "llmc/norm.cuh"
+#include "llmc/norm.cuh"  // NORM_MAX_C
 #include "llmc/run/flags.h"
 #include "llmc/parallel/layout.h"
 

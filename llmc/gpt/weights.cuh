@@ -173,9 +173,9 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
         comm_io_wait([&] { comm_barrier(g->world); });  // the slowest rank's reading, under --io-timeout
         gpt_set_weights(g, w[0].data(), w[1].data(), w[2].data(), true);
     }
-    fp8_weights_update(g);  // --fp8: the weights' scales and fp8 copies
+    fp8_weights_update(g->fp8, g->stream, g->table, g->dp.buckets, g->params);  // --fp8: the weights' scales, copies
     if (g->fp8.opt.recipe == FP8_DELAYED && !resume_dir.empty()) {
-        const bool taken = fp8_state_set(g, fp8_state);
+        const bool taken = fp8_state_set(g->fp8, fp8_state);
         if (rank0 && taken)
             printf("fp8: delayed scaling goes on from the checkpoint's state (history %d, next row %d)\n",
                    fp8_state.history, fp8_state.pos);
@@ -189,7 +189,7 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
 // parts it owns (part_write: its ZeRO piece of its stage's tp slices, replicated tensors once), all at once, a tensor
 // part at a time; --fp8: the ranks agree on their scaling state first, which rank 0 writes.
 static void gpt_save_checkpoint(GPT* g, const ParamTable& table, const TrainConfig& tc, const TrainState& state) {
-    const Fp8State fp8_state = fp8_state_gather(g);  // --fp8: the ranks agree; delayed: its state, whole-model
+    const Fp8State fp8_state = fp8_state_gather(g->fp8, g->stream);  // --fp8: the ranks agree; delayed: its state
     cudaCheck(cudaStreamSynchronize(g->stream));
     const bool sharded = g->L.zero >= 1;
     const void* src[3] = {g->master, g->m, g->v};
