@@ -330,7 +330,7 @@ MUTANTS = [
      "fp8_gemm_scale(&f.w, i), bias, N, IC, OC);", "fp8_scale_inv(&f.w, i), bias, N, IC, OC);",
      "fp8_train", "the forward GEMM's weight scale pointer is 4 bytes into the state array again, not its own slot"),
     ("fp8_startup_check_skipped", "kernel", "train_gpt.cu",
-     "    fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.dfc1,\n"
+     "    fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,\n"
      "                   (size_t)g.B * g.T * (g.cfg.mlp == MLP_SWIGLU ? 2 : 1) * g.Fl);\n",
      "", "fp8_train", "--fp8 starts without its start-up check (a refused GEMM stops the run inside step 1, a wrong one trains)"),
     ("fp8_startup_check_blind", "kernel", "llmc/gpt/fp8_linear.cuh",
