@@ -24,10 +24,7 @@ BF16_NORM_TOL=$(awk -v t="$TOL_LOGITS" 'BEGIN { printf "%.4g", 2 * t }')
 BF16_UPDATE_TOL=$(awk -v t="$TOL_LOGITS" 'BEGIN { printf "%.4g", 4 * 2 * t }')
 
 [ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
-if ! command -v mpirun > /dev/null || ! command -v mpicxx > /dev/null; then
-    echo "[FAIL] mpirun / mpicxx not found: install OpenMPI with 'apt-get install -y openmpi-bin libopenmpi-dev' (or bash scripts/install_deps.sh)"
-    exit 1
-fi
+source tests/mpi_needed.sh
 for b in fp32 bf16; do
     target=build/train_gpt_emu; [ $b = fp32 ] && target=build/train_gpt_fp32_emu
     if make -s "$target" > "$d/build_$b.log" 2>&1; then echo "[PASS] train_gpt.cu's main builds against the emulation ($b: $target)"

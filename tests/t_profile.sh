@@ -29,10 +29,7 @@ rm -rf "$d" && mkdir -p "$d"
 status=0
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
-if ! command -v mpirun > /dev/null || ! command -v mpicxx > /dev/null; then
-    echo "[FAIL] mpirun / mpicxx not found: install OpenMPI with 'apt-get install -y openmpi-bin libopenmpi-dev' (or bash scripts/install_deps.sh)"
-    exit 1
-fi
+source tests/mpi_needed.sh
 if make -s build/train_gpt_emu > "$d/build.log" 2>&1; then echo "[PASS] train_gpt.cu's main builds against the emulation"
 else echo "[FAIL] train_gpt.cu's main builds against the emulation: $(grep -m 3 error "$d/build.log")"; exit 1; fi
 MPIRUN=(mpirun --oversubscribe)

@@ -25,10 +25,7 @@ rm -rf "$d" && mkdir -p "$d"
 status=0
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
-if ! command -v mpirun > /dev/null || ! command -v mpicxx > /dev/null; then
-    echo "[FAIL] mpirun / mpicxx not found: install OpenMPI with 'apt-get install -y openmpi-bin libopenmpi-dev' (or bash scripts/install_deps.sh)"
-    exit 1
-fi
+source tests/mpi_needed.sh
 compare=${STREAMS_COMPARE:-1}
 programs=(build/train_gpt_streams_emu)
 [ "$compare" = 1 ] && programs=(build/train_gpt_emu build/train_gpt_streams_emu)
