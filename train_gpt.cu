@@ -49,6 +49,7 @@
 #include "llmc/run/mc_eval.h"
 #include "llmc/run/sampling.h"
 #include "llmc/run/signals.h"
+#include "llmc/run/train_loop.h"
 #include "llmc/run/weights_io.h"
 #include "llmc/parallel/layout.h"
 #include "llmc/parallel/comm_timeout.h"
@@ -853,78 +854,40 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
 // ----------------------------------------------------------------------------------------------
 // The run
 
-// Forward-only passes split over dp (validation, --eval; llmc/parallel/layout.h layout_split_forwards); a pipeline takes
-// up to 32 of them at a time as micro-batches. fill(k, in, tg) makes batch k; on the ranks whose losses count,
-// got(k, rows, mean) takes batch k's summed loss of each row rows [B] and its mean loss over its targets.
-// --fp8 delayed: these forwards' amaxes are no part of the next step's scales.
-typedef std::function<void(int, int32_t*, int32_t*)> BatchFill;
-typedef std::function<void(int, const double*, double)> BatchLosses;
-static void gpt_forward_split(GPT* g, int n, const BatchFill& fill, const BatchLosses& got) {
-    const int B = g->B, T = g->T, per_rank = layout_split_forwards(g->L, n);
-    const bool counts = layout_counts_loss(g->L);
-    std::vector<int32_t> in((size_t)B * T), tg((size_t)B * T);
+// Forward only over the batches in, tg [m][B*T] (validation and --eval through run_forward_split,
+// llmc/run/train_loop.h): rows [m*B] each row's summed loss and means [m] each batch's mean loss over its targets, on
+// the ranks whose losses count. A pipeline takes them as micro-batches (GPT_FORWARD_MAX at a time), one stage one
+// after another. --fp8 delayed: these forwards' amaxes are no part of the next step's scales.
+static const int GPT_FORWARD_MAX = 32;
+static void gpt_forward_batches(GPT* g, const Batches& in, const Batches& tg, double* rows, double* means) {
+    const int m = (int)in.size(), B = g->B, T = g->T;
     std::vector<float> tok((size_t)B * T);
-    std::vector<double> rows(B);
-    auto make = [&](int j) {  // local batch j: batch k of n, or one whose targets are all ignored
-        const int k = layout_split_batch(g->L, j);
-        if (k < n) return fill(k, in.data(), tg.data());
-        std::fill(in.begin(), in.end(), 0);
-        std::fill(tg.begin(), tg.end(), -1);
-    };
-    auto take = [&](int j) {  // after gpt_loss: g->scratch.losses holds the micro-batch's per-token losses
-        const int k = layout_split_batch(g->L, j);
-        const double mean = g->io.loss;
-        if (k >= n || !counts) return;
+    auto take = [&](int j) {  // after gpt_loss: g->scratch.losses holds batch j's per-token losses
+        means[j] = g->io.loss;
+        if (!layout_counts_loss(g->L)) return;
         cudaCheck(cudaMemcpy(tok.data(), g->scratch.losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost));
         for (int b = 0; b < B; b++) {
-            rows[b] = 0;
-            for (int i = 0; i < T; i++) rows[b] += tok[(size_t)b * T + i];
+            double s = 0;
+            for (int i = 0; i < T; i++) s += tok[(size_t)b * T + i];
+            rows[(size_t)j * B + b] = s;
         }
-        got(k, rows.data(), mean);
     };
-    for (int j0 = 0; j0 < per_rank && g->L.topo.pp > 1; j0 += 32) {
-        const int m = std::min(32, per_rank - j0);
+    if (g->L.topo.pp > 1) {
         cudaCheck(cudaStreamSynchronize(g->stream));  // no queued copy reads the upload buffers rewritten here
         gpt_upload_reserve(g, m);
-        for (int j = 0; j < m; j++) {
-            make(j0 + j);
-            gpt_upload(g, j, in.data(), tg.data());
-        }
+        for (int j = 0; j < m; j++) gpt_upload(g, j, in[j].data(), tg[j].data());
         gpt_pipeline(g, m, false, 0.0, [&](int mb) {
             gpt_loss(g);
-            take(j0 + mb);
+            take(mb);
         });
-    }
-    for (int j = 0; j < per_rank && g->L.topo.pp == 1; j++) {
-        make(j);
-        gpt_forward(g, in.data(), tg.data());
-        gpt_loss(g);
-        take(j);
+    } else {
+        for (int j = 0; j < m; j++) {
+            gpt_forward(g, in[j].data(), tg[j].data());
+            gpt_loss(g);
+            take(j);
+        }
     }
     fp8_step_end(g->fp8, g->stream, false);
-}
-
-// The validation loss: the mean over the first n batches of the validation set (split over dp, the sum over the
-// ranks that count).
-static double gpt_validate(GPT* g, DataLoader* val, int n) {
-    const int B = g->B;
-    double s = 0;
-    gpt_forward_split(g, n, [&](int k, int32_t* in, int32_t* tg) { loader_batch(val, (uint64_t)k * B, B, in, tg); },
-                      [&](int, const double*, double mean) { s += mean; });
-    comm_host_sum(g->world, &s, 1);
-    return s / n;
-}
-
-// --eval: every ending's summed loss (its rows split over dp, summed over the world), then the accuracies; rank 0
-// logs them (and writes --eval-scores).
-static void gpt_mc_eval(GPT* g, const McEval& ev, int step, Logger* lg, const std::string& scores) {
-    const int B = g->B;
-    std::vector<double> nll(ev.rows(), 0.0);
-    gpt_forward_split(g, mc_eval_batches(ev, B),
-                      [&](int k, int32_t* in, int32_t* tg) { mc_eval_batch(ev, k, B, g->T, in, tg); },
-                      [&](int k, const double* rows, double) { mc_eval_take(ev, k, B, rows, &nll); });
-    comm_host_sum(g->world, nll.data(), nll.size());
-    mc_eval_report(ev, nll, step, g->world.rank == 0, lg, scores);
 }
 
 // Dense bf16 peak of the device from its name (docs/design.md section 7); 0 when unknown, and in the fp32 test
@@ -1000,33 +963,6 @@ static bool run_host_mode(const ModelConfig& mc, TrainConfig* tc, CudaOptions* o
         return true;
     }
     return false;
-}
-
-// What a run reads: the tokenizer that decodes samples (--tokenizer; none: token ids; not opened when no sample is
-// drawn: -g 0, or several ranks, which do not sample), the checkpoint to resume (-o and --resume, checkpoint_resolve),
-// --init-from, and the data (-i, -j; a .txt file without -j is split 90/10 into train and validation); --save-safetensors
-// is where it writes. Every path is checked before the device is looked for, so that a bad one stops the run at once
-// with the flag's message, GPU or not.
-struct RunFiles {
-    Sampler sampler;
-    std::string resume_dir;     // empty: a fresh run
-    DataLoader train, val;
-    bool have_val = false;
-    Tokenizer eval_tok;         // --eval: the run's tokenizer, for a jsonl file
-    McEval eval;                // --eval's examples (none: no rows)
-};
-static void run_files_open(RunFiles* f, const ModelConfig& mc, const TrainConfig& tc) {
-    sampler_open(&f->sampler, tc.tokenizer, mc.vocab_size, launch_info().world > 1 ? 0 : tc.gen_tokens);
-    f->resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
-    struct stat st;
-    if (!f->resume_dir.empty()) ckpt_check_files(f->resume_dir);  // its files are there (ckpt_open checks their hashes later)
-    if (!tc.init_from.empty()) close(open_input(tc.init_from, "--init-from", true, &st));
-    if (!tc.save_safetensors.empty()) check_output_file(tc.save_safetensors, "--save-safetensors");
-    f->have_val = loader_open_train_val(&f->train, &f->val, tc.train_data, tc.val_data, tc.T, mc.vocab_size);
-    if (!tc.eval.empty()) {
-        if (!tc.tokenizer.empty()) tokenizer_load_auto(&f->eval_tok, tc.tokenizer.c_str());
-        f->eval = mc_eval_load(tc.eval, tc.tokenizer.empty() ? nullptr : &f->eval_tok, tc.T, mc.vocab_size);
-    }
 }
 
 // This rank among the ranks, its GPU and its part of the layout: the ranks start (one: no NCCL communicator), the
@@ -1141,7 +1077,7 @@ int main(int argc, char** argv) {
             "more steps", opt.profile, tc.steps, tc.steps - 1, tc.steps - 1);
     profile_open(&g_prof, opt.profile, opt.ceilings, opt.fp8.recipe != FP8_NONE);  // --ceilings read and checked here
     RunFiles files;
-    run_files_open(&files, mc, tc);
+    run_files_open(&files, mc, tc, launch_info().world);
 
     // the ranks, this rank's GPU and layout; the model, its weights
     RankSetup rs;
@@ -1149,9 +1085,9 @@ int main(int argc, char** argv) {
     const Comm& world = rs.world;
     const bool rank0 = world.rank == 0;
     const Layout& layout = rs.layout;
-    const int B = tc.B, T = tc.T, dp = layout.topo.dp, accum = rs.accum;
     GPT g;
-    gpt_build(&g, mc, B, T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, accum, opt.fp8);
+    gpt_build(&g, mc, tc.B, tc.T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, rs.accum,
+              opt.fp8);
     // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
     fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
                    (size_t)g.B * g.T * (g.cfg.mlp == MLP_SWIGLU ? 2 : 1) * g.Fl);
@@ -1162,118 +1098,64 @@ int main(int argc, char** argv) {
     if (opt.profile > tc.steps - state.step - 1)
         die("flag --profile %d: the run resumes at step %d of -x %d, which leaves %d steps after its first", opt.profile,
             state.step, tc.steps, std::max(0, tc.steps - state.step - 1));
-    auto save_checkpoint = [&]() { gpt_save_checkpoint(&g, table, tc, state); };
-    if (rank0 && !tc.out_dir.empty()) {
-        std::error_code ec;
-        fs::create_directories(tc.out_dir, ec);
-        if (ec) die("cannot create output directory '%s' (flag -o): %s", tc.out_dir.c_str(), ec.message().c_str());
-    }
+    run_out_dir_make(tc, rank0);
     const int64_t n_params = param_count(table);
-    const double hw_flops = hardware_flops_per_token(mc, T, opt.recompute);
+    const double hw_flops = hardware_flops_per_token(mc, tc.T, opt.recompute);
     if (rank0) print_run(g, mc, tc, opt, rs, files, n_params, hw_flops);
     Logger lg;
-    logger_open(&lg, rank0 ? tc.out_dir : "", !files.resume_dir.empty());
-    lg.tokens_per_step = (double)tc.total_batch;
-    lg.flops_per_token = model_flops_per_token(mc, T);
-    lg.peak_flops = device_peak_flops(rs.prop.name);
-    lg.n_devices = world.size;  // throughput is reported per GPU
-    lg.formats = tc.log_formats;
-    lg.seq_len = T;
-    lg.mem_limit_bytes = tc.gpu_mem_gib > 0 ? tc.gpu_mem_gib * 1073741824.0 : (double)rs.prop.totalGlobalMem;
+    run_logger_open(&lg, rank0, mc, tc, !files.resume_dir.empty(), world.size /* throughput per GPU */,
+                    device_peak_flops(rs.prop.name),
+                    tc.gpu_mem_gib > 0 ? tc.gpu_mem_gib * 1073741824.0 : (double)rs.prop.totalGlobalMem);
     g_prof.peak_flops = lg.peak_flops;  // --profile's nominal ceilings (without --ceilings)
     g_prof.peak_bw = device_peak_bandwidth(rs.prop.name);
-    if (rank0) logger_start(&lg);
-    auto print_sample = [&]() {
-        if (tc.gen_tokens <= 0) return;
-        if (world.size > 1) {
-            if (rank0) printf("no sample: sampling runs on one GPU (resume the checkpoint with one rank to sample)\n");
-            return;
-        }
-        std::vector<float> logits;
-        auto last_logits = [&](const int32_t* window, int len) { return gpt_last_logits(&g, window, len, &logits); };
-        const std::vector<int32_t> tokens = generate({sampler_start_token(&files.sampler)}, tc.gen_tokens, g.B, g.T,
-                                                     mc.vocab_size, &state.rng, last_logits);
-        sampler_print(&files.sampler, tokens);
-        fp8_step_end(g.fp8, g.stream, false);  // --fp8 delayed: sampling's amaxes are no part of the next step's
-    };
 
-    // the loop: a step, its log line, validation, samples and checkpoints when due
-    std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
-    double loss = 0, val_loss = -1, peak_used = 0;
-    if (files.have_val && state.step == 0 && tc.val_every > 0) {
-        val_loss = gpt_validate(&g, &files.val, tc.val_batches);
-        if (rank0) log_val(&lg, 0, val_loss);
-    }
-    if (files.eval.rows() && state.step == 0 && tc.val_every > 0) gpt_mc_eval(&g, files.eval, 0, &lg, tc.eval_scores);
-    const int first_step = state.step;
-    const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
-    for (int step = state.step; step < tc.steps; step++) {
-        double t0 = now_ms();
-        // dp rank r's micro-batch a reads samples first + (a*dp + r)*B ..: the samples of the one-process run
-        // with accum*dp micro-batches
-        for (int a = 0; a < accum; a++)
-            loader_batch(&files.train, state.train_sample + (uint64_t)(a * dp + layout.topo.dp_rank) * B, B,
-                         inputs[a].data(), targets[a].data());
-        state.train_sample += (uint64_t)B * accum * dp;
-        double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
-        double norm = 0;
-        const TestCorrupt mb0 = test_hooks_step(hooks, step + 1, world.rank, &targets);  // tests only
-        GuardVerdict verdict;
-        profile_step_begin(step - first_step, g.stream);  // --profile: the N steps after the first are timed by class
-        loss = train_step(&g, inputs, targets, step, tc, lr, state, mb0, &norm, &verdict);
-        const double ms = profile_step_end(t0);  // a profiled step first waits for its last event
-        state.step = step + 1;
-        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, ms, verdict);
-        if (opt.profile > 0 && step - first_step == opt.profile) profile_print(&g_prof, world, lg, hw_flops);
-        std::string why;
-        if (!guard_record(tc, &state, verdict, loss, step + 1, &why)) {
-            if (rank0) log_failed(&lg, mc);
-            die("%s", why.c_str());
-        }
-        if (step == first_step) {  // every rank's bytes by kind: allocated, beside the estimate
+    // the run (llmc/run/train_loop.h) with this trainer's step, forward, sampling, checkpoint and export
+    Trainer tr;
+    tr.B = g.B;
+    tr.T = g.T;
+    tr.step = [&](const Batches& inputs, const Batches& targets, int step, double lr, const TestCorrupt& mb0,
+                  double* norm, GuardVerdict* verdict) {
+        return train_step(&g, inputs, targets, step, tc, lr, state, mb0, norm, verdict);
+    };
+    tr.forward = [&](const Batches& in, const Batches& tg, double* rows, double* means) {
+        gpt_forward_batches(&g, in, tg, rows, means);
+    };
+    tr.forward_max = GPT_FORWARD_MAX;
+    std::vector<float> logits;
+    tr.last_logits = [&](const int32_t* window, int len) {
+        const float* row = gpt_last_logits(&g, window, len, &logits);
+        fp8_step_end(g.fp8, g.stream, false);  // --fp8 delayed: sampling's amaxes are no part of the next step's
+        return row;
+    };
+    tr.sample_B = g.B;
+    tr.save = [&]() { gpt_save_checkpoint(&g, table, tc, state); };
+    tr.export_weights = [&](const std::string& path) { gpt_export(&g, table, path); };
+    tr.step_begin = [&](int i) { profile_step_begin(i, g.stream); };  // --profile: the N steps after the first
+    tr.step_end = [&](double t0) { return profile_step_end(t0); };     // a profiled step first waits for its last event
+    double peak_used = 0;
+    tr.step_done = [&](int i, int step) {
+        if (opt.profile > 0 && i == opt.profile) profile_print(&g_prof, world, lg, hw_flops);
+        if (i == 0) {  // every rank's bytes by kind: allocated, beside the estimate
             const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, rs.est, layout));
             if (rank0 && world.size > 1) print_memory_rows(rows.data(), world.size);  // allocated (estimate)
-            if (rank0) log_memory(&lg, rows.data(), world.size, step + 1);
+            if (rank0) log_memory(&lg, rows.data(), world.size, step);
         }
         const double used = device_used_bytes();
-        if (used > peak_used || step == first_step) {
+        if (used > peak_used || i == 0) {
             peak_used = std::max(peak_used, used);
-            if (step == first_step && rank0)
+            if (i == 0 && rank0)
                 printf("memory: %.2f GiB allocated by train_gpt (estimate %.2f, %.2f with the reserve), %.2f GiB in "
                        "use on the device\n", g.mem.allocated / 1073741824.0, rs.est.allocations() / 1073741824.0,
                        rs.est.total() / 1073741824.0, used / 1073741824.0);
         }
-        const bool last = step + 1 == tc.steps;
-        if (files.have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
-            val_loss = gpt_validate(&g, &files.val, tc.val_batches);
-            if (rank0) log_val(&lg, step + 1, val_loss);
-        }
-        if (files.eval.rows() && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last))
-            gpt_mc_eval(&g, files.eval, step + 1, &lg, tc.eval_scores);
-        if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
-        const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
-        if (saved) save_checkpoint();
-        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/run/signals.h)
-        if (!last && stop_after_step(world, step + 1, tc.out_dir, saved, save_checkpoint)) {
-            gpt_free(&g);
-            comm_finalize();
-            return 0;
-        }
-    }
-
-    // the end: a sample, the weights as safetensors, the peak memory and the summary
-    print_sample();
-    if (!tc.save_safetensors.empty()) {
-        gpt_export(&g, table, tc.save_safetensors);
-        if (rank0) printf("wrote %s\n", tc.save_safetensors.c_str());
-        comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
-    }
-    double peak_all = peak_used;  // the largest over the ranks
-    comm_host_max(world, &peak_all, 1);
-    if (rank0) {
-        printf("peak device memory in use: %.2f GiB\n", peak_all / 1073741824.0);
-        log_summary(&lg, mc, n_params, loss, val_loss, peak_all);
-    }
+    };
+    tr.peak_bytes = [&]() {
+        double peak_all = peak_used;  // the largest over the ranks
+        comm_host_max(world, &peak_all, 1);
+        if (rank0) printf("peak device memory in use: %.2f GiB\n", peak_all / 1073741824.0);
+        return peak_all;
+    };
+    run_train(world, tr, layout, mc, tc, rs.accum, &files, &state, &lg, n_params);
     gpt_free(&g);
     comm_finalize();
     return 0;

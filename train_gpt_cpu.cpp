@@ -57,6 +57,7 @@
 #include "llmc/rng.h"
 #include "llmc/run/sampling.h"
 #include "llmc/run/signals.h"
+#include "llmc/run/train_loop.h"
 #include "llmc/parallel/topology.h"
 #include "llmc/parallel/tp.h"
 #include "llmc/run/weights_io.h"
@@ -333,7 +334,7 @@ void grads_reduce_bucket(GPT<real>* g, int b, real* buf) {
 
 // ZeRO-2/3, after a layer's backward: its bucket is reduced now and its scratch freed.
 template <typename real>
-void grads_layer_done(GPT<real>* g, int b) {
+void grads_bucket_done(GPT<real>* g, int b) {
     if (g->L.zero < 2) return;
     grads_reduce_bucket(g, b, g->gbuf[b].data());
     g->gbuf_bytes -= g->gbuf[b].size() * sizeof(real);
@@ -348,12 +349,12 @@ void grads_reduce_all(GPT<real>* g) {
         if (g->L.zero < 2) { grads_reduce_bucket(g, b, g->grads.data() + g->buckets[b].range.lo); continue; }
         if (g->buckets[b].layer >= 0) continue;
         grads_begin(g, b);
-        grads_layer_done(g, b);
+        grads_bucket_done(g, b);
     }
 }
 
 template <typename real>
-void grads_zero(GPT<real>* g) {
+void gpt_zero_grad(GPT<real>* g) {
     big_fill(&g->grads, (real)0);
     for (int b = 0; b < (int)g->buckets.size(); b++)
         if (!g->gbuf[b].empty()) { g->gbuf_bytes -= g->gbuf[b].size() * sizeof(real); std::vector<real>().swap(g->gbuf[b]); }
@@ -551,7 +552,7 @@ void vocab_parallel_ce_backward(GPT<real>* g, real* logits, const real* lse, con
 // Forward of chunk a->chunk on a->inputs (first chunk) or a->layers[0].x (received); the last
 // chunk computes logits and, with targets, the mean loss.
 template <typename real>
-void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
+void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const Layout& L = g->L;
@@ -640,7 +641,7 @@ void chunk_forward(GPT<real>* g, ChunkActs<real>* a) {
 // last chunk starts from its loss, the others from a->dx (gradient of the chunk output); the
 // first chunk ends in the embeddings, the others leave the gradient of their input in a->dx.
 template <typename real>
-void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
+void gpt_backward_chunk(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const Layout& L = g->L;
@@ -713,7 +714,7 @@ void chunk_backward(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
         norm_backward(g->dres.data(), g->G(w.ln1_w), g->G(w.ln1_b), dln, la.x.data(), g->P(w.ln1_w), la.ln1_mean.data(),
                       la.ln1_rstd.data(), Nl, C, rms);
         dp_params_done(g, bk);
-        grads_layer_done(g, bk);  // ZeRO-2/3: this layer's gradients are reduce-scattered now
+        grads_bucket_done(g, bk);  // ZeRO-2/3: this layer's gradients are reduce-scattered now
     }
     if (chunk == 0) {
         // token embedding: this rank's vocabulary rows, from the gradient of every position;
@@ -743,7 +744,7 @@ template <typename real>
 void gpt_forward(GPT<real>* g, const int32_t* inputs, const int32_t* targets, int B, int T) {
     const ModelConfig& c = g->cfg;
     const int N = B * T;
-    if (g->L.chunk_first.size() != 2) die("gpt_forward needs a one-stage layout (pipeline runs use pp_pipeline)");
+    if (g->L.chunk_first.size() != 2) die("gpt_forward needs a one-stage layout (pipeline runs use gpt_pipeline)");
     for (int n = 0; n < N; n++) {
         if (inputs[n] < 0 || inputs[n] >= c.vocab_size) die("input token %d out of range [0, %d)", inputs[n], c.vocab_size);
         if (targets && (targets[n] < -1 || targets[n] >= c.vocab_size))
@@ -757,7 +758,7 @@ void gpt_forward(GPT<real>* g, const int32_t* inputs, const int32_t* targets, in
     std::copy(inputs, inputs + N, a->inputs.begin());
     a->has_targets = targets != nullptr;
     if (targets) std::copy(targets, targets + N, a->targets.begin());
-    chunk_forward(g, a);
+    gpt_forward_chunk(g, a);
     g->loss = a->loss;
     g->n_valid = a->n_valid;
 }
@@ -765,7 +766,7 @@ void gpt_forward(GPT<real>* g, const int32_t* inputs, const int32_t* targets, in
 // Backward of (loss * loss_scale) after gpt_forward with targets, accumulated into grads.
 template <typename real>
 void gpt_backward(GPT<real>* g, double loss_scale) {
-    chunk_backward(g, g->cur.get(), loss_scale);
+    gpt_backward_chunk(g, g->cur.get(), loss_scale);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -783,7 +784,7 @@ struct PendingSend {
 };
 
 template <typename real>
-double pp_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
+double gpt_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
                    int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {},
                    std::vector<double>* row_losses = nullptr) {
     const Layout& L = g->L;
@@ -810,7 +811,7 @@ double pp_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs
         if (chunk == 0) std::copy(inputs[mb].begin(), inputs[mb].begin() + N, a->inputs.begin());
         a->has_targets = chunk == last;
         if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
-        chunk_forward(g, a);
+        gpt_forward_chunk(g, a);
         if (chunk == last) loss += a->loss * mb0.loss_of(mb) / loss_div;
         for (int b = 0; chunk == last && row_losses && b < B; b++) {
             double s = 0;
@@ -823,7 +824,7 @@ double pp_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs
         ChunkActs<real>* a = live.at({mb, chunk});
         comm_recv(pp, a->dx.data(), a->dx.size(), peer, tag);
     };
-    cb.backward = [&](int mb, int chunk) { chunk_backward(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div); };
+    cb.backward = [&](int mb, int chunk) { gpt_backward_chunk(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div); };
     cb.send_grad = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->dx, peer, tag); };
     pp_run_stage(L.topo.pp, L.vpp, L.topo.pp_rank, n_mb, backward, cb);
     for (std::unique_ptr<PendingSend<real>>& s : sends) {
@@ -902,9 +903,9 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
                   const std::vector<std::vector<int32_t>>& targets, int B, int T, int step, const TrainConfig& tc,
                   double lr, const TrainState& st, TestCorrupt mb0, double* norm_out, GuardVerdict* verdict) {
     const Layout& L = g->L;
-    grads_zero(g);
+    gpt_zero_grad(g);
     const int accum = (int)inputs.size();
-    double loss = pp_pipeline(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
+    double loss = gpt_pipeline(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
     grads_reduce_all(g);
     // the loss: summed over dp from one rank of each last-stage tp group
     if (!layout_counts_loss(L)) loss = 0;
@@ -923,6 +924,24 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
 static inline const float* gpt_last_logits(GPT<float>* g, const int32_t* window, int len, int T) {
     gpt_forward(g, window, (const int32_t*)nullptr, 1, T);
     return g->cur->logits.data() + (size_t)(len - 1) * g->Vpl;
+}
+
+// Forward only over the batches in, tg [m][B*T] (validation and --eval through run_forward_split,
+// llmc/run/train_loop.h), as a pipeline of m micro-batches (m at most a step's, so no more sends and activations are
+// held than the step's, which the memory plan counts): rows [m*B] each row's summed loss and means [m] each batch's
+// mean loss over its targets, on the ranks whose losses count.
+template <typename real>
+void gpt_forward_batches(GPT<real>* g, const Batches& in, const Batches& tg, int B, int T, double* rows, double* means) {
+    const int m = (int)in.size();
+    std::vector<double> r((size_t)m * B, 0.0);
+    gpt_pipeline(g, in, tg, m, B, T, false, 1, {}, &r);
+    for (int j = 0; j < m; j++) {
+        double mean = 0;  // the batch's mean loss over its targets, as the pipeline's loss
+        int valid = 0;
+        for (int b = 0; b < B; b++) mean += rows[(size_t)j * B + b] = r[(size_t)j * B + b];
+        for (int32_t t : tg[j]) valid += t >= 0;
+        means[j] = valid ? mean / valid : 0.0;
+    }
 }
 
 #ifndef TESTING
@@ -977,10 +996,9 @@ int main(int argc, char** argv) {
         return 0;
     }
 
-    // the tokenizer that decodes samples (--tokenizer; none: token ids), opened before anything big is
-    // allocated; not at all when no sample is drawn (-g 0, or several ranks, which do not sample)
-    Sampler sampler;
-    sampler_open(&sampler, tc.tokenizer, mc.vocab_size, world.size > 1 ? 0 : tc.gen_tokens);
+    // every file the run reads, before anything big is allocated (llmc/run/train_loop.h)
+    RunFiles files;
+    run_files_open(&files, mc, tc, world.size);
 
     // the parallel layout; the vocabulary is padded to a multiple of 128 * tp
     config_finalize(mc, tc.tp);
@@ -989,30 +1007,18 @@ int main(int argc, char** argv) {
     Comms comms;
     Layout layout = make_layout(world, mc, tc, tc.total_batch, &comms);
     const int dp = layout.topo.dp;
-    // --eval: the multiple-choice file, read and checked before the model is allocated
-    Tokenizer eval_tok;
-    McEval ev;
-    if (!tc.eval.empty()) {
-        if (!tc.tokenizer.empty()) tokenizer_load_auto(&eval_tok, tc.tokenizer.c_str());
-        ev = mc_eval_load(tc.eval, tc.tokenizer.empty() ? nullptr : &eval_tok, T, mc.vocab_size);
-    }
+    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
     GPT<float> g;
     gpt_build(&g, mc, &layout, &comms);
-
-    // data: a .txt file without -j is split 90/10 into train and validation
-    DataLoader train, val;
-    const bool have_val = loader_open_train_val(&train, &val, tc.train_data, tc.val_data, T, mc.vocab_size);
-    const int accum = (int)(tc.total_batch / ((long)B * T * dp));
 
     // weights: a fresh run makes its part one whole tensor at a time (seeded init, or --init-from's file: gpt_init); a
     // resumed one reads its part from the checkpoint of any layout (llmc/run/checkpoint.h, part_read)
     TrainState state;
     state.rng = rng_sampling_seed(tc.seed);
-    const std::string resume_dir = checkpoint_resolve(tc.resume, tc.out_dir);
     const bool sharded[3] = {layout.zero >= 3, layout.zero >= 1, layout.zero >= 1};  // params, m, v
     BigVec<float>* bufs[3] = {&g.params, &g.m, &g.v};
     const char* kinds[3] = {"p", "m", "v"};
-    if (resume_dir.empty()) {
+    if (files.resume_dir.empty()) {
         SafeTensors hf;
         if (!tc.init_from.empty()) hf_open(&hf, tc.init_from, mc);
         int64_t n_made = 0;
@@ -1021,14 +1027,43 @@ int main(int argc, char** argv) {
         if (rank0 && tc.init_from.empty()) print_init_time(n_made, init_s);
     } else {
         CkptReader R;
-        ckpt_open(&R, resume_dir, mc, g.full, &state);
+        ckpt_open(&R, files.resume_dir, mc, g.full, &state);
         for (int i = 0; i < 3; i++) part_read(&R, kinds[i], g.full, g.table, g.global, g.slice, g.buckets, layout, sharded[i], bufs[i]->data());
         ckpt_close(&R);
-        if (rank0) printf("resumed from %s at step %d\n", resume_dir.c_str(), state.step);
+        if (rank0) printf("resumed from %s at step %d\n", files.resume_dir.c_str(), state.step);
     }
     comm_io_wait([&] { comm_barrier(world); });  // the slowest rank's reading, under --io-timeout
+    run_out_dir_make(tc, rank0);
+
+    const int64_t n_params = param_count(g.full);
+    if (rank0) {
+        print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), files.train.desc);
+        printf("threads: %d", omp_get_max_threads());
+        if (world.size > 1)
+            printf(", ranks: %d = pp %d x dp %d x tp %d%s, ZeRO %d%s", world.size, layout.topo.pp, dp, layout.topo.tp,
+                   layout.sp ? " (sp)" : "", layout.zero, layout.vpp > 1 ? (", vpp " + std::to_string(layout.vpp)).c_str() : "");
+        printf("\n");
+    }
+    Logger lg;
+    run_logger_open(&lg, rank0, mc, tc, !files.resume_dir.empty(), world.size /* throughput per rank */, 0.0,
+                    tc.gpu_mem_gib * (1 << 30));
+
+    // the run (llmc/run/train_loop.h) with this trainer's step, forward, sampling, checkpoint and export
+    Trainer tr;
+    tr.B = B;
+    tr.T = T;
+    tr.step = [&](const Batches& inputs, const Batches& targets, int step, double lr, const TestCorrupt& mb0,
+                  double* norm, GuardVerdict* verdict) {
+        return train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0, norm, verdict);
+    };
+    tr.forward = [&](const Batches& in, const Batches& tg, double* rows, double* means) {
+        gpt_forward_batches(&g, in, tg, B, T, rows, means);
+    };
+    tr.forward_max = accum;
+    tr.last_logits = [&](const int32_t* window, int len) { return gpt_last_logits(&g, window, len, T); };
+    tr.sample_B = 1;
     // a checkpoint: every rank writes the parts it owns (part_write), all at once
-    auto save_checkpoint = [&]() {
+    tr.save = [&]() {
         auto barrier = [&] { comm_io_wait([&] { comm_barrier(world); }); };  // another rank's disk work: --io-timeout
         checkpoint_save(tc.out_dir, mc, g.full, layout_json(layout), world.rank, world.size, state, tc.keep_last, nullptr, barrier,
                         [&](CkptShardWriter* w) {
@@ -1038,140 +1073,11 @@ int main(int argc, char** argv) {
                                            [&](size_t pos, size_t) { return bufs[i]->data() + pos; });
                         });
     };
-    if (rank0 && !tc.out_dir.empty()) {
-        std::error_code ec;
-        fs::create_directories(tc.out_dir, ec);
-        if (ec) die("cannot create output directory '%s' (flag -o): %s", tc.out_dir.c_str(), ec.message().c_str());
-    }
-
-    const int64_t n_params = param_count(g.full);
-    if (rank0) {
-        print_config_table(mc, n_params, B, T, accum, dp, tc.steps, tc.lr, lr_schedule_name(tc.schedule), train.desc);
-        printf("threads: %d", omp_get_max_threads());
-        if (world.size > 1)
-            printf(", ranks: %d = pp %d x dp %d x tp %d%s, ZeRO %d%s", world.size, layout.topo.pp, dp, layout.topo.tp,
-                   layout.sp ? " (sp)" : "", layout.zero, layout.vpp > 1 ? (", vpp " + std::to_string(layout.vpp)).c_str() : "");
-        printf("\n");
-    }
-    Logger lg;
-    logger_open(&lg, rank0 ? tc.out_dir : "", !resume_dir.empty());
-    lg.tokens_per_step = (double)tc.total_batch;
-    lg.flops_per_token = model_flops_per_token(mc, T);
-    lg.n_devices = world.size;  // throughput is reported per rank
-    lg.formats = tc.log_formats;
-    lg.seq_len = T;
-    lg.mem_limit_bytes = tc.gpu_mem_gib * (1 << 30);
-    if (rank0) logger_start(&lg);
-
-    std::vector<std::vector<int32_t>> inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
-    // Forward-only passes split over dp (validation and --eval; llmc/parallel/layout.h layout_split_forwards), a
-    // training step's number of micro-batches through the pipeline at a time (so no more sends and activations are
-    // held than the step's, which the memory plan counts). fill(k, in, tg) makes batch k; on the ranks whose losses
-    // count, got(k, row_losses [B], mean loss) takes the losses of their batches.
-    const bool counts = layout_counts_loss(layout);
-    auto forward_split = [&](int n, const std::function<void(int, int32_t*, int32_t*)>& fill,
-                             const std::function<void(int, const double*, double)>& got) {
-        const int per_rank = layout_split_forwards(layout, n);
-        for (int j0 = 0; j0 < per_rank; j0 += accum) {
-            const int m = std::min(accum, per_rank - j0);
-            std::vector<std::vector<int32_t>> in(m, std::vector<int32_t>((size_t)B * T)), tg = in;
-            for (int j = 0; j < m; j++) {
-                const int k = layout_split_batch(layout, j0 + j);
-                if (k < n) fill(k, in[j].data(), tg[j].data());
-                else std::fill(tg[j].begin(), tg[j].end(), -1);
-            }
-            std::vector<double> rows((size_t)m * B);
-            std::vector<double> means(m);
-            pp_pipeline(&g, in, tg, m, B, T, false, 1, {}, &rows);
-            for (int j = 0; j < m; j++) {
-                const int k = layout_split_batch(layout, j0 + j);
-                double mean = 0;  // the batch's mean loss over its targets, as the pipeline's loss
-                int valid = 0;
-                for (int b = 0; b < B; b++) mean += rows[(size_t)j * B + b];
-                for (int32_t t : tg[j]) valid += t >= 0;
-                if (k < n && counts) got(k, rows.data() + (size_t)j * B, valid ? mean / valid : 0.0);
-            }
-        }
+    tr.export_weights = [&](const std::string& path) { gpt_export(&g, path); };
+    tr.step_done = [&](int i, int step) {
+        if (i == 0) print_memory(g, accum, &lg, step);
     };
-    // validation: the mean of the --val-batches batches' mean losses, summed over the ranks that count
-    auto evaluate = [&]() -> double {
-        double s = 0;
-        forward_split(tc.val_batches, [&](int k, int32_t* in, int32_t* tg) { loader_batch(&val, (uint64_t)k * B, B, in, tg); },
-                      [&](int, const double*, double mean) { s += mean; });
-        comm_host_sum(world, &s, 1);
-        return s / tc.val_batches;
-    };
-    // --eval: every ending's summed loss (its rows over the dp ranks, summed over the world), then the accuracies
-    auto mc_evaluate = [&](int step) {
-        std::vector<double> nll(ev.rows(), 0.0);
-        forward_split(mc_eval_batches(ev, B), [&](int k, int32_t* in, int32_t* tg) { mc_eval_batch(ev, k, B, T, in, tg); },
-                      [&](int k, const double* rows, double) { mc_eval_take(ev, k, B, rows, &nll); });
-        comm_host_sum(world, nll.data(), nll.size());
-        mc_eval_report(ev, nll, step, rank0, &lg, tc.eval_scores);
-    };
-    auto print_sample = [&]() {
-        if (tc.gen_tokens <= 0) return;
-        if (world.size > 1) {
-            if (rank0) printf("no sample: sampling runs in one process (resume the checkpoint without mpirun to sample)\n");
-            return;
-        }
-        auto last_logits = [&](const int32_t* window, int len) { return gpt_last_logits(&g, window, len, T); };
-        sampler_print(&sampler, generate({sampler_start_token(&sampler)}, tc.gen_tokens, 1, T, mc.vocab_size, &state.rng,
-                                         last_logits));
-    };
-
-    double loss = 0, val_loss = -1;
-    if (have_val && state.step == 0 && tc.val_every > 0) {
-        val_loss = evaluate();
-        if (rank0) log_val(&lg, 0, val_loss);
-    }
-    if (ev.rows() && state.step == 0 && tc.val_every > 0) mc_evaluate(0);
-    const int first_step = state.step;
-    const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
-    for (int step = state.step; step < tc.steps; step++) {
-        double t0 = now_ms();
-        // dp rank r's micro-step a reads samples first + (a*dp + r)*B ..: the samples of the
-        // one-process run with accum*dp micro-batches
-        for (int a = 0; a < accum; a++) {
-            loader_batch(&train, state.train_sample + (uint64_t)(a * dp + layout.topo.dp_rank) * B, B, inputs[a].data(),
-                         targets[a].data());
-        }
-        state.train_sample += (uint64_t)B * accum * dp;
-        double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
-        double norm = 0;
-        const TestCorrupt mb0 = test_hooks_step(hooks, step + 1, world.rank, &targets);  // tests only
-        GuardVerdict verdict;
-        loss = train_step(&g, inputs, targets, B, T, step, tc, lr, state, mb0, &norm, &verdict);
-        state.step = step + 1;
-        if (rank0) log_step(&lg, step + 1, tc.steps, loss, lr, norm, now_ms() - t0, verdict);
-        std::string why;
-        if (!guard_record(tc, &state, verdict, loss, step + 1, &why)) {
-            if (rank0) log_failed(&lg, mc);
-            die("%s", why.c_str());
-        }
-        if (step == first_step) print_memory(g, accum, &lg, step + 1);
-        const bool last = step + 1 == tc.steps;
-        if (have_val && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) {
-            val_loss = evaluate();
-            if (rank0) log_val(&lg, step + 1, val_loss);
-        }
-        if (ev.rows() && tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last)) mc_evaluate(step + 1);
-        if (tc.sample_every > 0 && (step + 1) % tc.sample_every == 0 && !last) print_sample();
-        const bool saved = !tc.out_dir.empty() && ((tc.ckpt_every > 0 && (step + 1) % tc.ckpt_every == 0) || last);
-        if (saved) save_checkpoint();
-        // SIGTERM / SIGINT on any rank: every rank stops after this step (llmc/run/signals.h)
-        if (!last && stop_after_step(world, step + 1, tc.out_dir, saved, save_checkpoint)) {
-            comm_finalize();
-            return 0;
-        }
-    }
-    print_sample();
-    if (!tc.save_safetensors.empty()) {
-        gpt_export(&g, tc.save_safetensors);
-        if (rank0) printf("wrote %s\n", tc.save_safetensors.c_str());
-        comm_io_wait([&] { comm_barrier(world); });  // rank 0's writing, under --io-timeout
-    }
-    if (rank0) log_summary(&lg, mc, n_params, loss, val_loss, logger_peak_bytes(&lg));
+    run_train(world, tr, layout, mc, tc, accum, &files, &state, &lg, n_params);
     comm_finalize();
     return 0;
 }

@@ -488,7 +488,7 @@ MUTANTS = [
      "    comm_all_reduce_max(g->cm.tp, mx, N);\n", "",
      "parallel", "vocabulary-parallel cross-entropy without the max over tp"),
     ("pp_loss_div", "layout", "train_gpt_cpu.cpp",
-     "chunk_backward(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div);", "chunk_backward(g, live.at({mb, chunk}), mb0.grad_of(mb) / n_mb);",
+     "gpt_backward_chunk(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div);", "gpt_backward_chunk(g, live.at({mb, chunk}), mb0.grad_of(mb) / n_mb);",
      "parallel", "pipeline backward scales the loss by the local micro-batches, not accum x dp"),
 
     # --- readers, tokenizer, checkpoints ---------------------------------------------------------
@@ -722,9 +722,15 @@ MUTANTS = [
     ("sample_position", "trainer", "train_gpt.cu",
      "    gpt_logits(g, len - 1, 1);", "    gpt_logits(g, len, 1);",
      "gpu_pp", "a sample's next token is drawn from the logits one position past the text"),
-    ("val_loss_one_rank", "trainer", "train_gpt.cu",
+    ("val_loss_one_rank", "trainer", "llmc/run/train_loop.h",
      "[&](int, const double*, double mean) { s += mean; });", "[&](int, const double*, double mean) { s = mean; });",
-     "eval", "validation without a pipeline keeps the last batch's loss instead of the sum"),
+     "eval", "validation (both trainers' run_validate) keeps the last batch's loss instead of the sum"),
+    ("loop_sample_offset", "trainer", "llmc/run/train_loop.h",
+     "state->train_sample + (uint64_t)(a * dp + L.topo.dp_rank) * B", "state->train_sample + (uint64_t)(a + L.topo.dp_rank) * B",
+     "parallel", "the run loop's micro-batch a on dp rank r reads samples (a + r)*B on: dp ranks share samples, others are skipped"),
+    ("forward_split_counts", "trainer", "llmc/run/train_loop.h",
+     "if (k < n && counts) got(k, rows.data()", "if (k < n) got(k, rows.data()",
+     "eval", "validation and --eval take every rank's losses, not only the ranks whose losses count (tp and pp count twice)"),
     # --- the GPU sprint's launch and checks (scripts/multirank_lib.sh, scripts/gpu_check.sh) ----------------------------
     ("sprint_hostid_dropped", "sprint", "scripts/multirank_lib.sh",
      """bash -c 'NCCL_HOSTID=llmc-rank-$OMPI_COMM_WORLD_RANK exec "$@"' _)""",

@@ -88,7 +88,7 @@ val_check() {
 EMU_NCCL_TIMEOUT=90 timeout 600 "${MPIRUN[@]}" -np 2 build/train_gpt_fp32_emu "${MODEL[@]}" "${val[@]}" --pp 2 \
     > "$d/fp32.pp2_val.log" 2>&1
 rc=$?
-if val_check pp2 "$d/fp32.pp2_val.log" $rc && grep -q "^no sample: sampling runs on one GPU" "$d/fp32.pp2_val.log"; then
+if val_check pp2 "$d/fp32.pp2_val.log" $rc && grep -q "^no sample: sampling runs on one rank" "$d/fp32.pp2_val.log"; then
     echo "[PASS] fp32 pp2 validation (forward-only schedule, 2 ranks): val losses at steps 0 and 2 within $vd of the CPU run's (tolerance $LOSS_TOL); -g asks for a one-rank run"
 else
     echo "[FAIL] fp32 pp2 validation: exit $rc, largest val loss difference $vd (tolerance $LOSS_TOL): $(why fp32.pp2_val)"; status=1

@@ -13,7 +13,8 @@
 //     its stream. Buffers named by a step's receives are acquired before the call, those of its
 //     sends released after it. Messages between two stages arrive in the order issued, so tags
 //     are not needed (they are passed anyway).
-// pp_run_stage runs a stage's schedule, training or forward only; the trainers' pp_pipeline supplies the callbacks.
+// pp_run_stage runs a stage's schedule, training or forward only; the CPU trainer's gpt_pipeline and llmc/gpt/pipeline.cuh's
+// pp_pipeline supply the callbacks.
 #pragma once
 #include <functional>
 #include <set>

@@ -18,7 +18,7 @@
 //   ZeRO-2: also the reduced gradients exist only as each rank's shard: a bucket's gradient is
 //           reduce-scattered into it. The two trainers reduce on different schedules:
 //             train_gpt_cpu.cpp: once per micro-batch for each layer's bucket, right after that
-//               layer's backward (grads_layer_done): the layer's gradient is computed into a
+//               layer's backward (grads_bucket_done): the layer's gradient is computed into a
 //               scratch of one bucket, reduce-scattered, added into the shard and freed, so no
 //               rank ever holds a whole gradient buffer. The embedding and head buckets are
 //               reduced once, at the end of the step (their gradients gather over every
