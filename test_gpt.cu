@@ -10,8 +10,8 @@
 //     reference's AdamW steps (losses, gradient norms, learning rates, the weight update per tensor);
 //     bitwise determinism of two runs; bit-exact resume from a checkpoint written half-way; ZeRO 1, 2 and 3 on one
 //     GPU (the data-parallel code at dp 1: fp32 bucket gradients, the norm over ranges, the sharded AdamW table,
-//     ZeRO 2's staging and ZeRO 3's gather buffers on the group's stream): the reference's losses, each stage's
-//     memory estimate equal to its allocation, and the three stages bitwise identical to each other.
+//     ZeRO 2's cast buffers and ZeRO 3's gather buffers on the group's stream): the reference's losses, each level's
+//     memory estimate equal to its allocation, and the three levels bitwise identical to each other.
 // Each check prints "[PASS] name" or "[FAIL] name: detail"; the exit status is 1 on any failure.
 //
 // Tolerances, derived from bf16 (8 significant bits, unit roundoff u = 2^-8: a rounding to nearest moves a
@@ -57,7 +57,7 @@
 #include "tests/check.h"
 #include "tests/ref_state.h"
 
-static Comms g_one_rank;  // every group of one rank, for the ZeRO stages on one GPU (main makes them)
+static Comms g_one_rank;  // every group of one rank, for the ZeRO levels on one GPU (main makes them)
 
 // The memory estimate train_gpt prints before it allocates (estimate_memory) is what gpt_build then allocates,
 // byte for byte, under the model's recompute mode: both read the buffer table.
@@ -266,12 +266,12 @@ static void test_reference(const char* path, bool core) {
     // logits and loss of the first micro-batch
     gpt_forward(&g, inputs.data(), targets.data());
     std::vector<float> logits((size_t)N * V), ref_logits((size_t)N * V);
-    for (int r0 = 0; r0 < N; r0 += g.scratch.cls_chunk) {
-        const int rows = std::min(g.scratch.cls_chunk, N - r0);
+    for (int r0 = 0; r0 < N; r0 += g.scratch.cls_panel) {
+        const int rows = std::min(g.scratch.cls_panel, N - r0);
         gpt_logits(&g, r0, rows);
-        std::vector<float> chunk = download_floatX(g.scratch.logits, (size_t)rows * Vp);
+        std::vector<float> panel = download_floatX(g.scratch.logits, (size_t)rows * Vp);
         for (int n = 0; n < rows; n++)
-            for (int v = 0; v < V; v++) logits[(size_t)(r0 + n) * V + v] = chunk[(size_t)n * Vp + v];
+            for (int v = 0; v < V; v++) logits[(size_t)(r0 + n) * V + v] = panel[(size_t)n * Vp + v];
     }
     st_read_f32(&st, st_require(&st, "ref.logits", (int64_t)ref_logits.size()), ref_logits.data());
     double e = rel_err(logits.data(), ref_logits.data(), logits.size());
@@ -389,7 +389,7 @@ static void test_reference(const char* path, bool core) {
           "losses %s, norms %s, weights %s", losses_b == losses ? "same" : "differ", norms_b == norms ? "same" : "differ",
           same_bits(final_a, final_b) ? "same" : "differ");
 
-    // --core: the checks above only; the resume and the ZeRO stages below exercise no kernel the checks above have not
+    // --core: the checks above only; the resume and the ZeRO levels below exercise no kernel the checks above have not
     if (core) {
         gpt_free(&g);
         return;
@@ -468,7 +468,7 @@ int main(int argc, char** argv) {
         char* one_argv[] = {argv[0], nullptr};
         char** one_argv_p = one_argv;
         g_one_rank.world = g_one_rank.dp = g_one_rank.pp = g_one_rank.emb = comm_init(&one_argc, &one_argv_p);
-        bool core = false;  // --core: the states after it get every check but the resume and the ZeRO stages
+        bool core = false;  // --core: the states after it get every check but the resume and the ZeRO levels
         for (int i = 2; i < argc; i++) {
             if (std::string(argv[i]) == "--core") core = true;
             else test_reference(argv[i], core);
@@ -476,7 +476,7 @@ int main(int argc, char** argv) {
         comm_finalize();
     } else {
         fprintf(stderr, "usage: %s ref [--core] FILE...   (reference states of train_gpt.py --ref; see tests/t_gpu.sh; "
-                "--core: the states after it without the resume and the ZeRO stages on one GPU)\n", argv[0]);
+                "--core: the states after it without the resume and the ZeRO levels on one GPU)\n", argv[0]);
         return 2;
     }
     return g_failed ? 1 : 0;

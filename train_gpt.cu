@@ -94,10 +94,10 @@ struct Scratch {
     float* lnf_mean = nullptr;   // [Nl]
     float* lnf_rstd = nullptr;   // [Nl]
     floatX* lnf_full = nullptr;  // [N,C] SP: lnf gathered over tp (the classifier's input); otherwise = lnf
-    floatX* logits = nullptr;    // [chunk,Vpl] a chunk of rows' logits, then their gradient in place
+    floatX* logits = nullptr;    // [panel,Vpl] a panel of rows' logits, then their gradient in place
     float* losses = nullptr;     // [N] the per-position losses
-    float* cls_stats = nullptr;  // [3,chunk] tp > 1: the rows' max, target logit and sum of exps over the vocabulary
-    int cls_chunk = 0;           // the classifier's rows per chunk
+    float* cls_stats = nullptr;  // [3,panel] tp > 1: the rows' max, target logit and sum of exps over the vocabulary
+    int cls_panel = 0;           // the classifier's rows per panel (llmc/classifier.cuh)
     double* loss_sum = nullptr;  // [1] sum over the micro-batches of their weighted mean losses (fp64)
     floatX* dres = nullptr;      // [Nl,C] the residual stream's gradient
     floatX* dres_full = nullptr; // [N,C] SP: dres gathered over tp; otherwise = dres
@@ -172,7 +172,7 @@ struct GPT {
     MemoryUse mem;              // what this rank allocated
     // this rank's layer shapes (one GPU: the model's): heads, kv heads, ffn; vocabulary rows [v0, v0 + Vpl)
     int Hl = 0, KVl = 0, Fl = 0, Vpl = 0, v0 = 0;
-    Layout L;                   // pp x dp x tp ranks, the ZeRO stage, sp, vpp (one GPU: layout_single)
+    Layout L;                   // pp x dp x tp ranks, the ZeRO level, sp, vpp (one GPU: layout_single)
     Comm world;                 // every rank (the loss and the gradient norm are summed over it)
     bool has_head = true;       // this rank runs the classifier (the last pipeline stage; every rank without pp)
     std::vector<int> global;    // local spec -> its index in the whole model's table (build_param_table)
@@ -237,7 +237,7 @@ static void grads_bucket_done(GPT* g, int b) {
 //   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
 //   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up
 //   y = act W2^T (+b)                          (added to x_mid by the next layer's norm, or by the final norm)
-// then x_final = x_mid[L-1] + y; lnf = norm(x_final); the fused classifier computes logits chunk by chunk,
+// then x_final = x_mid[L-1] + y; lnf = norm(x_final); the fused classifier computes logits a panel of rows at a time,
 // the loss and the logits gradient in place. The backward runs the same steps in reverse, with one residual
 // gradient dres [N,C] that each norm's backward adds its input gradient into.
 //
@@ -384,14 +384,14 @@ static void gpt_upload_reserve(GPT* g, int n) {
     g->io.uploads.assign(n, MicroBatchUpload{});
 }
 
-// Host work of one micro-batch, into pinned upload buffer `slot`: the tokens (checked against the vocabulary), the
+// Host work of micro-batch mb of the step, into its pinned upload buffer: the tokens (checked against the vocabulary), the
 // targets (-1 = ignore; may be null) and, with targets, the embedding backward's plan from the host tokens
 // (llmc/embedding.cuh), so that the device needs nothing more from the host for this micro-batch.
-static void gpt_upload(GPT* g, int slot, const int32_t* inputs, const int32_t* targets) {
+static void gpt_upload(GPT* g, int mb, const int32_t* inputs, const int32_t* targets) {
     const size_t N = (size_t)g->B * g->T;
     const int V = g->cfg.vocab_size;
-    int32_t* h = g->io.h_upload + (size_t)slot * upload_ints(g);
-    MicroBatchUpload& st = g->io.uploads[slot];
+    int32_t* h = g->io.h_upload + (size_t)mb * upload_ints(g);
+    MicroBatchUpload& st = g->io.uploads[mb];
     for (size_t n = 0; n < N; n++) {
         if (inputs[n] < 0 || inputs[n] >= V) die("input token %d out of range [0, %d)", inputs[n], V);
         if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
@@ -415,19 +415,19 @@ static void chunk_span(const GPT* g, int chunk, int* l0, int* l1, bool* first, b
     *last = chunk < 0 || chunk == n_chunks - 1;
 }
 
-// Forward of uploaded micro-batch `slot` (gpt_upload) through pipeline chunk `chunk` (-1: the whole model): from the
+// Forward of uploaded micro-batch mb (gpt_upload) through pipeline chunk `chunk` (-1: the whole model): from the
 // embeddings (the first chunk) or from g->layers[l0].x (received from the previous stage), to the final norm g->scratch.lnf
 // [N,C] (the last chunk) or to the chunk's output out [N,C] (sent on). Its tokens and targets go up in one
 // asynchronous copy from its pinned upload buffer (they are adjacent there and on the device).
-static void gpt_forward_chunk(GPT* g, int slot, int chunk = -1, floatX* out = nullptr) {
+static void gpt_forward_chunk(GPT* g, int mb, int chunk = -1, floatX* out = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
     const int B = g->B, T = g->T, N = B * T, C = c.n_embd;
     int l0, l1;
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
-    const MicroBatchUpload& st = g->io.uploads[slot];
-    const int32_t* h = g->io.h_upload + (size_t)slot * upload_ints(g);
+    const MicroBatchUpload& st = g->io.uploads[mb];
+    const int32_t* h = g->io.h_upload + (size_t)mb * upload_ints(g);
     cudaCheck(cudaMemcpyAsync(g->io.inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
     g->io.n_valid = st.n_valid;
@@ -511,7 +511,7 @@ static double gpt_read_loss(GPT* g) {
     return g->io.loss;
 }
 
-// logits[rows, Vpl] (floatX, in g->scratch.logits) of lnf rows [row0, row0 + rows), rows <= cls_chunk: the LM
+// logits[rows, Vpl] (floatX, in g->scratch.logits) of lnf rows [row0, row0 + rows), rows <= cls_panel: the LM
 // head (this rank's vocabulary rows) as a linear layer (IC = C, OC = Vpl), the same GEMM as step 1 of
 // fused_classifier.
 static void gpt_logits(GPT* g, int row0, int rows) {
@@ -520,16 +520,16 @@ static void gpt_logits(GPT* g, int row0, int rows) {
                    c.n_embd, g->Vpl);
 }
 
-// Tensor parallel: the vocabulary-parallel fused classifier (llmc/classifier.cuh) over the N rows of lnf_full, chunk
-// by chunk: this rank's logit columns, the row max (max over tp), target logit and sum of exps (sums over tp), the
+// Tensor parallel: the vocabulary-parallel fused classifier (llmc/classifier.cuh) over the N rows of lnf_full, a panel
+// of rows at a time: this rank's logit columns, the row max (max over tp), target logit and sum of exps (sums over tp), the
 // losses and dlogits (scale: usually 1/valid targets); with dx, also dx [N,C] = dlogits head (this rank's partial
 // sum: the caller sums it over tp) and head_grad += dlogits^T lnf.
 static void classifier_tp(GPT* g, floatX* dx, float scale) {
     const ModelConfig& c = g->cfg;
-    const int N = g->B * g->T, C = c.n_embd, V = c.vocab_size, chunk = g->scratch.cls_chunk;
-    float *mx = g->scratch.cls_stats, *sum = mx + chunk, *tgt = sum + chunk;
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-        const int rows = std::min(chunk, N - r0);
+    const int N = g->B * g->T, C = c.n_embd, V = c.vocab_size, panel = g->scratch.cls_panel;
+    float *mx = g->scratch.cls_stats, *sum = mx + panel, *tgt = sum + panel;
+    for (int r0 = 0; r0 < N; r0 += panel) {
+        const int rows = std::min(panel, N - r0);
         const ProfWork stats = prof_bytes(4.0 * rows), logits = prof_bytes((double)rows * g->Vpl * sizeof(floatX));
         PROF(PROF_HEAD_FWD, prof_gemm(g->Vpl, rows, C), gpt_logits(g, r0, rows));
         PROF(PROF_XENT, logits,
@@ -555,8 +555,8 @@ static double gpt_loss(GPT* g) {
     const ModelConfig& c = g->cfg;
     const int N = g->B * g->T;
     if (g->tp.n > 1) classifier_tp(g, nullptr, 0.0f);
-    for (int r0 = 0; r0 < N && g->tp.n == 1; r0 += g->scratch.cls_chunk) {
-        const int rows = std::min(g->scratch.cls_chunk, N - r0);
+    for (int r0 = 0; r0 < N && g->tp.n == 1; r0 += g->scratch.cls_panel) {
+        const int rows = std::min(g->scratch.cls_panel, N - r0);
         PROF(PROF_HEAD_FWD, prof_gemm(c.padded_vocab, rows, c.n_embd), gpt_logits(g, r0, rows));
         PROF(PROF_XENT, prof_bytes(2.0 * rows * c.padded_vocab * sizeof(floatX)),
              fused_classifier_rows(g->scratch.logits, g->scratch.losses + r0, nullptr, g->io.targets + r0, rows, c.vocab_size,
@@ -570,14 +570,14 @@ static double gpt_loss(GPT* g) {
 // ----------------------------------------------------------------------------------------------
 // Backward
 
-// Backward of (loss * loss_scale) of uploaded micro-batch `slot` through pipeline chunk `chunk` (-1: the whole model)
+// Backward of (loss * loss_scale) of uploaded micro-batch mb through pipeline chunk `chunk` (-1: the whole model)
 // after its forward, accumulated into the gradients (the LM head's into head_grad, fp32). The last chunk starts from
 // the loss (its micro-batch uploaded with targets; loss_weight * its mean loss joins g->scratch.loss_sum), the others from the
 // gradient of their output in dx [N,C] (received); the first chunk ends in the embeddings, the others leave the
 // gradient of their input in dx (sent back). Only enqueues work: the embedding plan, built on the host by gpt_upload,
 // goes up asynchronously. reduce (data parallel, the step's last micro-batch, one stage): each bucket is reduced
 // over dp as soon as its gradient is complete.
-static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_weight, bool reduce, int chunk = -1,
+static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_weight, bool reduce, int chunk = -1,
                                 floatX* dx = nullptr) {
     const ModelConfig& c = g->cfg;
     const ParamTable& t = g->table;
@@ -590,10 +590,10 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
     bool first, last;
     chunk_span(g, chunk, &l0, &l1, &first, &last);
     // the token rows of this micro-batch, grouped by token, for the embedding backward
-    const MicroBatchUpload& st = g->io.uploads[slot];
+    const MicroBatchUpload& st = g->io.uploads[mb];
     if (last && !st.has_targets) die("gpt_backward: the micro-batch was uploaded without targets");
     if (first)
-        embedding_plan_upload(&g->io.plan, g->io.h_upload + (size_t)slot * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
+        embedding_plan_upload(&g->io.plan, g->io.h_upload + (size_t)mb * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
                               st.plan_max, N, g->stream);
     if (!last) {
         cudaCheck(cudaMemcpyAsync(g->scratch.dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
@@ -604,7 +604,7 @@ static void gpt_backward_chunk(GPT* g, int slot, double loss_scale, double loss_
         const float scale = g->io.n_valid ? (float)(loss_scale / g->io.n_valid) : 0.0f;
         if (g->tp.n == 1) {
             fused_classifier(g->scratch.dln, g->head_grad, g->scratch.losses, nullptr, g->scratch.logits, g->scratch.lnf, g->head_w(), g->io.targets, N,
-                             C, c.vocab_size, c.padded_vocab, g->scratch.cls_chunk, scale, &g->mm, g->stream,
+                             C, c.vocab_size, c.padded_vocab, g->scratch.cls_panel, scale, &g->mm, g->stream,
                              prof_classifier_phase);  // the profile's LM head and cross-entropy classes
         } else {
             floatX* part = tp_part(g->tp, g->scratch.dln);

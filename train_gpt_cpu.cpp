@@ -872,7 +872,7 @@ void adamw_update(GPT<real>* g, int t /* 1-based step */, double lr, const Train
 #pragma omp parallel  // one region: every thread walks the parts and takes its share of each (no wait between them)
     for (const ZeroPart& p : parts) {
         const real wd = g->table.specs[p.spec].is_matrix ? (real)tc.weight_decay : (real)0;
-        // this part in each buffer: flat, or in the shard once the ZeRO stage shards the buffer (llmc/parallel/zero.h)
+        // this part in each buffer: flat, or in the shard once the ZeRO level shards the buffer (llmc/parallel/zero.h)
         real* pb = g->params.data() + zero_part_offset(p, ZERO_PARAMS, zero);
         const real* gb = g->grads.data() + zero_part_offset(p, ZERO_GRADS, zero);
         real* mb = g->m.data() + zero_part_offset(p, ZERO_OPTIM, zero);

@@ -1,6 +1,6 @@
 // llmc/classifier.cuh: the fused classifier: LM head plus softmax cross-entropy, forward and
-// backward, in chunks of tokens so that full-batch logits never exist (a 128K vocabulary times
-// 16K tokens would be 4 GiB of bf16). Per chunk of rows:
+// backward, in panels of rows (up to `panel` consecutive tokens each) so that full-batch logits never
+// exist (a 128K vocabulary times 16K tokens would be 4 GiB of bf16). Per panel of rows:
 //   1. matmul_forward: logits[rows, Vp] = x[rows, C] W[Vp, C]^T      (floatX out, fp32 accumulate)
 //   2. fused_classifier_kernel, one block per row: max and sum of exps in one online pass with
 //      8-element vector loads, loss = lse - logit[target], then dlogits = (softmax - onehot) * scale
@@ -11,11 +11,11 @@
 // linear layer of IC = C inputs and OC = Vp outputs over N = rows tokens.
 // Launchers:
 //   fused_classifier_rows(...)              step 2 on `rows` rows of logits
-//   fused_classifier(...)                   steps 1-4 over all N rows, chunk rows at a time; its optional `phase`
+//   fused_classifier(...)                   steps 1-4 over all N rows, a panel at a time; its optional `phase`
 //                                           hook is told each step as it starts (step, rows, C, Vp; 4: done), as
 //                                           train_gpt's step profile times them (llmc/profile.cuh)
 // Tensor parallel (vocabulary-parallel cross-entropy, Megatron): a rank holds the head rows [v0, v0 + Vpl) and
-// computes only those logit columns [rows, Vpl] per chunk; the trainer combines the rows' statistics over the tp
+// computes only those logit columns [rows, Vpl] per panel; the trainer combines the rows' statistics over the tp
 // ranks between these steps, so no rank ever holds full logits:
 //   vocab_parallel_max_target   mx[row] = max over its valid columns (v0 + col < V), tgt[row] = the target's logit
 //                               when this rank holds it, else 0        (then: max of mx, sum of tgt over tp)
@@ -106,7 +106,7 @@ fused_classifier_kernel(floatX* logits, float* losses, float* lse, const int32_t
     }
 }
 
-// Step 2 on rows rows of logits (row-major [rows, Vp]); targets, losses, lse start at the chunk's row.
+// Step 2 on rows rows of logits (row-major [rows, Vp]); targets, losses, lse start at the panel's first row.
 static void fused_classifier_rows(floatX* logits, float* losses, float* lse, const int32_t* targets, int rows,
                                   int V, int Vp, float scale, cudaStream_t stream) {
     if (Vp % 8 != 0 || V > Vp) die("fused_classifier: need V <= Vp and Vp a multiple of 8 (V=%d, Vp=%d)", V, Vp);
@@ -114,34 +114,34 @@ static void fused_classifier_rows(floatX* logits, float* losses, float* lse, con
     cudaCheck(cudaGetLastError());
 }
 
-// Forward and backward of the LM head and the loss over N rows, chunk rows at a time.
+// Forward and backward of the LM head and the loss over N rows, a panel of rows at a time.
 //   dx [N, C] floatX (overwritten), dw [Vp, C] fp32 (accumulated: the caller zeroes it once per step),
 //   losses [N], lse [N] (may be null) <- x [N, C], w [Vp, C], targets [N]; scale is usually
-//   1 / (number of valid targets). logits_chunk [chunk, Vp] floatX is scratch. mm: the matmul context
+//   1 / (number of valid targets). logits_panel [panel, Vp] floatX is scratch. mm: the matmul context
 //   (its bias scratch is not used).
-static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, floatX* logits_chunk,
+static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, floatX* logits_panel,
                              const floatX* x, const floatX* w, const int32_t* targets, int N, int C,
-                             int V, int Vp, int chunk, float scale, MatmulContext* mm, cudaStream_t stream,
+                             int V, int Vp, int panel, float scale, MatmulContext* mm, cudaStream_t stream,
                              void (*phase)(int step, int rows, int C, int Vp) = nullptr) {
-    if (chunk < 1) die("fused_classifier: chunk must be positive (got %d)", chunk);
-    for (int r0 = 0; r0 < N; r0 += chunk) {
-        const int rows = N - r0 < chunk ? N - r0 : chunk;
+    if (panel < 1) die("fused_classifier: panel must be positive (got %d)", panel);
+    for (int r0 = 0; r0 < N; r0 += panel) {
+        const int rows = N - r0 < panel ? N - r0 : panel;
         const floatX* xc = x + (size_t)r0 * C;
         if (phase) phase(0, rows, C, Vp);
         // logits[rows, Vp] = x[rows, C] W[Vp, C]^T. Column-major: D[Vp, rows] = W^T[Vp, C] @ x[C, rows]
         // (m = Vp, n = rows, k = C; A = W stored column-major [C, Vp], transposed; B = x not transposed).
-        matmul_forward(mm, stream, logits_chunk, xc, w, nullptr, rows, C, Vp);
+        matmul_forward(mm, stream, logits_panel, xc, w, nullptr, rows, C, Vp);
         if (phase) phase(1, rows, C, Vp);
-        fused_classifier_rows(logits_chunk, losses + r0, lse ? lse + r0 : nullptr, targets + r0, rows, V, Vp, scale,
+        fused_classifier_rows(logits_panel, losses + r0, lse ? lse + r0 : nullptr, targets + r0, rows, V, Vp, scale,
                               stream);
         // dx[rows, C] = dlogits[rows, Vp] W[Vp, C]. Column-major: D[C, rows] = W[C, Vp] @ dlogits[Vp, rows]
         // (m = C, n = rows, k = Vp; neither transposed).
         if (phase) phase(2, rows, C, Vp);
-        matmul_backward_input(mm, stream, dx + (size_t)r0 * C, logits_chunk, w, rows, C, Vp);
+        matmul_backward_input(mm, stream, dx + (size_t)r0 * C, logits_panel, w, rows, C, Vp);
         // dW[Vp, C] += dlogits^T x[rows, C]. Column-major: D[C, Vp] += x[C, rows] @ dlogits^T[rows, Vp]
         // (m = C, n = Vp, k = rows; B = dlogits stored column-major [Vp, rows], transposed); D fp32, beta 1.
         if (phase) phase(3, rows, C, Vp);
-        matmul_backward_weight(mm, stream, dw, nullptr, logits_chunk, xc, rows, C, Vp);
+        matmul_backward_weight(mm, stream, dw, nullptr, logits_panel, xc, rows, C, Vp);
         if (phase) phase(4, rows, C, Vp);
     }
 }

@@ -34,7 +34,7 @@ struct TrainConfig {
     std::string tokenizer = "auto";  // decodes samples: auto = bytes for .txt, gpt2 / llama3 by vocab
     // parallel layout (docs/design.md section 4): world = pp x dp x tp ranks under mpirun
     int tp = 1, pp = 1, dp = 0;      // dp 0: world / (tp * pp)
-    int zero = 0;                    // ZeRO stage over dp: 0, 1, 2 or 3
+    int zero = 0;                    // ZeRO level over dp: 0, 1, 2 or 3
     bool sp = false;                 // sequence parallelism (needs tp > 1 to matter)
     int vpp = 1;                     // model chunks per pipeline stage (interleaved 1F1B)
     std::string layout = "";         // layers per chunk, e.g. "3,5"; empty: even

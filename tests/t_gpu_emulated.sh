@@ -5,7 +5,7 @@
 # head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 (GPT
 # with ALiBi) and 128, the fp32 build on the three head-dim-64 states. The checks of test_gpt: logits, loss,
 # gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism; and on the bf16 pass's
-# head-dim-64 states and the fp32 pass's GPT state also the resume and the ZeRO stages on one GPU (the others run
+# head-dim-64 states and the fp32 pass's GPT state also the resume and the ZeRO levels on one GPU (the others run
 # test_gpt's --core: those two run no kernel the other checks do not, and cost most at the larger head dims).
 # A second bf16 pass on gpt3_tiny_hd64 runs in the emulation's race mode: the blocks of every launch
 # in a shuffled order (EMU_ORDER=2), the threads of a block in random orders with warps run ahead, and the

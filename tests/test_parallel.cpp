@@ -463,7 +463,7 @@ static void test_zero() {
           "zero: the worked example of llmc/parallel/zero.h by hand (offsets 0,16,28,48 of 64; rank 1's pieces 8-16, 32-48, 56-64)");
 }
 
-// AdamW's addresses under ZeRO (zero_part_offset, ZeroBuffer): at every ZeRO stage, the part of every tensor a dp rank
+// AdamW's addresses under ZeRO (zero_part_offset, ZeroBuffer): at every ZeRO level, the part of every tensor a dp rank
 // updates sits, in each kind of buffer (flat below the stage that shards it, the shard from it on), inside the buffer
 // and on the very elements its flat range names (shard positions through zero_take_shard).
 static void test_zero_part_offset() {

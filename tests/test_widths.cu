@@ -10,8 +10,8 @@
 //     37 rows (two row blocks, the second partial, so the weight-gradient reduction sums two partials);
 //   - llmc/classifier.cuh fused_classifier at the presets' vocabularies 50257 (Vp 50304), 32000, 128256 and 152064
 //     (Qwen2.5-7B's, the largest): the
-//     row kernel's online softmax over many 8-wide vectors per thread, several chunks and a partial last one
-//     (N 7, chunk 3), an ignored row, targets at the vocabulary's ends; and its vocabulary-parallel kernels
+//     row kernel's online softmax over many 8-wide vectors per thread, several panels and a partial last one
+//     (N 7, panel 3), an ignored row, targets at the vocabulary's ends; and its vocabulary-parallel kernels
 //     (vocab_parallel_max_target, _sum_exp, _loss_grad) at tp 2 for those vocabularies and tp 8 at 50257, the
 //     ranks' statistics combined on the host as the trainer combines them over the tp group;
 //   - llmc/grad_norm.cuh global_norm past its 4-way unrolled loop (every thread of the fixed grid runs it once and
@@ -196,11 +196,11 @@ static void test_norm_backward(int C, bool rms) {
 // ---------------------------------------------------------------- fused classifier
 static void test_classifier(int V, MatmulContext* mm) {
     g_seed = 3000u + V;
-    const int Vp = round_up(V, 128), C = 64, N = 7, chunk = 3;
+    const int Vp = round_up(V, 128), C = 64, N = 7, panel = 3;
     char name[200];
     snprintf(name, sizeof(name),
-             "%sfused classifier V=%d Vp=%d C=%d N=%d chunk=%d: %d chunks (last %d rows), up to %d vectors of 8 per thread",
-             tag().c_str(), V, Vp, C, N, chunk, (N + chunk - 1) / chunk, N - (N - 1) / chunk * chunk,
+             "%sfused classifier V=%d Vp=%d C=%d N=%d panel=%d: %d panels (last %d rows), up to %d vectors of 8 per thread",
+             tag().c_str(), V, Vp, C, N, panel, (N + panel - 1) / panel, N - (N - 1) / panel * panel,
              (int)ceil_div(Vp / 8, CLS_THREADS));
     // logits = x w^T with x, w in [-1, 1) * 0.5: 64 products, logits of spread ~1.3, max a few. Three rows of w
     // are set so that a column the kernel skips or wrongly counts moves the loss by far more than its tolerance:
@@ -222,14 +222,14 @@ static void test_classifier(int V, MatmulContext* mm) {
     float *dw, *losses, *lse;
     int32_t* dt;
     cudaCheck(cudaMalloc(&dx_, (size_t)N * C * sizeof(floatX)));
-    cudaCheck(cudaMalloc(&logits, (size_t)chunk * Vp * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&logits, (size_t)panel * Vp * sizeof(floatX)));
     cudaCheck(cudaMalloc(&dw, (size_t)Vp * C * sizeof(float)));
     cudaCheck(cudaMemset(dw, 0, (size_t)Vp * C * sizeof(float)));
     cudaCheck(cudaMalloc(&losses, N * sizeof(float)));
     cudaCheck(cudaMalloc(&lse, N * sizeof(float)));
     cudaCheck(cudaMalloc(&dt, N * sizeof(int32_t)));
     cudaCheck(cudaMemcpy(dt, tgt.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice));
-    fused_classifier(dx_, dw, losses, lse, logits, dxx, dxw, dt, N, C, V, Vp, chunk, scale, mm, 0);
+    fused_classifier(dx_, dw, losses, lse, logits, dxx, dxw, dt, N, C, V, Vp, panel, scale, mm, 0);
     cudaCheck(cudaDeviceSynchronize());
     const std::vector<float> gdx = download(dx_, (size_t)N * C), gdw = download(dw, (size_t)Vp * C),
                              gl = download(losses, N), glse = download(lse, N);
@@ -272,7 +272,7 @@ static void test_classifier(int V, MatmulContext* mm) {
     }
     // dlogit = (p - onehot) scale, each within dmax p scale (+ EPS_X of itself: its floatX store);
     // dx[n, c] = sum_v dlogit w[v, c] in fp32 (depth Vp) stored in floatX; dw[v, c] = sum_n dlogit x[n, c] in fp32
-    // over the chunks (depth N). Per element bound: (dmax + EPS_X + depth EPS32) * sum |dlogit| |w|, + EPS_X |dx|.
+    // over the panels (depth N). Per element bound: (dmax + EPS_X + depth EPS32) * sum |dlogit| |w|, + EPS_X |dx|.
     std::vector<double> rdx((size_t)N * C, 0.0), bdx((size_t)N * C, 0.0), rdw((size_t)Vp * C, 0.0), bdw((size_t)Vp * C, 0.0);
     for (int n = 0; n < N; n++) {
         if (tgt[n] < 0) continue;

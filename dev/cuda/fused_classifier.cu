@@ -5,17 +5,17 @@
 //              (max, sum, write probabilities in place; three reads of the row), a cross-entropy
 //              loss kernel (-log p[target]), a backward kernel ((p - onehot) * scale in place), then
 //              the dX and dW GEMMs over all rows.
-//   version 2  chunks of rows (logits [chunk, Vp] only) and one fused row kernel: max pass, sum
+//   version 2  panels of rows (logits [panel, Vp] only) and one fused row kernel: max pass, sum
 //              pass, write pass, scalar bf16 loads.
-//   version 3  llmc/classifier.cuh: chunks, fused row kernel with 128-bit loads and a one-pass
+//   version 3  llmc/classifier.cuh: panels, fused row kernel with 128-bit loads and a one-pass
 //              online max / sum, then the dlogits write pass.
 // FLOPs: 6 * N * C * Vp per call (logits, dX, dW GEMMs); the row kernels are memory-bound.
 // Tolerances (derived in notes_attention.md), u = 2^-8, zmax = max |logit|:
 //   loss sum <= (2u zmax + 2u) * valid rows; lse <= u zmax + 1e-5 |lse|;
 //   dX row n <= 2 maxW scale (2u zmax + 3u) + u |ref|; dW[v, :] <= 2 maxX scale sum_n (p_nv (2u zmax + 2u) + u [t_n = v]) + 1e-6.
 // Usage: fused_classifier [version] [--check-only] [--sizes NxCxV,...] [--reps N] [--warmup N] [--help]
-// The check (N=300, C=128, V=1000, Vp=1024, chunk 128) always runs; --sizes sets the timed shapes, default
-// 16384 tokens at C in {2048, 4096} and V in {50304, 128256}; versions 2 and 3 use chunks of CHUNK rows.
+// The check (N=300, C=128, V=1000, Vp=1024, panel 128) always runs; --sizes sets the timed shapes, default
+// 16384 tokens at C in {2048, 4096} and V in {50304, 128256}; versions 2 and 3 use panels of PANEL rows.
 // Harness: dev/cuda/common.h (command line, inputs, device buffer sets, timing).
 #include "dev/cuda/common.h"
 #include "llmc/ref_ops.h"
@@ -120,9 +120,9 @@ __global__ void fused_classifier_v2_kernel(__nv_bfloat16* logits, float* losses,
 // ---- the three versions, same interface ------------------------------------------------------------
 
 struct Problem {
-    int N, C, V, Vp, chunk;
+    int N, C, V, Vp, panel;
     float scale;
-    __nv_bfloat16 *x, *w, *dx, *logits;  // logits: [N, Vp] for version 1, [chunk, Vp] otherwise
+    __nv_bfloat16 *x, *w, *dx, *logits;  // logits: [N, Vp] for version 1, [panel, Vp] otherwise
     float *dw, *losses, *lse;
     int32_t* targets;
     MatmulContext* mm;  // llmc/matmul.cuh: the cuBLASLt handle and workspace every GEMM below uses
@@ -144,8 +144,8 @@ static void run_version(int version, const Problem& p) {
         matmul_backward_input(p.mm, 0, p.dx, p.logits, p.w, p.N, p.C, p.Vp);
         matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, p.x, p.N, p.C, p.Vp);
     } else if (version == 2) {
-        for (int r0 = 0; r0 < p.N; r0 += p.chunk) {
-            const int rows = std::min(p.chunk, p.N - r0);
+        for (int r0 = 0; r0 < p.N; r0 += p.panel) {
+            const int rows = std::min(p.panel, p.N - r0);
             const __nv_bfloat16* xc = p.x + (size_t)r0 * p.C;
             matmul_forward(p.mm, 0, p.logits, xc, p.w, nullptr, rows, p.C, p.Vp);
             fused_classifier_v2_kernel<<<rows, 512>>>(p.logits, p.losses + r0, p.lse + r0, p.targets + r0, p.V, p.Vp,
@@ -155,7 +155,7 @@ static void run_version(int version, const Problem& p) {
             matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, xc, rows, p.C, p.Vp);
         }
     } else {
-        fused_classifier(p.dx, p.dw, p.losses, p.lse, p.logits, p.x, p.w, p.targets, p.N, p.C, p.V, p.Vp, p.chunk,
+        fused_classifier(p.dx, p.dw, p.losses, p.lse, p.logits, p.x, p.w, p.targets, p.N, p.C, p.V, p.Vp, p.panel,
                          p.scale, p.mm, 0);
     }
 }
@@ -163,7 +163,7 @@ static void run_version(int version, const Problem& p) {
 // ---- host side ------------------------------------------------------------------------------------
 
 static const int N_VERSIONS = 3;
-static const int CHUNK = 4096;  // rows per chunk in the timed runs of versions 2 and 3
+static const int PANEL = 4096;  // rows per panel in the timed runs of versions 2 and 3
 
 // inputs: x ~ uniform(-1, 1), W ~ uniform(-w_amp, w_amp), rounded to bf16 (float copies in *x_f, *w_f);
 // targets uniform in [0, V) with about 10% set to -1 (ignored)
@@ -181,9 +181,9 @@ static void make_inputs(int N, int C, int V, int Vp, float w_amp, uint64_t seed,
     }
 }
 
-static Problem alloc_problem(int N, int C, int V, int Vp, int chunk, int version, MatmulContext* mm) {
-    Problem p{N, C, V, Vp, chunk, 0.0f, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, mm};
-    const size_t logit_rows = version == 1 ? (size_t)N : (size_t)std::min(chunk, N);
+static Problem alloc_problem(int N, int C, int V, int Vp, int panel, int version, MatmulContext* mm) {
+    Problem p{N, C, V, Vp, panel, 0.0f, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, mm};
+    const size_t logit_rows = version == 1 ? (size_t)N : (size_t)std::min(panel, N);
     cudaCheck(cudaMalloc(&p.x, (size_t)N * C * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&p.w, (size_t)Vp * C * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&p.dx, (size_t)N * C * sizeof(__nv_bfloat16)));
@@ -211,12 +211,12 @@ static void upload_problem(Problem* p, const std::vector<bf16>& x, const std::ve
 }
 
 static bool check_version(int version, MatmulContext* mm) {
-    const int N = 300, C = 128, V = 1000, Vp = 1024, chunk = 128;
+    const int N = 300, C = 128, V = 1000, Vp = 1024, panel = 128;
     std::vector<float> x_f, w_f;
     std::vector<bf16> x_h, w_h;
     std::vector<int32_t> targets;
     make_inputs(N, C, V, Vp, 0.35f, seed_for("fused_classifier", version, 0), &x_f, &w_f, &x_h, &w_h, &targets);
-    Problem p = alloc_problem(N, C, V, Vp, chunk, version, mm);
+    Problem p = alloc_problem(N, C, V, Vp, panel, version, mm);
     upload_problem(&p, x_h, w_h, targets);
     run_version(version, p);
     cudaCheck(cudaDeviceSynchronize());
@@ -278,8 +278,8 @@ static bool check_version(int version, MatmulContext* mm) {
             bad += !(e <= 2 * maxx * budget + 1e-6);
         }
     }
-    printf("[%s] classifier v%d N=%d C=%d V=%d Vp=%d chunk=%d: loss sum %.6f vs ref %.6f (err %.2e), max err "
-           "lse %.2e dx %.2e dw %.2e (zmax %.2f)%s\n", bad ? "FAIL" : "PASS", version, N, C, V, Vp, chunk, got_loss,
+    printf("[%s] classifier v%d N=%d C=%d V=%d Vp=%d panel=%d: loss sum %.6f vs ref %.6f (err %.2e), max err "
+           "lse %.2e dx %.2e dw %.2e (zmax %.2f)%s\n", bad ? "FAIL" : "PASS", version, N, C, V, Vp, panel, got_loss,
            ref_loss, loss_err, worst_lse, worst_dx, worst_dw, zmax, bad ? "; elements beyond tolerance" : "");
     return bad == 0;
 }
@@ -287,9 +287,9 @@ static bool check_version(int version, MatmulContext* mm) {
 int main(int argc, char** argv) {
     Args a = parse_args(argc, argv,
                         "  LM head + softmax cross-entropy, forward and backward (logits, loss, dlogits in place, dX, dW).\n"
-                        "  Versions: 1 full logits + separate softmax / loss / backward kernels, 2 chunks + fused row kernel,\n"
-                        "  3 llmc/classifier.cuh (chunks, 128-bit loads, one-pass online softmax). Checks against the CPU\n"
-                        "  reference (N=300 C=128 V=1000), then times the --sizes shapes (chunks of 4096 rows).\n",
+                        "  Versions: 1 full logits + separate softmax / loss / backward kernels, 2 panels + fused row kernel,\n"
+                        "  3 llmc/classifier.cuh (panels, 128-bit loads, one-pass online softmax). Checks against the CPU\n"
+                        "  reference (N=300 C=128 V=1000), then times the --sizes shapes (panels of 4096 rows).\n",
                         "NxCxV (C a multiple of 8; Vp = V rounded up to 128)",
                         "16384x2048x50304,16384x2048x128256,16384x4096x50304,16384x4096x128256", 3, N_VERSIONS);
     for (const std::vector<long>& s : a.sizes)
@@ -316,7 +316,7 @@ int main(int argc, char** argv) {
             double base_ms = 0.0;
             for (int v = 1; v <= N_VERSIONS; v++) {
                 if (a.version && v != a.version) continue;
-                Problem p = alloc_problem(N, C, V, Vp, CHUNK, v, &mm);
+                Problem p = alloc_problem(N, C, V, Vp, PANEL, v, &mm);
                 upload_problem(&p, x_h, w_h, targets);
                 // one buffer set: every size here is far above 3x L2 (W alone is 0.2-1 GiB)
                 DeviceSets one;
@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
                 const double ms = time_kernel(a, one, 0, [&](int) { run_version(v, p); });
                 free_problem(&p);
                 if (v == 1) base_ms = ms;
-                const double logit_mib = (double)(v == 1 ? N : std::min(CHUNK, N)) * Vp * 2 / 1048576.0;
+                const double logit_mib = (double)(v == 1 ? N : std::min(PANEL, N)) * Vp * 2 / 1048576.0;
                 char speedup[32] = "-";
                 if (v != 1 && base_ms > 0.0) snprintf(speedup, sizeof(speedup), "%.2fx", base_ms / ms);
                 printf("| fused_classifier | %dx%dx%d (%d) | %d | %.3f | %.1f | %.1f | %s |\n", N, C, V, Vp, v, ms,

@@ -33,7 +33,7 @@
 //           summed); AdamW updates this rank's pieces and writes floatX(master) into its pieces of params,
 //           then dp.comm.stream all-gathers params bucket by bucket.
 //   ZeRO 2  also the reduced gradients exist only as grad_shard [shard] fp32: each bucket is cast into one of
-//           two fp32 staging buffers [max bucket] (alternating, so the next bucket's cast overlaps this one's
+//           two fp32 cast buffers [max bucket] (alternating, so the next bucket's cast overlaps this one's
 //           reduction) and reduce-scattered from there into the shard. During accumulation the floatX grads [P]
 //           still hold this rank's own, unreduced gradient of the step so far (the reduction is once per step).
 //   ZeRO 3  also the floatX weights: params [shard]. A bucket's weights are all-gathered into a gather buffer
@@ -44,7 +44,7 @@
 //   The global gradient norm counts every element once across the shards (layout_norm_ranges), in fp64 on the
 //   device, summed over dp (comm_all_reduce_sum of one double); the clip coefficient is train_gpt_cpu.cpp's.
 //   Checkpoints and exports gather the shards (all-gather per bucket) so that rank 0 writes whole tensors in the
-//   usual layout-independent files; any dp and ZeRO stage resumes them (each rank takes its pieces).
+//   usual layout-independent files; any dp and ZeRO level resumes them (each rank takes its pieces).
 //   The memory estimate is per rank: the buffer table gains the rows of the fp32 gradient buffer, the gradient
 //   shard and the gather buffers, and master, moments (ZeRO >= 1) and params (ZeRO 3) shrink to the shard.
 //
@@ -72,7 +72,7 @@ enum { GATHER_LAYER0 = 0, GATHER_EMB = 2, GATHER_HEAD = 3, GATHER_BUFFERS = 4 };
 struct DataParallel {
     Comm comm;                  // the dp group: its size, rank and stream
     int n = 1, rank = 0;        // dp ranks, this rank's place among them
-    int zero = 0;               // the ZeRO stage (--zero)
+    int zero = 0;               // the ZeRO level (--zero)
     bool parallel = false;      // any layout but one GPU: fp32 bucket reduction, the optimizer over this rank's ranges
     std::vector<Bucket> buckets;       // the embeddings, one per layer, the final norm and head
     std::vector<int> bucket_of;        // spec -> bucket
@@ -82,16 +82,16 @@ struct DataParallel {
     std::vector<size_t> norm_ranges_host;  // [n,2] the gradient ranges this rank counts (layout_norm_ranges)
     size_t gather_off[GATHER_BUFFERS] = {};  // each gather buffer's offset in `gather`
     float* grad32 = nullptr;    // fp32 gradients: ZeRO 0/1 [P] reduced in place; ZeRO 2/3 [2, max_bucket], the two
-                                // staging buffers a bucket is cast into before its reduce-scatter
+                                // cast buffers a bucket is cast into before its reduce-scatter
     float* grad_shard = nullptr;  // ZeRO 2/3: [shard] the reduced gradients of this rank's pieces
     floatX* gather = nullptr;   // ZeRO 3: the gather buffers [2 * max layer bucket + embeddings + head]
     double* norm64 = nullptr;   // [GLOBAL_NORM_BLOCKS + 1] fp64 partial sums of squares, then their sum
     size_t* norm_ranges = nullptr;     // [n,2] device copy of norm_ranges_host
-    cudaEvent_t ev_staging_free[2] = {};  // ZeRO 2/3: staging buffer s may be overwritten (its reduce-scatter is done)
+    cudaEvent_t ev_cast_free[2] = {};  // ZeRO 2/3: cast buffer s may be overwritten (its reduce-scatter is done)
     cudaEvent_t ev_gathered[GATHER_BUFFERS] = {}, ev_gather_done[GATHER_BUFFERS] = {};  // ZeRO 3: filled / last read
     int gather_holds[GATHER_BUFFERS] = {-1, -1, -1, -1};  // ZeRO 3: the bucket each gather buffer holds, -1 none
-    int staging_next = 0;              // ZeRO 2/3: the staging buffer the next bucket is cast into
-    int staging_cast = -1;             // ZeRO 2/3: the staging buffer of the bucket cast last (dp_bucket_cast)
+    int cast_next = 0;                 // ZeRO 2/3: the cast buffer the next bucket is cast into
+    int cast_last = -1;                // ZeRO 2/3: the cast buffer of the bucket cast last (dp_bucket_cast)
     cudaEvent_t ev_compute = nullptr;  // recorded on the compute stream before comm.stream reads what it wrote
     cudaEvent_t ev_comm = nullptr;     // recorded on comm.stream (or the world's) before the compute stream reads
 
@@ -194,7 +194,7 @@ static void dp_build(DataParallel& dp) {
     if (!dp.parallel) return;
     cudaCheck(cudaMemcpy(dp.norm_ranges, dp.norm_ranges_host.data(), dp.norm_ranges_host.size() * sizeof(size_t),
                          cudaMemcpyHostToDevice));
-    for (cudaEvent_t* e : {&dp.ev_compute, &dp.ev_comm, &dp.ev_staging_free[0], &dp.ev_staging_free[1]})
+    for (cudaEvent_t* e : {&dp.ev_compute, &dp.ev_comm, &dp.ev_cast_free[0], &dp.ev_cast_free[1]})
         cudaCheck(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
     for (int i = 0; i < GATHER_BUFFERS; i++) {
         cudaCheck(cudaEventCreateWithFlags(&dp.ev_gathered[i], cudaEventDisableTiming));
@@ -203,7 +203,7 @@ static void dp_build(DataParallel& dp) {
 }
 static void dp_free(DataParallel& dp) {
     if (!dp.parallel) return;
-    for (cudaEvent_t e : {dp.ev_compute, dp.ev_comm, dp.ev_staging_free[0], dp.ev_staging_free[1]})
+    for (cudaEvent_t e : {dp.ev_compute, dp.ev_comm, dp.ev_cast_free[0], dp.ev_cast_free[1]})
         cudaCheck(cudaEventDestroy(e));
     for (int i = 0; i < GATHER_BUFFERS; i++) {
         cudaCheck(cudaEventDestroy(dp.ev_gathered[i]));
@@ -244,7 +244,7 @@ static void dp_grad_norm(DataParallel& dp, const Comm& world, cudaStream_t strea
 
 // AdamW's table over what this rank updates (zero_parts, llmc/parallel/zero.h): every tensor (one GPU, ZeRO 0) or each
 // tensor's part in this rank's piece of its bucket (ZeRO >= 1; bucket padding is never updated and stays zero). Each
-// buffer is addressed at its own ZeRO stage (zero_part_offset): params flat below ZeRO 3; the gradients flat below
+// buffer is addressed at its own ZeRO level (zero_part_offset): params flat below ZeRO 3; the gradients flat below
 // ZeRO 2 (grads: the floatX gradients on one GPU, the fp32 ones reduced over dp, grad32, otherwise) and in the shard
 // grad_shard from 2; master and moments (m, v: of type Moment) flat at ZeRO 0. Piece and tensor bounds are multiples
 // of 8 elements, as the update needs.
@@ -316,19 +316,19 @@ static void dp_params_done(DataParallel& dp, int b, cudaStream_t stream) {
 
 // Bucket b's gradient is complete on this rank (the last micro-batch's backward has passed it): its floatX gradients
 // (in grads, where the table puts them) cast to fp32 on the compute stream, into grad32 at the bucket's place (ZeRO
-// 0/1) or into the next of the two staging buffers (ZeRO 2/3; first waiting until that buffer's previous bucket has
+// 0/1) or into the next of the two cast buffers (ZeRO 2/3; first waiting until that buffer's previous bucket has
 // been reduced out of it). Returns where the bucket's fp32 gradients are (element bk.range.lo + i at [i]): the caller
 // may add to them before dp_bucket_reduce.
 static float* dp_bucket_cast(DataParallel& dp, int b, const floatX* grads, cudaStream_t stream) {
     const Bucket& bk = dp.buckets[b];
     const size_t n = bk.range.size();
     float* dst = dp.grad32 + bk.range.lo;
-    dp.staging_cast = -1;
+    dp.cast_last = -1;
     if (dp.zero >= 2) {
-        dp.staging_cast = dp.staging_next;
-        dp.staging_next ^= 1;
-        PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_staging_free[dp.staging_cast], 0)));
-        dst = dp.grad32 + dp.staging_cast * dp.max_bucket;
+        dp.cast_last = dp.cast_next;
+        dp.cast_next ^= 1;
+        PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_cast_free[dp.cast_last], 0)));
+        dst = dp.grad32 + dp.cast_last * dp.max_bucket;
     }
     ProfScope prof(PROF_DP_CAST, prof_bytes(n * (4.0 + sizeof(floatX))));
     f32_from_floatX_kernel<<<(unsigned)ceil_div(n, 256), 256, 0, stream>>>(dst, grads + bk.range.lo, n);
@@ -338,7 +338,7 @@ static float* dp_bucket_cast(DataParallel& dp, int b, const floatX* grads, cudaS
 
 // Bucket b's fp32 gradients grad32 (dp_bucket_cast's) reduced over dp on dp.comm.stream, once `ready` (an event after
 // everything that writes them) has passed: all-reduce in place (ZeRO 0), reduce-scatter in place so that this rank's
-// piece holds the sum (ZeRO 1), or reduce-scatter from the staging buffer into grad_shard (ZeRO 2/3).
+// piece holds the sum (ZeRO 1), or reduce-scatter from the cast buffer into grad_shard (ZeRO 2/3).
 static void dp_bucket_reduce(DataParallel& dp, int b, float* grad32, cudaEvent_t ready) {
     const Bucket& bk = dp.buckets[b];
     const size_t n = bk.range.size();
@@ -349,6 +349,6 @@ static void dp_bucket_reduce(DataParallel& dp, int b, float* grad32, cudaEvent_t
         comm_reduce_scatter(dp.comm, grad32, grad32 + (size_t)dp.rank * (n / dp.n), n / dp.n);
     } else {
         comm_reduce_scatter(dp.comm, grad32, dp.grad_shard + zero_shard_offset(bk, dp.n), n / dp.n);
-        cudaCheck(cudaEventRecord(dp.ev_staging_free[dp.staging_cast], dp.comm.stream));
+        cudaCheck(cudaEventRecord(dp.ev_cast_free[dp.cast_last], dp.comm.stream));
     }
 }

@@ -20,9 +20,9 @@
 
 static size_t align256(size_t b) { return (b + 255) / 256 * 256; }
 
-// Rows of the classifier's logits chunk (Vpl: this rank's vocabulary columns): at most 256 MiB of logits, at least
+// Rows of the classifier's logits panel (Vpl: this rank's vocabulary columns): at most 256 MiB of logits, at least
 // 64 rows.
-static int classifier_chunk(int Vpl, int B, int T) {
+static int classifier_panel(int Vpl, int B, int T) {
     const size_t rows = (256ull << 20) / (sizeof(floatX) * (size_t)Vpl);
     return (int)std::min<size_t>((size_t)B * T, std::max<size_t>(64, rows / 8 * 8));
 }
@@ -89,7 +89,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
                  F1 = c.mlp == MLP_SWIGLU ? 2 * F : F, BHT = (size_t)B * g->Hl * T, NCsp = g->tp.sp ? N * C : 0;
     const size_t rope = c.pos == POS_ROPE ? (size_t)T * c.head_dim / 2 : 0;
     const size_t qk_raw = c.qk_norm ? N * (g->Hl + g->KVl) * hd : 0;
-    const size_t chunk = (size_t)classifier_chunk(g->Vpl, B, T);
+    const size_t panel = (size_t)classifier_panel(g->Vpl, B, T);
     const bool fp8 = g->fp8.opt.recipe != FP8_NONE;
     const size_t max_ic = fp8 ? std::max({C, qd, F}) : 0, max_oc = fp8 ? std::max({qkvd, C, F1}) : 0;
     const size_t fp8_n = fp8 ? (size_t)LINEARS_PER_LAYER * c.n_layer : 0;  // tensors of each scaling state
@@ -129,8 +129,8 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->scratch.dvec,       BHT),                           // [B,H,T] attention backward
         scratch(&g->scratch.norm_partial, std::max(norm_backward_scratch_floats((int)Nl, (int)C),  // and QK-norm's
                                             c.qk_norm ? qk_norm_backward_scratch_floats((int)N, (int)hd) : 0)),
-        scratch(&g->scratch.logits,     g->has_head ? chunk * g->Vpl : 0),  // [chunk,Vp] the classifier's stage
-        scratch(&g->scratch.cls_stats,  g->has_head && g->tp.n > 1 ? 3 * chunk : 0),  // [3,chunk] tp: row max, sum of
+        scratch(&g->scratch.logits,     g->has_head ? panel * g->Vpl : 0),  // [panel,Vp] the classifier's stage
+        scratch(&g->scratch.cls_stats,  g->has_head && g->tp.n > 1 ? 3 * panel : 0),  // [3,panel] tp: row max, sum of
                                                                // exps, target logit
         scratch(&g->head_n,             g->has_head && c.norm_head ? g->Vpl * C : 0),  // [Vp,C] --norm-head: unit rows
         scratch(&g->head_rnorm,         g->has_head && c.norm_head ? g->Vpl : 0),  // [Vp] --norm-head: 1 / row lengths
@@ -439,7 +439,7 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         g->scratch.dres_full = g->scratch.dres;
     }
     g->io.targets = g->io.inputs + N;
-    g->scratch.cls_chunk = classifier_chunk(g->Vpl, B, T);
+    g->scratch.cls_panel = classifier_panel(g->Vpl, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     if (c.pos == POS_ALIBI) alibi_upload_slopes(g->alibi, c, g->tp.rank * g->Hl, g->Hl);

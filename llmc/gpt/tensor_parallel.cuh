@@ -9,7 +9,7 @@
 // column-parallel (whole input, this rank's outputs), attn_out and fc2 row-parallel: their partial outputs are summed
 // over tp (tp_sum), the replicated bias added by tp rank 0 only. The backward sums each column-parallel input gradient
 // over tp. Embedding: a token outside this rank's rows reads zeros (tp rank 0 adds the position embedding), summed
-// over tp; its backward adds only this rank's rows. Classifier (tp > 1): per chunk of rows this rank's Vp/tp logit
+// over tp; its backward adds only this rank's rows. Classifier (tp > 1): per panel of rows this rank's Vp/tp logit
 // columns; the row max (max over tp), target logit and sum of exps (sums over tp) give the loss and dlogits in place
 // (llmc/classifier.cuh's vocab_parallel_*; no rank holds full logits), then d lnf = dlogits head summed over tp.
 // Sequence parallel (--sp 1): the norms and the residual stream hold Nl = N/tp rows, positions r*T/tp .. of every

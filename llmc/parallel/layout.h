@@ -1,6 +1,6 @@
 // llmc/parallel/layout.h: the parallel layout of a rank, shared by both trainers (bookkeeping only: the
 // communicator groups are made by the trainer from the member lists of llmc/parallel/topology.h).
-//   Layout           the options (dp x tp x pp ranks, vpp chunks per stage, the ZeRO stage,
+//   Layout           the options (dp x tp x pp ranks, vpp chunks per stage, the ZeRO level,
 //                    sequence parallelism, the first layer of every chunk) and the rank's place
 //   layout_make      checks the flags against the world size and the model; "" or the message
 //   gpt_local_table  the tensors a rank holds (its stage's, its tp slices), offsets padded for
@@ -22,7 +22,7 @@
 
 struct Layout {
     Topology topo;                 // coordinates and group members (llmc/parallel/topology.h)
-    int zero = 0;                  // ZeRO stage over dp
+    int zero = 0;                  // ZeRO level over dp
     bool sp = false;               // sequence parallelism over the tp group
     int vpp = 1;                   // chunks per pipeline stage
     std::vector<int> chunk_first;  // [pp*vpp + 1] first layer of each chunk, then n_layer

@@ -1,6 +1,7 @@
 // llmc/parallel/zero.h: the ZeRO bucket plan over a rank's flat parameter buffer (its local parameter
 // table: the tensors of its pipeline stage, sliced for its tensor-parallel rank). Pure
 // bookkeeping: the trainers call the collectives themselves.
+// ZeRO 1, 2 and 3 are called levels here (DeepSpeed's "stages"): a stage is always a pipeline stage.
 //
 // Buckets are the unit of gradient reduction and of ZeRO-3 weight gathering: the embeddings,
 // one bucket per layer, the final norm and head (the table is layer-major, so each bucket is a
@@ -37,7 +38,7 @@
 //           run (tests/t_parallel.sh, tests/t_gpu_multirank.sh).
 //   ZeRO-3: also the weights between uses: a bucket is all-gathered before its forward or
 //           backward and freed after (gradients as ZeRO-2).
-// Each of a rank's buffers is flat [total] below the ZeRO stage that shards it and [shard] from
+// Each of a rank's buffers is flat [total] below the ZeRO level that shards it and [shard] from
 // it on (ZeroBuffer): the optimizer finds a tensor's part in each at zero_part_offset.
 // Padding never reaches a file: checkpoints are read and written per tensor (llmc/run/weights_io.h).
 //
@@ -134,11 +135,11 @@ static inline std::vector<ZeroPart> zero_parts(const ParamTable& t, const std::v
     return out;
 }
 
-// The ZeRO stage from which a kind of buffer holds only this rank's shard: the fp32 master weights and the AdamW
+// The ZeRO level from which a kind of buffer holds only this rank's shard: the fp32 master weights and the AdamW
 // moments from 1, the (reduced) gradients from 2, the weights from 3.
 enum ZeroBuffer { ZERO_OPTIM = 1, ZERO_GRADS = 2, ZERO_PARAMS = 3 };
 
-// Where part p (zero_parts(.., whole_bucket = zero == 0)) sits in a buffer of kind `kind` at ZeRO stage `zero`: its
+// Where part p (zero_parts(.., whole_bucket = zero == 0)) sits in a buffer of kind `kind` at ZeRO level `zero`: its
 // flat position below the stage that shards the buffer, its shard position from it on.
 static inline size_t zero_part_offset(const ZeroPart& p, ZeroBuffer kind, int zero) {
     return p.flat.lo - (zero >= (int)kind ? p.shift : 0);

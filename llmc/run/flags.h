@@ -82,7 +82,7 @@ static inline void print_usage(const char* prog) {
            "parallel layout (run under mpirun -np N, N = dp * tp * pp):\n"
            "  --tp N --pp N        tensor- and pipeline-parallel degrees (default 1); dp = N / (tp*pp)\n"
            "  --dp N               data-parallel degree, checked against N / (tp*pp)\n"
-           "  --zero 0|1|2|3       ZeRO stage over dp (default 0)\n"
+           "  --zero 0|1|2|3       ZeRO level over dp (default 0)\n"
            "  --sp 0|1             sequence parallelism in the norm and residual regions (default 0)\n"
            "  --vpp N              model chunks per pipeline stage, interleaved 1F1B (default 1)\n"
            "  --layout A,B,...     layers per chunk (pp*vpp counts; default: even)\n"

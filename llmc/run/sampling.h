@@ -69,7 +69,8 @@ static inline std::vector<int32_t> generate(std::vector<int32_t> prompt, int n, 
 static inline void sampler_print(const Sampler* s, const std::vector<int32_t>& ids) {
     printf("--- sample ---\n");
     if (!s->name.empty()) {
-        std::vector<uint32_t> u(ids.begin(), ids.end());
+        std::vector<uint32_t> u(ids.size());
+        for (size_t i = 0; i < ids.size(); i++) u[i] = (uint32_t)ids[i];
         printf("%s", tokenizer_decode(&s->tok, u.data(), u.size()).c_str());
     } else {
         for (int32_t x : ids) printf("%d ", x);
