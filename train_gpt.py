@@ -21,7 +21,8 @@ read from the same JSON config the C++ trainers use. Three modes:
         token count as jsonl, then acc and acc_norm; --eval-bin also writes the same tokens as llm.c's eval file.
 
 Weights are read and written as safetensors with Hugging Face tensor names: GPT2LMHeadModel
-(config "naming": "gpt2"), LlamaForCausalLM ("llama") or Baichuan's ("baichuan": q, k, v as one W_pack).
+(config "naming": "gpt2"), LlamaForCausalLM ("llama"), Baichuan's ("baichuan": q, k, v as one W_pack) or Qwen-1's
+QWenLMHeadModel ("qwen": q, k, v as one c_attn; the MLP c_proj(w1(x) * silu(w2(x))), so w2 is the gate).
 Needs only torch and numpy; runs on Debian's torch 1.13 (CPU) and on torch 2.x.
 """
 import argparse
@@ -53,7 +54,7 @@ def die(msg):
 # Config: the JSON object the C++ trainer writes into safetensors metadata under "config"
 
 CONFIG_CHOICES = {"norm": ("layernorm", "rmsnorm"), "pos": ("learned", "rope", "alibi"),
-                  "mlp": ("gelu", "swiglu"), "naming": ("gpt2", "llama", "baichuan")}
+                  "mlp": ("gelu", "swiglu"), "naming": ("gpt2", "llama", "baichuan", "qwen")}
 
 
 def parse_config(text, where):
@@ -416,6 +417,20 @@ def hf_table(cfg):
             norm(f"{p}.norm2", f"{h}.ln_2")
             linear(f"{p}.mlp.fc1", [(f"{h}.mlp.c_fc", None)], True)
             linear(f"{p}.mlp.fc2", [(f"{h}.mlp.c_proj", None)], True)
+        norm("norm_f", "transformer.ln_f")
+    elif cfg["naming"] == "qwen":  # QWenLMHeadModel: nn.Linear weights under GPT-2's prefixes
+        table.append(("wte.weight", [("transformer.wte.weight", None)], False))
+        if cfg["pos"] == "learned":
+            table.append(("wpe.weight", [("transformer.wpe.weight", None)], False))
+        for i in range(cfg["n_layer"]):
+            p, h = f"blocks.{i}", f"transformer.h.{i}"
+            norm(f"{p}.norm1", f"{h}.ln_1")
+            linear(f"{p}.attn.qkv", [(f"{h}.attn.c_attn", None)], False)
+            head_norms(p, f"{h}.attn")
+            linear(f"{p}.attn.proj", [(f"{h}.attn.c_proj", None)], False)
+            norm(f"{p}.norm2", f"{h}.ln_2")
+            linear(f"{p}.mlp.fc1", [(f"{h}.mlp.w2", ffn), (f"{h}.mlp.w1", ffn)], False)  # gate rows, then up
+            linear(f"{p}.mlp.fc2", [(f"{h}.mlp.c_proj", None)], False)
         norm("norm_f", "transformer.ln_f")
     else:
         table.append(("wte.weight", [("model.embed_tokens.weight", None)], False))

@@ -16,11 +16,14 @@ enum NormKind { NORM_LAYERNORM, NORM_RMSNORM };
 enum PosKind { POS_LEARNED, POS_ROPE, POS_ALIBI };
 static inline const char* pos_name(PosKind p) { return p == POS_ROPE ? "rope" : p == POS_ALIBI ? "alibi" : "learned"; }
 enum MlpKind { MLP_GELU, MLP_SWIGLU };
-// Hugging Face tensor names: GPT2LMHeadModel's, LlamaForCausalLM's (Qwen2's and Qwen3's alike), or Baichuan's (q, k, v
-// as one W_pack tensor); auto (until config_finalize): gpt2 for a GELU MLP, else llama.
-enum NamingKind { NAMING_AUTO, NAMING_GPT2, NAMING_LLAMA, NAMING_BAICHUAN };
+// Hugging Face tensor names: GPT2LMHeadModel's, LlamaForCausalLM's (Qwen2's and Qwen3's alike), Baichuan's (q, k, v
+// as one W_pack tensor) or Qwen-1's QWenLMHeadModel (transformer.h.N.attn.c_attn with q, k, v stacked; the MLP's w2
+// the gate and w1 the up projection: c_proj(w1(x) * silu(w2(x)))); auto (until config_finalize): gpt2 for a GELU
+// MLP, else llama.
+enum NamingKind { NAMING_AUTO, NAMING_GPT2, NAMING_LLAMA, NAMING_BAICHUAN, NAMING_QWEN };
 static inline const char* naming_name(NamingKind n) {
-    return n == NAMING_GPT2 ? "gpt2" : n == NAMING_BAICHUAN ? "baichuan" : n == NAMING_LLAMA ? "llama" : "auto";
+    return n == NAMING_GPT2 ? "gpt2" : n == NAMING_BAICHUAN ? "baichuan" : n == NAMING_QWEN ? "qwen"
+           : n == NAMING_LLAMA ? "llama" : "auto";
 }
 
 struct ModelConfig {
@@ -155,6 +158,7 @@ static inline std::vector<ModelConfig> all_presets() {
                           Qwen{"qwen2.5_7b", 28, 3584, 28, 4, 18944, 152064, 32768, 1000000.0f, false}}) {
         ModelConfig c = llama_preset(q.name, q.L, q.C, q.H, q.KV, q.ffn, q.vocab, q.seq, 1e-6f, q.theta);
         c.qkv_bias = true; c.tied = q.tied;
+        if (std::string(q.name) == "qwen_7b") c.naming = NAMING_QWEN;  // Qwen-1's published checkpoints
         p.push_back(c);
     }
     // Qwen3: LLaMA's blocks with QK-norm (an RMSNorm over each q and k head before RoPE), no biases, head dim 128
@@ -282,9 +286,10 @@ static inline ModelConfig config_from_json(const std::string& text, const char* 
     c.qk_norm = flag("qk_norm", true);
     c.init_std = (float)num(j, "init_std");
     const std::string naming = str("naming");
-    if (naming != "gpt2" && naming != "llama" && naming != "baichuan")
+    if (naming != "gpt2" && naming != "llama" && naming != "baichuan" && naming != "qwen")
         die("%s: unknown naming '%s'", where, naming.c_str());
-    c.naming = naming == "gpt2" ? NAMING_GPT2 : naming == "baichuan" ? NAMING_BAICHUAN : NAMING_LLAMA;
+    c.naming = naming == "gpt2" ? NAMING_GPT2 : naming == "baichuan" ? NAMING_BAICHUAN
+               : naming == "qwen" ? NAMING_QWEN : NAMING_LLAMA;
     config_finalize(c);
     return c;
 }

@@ -77,23 +77,24 @@ static inline int param_add(ParamTable& t, const std::string& name, int layer, i
 static inline ParamTable build_param_table(const ModelConfig& c) {
     ParamTable t;
     const bool g2 = cfg_gpt2_naming(c);
+    const bool qw = c.naming == NAMING_QWEN;  // QWenLMHeadModel: GPT-2's prefixes, nn.Linear weights (not transposed)
     const bool ln = c.norm == NORM_LAYERNORM;
     const int64_t C = c.n_embd, qd = cfg_q_dim(c), kvd = cfg_kv_dim(c), F = c.ffn, F1 = cfg_fc1_dim(c);
     auto whole = [](const std::string& n, int64_t rows, bool tr) { return std::vector<HfPiece>{{n, 0, rows, tr}}; };
 
     t.wte = param_add(t, "wte", -1, c.padded_vocab, C, true, INIT_NORMAL, TP_VOCAB,
-                      whole(g2 ? "transformer.wte.weight" : "model.embed_tokens.weight", c.vocab_size, false));
+                      whole(g2 || qw ? "transformer.wte.weight" : "model.embed_tokens.weight", c.vocab_size, false));
     t.specs[t.wte].live_rows = c.vocab_size;
     if (c.pos == POS_LEARNED)
         t.wpe = param_add(t, "wpe", -1, c.seq_len, C, true, INIT_NORMAL, TP_NONE,
-                          whole(g2 ? "transformer.wpe.weight" : "model.embed_positions.weight", c.seq_len, false));
+                          whole(g2 || qw ? "transformer.wpe.weight" : "model.embed_positions.weight", c.seq_len, false));
 
     for (int l = 0; l < c.n_layer; l++) {
         ParamTable::Block b;
         const std::string p = "h." + std::to_string(l) + ".";
-        const std::string hp = g2 ? "transformer.h." + std::to_string(l) + "." : "model.layers." + std::to_string(l) + ".";
+        const std::string hp = g2 || qw ? "transformer.h." + std::to_string(l) + "." : "model.layers." + std::to_string(l) + ".";
         auto norm_pair = [&](const char* ours, const char* hf_g2, const char* hf_ll, int* w, int* bb) {
-            std::string hn = hp + (g2 ? hf_g2 : hf_ll);
+            std::string hn = hp + (g2 || qw ? hf_g2 : hf_ll);
             *w = param_add(t, p + ours + ".w", l, C, 1, false, INIT_ONES, TP_NONE, whole(hn + ".weight", C, false));
             *bb = ln ? param_add(t, p + ours + ".b", l, C, 1, false, INIT_ZEROS, TP_NONE, whole(hn + ".bias", C, false)) : -1;
         };
@@ -117,34 +118,36 @@ static inline ParamTable build_param_table(const ModelConfig& c) {
             *bb = bias ? param_add(t, p + ours + ".b", l, rows, 1, false, INIT_ZEROS, tp == TP_ROW ? TP_NONE : tp, hb) : -1;
         };
         norm_pair("ln1", "ln_1", "input_layernorm", &b.ln1_w, &b.ln1_b);
-        const std::vector<Split> qkv_hf = c.naming == NAMING_BAICHUAN  // Baichuan: q, k, v rows in one tensor
+        const std::vector<Split> qkv_hf = c.naming == NAMING_BAICHUAN  // Baichuan, Qwen-1: q, k, v rows in one tensor
                                               ? std::vector<Split>{{"self_attn.W_pack", qd + 2 * kvd}}
+                                          : qw ? std::vector<Split>{{"attn.c_attn", qd + 2 * kvd}}
                                               : std::vector<Split>{{"self_attn.q_proj", qd}, {"self_attn.k_proj", kvd},
                                                                    {"self_attn.v_proj", kvd}};
         linear("qkv", qd + 2 * kvd, C, INIT_NORMAL, TP_QKV, "attn.c_attn", qkv_hf, &b.qkv_w, &b.qkv_b,
                cfg_has_qkv_bias(c));
         if (c.qk_norm) {  // one weight per head dimension, shared by the heads (Qwen3's self_attn.q_norm, k_norm)
-            const std::string ha = hp + (g2 ? "attn." : "self_attn.");
+            const std::string ha = hp + (g2 || qw ? "attn." : "self_attn.");
             b.q_norm_w = param_add(t, p + "q_norm.w", l, c.head_dim, 1, false, INIT_ONES, TP_SUM,
                                    whole(ha + "q_norm.weight", c.head_dim, false));
             b.k_norm_w = param_add(t, p + "k_norm.w", l, c.head_dim, 1, false, INIT_ONES, TP_SUM,
                                    whole(ha + "k_norm.weight", c.head_dim, false));
         }
-        linear("attn_out", C, qd, INIT_NORMAL_RESID, TP_ROW, "attn.c_proj", {{"self_attn.o_proj", C}},
+        linear("attn_out", C, qd, INIT_NORMAL_RESID, TP_ROW, "attn.c_proj", {{qw ? "attn.c_proj" : "self_attn.o_proj", C}},
                &b.attn_out_w, &b.attn_out_b, c.bias);
         norm_pair("ln2", "ln_2", "post_attention_layernorm", &b.ln2_w, &b.ln2_b);
-        if (c.mlp == MLP_SWIGLU)
-            linear("fc1", F1, C, INIT_NORMAL, TP_GATEUP, "mlp.c_fc", {{"mlp.gate_proj", F}, {"mlp.up_proj", F}},
-                   &b.fc1_w, &b.fc1_b, c.bias);
+        if (c.mlp == MLP_SWIGLU)  // our fc1 rows: the gate, then up; Qwen-1's gate is w2 (c_proj(w1(x) * silu(w2(x))))
+            linear("fc1", F1, C, INIT_NORMAL, TP_GATEUP, "mlp.c_fc",
+                   qw ? std::vector<Split>{{"mlp.w2", F}, {"mlp.w1", F}}
+                      : std::vector<Split>{{"mlp.gate_proj", F}, {"mlp.up_proj", F}}, &b.fc1_w, &b.fc1_b, c.bias);
         else
             linear("fc1", F1, C, INIT_NORMAL, TP_COL, "mlp.c_fc", {{"mlp.up_proj", F}}, &b.fc1_w, &b.fc1_b,
                    c.bias);
-        linear("fc2", C, F, INIT_NORMAL_RESID, TP_ROW, "mlp.c_proj", {{"mlp.down_proj", C}}, &b.fc2_w, &b.fc2_b,
+        linear("fc2", C, F, INIT_NORMAL_RESID, TP_ROW, "mlp.c_proj", {{qw ? "mlp.c_proj" : "mlp.down_proj", C}}, &b.fc2_w, &b.fc2_b,
                c.bias);
         t.blocks.push_back(b);
     }
 
-    const std::string fn = g2 ? "transformer.ln_f" : "model.norm";
+    const std::string fn = g2 || qw ? "transformer.ln_f" : "model.norm";
     t.lnf_w = param_add(t, "lnf.w", -1, C, 1, false, INIT_ONES, TP_NONE, whole(fn + ".weight", C, false));
     if (ln) t.lnf_b = param_add(t, "lnf.b", -1, C, 1, false, INIT_ZEROS, TP_NONE, whole(fn + ".bias", C, false));
     if (!c.tied) {

@@ -50,6 +50,8 @@ CHECKS = {
     # one case of tests/t_reference.sh (the CPU trainer against train_gpt.py): Qwen2's q, k, v biases
     "ref_qwen2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen2_style bash tests/t_reference.sh"),
     "ref_baichuan2": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=baichuan2_style bash tests/t_reference.sh"),
+    # Qwen-1's names (--naming qwen): the reference case, the forward by hand (tests/qwen1_forward.py), the round trip
+    "ref_qwen1": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen1_style bash tests/t_reference.sh"),
     # --eval: the CPU trainer against PyTorch, llm.c's file, the layouts, the emulated CUDA trainer, bad input
     "eval": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_eval.sh"),
     "ref_qwen3": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen3_style bash tests/t_reference.sh"),
@@ -722,6 +724,13 @@ MUTANTS = [
     ("sample_position", "trainer", "train_gpt.cu",
      "    gpt_logits(g, len - 1, 1);", "    gpt_logits(g, len, 1);",
      "gpu_pp", "a sample's next token is drawn from the logits one position past the text"),
+    ("qwen1_w1_w2_roles", "model", "llmc/param_table.h",
+     'qw ? std::vector<Split>{{"mlp.w2", F}, {"mlp.w1", F}}', 'qw ? std::vector<Split>{{"mlp.w1", F}, {"mlp.w2", F}}',
+     "ref_qwen1", "Qwen-1's MLP read with w1 as the gate (its code computes c_proj(w1(x) * silu(w2(x))): w2 is the gate)"),
+    ("qwen1_py_gate", "model", "train_gpt.py",
+     'linear(f"{p}.mlp.fc1", [(f"{h}.mlp.w2", ffn), (f"{h}.mlp.w1", ffn)], False)',
+     'linear(f"{p}.mlp.fc1", [(f"{h}.mlp.w1", ffn), (f"{h}.mlp.w2", ffn)], False)',
+     "ref_qwen1", "the PyTorch reference reads Qwen-1's w1 as the gate"),
     ("val_loss_one_rank", "trainer", "llmc/run/train_loop.h",
      "[&](int, const double*, double mean) { s += mean; });", "[&](int, const double*, double mean) { s = mean; });",
      "eval", "validation (both trainers' run_validate) keeps the last batch's loss instead of the sum"),

@@ -10,6 +10,7 @@
 # PyTorch in float32 8.457150). The last three cases are the widths
 # tests/t_gpu.sh also uses: head dims 80 and 128, and a mid-size model (gpt3_125m's widths and GPT-2
 # vocabulary, 2 layers; about 1.5 minutes of train_gpt.py on 2 cores).
+# qwen1_style also runs tests/qwen1_forward.py (Qwen-1's forward by hand on the names it wrote) and a round trip.
 # REF_CASES: run only the cases named (space-separated), as scripts/mutation_bench.py does.
 set -u
 d=build/t_reference
@@ -23,6 +24,7 @@ cases=(
   "flagperf_style|-c llama_tiny --layers 2 --vocab 301 --pos learned --bias 1 --tied 1|--schedule cosine --clip 0.5"
   "qwen2_style|-c llama_tiny --layers 2 --vocab 301 --qkv-bias 1|--schedule cosine"
   "baichuan2_style|-c llama_tiny --layers 2 --vocab 301 --norm-head 1 --naming baichuan|--schedule linear"
+  "qwen1_style|-c llama_tiny --layers 2 --vocab 301 --kv-heads 4 --qkv-bias 1 --naming qwen|--schedule cosine"
   "qwen3_style|-c llama_tiny --layers 2 --vocab 301 --qk-norm 1|--schedule cosine --clip 0.5"
   "baichuan2_13b_style|-c llama_tiny --layers 2 --vocab 301 --pos alibi --heads 6 --kv-heads 6 --head-dim 16 --norm-head 1 --naming baichuan|--schedule linear"
   "gpt_rope_mqa|-c gpt3_tiny --layers 2 --vocab 301 --pos rope --kv-heads 1 --tied 0|--schedule constant --accum 1 --batch 3 --lr 3e-4"
@@ -37,5 +39,19 @@ for c in "${cases[@]}"; do
     /usr/bin/python3 train_gpt.py --ref "$d/$name.init.safetensors" --out "$d/$name.safetensors" $pflags > "$d/$name.py.log" 2>&1 \
         || { echo "[FAIL] $name: train_gpt.py failed: $(tail -2 "$d/$name.py.log")"; status=1; continue; }
     ./test_gpt_cpu ref "$d/$name.safetensors" || status=1
+    if [ "$name" = qwen1_style ]; then  # Qwen-1's names: a forward written by hand from QWenLMHeadModel's definition
+        /usr/bin/python3 tests/qwen1_forward.py "$d/$name.init.safetensors" "$d/$name.safetensors" || status=1
+        # the names read back as written: the file imported (--init-from) and exported again is the same file
+        ./train_gpt_cpu $mflags --init-from "$d/$name.init.safetensors" --export-init "$d/$name.rt.safetensors" \
+            > "$d/$name.rt.log" 2>&1 && cmp -s "$d/$name.init.safetensors" "$d/$name.rt.safetensors" \
+            && echo "[PASS] $name: --naming qwen read back and written again is the same file" \
+            || { echo "[FAIL] $name: --naming qwen round trip: $(tail -1 "$d/$name.rt.log")"; status=1; }
+        # qwen_7b's own names are Qwen-1's (the preset's default), at a small width
+        ./train_gpt_cpu -c qwen_7b --layers 1 --embd 64 --heads 4 --kv-heads 4 --ffn 176 --vocab 301 --seq 64 \
+            --export-init "$d/qwen_7b_small.safetensors" > "$d/qwen_7b_small.log" 2>&1
+        if head -c 4096 "$d/qwen_7b_small.safetensors" | grep -aq '"transformer.h.0.mlp.w2.weight"'; then
+            echo "[PASS] qwen_7b writes QWenLMHeadModel's names by default"
+        else echo "[FAIL] qwen_7b does not write QWenLMHeadModel's names: $(tail -1 "$d/qwen_7b_small.log")"; status=1; fi
+    fi
 done
 exit $status

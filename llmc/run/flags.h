@@ -41,7 +41,8 @@ static inline void print_usage(const char* prog) {
            "  --mlp gelu|swiglu  --bias 0|1  --qkv-bias 0|1 (q, k, v only)  --tied 0|1\n"
            "  --norm-head 0|1 (LM head rows of unit length)  --qk-norm 0|1 (RMSNorm per q, k head)\n"
            "  --init-std F  --seed N\n"
-           "  --naming gpt2|llama|baichuan   Hugging Face tensor names (default: gpt2 for GELU, else llama)\n"
+           "  --naming gpt2|llama|baichuan|qwen   Hugging Face tensor names (default: gpt2 for GELU, else llama;\n"
+           "                       qwen: Qwen-1's QWenLMHeadModel, qwen_7b's default)\n"
            "data:\n"
            "  -i PATH              training data: a .txt file (bytes, vocab 256), llm.c shards (glob),\n"
            "                       a Megatron .bin/.idx pair or PaddleNLP _ids.npy/_idx.npz\n"
@@ -223,7 +224,8 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             if (s == "gpt2") mc->naming = NAMING_GPT2;
             else if (s == "llama") mc->naming = NAMING_LLAMA;
             else if (s == "baichuan") mc->naming = NAMING_BAICHUAN;
-            else die("flag --naming expects gpt2, llama or baichuan, got '%s'", v);
+            else if (s == "qwen") mc->naming = NAMING_QWEN;
+            else die("flag --naming expects gpt2, llama, baichuan or qwen, got '%s'", v);
         }
         else if (a == "--init-std") mc->init_std = (float)as_f();
         else if (a == "--seed") tc->seed = (uint64_t)as_int();

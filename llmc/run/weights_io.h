@@ -1,6 +1,6 @@
 // llmc/run/weights_io.h: move weights between the flat parameter buffer and safetensors files
-// with Hugging Face names (GPT2LMHeadModel or LlamaForCausalLM), driven by the parameter
-// table: fused QKV and gate/up split into their HF pieces, GPT-2 Conv1D weights transposed,
+// with Hugging Face names (GPT2LMHeadModel, LlamaForCausalLM, Baichuan's, Qwen-1's QWenLMHeadModel), driven by
+// the parameter table: fused QKV and gate/up split into their HF pieces, GPT-2 Conv1D weights transposed,
 // vocabulary padding rows dropped on export and zeroed on import. The model config travels
 // in the metadata under "config". Both directions move one table tensor at a time (hf_export_stream,
 // hf_read_tensor), so a rank holds the tensor it works on, not the model.
