@@ -31,7 +31,7 @@ expect_fail "unknown flag names the flag" "--frobnicate" "unknown flag '--frobni
 expect_fail "flag without value" "-x" "'-x' is unknown or lacks a value" ./train_gpt_cpu -x
 expect_fail "non-numeric value names the flag" "-b" "flag -b expects an integer, got .two." ./train_gpt_cpu -b two
 expect_fail "heads that do not divide embd" "--heads 3" "--embd 100 is not divisible by --heads 3" ./train_gpt_cpu --embd 100 --heads 3
-expect_fail "unknown --naming names the flag" "--naming" "flag --naming expects gpt2, llama or baichuan, got 'qwen'" ./train_gpt_cpu --naming qwen
+expect_fail "unknown --naming names the flag" "--naming" "flag --naming expects gpt2, llama, baichuan or qwen, got 'mistral'" ./train_gpt_cpu --naming mistral
 expect_fail "NormHead with a tied head names both flags" "--norm-head 1" "needs an untied LM head \(--tied 0\)" ./train_gpt_cpu -c gpt3_tiny --norm-head 1
 expect_fail "ALiBi with a RoPE flag names the flag" "--rope-theta" "flag --rope-theta sets RoPE, but --pos alibi has no rotary positions" ./train_gpt_cpu -c llama_tiny --pos alibi --rope-theta 500000
 expect_fail "ALiBi with RoPE frequency scaling (a preset's) names the flag" "--rope-scaling" "RoPE frequency scaling \(--rope-scaling\) with --pos alibi" ./train_gpt_cpu -c llama3.2_1b --pos alibi
