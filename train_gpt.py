@@ -404,33 +404,23 @@ def hf_table(cfg):
             table.append((f"{p}.attn.q_norm.weight", [(f"{hf}.q_norm.weight", None)], False))
             table.append((f"{p}.attn.k_norm.weight", [(f"{hf}.k_norm.weight", None)], False))
 
-    if cfg["naming"] == "gpt2":
+    if cfg["naming"] in ("gpt2", "qwen"):  # GPT2LMHeadModel's prefixes; Qwen-1's QWenLMHeadModel shares them
+        conv1d = cfg["naming"] == "gpt2"     # GPT-2's Conv1D weights are stored transposed, Qwen-1's nn.Linear not
         table.append(("wte.weight", [("transformer.wte.weight", None)], False))
         if cfg["pos"] == "learned":
             table.append(("wpe.weight", [("transformer.wpe.weight", None)], False))
         for i in range(cfg["n_layer"]):
             p, h = f"blocks.{i}", f"transformer.h.{i}"
             norm(f"{p}.norm1", f"{h}.ln_1")
-            linear(f"{p}.attn.qkv", [(f"{h}.attn.c_attn", None)], True)
+            linear(f"{p}.attn.qkv", [(f"{h}.attn.c_attn", None)], conv1d)
             head_norms(p, f"{h}.attn")
-            linear(f"{p}.attn.proj", [(f"{h}.attn.c_proj", None)], True)
+            linear(f"{p}.attn.proj", [(f"{h}.attn.c_proj", None)], conv1d)
             norm(f"{p}.norm2", f"{h}.ln_2")
-            linear(f"{p}.mlp.fc1", [(f"{h}.mlp.c_fc", None)], True)
-            linear(f"{p}.mlp.fc2", [(f"{h}.mlp.c_proj", None)], True)
-        norm("norm_f", "transformer.ln_f")
-    elif cfg["naming"] == "qwen":  # QWenLMHeadModel: nn.Linear weights under GPT-2's prefixes
-        table.append(("wte.weight", [("transformer.wte.weight", None)], False))
-        if cfg["pos"] == "learned":
-            table.append(("wpe.weight", [("transformer.wpe.weight", None)], False))
-        for i in range(cfg["n_layer"]):
-            p, h = f"blocks.{i}", f"transformer.h.{i}"
-            norm(f"{p}.norm1", f"{h}.ln_1")
-            linear(f"{p}.attn.qkv", [(f"{h}.attn.c_attn", None)], False)
-            head_norms(p, f"{h}.attn")
-            linear(f"{p}.attn.proj", [(f"{h}.attn.c_proj", None)], False)
-            norm(f"{p}.norm2", f"{h}.ln_2")
-            linear(f"{p}.mlp.fc1", [(f"{h}.mlp.w2", ffn), (f"{h}.mlp.w1", ffn)], False)  # gate rows, then up
-            linear(f"{p}.mlp.fc2", [(f"{h}.mlp.c_proj", None)], False)
+            if conv1d:
+                linear(f"{p}.mlp.fc1", [(f"{h}.mlp.c_fc", None)], True)
+            else:  # Qwen-1's MLP is c_proj(w1(x) * silu(w2(x))): w2 the gate
+                linear(f"{p}.mlp.fc1", [(f"{h}.mlp.w2", ffn), (f"{h}.mlp.w1", ffn)], False)  # gate rows, then up
+            linear(f"{p}.mlp.fc2", [(f"{h}.mlp.c_proj", None)], conv1d)
         norm("norm_f", "transformer.ln_f")
     else:
         table.append(("wte.weight", [("model.embed_tokens.weight", None)], False))
