@@ -47,7 +47,11 @@ def main():
     k = rand(a.B, a.KV, a.T, a.hd).requires_grad_()
     v = rand(a.B, a.KV, a.T, a.hd).requires_grad_()
     dout = rand(a.B, a.H, a.T, a.hd)
-    has_gqa = "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    # enable_gqa (PyTorch >= 2.5); a builtin may carry no signature, its docstring names its arguments
+    try:
+        has_gqa = "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
+    except ValueError:
+        has_gqa = "enable_gqa" in (F.scaled_dot_product_attention.__doc__ or "")
     if a.KV != a.H and not has_gqa:
         k = k.detach().repeat_interleave(a.H // a.KV, dim=1).requires_grad_()
         v = v.detach().repeat_interleave(a.H // a.KV, dim=1).requires_grad_()
