@@ -474,7 +474,7 @@ static void gpt_forward_chunk(GPT* g, int mb, int chunk = -1, floatX* out = null
 // sampling, tests). targets[B*T] (host, -1 = ignore, may be null) are uploaded for the classifier. Tokens
 // must be in [0, vocab). It waits for the stream first, since it rewrites upload buffer 0.
 static void gpt_forward(GPT* g, const int32_t* inputs, const int32_t* targets) {
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    comm_wait_stream(g->world, g->stream, "the work before a forward");
     gpt_upload_reserve(g, 1);
     gpt_upload(g, 0, inputs, targets);
     gpt_forward_chunk(g, 0);
@@ -506,7 +506,7 @@ static void gpt_loss_accumulate(GPT* g, double weight) {
 // Waits for the stream and reads g->scratch.loss_sum through pinned memory into g->io.loss.
 static double gpt_read_loss(GPT* g) {
     cudaCheck(cudaMemcpyAsync(&g->io.h_readback->loss, g->scratch.loss_sum, sizeof(double), cudaMemcpyDeviceToHost, g->stream));
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    comm_wait_stream(g->world, g->stream, "the step's work (its collectives included)");
     g->io.loss = g->io.h_readback->loss;
     return g->io.loss;
 }
@@ -842,7 +842,7 @@ static const float* gpt_last_logits(GPT* g, const int32_t* window, int len, std:
     gpt_forward(g, window, nullptr);
     gpt_logits(g, len - 1, 1);
     cudaCheck(cudaMemcpyAsync(row.data(), g->scratch.logits, row.size() * sizeof(floatX), cudaMemcpyDeviceToHost, g->stream));
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    comm_wait_stream(g->world, g->stream, "the sampling forward");
     logits->resize(c.vocab_size);
     for (int v = 0; v < c.vocab_size; v++) (*logits)[v] = to_float(row[v]);
     return logits->data();
@@ -865,7 +865,9 @@ static void gpt_forward_batches(GPT* g, const Batches& in, const Batches& tg, do
     auto take = [&](int j) {  // after gpt_loss: g->scratch.losses holds batch j's per-token losses
         means[j] = g->io.loss;
         if (!layout_counts_loss(g->L)) return;
-        cudaCheck(cudaMemcpy(tok.data(), g->scratch.losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpyAsync(tok.data(), g->scratch.losses, tok.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                  g->stream));
+        comm_wait_stream(g->world, g->stream, "an evaluation forward");
         for (int b = 0; b < B; b++) {
             double s = 0;
             for (int i = 0; i < T; i++) s += tok[(size_t)b * T + i];
@@ -873,7 +875,8 @@ static void gpt_forward_batches(GPT* g, const Batches& in, const Batches& tg, do
         }
     };
     if (g->L.topo.pp > 1) {
-        cudaCheck(cudaStreamSynchronize(g->stream));  // no queued copy reads the upload buffers rewritten here
+        comm_wait_stream(g->world, g->stream, "the work before an evaluation");  // no queued copy reads the upload
+                                                                                  // buffers rewritten here
         gpt_upload_reserve(g, m);
         for (int j = 0; j < m; j++) gpt_upload(g, j, in[j].data(), tg[j].data());
         gpt_pipeline(g, m, false, 0.0, [&](int mb) {

@@ -97,7 +97,7 @@ CHECKS = {
     # pipeline layouts of the CUDA trainer on emulated GPUs; its host modes, validation and sampling at one rank
     "gpu_pp": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_pp.sh"),
     # stalled ranks and slow storage under --comm-timeout / --io-timeout, both trainers
-    "hangs": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_hangs.sh"),
+    "hangs": ("make -s train_gpt_cpu build/train_gpt_fp32_emu build/train_gpt_streams_emu", "bash tests/t_hangs.sh"),
     # the CUDA trainer in the emulation's stream mode (tests/t_streams.sh): the happens-before checker's verdict on
     # the layouts that exercise each group of ordering edges (data parallel and ZeRO, the world's sums, pipeline, fp8)
     "streams_dp": ("make -s build/train_gpt_streams_emu",
@@ -591,6 +591,10 @@ MUTANTS = [
      "    comm_io_wait([&] {\n        if (g->L.topo.rank == 0) test_hooks_write_delay();",
      "    std::invoke([&] {\n        if (g->L.topo.rank == 0) test_hooks_write_delay();",
      "hangs", "a sender of the export waits for rank 0's writing under --comm-timeout (slow storage ends a finished run)"),
+    ("step_wait_timeout", "faults", "train_gpt.cu",
+     "    comm_wait_stream(g->world, g->stream, \"the step's work (its collectives included)\");",
+     "    cudaCheck(cudaStreamSynchronize(g->stream));",
+     "hangs", "the step's host wait ignores --comm-timeout: a stalled peer hangs the other ranks (seen on an H200)"),
     ("gpus_per_node", "parallel", "llmc/parallel/comm_nccl.cuh",
      "if (local_ranks > devices && ", "if (local_ranks > devices + 1 && ",
      "gpu_multirank", "two ranks share a node's one GPU without a word"),

@@ -280,7 +280,7 @@ static bool fp8_same_on_ranks(const Fp8Linears& f, const Comm& c, const std::vec
 static Fp8State fp8_state_gather(const Fp8Linears& f, cudaStream_t stream) {
     Fp8State st;
     if (f.opt.recipe == FP8_NONE) return st;
-    cudaCheck(cudaStreamSynchronize(stream));
+    comm_wait_stream(f.world, stream, "the work before fp8's scaling state is gathered");
     const bool delayed = f.opt.recipe == FP8_DELAYED;
     const char* names[3] = {"weights'", "GEMM inputs'", "output gradients'"};
     const Fp8Meta* metas[3] = {&f.w, &f.x, &f.dy};

@@ -67,7 +67,7 @@ static void gpt_set_weights(GPT* g, const float* p, const float* m, const float*
         for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16(src[2][i]);
         cudaCheck(cudaMemcpy(g->v, h.data(), n * 2, cudaMemcpyHostToDevice));
     }
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    comm_wait_stream(g->world, g->stream, "the weights' upload (ZeRO 1/2: their all-gather)");
 }
 
 // out[P] = the whole of a device buffer of T (float or bf16) that this rank holds whole (sharded false) or as its
@@ -96,7 +96,7 @@ static void download_whole(GPT* g, const T* src, bool sharded, std::vector<float
 // (ZeRO >= 1: gathered from the shards; every rank of the dp group calls it).
 static void gpt_get_weights(GPT* g, std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) {
     const bool sharded = g->L.zero >= 1;
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    comm_wait_stream(g->world, g->stream, "the work before a download of the weights");
     download_whole(g, g->master, sharded, p);
     if (!m) return;
     if (!g->bf16_moments) {
@@ -190,7 +190,7 @@ static void gpt_load(GPT* g, const ParamTable& table, const TrainConfig& tc, con
 // part at a time; --fp8: the ranks agree on their scaling state first, which rank 0 writes.
 static void gpt_save_checkpoint(GPT* g, const ParamTable& table, const TrainConfig& tc, const TrainState& state) {
     const Fp8State fp8_state = fp8_state_gather(g->fp8, g->stream);  // --fp8: the ranks agree; delayed: its state
-    cudaCheck(cudaStreamSynchronize(g->stream));
+    comm_wait_stream(g->world, g->stream, "the work before a checkpoint");
     const bool sharded = g->L.zero >= 1;
     const void* src[3] = {g->master, g->m, g->v};
     const char* kinds[3] = {"p", "m", "v"};

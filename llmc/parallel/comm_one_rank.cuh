@@ -39,6 +39,7 @@ static void comm_host_sum(const Comm&, double*, size_t) {}
 static void comm_host_max(const Comm&, double*, size_t) {}
 static void comm_barrier(const Comm& c) { cudaCheck(cudaStreamSynchronize(c.stream)); }
 static void comm_stream_sync(const Comm& c, const char*) { cudaCheck(cudaStreamSynchronize(c.stream)); }
+static void comm_wait_stream(const Comm&, cudaStream_t s, const char*) { cudaCheck(cudaStreamSynchronize(s)); }
 // point to point needs a peer: never called with one rank (a pipeline needs --pp ranks)
 struct CommRequest {};
 template <typename T> static void comm_send(const Comm&, const T*, size_t, int peer, int, CommRequest*) {
