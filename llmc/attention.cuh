@@ -265,22 +265,108 @@ __global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfl
     if (lane == 0) dvec[((size_t)b * H + h) * T + t] = acc;
 }
 
-// One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
-// every head, which have the most query tiles (longest first). Each warp owns 16 keys and keeps
-// their dK and dV (16 x hd each, fp32) in registers while the block walks every query head of the
-// GQA group and every query tile at or after the key tile; dK and dV are then written once, so
-// the group's sum needs no atomics. Per query tile of BM rows (Q, dO, lse, D staged in shared memory):
+// The dK/dV work of one query tile for one warp: its 16 keys (rows kw, vw of the staged K and V, keys key0 and
+// key0 + 8 for this thread) against BM query rows from q_first (sQ, sdO: [BM][HD + ATT_PAD]; sL: lse * log2(e),
+// sD: D = rowsum(dO * O), [BM] each):
 //   S^T = K Q^T, P^T = exp(S^T * scale (+ ALiBi's bias) - lse), dV += P^T dO, dP^T = V dO^T,
 //   dS^T = P^T (dP^T - D), dK += dS^T Q.
 // Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
 // [k][n]); rows are padded by 16 bytes, so the eight rows of each 8x8 tile hit distinct banks.
 template <int HD, int BM, bool ALIBI>
+__device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const __nv_bfloat16* kw,
+                                          const __nv_bfloat16* vw, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
+                                          const float* sL, const float* sD, int key0, int q_first, float scale_log2,
+                                          float slope_log2) {
+    constexpr int LDS = HD + ATT_PAD;
+    constexpr int KC = HD / 16;
+    constexpr int NQ = BM / 8;  // n8 tiles over the query tile
+    constexpr int DT = HD / 8;
+    const int lane = threadIdx.x % 32, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    // S^T = K Q^T and dP^T = V dO^T (16 keys x BM queries per warp)
+    float st[NQ][4], dpt[NQ][4];
+    for (int n = 0; n < NQ; n++)
+        for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+    for (int kc = 0; kc < KC; kc++) {
+        // A tiles: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
+        uint32_t ka[4], va[4];
+        const int a_off = ((mat & 1) * 8 + r8) * LDS + kc * 16 + (mat >> 1) * 8;
+        ldmatrix_x4(ka, kw + a_off);
+        ldmatrix_x4(va, vw + a_off);
+        // B tiles (Q^T, dO^T): (queries n*8.., k 0-7), (same, k 8-15), (queries +8, k 0-7), (+8, k 8-15)
+        for (int n = 0; n < NQ; n += 2) {
+            const int b_off = (n * 8 + (mat >> 1) * 8 + r8) * LDS + kc * 16 + (mat & 1) * 8;
+            uint32_t qb[4], ob[4];
+            ldmatrix_x4(qb, sQ + b_off);
+            ldmatrix_x4(ob, sdO + b_off);
+            mma_bf16_16816(st[n], ka, qb[0], qb[1]);
+            mma_bf16_16816(st[n + 1], ka, qb[2], qb[3]);
+            mma_bf16_16816(dpt[n], va, ob[0], ob[1]);
+            mma_bf16_16816(dpt[n + 1], va, ob[2], ob[3]);
+        }
+    }
+    // P^T and dS^T in place (rows: keys key0, key0 + 8; columns: queries)
+    for (int n = 0; n < NQ; n++)
+        for (int e = 0; e < 4; e++) {
+            const int qi = n * 8 + 2 * q4 + (e & 1);
+            const int key = key0 + (e >> 1) * 8;
+            float x = st[n][e] * scale_log2;
+            if (ALIBI) x += slope_log2 * (float)(key - (q_first + qi));
+            const float p = (key > q_first + qi) ? 0.0f : exp2f(x - sL[qi]);
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - sD[qi]);
+        }
+    // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
+    for (int c = 0; c < BM / 16; c++) {
+        uint32_t pa[4] = {pack_bf16x2(st[2 * c][0], st[2 * c][1]), pack_bf16x2(st[2 * c][2], st[2 * c][3]),
+                          pack_bf16x2(st[2 * c + 1][0], st[2 * c + 1][1]),
+                          pack_bf16x2(st[2 * c + 1][2], st[2 * c + 1][3])};
+        uint32_t sa[4] = {pack_bf16x2(dpt[2 * c][0], dpt[2 * c][1]), pack_bf16x2(dpt[2 * c][2], dpt[2 * c][3]),
+                          pack_bf16x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
+                          pack_bf16x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
+        const int row = c * 16 + (mat & 1) * 8 + r8;
+        for (int d = 0; d < DT; d += 2) {
+            uint32_t ob[4], qb[4];
+            ldmatrix_x4_trans(ob, sdO + row * LDS + d * 8 + (mat >> 1) * 8);
+            ldmatrix_x4_trans(qb, sQ + row * LDS + d * 8 + (mat >> 1) * 8);
+            mma_bf16_16816(dv[d], pa, ob[0], ob[1]);
+            mma_bf16_16816(dv[d + 1], pa, ob[2], ob[3]);
+            mma_bf16_16816(dk[d], sa, qb[0], qb[1]);
+            mma_bf16_16816(dk[d + 1], sa, qb[2], qb[3]);
+        }
+    }
+}
+
+// dK (scaled) and dV of this warp's 16 keys (this thread's: key0 and key0 + 8) into dqkv.
+template <int HD>
+__device__ __forceinline__ void dkdv_store(__nv_bfloat16* dqkv, const float (&dk)[HD / 8][4],
+                                           const float (&dv)[HD / 8][4], int b, int T, int H, int KV, int kh, int key0,
+                                           float scale) {
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const int q4 = threadIdx.x % 4;
+    for (int r = 0; r < 2; r++) {
+        const size_t row = (size_t)b * T + key0 + r * 8;
+        __nv_bfloat16* dkr = dqkv + row * ld + (size_t)(H + kh) * HD + 2 * q4;
+        __nv_bfloat16* dvr = dqkv + row * ld + (size_t)(H + KV + kh) * HD + 2 * q4;
+        for (int d = 0; d < HD / 8; d++) {
+            *reinterpret_cast<__nv_bfloat162*>(dkr + d * 8) =
+                __floats2bfloat162_rn(dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(dvr + d * 8) = __floats2bfloat162_rn(dv[d][2 * r], dv[d][2 * r + 1]);
+        }
+    }
+}
+
+// Version 3. One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
+// every head, which have the most query tiles (longest first). Each warp owns 16 keys and keeps
+// their dK and dV (16 x hd each, fp32) in registers while the block walks every query head of the
+// GQA group and every query tile at or after the key tile (dkdv_tile); dK and dV are then written once, so
+// the group's sum needs no atomics. Each query tile's Q, dO, lse and D are staged in shared memory and waited for
+// before it is computed.
+template <int HD, int BM, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;
-    constexpr int KC = HD / 16;
-    constexpr int NQ = BM / 8;                  // n8 tiles over the query tile
     constexpr int DT = HD / 8;
     DYNAMIC_SMEM(att_smem);
     __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
@@ -292,8 +378,7 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
 
     const int kt = blockIdx.y;
     const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
-    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
     load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
@@ -324,73 +409,87 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
             }
             cp_async_wait<0>();
             __syncthreads();
-
-            // S^T = K Q^T and dP^T = V dO^T (16 keys x BM queries per warp)
-            float st[NQ][4], dpt[NQ][4];
-            for (int n = 0; n < NQ; n++)
-                for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
-            for (int kc = 0; kc < KC; kc++) {
-                // A tiles: (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15)
-                uint32_t ka[4], va[4];
-                const int a_off = ((mat & 1) * 8 + r8) * LDS + kc * 16 + (mat >> 1) * 8;
-                ldmatrix_x4(ka, kw + a_off);
-                ldmatrix_x4(va, vw + a_off);
-                // B tiles (Q^T, dO^T): (queries n*8.., k 0-7), (same, k 8-15), (queries +8, k 0-7), (+8, k 8-15)
-                for (int n = 0; n < NQ; n += 2) {
-                    const int b_off = (n * 8 + (mat >> 1) * 8 + r8) * LDS + kc * 16 + (mat & 1) * 8;
-                    uint32_t qb[4], ob[4];
-                    ldmatrix_x4(qb, sQ + b_off);
-                    ldmatrix_x4(ob, sdO + b_off);
-                    mma_bf16_16816(st[n], ka, qb[0], qb[1]);
-                    mma_bf16_16816(st[n + 1], ka, qb[2], qb[3]);
-                    mma_bf16_16816(dpt[n], va, ob[0], ob[1]);
-                    mma_bf16_16816(dpt[n + 1], va, ob[2], ob[3]);
-                }
-            }
-            // P^T and dS^T in place (rows: keys key0, key0 + 8; columns: queries)
-            for (int n = 0; n < NQ; n++)
-                for (int e = 0; e < 4; e++) {
-                    const int qi = n * 8 + 2 * q4 + (e & 1);
-                    const int key = key0 + (e >> 1) * 8;
-                    float x = st[n][e] * scale_log2;
-                    if (ALIBI) x += slope_log2 * (float)(key - (it * BM + qi));
-                    const float p = (key > it * BM + qi) ? 0.0f : exp2f(x - sL[qi]);
-                    st[n][e] = p;
-                    dpt[n][e] = p * (dpt[n][e] - sD[qi]);
-                }
-            // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
-            for (int c = 0; c < BM / 16; c++) {
-                uint32_t pa[4] = {pack_bf16x2(st[2 * c][0], st[2 * c][1]), pack_bf16x2(st[2 * c][2], st[2 * c][3]),
-                                  pack_bf16x2(st[2 * c + 1][0], st[2 * c + 1][1]),
-                                  pack_bf16x2(st[2 * c + 1][2], st[2 * c + 1][3])};
-                uint32_t sa[4] = {pack_bf16x2(dpt[2 * c][0], dpt[2 * c][1]), pack_bf16x2(dpt[2 * c][2], dpt[2 * c][3]),
-                                  pack_bf16x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
-                                  pack_bf16x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
-                const int row = c * 16 + (mat & 1) * 8 + r8;
-                for (int d = 0; d < DT; d += 2) {
-                    uint32_t ob[4], qb[4];
-                    ldmatrix_x4_trans(ob, sdO + row * LDS + d * 8 + (mat >> 1) * 8);
-                    ldmatrix_x4_trans(qb, sQ + row * LDS + d * 8 + (mat >> 1) * 8);
-                    mma_bf16_16816(dv[d], pa, ob[0], ob[1]);
-                    mma_bf16_16816(dv[d + 1], pa, ob[2], ob[3]);
-                    mma_bf16_16816(dk[d], sa, qb[0], qb[1]);
-                    mma_bf16_16816(dk[d + 1], sa, qb[2], qb[3]);
-                }
-            }
+            dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sdO, sL, sD, key0, it * BM, scale_log2, slope_log2);
             __syncthreads();  // sQ, sdO, sL, sD are overwritten by the next query tile
         }
     }
-    // write dK (scaled) and dV of this warp's 16 keys
-    for (int r = 0; r < 2; r++) {
-        const size_t row = (size_t)b * T + key0 + r * 8;
-        __nv_bfloat16* dkr = dqkv + row * ld + (size_t)(H + kh) * HD + 2 * q4;
-        __nv_bfloat16* dvr = dqkv + row * ld + (size_t)(H + KV + kh) * HD + 2 * q4;
-        for (int d = 0; d < DT; d++) {
-            *reinterpret_cast<__nv_bfloat162*>(dkr + d * 8) =
-                __floats2bfloat162_rn(dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(dvr + d * 8) = __floats2bfloat162_rn(dv[d][2 * r], dv[d][2 * r + 1]);
+    dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
+}
+
+// Version 4: version 3 with the next query tile's Q and dO copied (cp.async) into a second buffer while the current
+// one is computed, and its lse and D loaded into registers then, stored into the second buffer after the compute.
+// The block's query tiles, (query head of the group, query tile), are walked as one sequence, so the copy runs
+// ahead across heads too. The same arithmetic in the same order as version 3: the same bits.
+// Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM].
+template <int HD, int BM, bool ALIBI>
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                        const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
+    static_assert(2 * BM <= ATT_THREADS, "one thread per lse and per D element of a tile");
+    constexpr int LDS = HD + ATT_PAD;
+    constexpr int DT = HD / 8;
+    constexpr int STAGE = 2 * BM * LDS;  // Q and dO of one buffer (bf16 elements)
+    DYNAMIC_SMEM(att_smem);
+    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
+    __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
+    __nv_bfloat16* sQO = sV + ATT_BWD_BN * LDS;                       // [2][Q [BM][LDS], dO [BM][LDS]]
+    float* sLD = reinterpret_cast<float*>(sQO + 2 * STAGE);           // [2][lse * log2(e) [BM], D [BM]]
+
+    const int kt = blockIdx.y;
+    const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+    cp_async_commit();
+
+    const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    float dk[DT][4], dv[DT][4];
+    for (int d = 0; d < DT; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
+    const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
+    const int first_qt = kt * ATT_BWD_BN / BM, n_it = T / BM - first_qt, n_tiles = group * n_it;
+
+    // tile t of the sequence: query head kh * group + t / n_it, query tile first_qt + t % n_it
+    auto copy_qo = [&](int t, int buf) {  // Q and dO of tile t into buffer buf (cp.async, committed)
+        const int h = kh * group + t / n_it, it = first_qt + t % n_it;
+        const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
+        load_tile<BM, HD, ATT_THREADS>(sQO + buf * STAGE, qkv + q_row0 * ld + (size_t)h * HD, ld);
+        load_tile<BM, HD, ATT_THREADS>(sQO + buf * STAGE + BM * LDS, dout + q_row0 * H * HD + (size_t)h * HD,
+                                       (size_t)H * HD);
+        cp_async_commit();
+    };
+    auto load_ld = [&](int t) {  // this thread's element of tile t's lse * log2(e) (threads < BM) or D (< 2 BM)
+        const int h = kh * group + t / n_it, it = first_qt + t % n_it, i = threadIdx.x % BM;
+        const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
+        return threadIdx.x < BM ? lse[r] * 1.4426950408889634f : threadIdx.x < 2 * BM ? dvec[r] : 0.0f;
+    };
+    copy_qo(0, 0);
+    if (threadIdx.x < 2 * BM) sLD[threadIdx.x] = load_ld(0);
+    for (int t = 0; t < n_tiles; t++) {
+        const int buf = t & 1, h = kh * group + t / n_it, it = first_qt + t % n_it;
+        const bool next = t + 1 < n_tiles;
+        float next_ld = 0.0f;
+        if (next) {
+            copy_qo(t + 1, buf ^ 1);  // buffer buf ^ 1 was last read in tile t - 1, before its closing barrier
+            next_ld = load_ld(t + 1);
+            cp_async_wait<1>();       // all but tile t + 1's copy: K, V and tile t
+        } else {
+            cp_async_wait<0>();
         }
+        __syncthreads();
+        const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
+        const __nv_bfloat16* sQ = sQO + buf * STAGE;
+        const float* sL = sLD + buf * 2 * BM;
+        dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sQ + BM * LDS, sL, sL + BM, key0, it * BM, scale_log2,
+                                 slope_log2);
+        if (next && threadIdx.x < 2 * BM) sLD[(buf ^ 1) * 2 * BM + threadIdx.x] = next_ld;
+        __syncthreads();  // buffer buf is overwritten by tile t + 2's copy; buf ^ 1's lse and D are stored
     }
+    dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
 }
 
 // One block per (b * H + query head, reversed query tile), x fastest: as in the forward, every head's
@@ -519,15 +618,24 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
 template <int HD, bool ALIBI>
 static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                   const float* lse, const float* dvec, const float* alibi, int B, int T, int H, int KV,
-                                  cudaStream_t stream) {
-    // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers
+                                  cudaStream_t stream, int version) {
+    // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers; version 4 holds two tiles' Q, dO, lse, D
     constexpr int BM = 32;
-    const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
-                           2 * BM * sizeof(float);
-    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM, ALIBI>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-    attention_backward_dkdv_kernel<HD, BM, ALIBI><<<dim3(B * KV, T / ATT_BWD_BN), ATT_THREADS, smem_kv, stream>>>(
-        dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
+    const int stages = version == 4 ? 2 : 1;
+    const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * stages * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
+                           2 * stages * BM * sizeof(float);
+    const dim3 grid_kv(B * KV, T / ATT_BWD_BN);
+    if (version == 4) {
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_prefetch_kernel<HD, BM, ALIBI>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        attention_backward_dkdv_prefetch_kernel<HD, BM, ALIBI><<<grid_kv, ATT_THREADS, smem_kv, stream>>>(
+            dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
+    } else {
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM, ALIBI>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        attention_backward_dkdv_kernel<HD, BM, ALIBI><<<grid_kv, ATT_THREADS, smem_kv, stream>>>(
+            dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
+    }
     cudaCheck(cudaGetLastError());
     // dQ: Q and dO of 64 rows plus double-buffered K and V tiles
     const size_t smem_q = (size_t)(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
@@ -541,21 +649,39 @@ static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout
 template <int HD>
 static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                   const float* lse, const float* dvec, const float* alibi, int B, int T, int H, int KV,
-                                  cudaStream_t stream) {
-    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
-    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
+                                  cudaStream_t stream, int version) {
+    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
+    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
+}
+
+// The backward's dK/dV kernel per head dim: version 3 (attention_backward_dkdv_kernel) or 4 (its prefetching form,
+// the same bits). dev/cuda/attention_backward.cu times both at the sweep's shapes (scripts/gpu_check.sh); an entry
+// changes only on a GPU's timings. Version 4 has run in the emulation only.
+static const int ATT_BWD_TABLE[][2] = {
+    // head dim, version
+    {64, 3},
+    {80, 3},
+    {128, 3},
+};
+static int attention_backward_version(int hd) {
+    for (const auto& e : ATT_BWD_TABLE)
+        if (e[0] == hd) return e[1];
+    return 3;
 }
 
 // dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null.
-// Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written by one thread.
+// Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written by one thread. version: 3 or 4
+// (the dK/dV kernel), 0 for attention_backward_version's choice.
 static void attention_backward(__nv_bfloat16* dqkv, float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                const __nv_bfloat16* qkv, const float* lse, int B, int T, int H, int KV, int hd,
-                               cudaStream_t stream, const float* alibi = nullptr) {
+                               cudaStream_t stream, const float* alibi = nullptr, int version = 0) {
     attention_check_shape(B, T, H, KV, hd);
+    if (version == 0) version = attention_backward_version(hd);
+    if (version != 3 && version != 4) die("attention_backward: version %d (3 or 4)", version);
     const int rows = B * T * H;
     attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
-    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
-    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
-    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream);
+    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
+    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
+    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
 }

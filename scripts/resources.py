@@ -81,6 +81,8 @@ LAUNCHES = {
 DYN_SMEM = {
     "attention_forward_kernel": (["HD"], "(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * 2"),
     "attention_backward_dkdv_kernel": (["HD", "BM"], "(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * 2 + 2 * BM * 4"),
+    "attention_backward_dkdv_prefetch_kernel": (["HD", "BM"],
+                                                "(2 * ATT_BWD_BN + 4 * BM) * (HD + ATT_PAD) * 2 + 4 * BM * 4"),
     "attention_backward_dq_kernel": (["HD"], "(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * 2"),
 }
 

@@ -120,12 +120,13 @@ def selected(p, table):
     name, C, hd, fwd, bwd, alibi = p
     chosen = [table[fwd], table[bwd]] if fwd in table and bwd in table else None
     attn = [r for k, r in table.items() if k.startswith(("attention_forward_kernel<%s," % hd,
-            "attention_backward_dq_kernel<%s," % hd, "attention_backward_dkdv_kernel<%s," % hd))
+            "attention_backward_dq_kernel<%s," % hd, "attention_backward_dkdv_kernel<%s," % hd,
+            "attention_backward_dkdv_prefetch_kernel<%s," % hd))
             and k.endswith(", %s>" % alibi)]
     return chosen, attn
 
 shape_bases = ("fused_residual_norm_forward_kernel", "norm_backward_kernel", "attention_forward_kernel",
-               "attention_backward_dq_kernel", "attention_backward_dkdv_kernel")
+               "attention_backward_dq_kernel", "attention_backward_dkdv_kernel", "attention_backward_dkdv_prefetch_kernel")
 for a in archs:
     table = {r["kernel"]: r for r in rows if r["arch"] == a}
     if not table:

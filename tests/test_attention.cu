@@ -4,7 +4,8 @@
 // Shapes: head dims 64, 80 and 128; GQA and MQA; odd and even numbers of 64-row tiles (the pipelined kernels
 // alternate two buffers); batch 2. The kernels take only T a multiple of 64 (the trainer refuses other
 // lengths at -t): a child process checks that the launcher refuses T = 96 with exit status 1 and a message
-// naming T. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
+// naming T. The backward runs with both dK/dV kernels (versions 3 and 4 of llmc/attention.cuh): version 3 is checked
+// against the reference, version 4 must give its bits. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
 //
 // Tolerance. The inputs q, k, v, dO are bf16 numbers and both sides use exactly those. The kernels keep
 // scores, softmax statistics and every accumulation in fp32 (relative errors near 2^-22, fast-math exp2 and
@@ -93,10 +94,16 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
     cudaCheck(cudaMalloc(&d_lse, (size_t)B * H * T * sizeof(float)));
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
     attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi);
-    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi);
+    // the backward's two dK/dV kernels: version 4 (the next query tile prefetched) must give version 3's bits;
+    // dqkv is filled with NaN (0xffff) before each, so an element a version leaves unwritten shows
+    cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 3);
+    const std::vector<__nv_bfloat16> dqkv_h = download(d_dqkv, (size_t)B * T * W);
+    cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 4);
+    const std::vector<__nv_bfloat16> dqkv4_h = download(d_dqkv, (size_t)B * T * W);
     cudaCheck(cudaDeviceSynchronize());
     const std::vector<__nv_bfloat16> out_h = download(d_out, (size_t)B * T * H * hd);
-    const std::vector<__nv_bfloat16> dqkv_h = download(d_dqkv, (size_t)B * T * W);
     const std::vector<float> lse_f = download(d_lse, (size_t)B * H * T);
     const std::vector<double> out = to_double(out_h), dqkv = to_double(dqkv_h);
     const std::vector<double> lse(lse_f.begin(), lse_f.end());
@@ -189,6 +196,11 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
         e_b[k] = worst_ratio(part[k][0], part[k][1], part[k][2]);
         check(e_b[k] <= 1.0, n + " backward " + parts[k], "error %.3g times the bf16 bound", e_b[k]);
     }
+    size_t differ = 0;
+    for (size_t i = 0; i < dqkv_h.size(); i++)
+        differ += memcmp(&dqkv_h[i], &dqkv4_h[i], sizeof(__nv_bfloat16)) != 0;
+    check(differ == 0, n + " backward version 4 (prefetching dK/dV) gives version 3's bits", "%zu of %zu elements differ",
+          differ, dqkv_h.size());
     printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e_o, e_l, e_b[0], e_b[1], e_b[2]);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_dqkv));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dvec));

@@ -12,6 +12,9 @@
 //   version 3  llmc/attention.cuh: version 2 without the dQ part, plus a separate dQ kernel (one block
 //              per (query tile, query head), key tiles in a fixed order, P and dS recomputed, dQ in
 //              registers, written once): no atomics, bitwise reproducible.
+//   version 4  llmc/attention.cuh with its prefetching dK/dV kernel: version 3's dK/dV block copies the next query
+//              tile's Q and dO (cp.async, a second buffer) and loads its lse and D while the current tile is
+//              computed, over one sequence of (query head, query tile); the same arithmetic: version 3's bits.
 // Layout: qkv [B,T,(H+2KV)*hd], dout and out [B,T,H*hd], lse [B,H,T] fp32 -> dqkv [B,T,(H+2KV)*hd].
 // FLOPs: backward = 2.5 x forward = 2.5 * 4 * B * H * T * T * hd / 2 (five T x T x hd matmuls against
 // the forward's two; the recomputation of S is counted, as FlashAttention-2 counts it). Version 3 does
@@ -244,12 +247,12 @@ static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, cons
                         int KV, int hd) {
     if (version == 1) attention_rowwise_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
     else if (version == 2) attention_backward_v2(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
-    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
+    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, version);
 }
 
 // ---- host side ------------------------------------------------------------------------------------
 
-static const int N_VERSIONS = 3;
+static const int N_VERSIONS = 4;
 static const double TARGET_TFLOPS = 400.0;
 
 // Device buffers of one problem, carved from one allocation (a DeviceSets set) by offsets.
@@ -344,7 +347,8 @@ int main(int argc, char** argv) {
     Args a = attention_parse_args(argc, argv,
                         "  Causal GQA flash-attention backward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32,\n"
                         "  atomics for dK/dV), 2 FA2 (tensor cores, dK/dV in registers per key tile, dQ by fp32 atomics),\n"
-                        "  3 llmc/attention.cuh (version 2 with a separate dQ kernel: no atomics, bitwise reproducible).\n"
+                        "  3 llmc/attention.cuh (version 2 with a separate dQ kernel: no atomics, bitwise reproducible),\n"
+                        "  4 version 3 with the next query tile prefetched in the dK/dV kernel (version 3's bits).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the llmc forward, each backward version and both together at the --sizes shapes\n"
                         "  (forward 4*B*H*T*T*hd/2 FLOP, backward 2.5x that; target 400 TFLOP/s).\n",
