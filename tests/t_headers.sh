@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # tests/t_headers.sh: every header under llmc/ compiles alone, in a translation unit that includes only it, so that
-# each one includes what it uses and can be included first anywhere: the parallel axes of llmc/gpt/ too; only
-# llmc/gpt/memory.cuh and weights.cuh are not checked, parts of train_gpt.cu's translation unit that build and fill its
-# struct GPT (llmc/README.md). Checks:
+# each one includes what it uses and can be included first anywhere: the parallel axes of llmc/gpt/, the model
+# (model.cuh), its buffers (memory.cuh) and its weights in and out (weights.cuh) too. Checks:
 #   1. each *.h with g++ -std=c++17 -fsyntax-only -I.
 #   2. each *.cuh against the host emulation of CUDA, as tests/cuda_emu/build.sh builds: the sources copied with their
 #      kernel launches rewritten (tests/cuda_emu/rewrite.py), the emulation's headers first on the include path, g++
@@ -23,7 +22,7 @@ rm -rf "$T" && mkdir -p "$T/tu"
 CXX=${CXX:-g++}
 
 headers_h=$(find llmc -name '*.h' -not -path 'llmc/gpt/*' -type f | sort)
-headers_cuh=$(find llmc -name '*.cuh' -not -path llmc/gpt/memory.cuh -not -path llmc/gpt/weights.cuh -type f | sort)
+headers_cuh=$(find llmc -name '*.cuh' -type f | sort)
 # prelude HEADER: what the translation unit includes before HEADER (the program's part)
 prelude() { if [ "$1" = llmc/parallel/comms.h ]; then echo '#include "llmc/parallel/comm_mpi.h"'; fi; }
 # first lines of a compiler's errors, on one line
@@ -67,7 +66,7 @@ emu_cuh() {
 if ! log=$("${PYTHON:-/usr/bin/python3}" tests/cuda_emu/rewrite.py . "$copy" 2>&1); then
     fail "emulation: tests/cuda_emu/rewrite.py failed: $(tail -n 2 <<< "$log" | paste -sd' ' -)"
 else
-    alone "emulation (g++)" "*.cuh headers under llmc/ (gpt/memory.cuh, weights.cuh aside)" emu_cuh $headers_cuh
+    alone "emulation (g++)" "*.cuh headers under llmc/" emu_cuh $headers_cuh
 fi
 
 # ---- 3. *.cuh with nvcc
@@ -87,6 +86,6 @@ nvcc_cuh() {
 if [ -z "$nvcc" ]; then
     echo "[SKIP] nvcc: the Makefile finds no nvcc (make probe-config)"
 else
-    alone nvcc "*.cuh headers under llmc/ (gpt/memory.cuh, weights.cuh aside)" nvcc_cuh $headers_cuh
+    alone nvcc "*.cuh headers under llmc/" nvcc_cuh $headers_cuh
 fi
 exit $status

@@ -2,11 +2,18 @@
 // buffer, one row each), the parallel plan of a rank (its table padded into buckets, its shard, its activation
 // slots), the memory estimate printed before anything is allocated, the planner's bytes per layout, gpt_build
 // (one allocation per kind, carved by the buffer table) and gpt_free.
-// Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
-// whose fields it reads and writes.
 #pragma once
 
+#include <algorithm>
 #include <functional>
+#include <string>
+#include <vector>
+#include "llmc/gpt/model.cuh"
+#include "llmc/norm.cuh"
+#include "llmc/qk_norm.cuh"
+#include "llmc/rope.cuh"
+#include "llmc/grad_norm.cuh"
+#include "llmc/run/logger.h"
 #include "llmc/parallel/comms.h"
 #include "llmc/parallel/planner.h"
 #include "llmc/parallel/pp_exec.h"

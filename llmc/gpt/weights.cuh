@@ -1,11 +1,16 @@
 // llmc/gpt/weights.cuh: weights in and out of the CUDA trainer: fp32 weights and moments uploaded into a rank's
 // params, master and moments (its stage, its tp slices, its ZeRO pieces) from the init or a checkpoint of any layout,
 // a rank's share written into a checkpoint, and whole tensors sent one at a time to rank 0 for exports.
-// Part of train_gpt.cu's one translation unit (not a standalone header): included by train_gpt.cu after struct GPT,
-// whose fields it reads and writes.
 #pragma once
 
+#include <chrono>
+#include <string>
+#include <vector>
+#include "llmc/gpt/model.cuh"
+#include "llmc/init.h"
 #include "llmc/run/assemble.h"
+#include "llmc/run/weights_io.h"
+#include "llmc/parallel/comm_timeout.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/run/test_hooks.h"
 
