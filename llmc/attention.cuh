@@ -17,8 +17,9 @@
 //
 // Launchers:
 //   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null)
-//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null)
-//     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible.
+//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null, version = 0)
+//     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible. version: the dK/dV
+//     kernel, 3 or 4 (the same bits), 0 for ATT_BWD_TABLE's choice per head dim.
 // The PTX primitives (mma.sync, ldmatrix, cp.async) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
