@@ -463,13 +463,18 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
                                        (size_t)H * HD);
         cp_async_commit();
     };
-    auto load_ld = [&](int t) {  // this thread's element of tile t's lse * log2(e) (threads < BM) or D (< 2 BM)
+    // this thread's element of tile t: lse (threads < BM) or D (< 2 BM), loaded as it is; lse is turned into
+    // lse * log2(e) only where it is stored, so that nothing waits for the load before the tile's compute
+    auto load_ld = [&](int t) {
         const int h = kh * group + t / n_it, it = first_qt + t % n_it, i = threadIdx.x % BM;
         const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
-        return threadIdx.x < BM ? lse[r] * 1.4426950408889634f : threadIdx.x < 2 * BM ? dvec[r] : 0.0f;
+        return threadIdx.x < BM ? lse[r] : threadIdx.x < 2 * BM ? dvec[r] : 0.0f;
+    };
+    auto store_ld = [&](int buf, float x) {
+        sLD[buf * 2 * BM + threadIdx.x] = threadIdx.x < BM ? x * 1.4426950408889634f : x;
     };
     copy_qo(0, 0);
-    if (threadIdx.x < 2 * BM) sLD[threadIdx.x] = load_ld(0);
+    if (threadIdx.x < 2 * BM) store_ld(0, load_ld(0));
     for (int t = 0; t < n_tiles; t++) {
         const int buf = t & 1, h = kh * group + t / n_it, it = first_qt + t % n_it;
         const bool next = t + 1 < n_tiles;
@@ -487,7 +492,7 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
         const float* sL = sLD + buf * 2 * BM;
         dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sQ + BM * LDS, sL, sL + BM, key0, it * BM, scale_log2,
                                  slope_log2);
-        if (next && threadIdx.x < 2 * BM) sLD[(buf ^ 1) * 2 * BM + threadIdx.x] = next_ld;
+        if (next && threadIdx.x < 2 * BM) store_ld(buf ^ 1, next_ld);
         __syncthreads();  // buffer buf is overwritten by tile t + 2's copy; buf ^ 1's lse and D are stored
     }
     dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
