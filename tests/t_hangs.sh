@@ -19,8 +19,8 @@
 #      The emulated NCCL's default mode completes a collective inside the call (its own EMU_NCCL_TIMEOUT bounds the
 #      wait), so on the CUDA trainer this shows the hook and a complete run, not which timeout a wait runs under.
 #   6. the CUDA trainer's host waits (emulated in the stream mode, build/train_gpt_streams_emu, where a collective is
-#      queued on its stream and the host goes on, as on a GPU): dp2 zero3, rank 1 stalls at step 2, --comm-timeout 5
-#      under EMU_NCCL_TIMEOUT=90: rank 0's wait for the step's work (queued behind the all-gather that never
+#      queued on its stream and the host goes on, as on a GPU): dp2 zero3, rank 1 stalls at step 2, --comm-timeout 20
+#      (a step takes 2 s there on a free core; 20 leaves room on busy ones) under EMU_NCCL_TIMEOUT=120: rank 0's wait for the step's work (queued behind the all-gather that never
 #      completes) must end the run with --comm-timeout's message, not sit in a cudaStreamSynchronize until the
 #      emulation's own timeout (on an H200 that wait hung until the job was killed).
 set -u
@@ -122,11 +122,11 @@ else
 fi
 if [ -x build/train_gpt_streams_emu ] && [ "$(uname -m)" = x86_64 ]; then
     t0=$SECONDS
-    LLMC_TEST_STALL=1:2 EMU_NCCL_TIMEOUT=90 timeout 150 "${MPIRUN[@]}" -np 2 build/train_gpt_streams_emu -c gpt3_tiny \
+    LLMC_TEST_STALL=1:2 EMU_NCCL_TIMEOUT=120 timeout 200 "${MPIRUN[@]}" -np 2 build/train_gpt_streams_emu -c gpt3_tiny \
         --vocab 301 --layers 4 --embd 128 --heads 2 --kv-heads 2 -b 1 -t 64 -d 256 -x 4 -v 0 -g 0 -i data/mobydick.txt \
-        -j "" -o "" --dp 2 --zero 3 --comm-timeout 5 > "$d/cuda_stall.log" 2>&1
+        -j "" -o "" --dp 2 --zero 3 --comm-timeout 20 > "$d/cuda_stall.log" 2>&1
     rc=$?
-    want="^error: rank 0: the step's work \(its collectives included\) on the world group \(size 2\) did not complete within 5 s \(--comm-timeout\); a peer is stuck or died$"
+    want="^error: rank 0: the step's work \(its collectives included\) on the world group \(size 2\) did not complete within 20 s \(--comm-timeout\); a peer is stuck or died$"
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE "$want" "$d/cuda_stall.log" && grep -q "^step *1/" "$d/cuda_stall.log" &&
        ! grep -q "EMU_NCCL_TIMEOUT" "$d/cuda_stall.log"; then
         echo "[PASS] CUDA trainer (emulated, stream mode), dp2 zero3, rank 1 stalls at step 2: rank 0's wait for the step ends the run in $((SECONDS - t0)) s (exit $rc): $(grep -m1 "did not complete" "$d/cuda_stall.log")"
