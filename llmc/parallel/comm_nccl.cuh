@@ -297,8 +297,8 @@ static inline void comm_host_max(const Comm& c, double* v, size_t n) { comm_host
 static inline void comm_stream_sync(const Comm& c, const char* op) { comm_stream_wait(c.nccl, c.stream, op, c.name, c.size); }
 // The host waits for another stream s (the compute stream), whose work may wait on c's collectives (an event of c's
 // stream, or c's collectives enqueued on s): as comm_stream_sync, under --comm-timeout, naming `op` on c's group.
-// Every wait of a run of several ranks goes through one of these: a cudaStreamSynchronize behind a collective whose
-// peer has stopped never returns.
+// The CUDA trainer's waits that can sit behind a collective (the step's end, evaluation, sampling, the weights in and
+// out, a checkpoint) go through it: a cudaStreamSynchronize behind a collective whose peer has stopped never returns.
 // One rank: a plain cudaStreamSynchronize (no peer to wait for; a long step is not a stall).
 static inline void comm_wait_stream(const Comm& c, cudaStream_t s, const char* op) {
     if (c.size == 1) cudaCheck(cudaStreamSynchronize(s));
