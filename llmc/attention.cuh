@@ -455,8 +455,10 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     const int first_qt = kt * ATT_BWD_BN / BM, n_it = T / BM - first_qt, n_tiles = group * n_it;
 
     // tile t of the sequence: query head kh * group + t / n_it, query tile first_qt + t % n_it
+    auto head_of = [&](int t) { return kh * group + t / n_it; };
+    auto qtile_of = [&](int t) { return first_qt + t % n_it; };
     auto copy_qo = [&](int t, int buf) {  // Q and dO of tile t into buffer buf (cp.async, committed)
-        const int h = kh * group + t / n_it, it = first_qt + t % n_it;
+        const int h = head_of(t), it = qtile_of(t);
         const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
         load_tile<BM, HD, ATT_THREADS>(sQO + buf * STAGE, qkv + q_row0 * ld + (size_t)h * HD, ld);
         load_tile<BM, HD, ATT_THREADS>(sQO + buf * STAGE + BM * LDS, dout + q_row0 * H * HD + (size_t)h * HD,
@@ -466,7 +468,7 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     // this thread's element of tile t: lse (threads < BM) or D (< 2 BM), loaded as it is; lse is turned into
     // lse * log2(e) only where it is stored, so that nothing waits for the load before the tile's compute
     auto load_ld = [&](int t) {
-        const int h = kh * group + t / n_it, it = first_qt + t % n_it, i = threadIdx.x % BM;
+        const int h = head_of(t), it = qtile_of(t), i = threadIdx.x % BM;
         const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
         return threadIdx.x < BM ? lse[r] : threadIdx.x < 2 * BM ? dvec[r] : 0.0f;
     };
@@ -476,7 +478,7 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     copy_qo(0, 0);
     if (threadIdx.x < 2 * BM) store_ld(0, load_ld(0));
     for (int t = 0; t < n_tiles; t++) {
-        const int buf = t & 1, h = kh * group + t / n_it, it = first_qt + t % n_it;
+        const int buf = t & 1, h = head_of(t), it = qtile_of(t);
         const bool next = t + 1 < n_tiles;
         float next_ld = 0.0f;
         if (next) {
