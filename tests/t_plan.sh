@@ -143,11 +143,20 @@ bad() {
     else fail "bad: $name: exit $rc: $(head -c 300 "$d/bad.txt" | tr '\n' ' ')"; fi
 }
 P=(./train_gpt_cpu --plan -c gpt3_tiny -t 32)
-bad "--gpu-mem 0" "flag --gpu-mem expects a number > 0, got '0'" "${P[@]}" --gpu-mem 0
-bad "--gpu-mem -1" "flag --gpu-mem expects a number > 0, got '-1'" "${P[@]}" --gpu-mem -1
+bad "--gpu-mem 0" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got '0'" "${P[@]}" --gpu-mem 0
+bad "--gpu-mem -1" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got '-1'" "${P[@]}" --gpu-mem -1
 bad "--gpu-mem garbage" "flag --gpu-mem expects a number, got '8G'" "${P[@]}" --gpu-mem 8G
-bad "--gpu-mem nan" "flag --gpu-mem expects a number > 0, got 'nan'" "${P[@]}" --gpu-mem nan
+bad "--gpu-mem nan" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got 'nan'" "${P[@]}" --gpu-mem nan
 bad "--world 0" "flag --world expects a positive integer" "${P[@]}" --world 0
+# every number that describes the machine has a range no real device passes (a typo such as 1e30 is not a machine)
+bad "--gpu-mem 1e30" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got '1e30'" "${P[@]}" --gpu-mem 1e30
+bad "--gpu-mem inf" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got 'inf'" "${P[@]}" --gpu-mem inf
+bad "--gemm-tflops 1e9" "flag --gemm-tflops expects TFLOP/s per GPU above 0 and at most 20000, got '1e9'" "${P[@]}" --gemm-tflops 1e9
+bad "--link-gbs 0" "flag --link-gbs expects GB/s per direction above 0 and at most 10000, got '0'" "${P[@]}" --link-gbs 0
+bad "--node-gbs 1e6" "flag --node-gbs expects GB/s per GPU above 0 and at most 10000, got '1e6'" "${P[@]}" --node-gbs 1e6
+bad "--gpus-per-node 5000" "flag --gpus-per-node expects 1 to 1024, got '5000'" "${P[@]}" --gpus-per-node 5000
+bad "--comm-latency-us 1e12" "flag --comm-latency-us expects microseconds from 0 to 1e6, got '1e12'" "${P[@]}" --comm-latency-us 1e12
+bad "--world 2000000" "flag --world expects ranks from 1 to 1048576, got '2000000'" "${P[@]}" --world 2000000
 bad "--plan for a --world that --tp does not divide" "--plan for --world 3: 3 ranks .* not a multiple of --tp 2" "${P[@]}" --world 3 --tp 2
 bad "--plan when no layout fits --gpu-mem" "no layout of 4 ranks .* fits --gpu-mem 0.001 GiB" "${P[@]}" --world 4 --vocab 301 -d 512 --gpu-mem 0.001
 bad "mpirun -np 2 when no layout fits --gpu-mem" "no layout of 2 ranks .* fits --gpu-mem 0.001 GiB" \

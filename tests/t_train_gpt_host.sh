@@ -65,6 +65,13 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
+# the memory flags of the CUDA trainer have ranges no real device passes (the plan's own, tests/t_plan.sh)
+expect_fail "--estimate-memory 1e30 is refused" "flag --estimate-memory expects GiB per GPU above 0 and at most 4096, got '1e30'" \
+    ./train_gpt -c gpt3_125m --estimate-memory 1e30
+expect_fail "--nccl-mem 1e30 is refused" "flag --nccl-mem expects GiB per communicator in \[0, 1024\], got '1e30'" \
+    ./train_gpt -c gpt3_125m --nccl-mem 1e30
+expect_fail "--gpu-mem 1e30 is refused" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got '1e30'" \
+    ./train_gpt -c gpt3_125m --gpu-mem 1e30
 # the kernels' 32-bit limits (llmc/gpt/options.cuh): the attention backward's warp per (token, head), INT_MAX / 32 =
 # 67108863 of them (gpt3_125m, 12 heads, -t 2048: -b 2730 is 67092480, -b 2731 67117056), and --fp8's transposing cast,
 # 65535 x 32 = 2097120 tokens a micro-batch (-t 2048: -b 1023 is 2095104, -b 1024 2097152). One past the limit stops

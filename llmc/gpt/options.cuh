@@ -123,7 +123,8 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         } else {
             char* end = nullptr;
             o->estimate_gib = strtod(v.c_str(), &end);
-            if (v.empty() || *end || !(o->estimate_gib > 0)) die("flag --estimate-memory expects GiB > 0, got '%s'", v.c_str());
+            if (v.empty() || *end || !(o->estimate_gib > 0 && o->estimate_gib <= 4096))
+                die("flag --estimate-memory expects GiB per GPU above 0 and at most 4096, got '%s'", v.c_str());
         }
     }
     if (history_given && o->fp8.recipe != FP8_DELAYED)

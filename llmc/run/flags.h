@@ -170,9 +170,11 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             if (!*v || *end) die("flag %s expects a number, got '%s'", a.c_str(), v);
             return x;
         };
-        auto as_gt0 = [&]() -> double {
+        // the plan's description of a machine: a number above 0 and at most hi, a bound no real device reaches
+        // (a typo such as 1e30 would otherwise pass as an unlimited machine)
+        auto as_machine = [&](double hi, const char* unit) -> double {
             double x = as_f();
-            if (!(x > 0) || !std::isfinite(x)) die("flag %s expects a number > 0, got '%s'", a.c_str(), v);
+            if (!(x > 0) || !(x <= hi)) die("flag %s expects %s above 0 and at most %g, got '%s'", a.c_str(), unit, hi, v);
             return x;
         };
         auto as_bool = [&]() -> bool {
@@ -278,13 +280,21 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             tc->io_timeout = as_f();
             if (!(tc->io_timeout >= 0) || !std::isfinite(tc->io_timeout))
                 die("flag --io-timeout expects seconds >= 0 (0: no timeout), got '%s'", v);
-        } else if (a == "--world") tc->world = as_pos();
-        else if (a == "--gpu-mem") tc->gpu_mem_gib = as_gt0();
-        else if (a == "--gemm-tflops") tc->gemm_tflops = as_gt0();
-        else if (a == "--link-gbs") tc->link_gbs = as_gt0();
-        else if (a == "--node-gbs") tc->node_gbs = as_gt0();
-        else if (a == "--gpus-per-node") tc->gpus_per_node = as_pos();
-        else if (a == "--comm-latency-us") { tc->comm_latency_us = as_f(); if (!(tc->comm_latency_us >= 0)) die("flag --comm-latency-us expects a number >= 0, got '%s'", v); }
+        } else if (a == "--world") {
+            tc->world = as_pos();
+            if (tc->world > 1048576) die("flag --world expects ranks from 1 to 1048576, got '%s'", v);
+        } else if (a == "--gpu-mem") tc->gpu_mem_gib = as_machine(4096, "GiB per GPU");
+        else if (a == "--gemm-tflops") tc->gemm_tflops = as_machine(20000, "TFLOP/s per GPU");
+        else if (a == "--link-gbs") tc->link_gbs = as_machine(10000, "GB/s per direction");
+        else if (a == "--node-gbs") tc->node_gbs = as_machine(10000, "GB/s per GPU");
+        else if (a == "--gpus-per-node") {
+            tc->gpus_per_node = as_pos();
+            if (tc->gpus_per_node > 1024) die("flag --gpus-per-node expects 1 to 1024, got '%s'", v);
+        } else if (a == "--comm-latency-us") {
+            tc->comm_latency_us = as_f();
+            if (!(tc->comm_latency_us >= 0) || !(tc->comm_latency_us <= 1e6))
+                die("flag --comm-latency-us expects microseconds from 0 to 1e6, got '%s'", v);
+        }
         else die("unknown flag '%s' (see --help)", a.c_str());
     }
     config_finalize(*mc);
