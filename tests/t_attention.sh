@@ -5,7 +5,8 @@
 # with g++ by tests/cuda_emu/build.sh), twice: the default schedule, and EMU_SCHED=random
 # (warps run ahead in random orders, shared-memory race detector, cp.async data landing only at its wait).
 # Where a GPU is present, also built with nvcc for the Makefile's targets (sm_80, sm_90a, sm_100a) and run for
-# real; otherwise that part prints [SKIP]. About 30 s on 2 cores.
+# real; otherwise that part prints [SKIP]. The emulated build includes cuDNN's attention (llmc/attention_cudnn.cuh against
+# the emulated cuDNN of tests/cuda_emu/include/cudnn_graph.h, which interprets the graph it is given). About 40 s on 2 cores.
 set -u
 d=$(pwd)/build/t_attention
 rm -rf "$d" && mkdir -p "$d"
@@ -14,7 +15,7 @@ status=0
 if [ "$(uname -m)" != x86_64 ]; then
     echo "[SKIP] test_attention emulated: the emulation's fiber switch is x86-64 only"
 elif ! bash tests/cuda_emu/build.sh tests/test_attention.cu "$d/test_attention_emu" \
-        -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)" > "$d/build_emu.log" 2>&1; then
+        -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)" -DUSE_CUDNN > "$d/build_emu.log" 2>&1; then
     echo "[FAIL] tests/test_attention.cu builds against the emulation: $(grep -m 3 error "$d/build_emu.log")"; status=1
 else
     echo "[PASS] tests/test_attention.cu builds against the emulation"
@@ -27,6 +28,15 @@ else
             status=1
         fi
     done
+    # cuDNN's plan building (llmc/attention_cudnn.cuh) against the emulated cuDNN's hooks: configurations that fail to
+    # build are passed over for the next; a graph no engine takes stops with a message naming the graph and cuDNN's reason
+    if EMU_DNN_BAD_PLANS=2 "$d/test_attention_emu" cudnn > "$d/bad_plans.log" 2>&1 && grep -q '^\[PASS\]' "$d/bad_plans.log"; then
+        echo "[PASS] cuDNN attention: the first two engine configurations fail to build, the third runs and checks"
+    else echo "[FAIL] cuDNN attention with EMU_DNN_BAD_PLANS=2: $(grep -m 2 -E 'FAIL|error' "$d/bad_plans.log" | tr '\n' ' ')"; status=1; fi
+    EMU_DNN_NO_ENGINE=1 "$d/test_attention_emu" cudnn > "$d/no_engine.log" 2>&1; rc=$?
+    if [ $rc = 1 ] && grep -q "cuDNN 91900 has no engine for the attention graph (forward, B 1 T 128 H 4 KV 2 hd 64): EMU cuDNN: no engine" "$d/no_engine.log"; then
+        echo "[PASS] cuDNN attention: no engine for the graph stops with exit 1 and cuDNN's reason"
+    else echo "[FAIL] cuDNN attention with EMU_DNN_NO_ENGINE=1: exit $rc: $(head -c 300 "$d/no_engine.log")"; status=1; fi
 fi
 
 if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then

@@ -32,6 +32,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "llmc/attention.cuh"
+#ifdef USE_CUDNN
+#include "llmc/attention_cudnn.cuh"
+#endif
 #include "llmc/rope_tables.h"
 #include "tests/check.h"
 
@@ -75,9 +78,11 @@ static double worst_ratio(const std::vector<double>& got, const std::vector<doub
     return w;
 }
 
-static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
+// impl: 0 the flash kernels of llmc/attention.cuh, 1 cuDNN's (llmc/attention_cudnn.cuh, in a USE_CUDNN build)
+static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, int impl = 0) {
     char name[128];
-    snprintf(name, sizeof(name), "attention B=%d T=%d H=%d KV=%d hd=%d%s", B, T, H, KV, hd, alibi ? " alibi" : "");
+    snprintf(name, sizeof(name), "attention%s B=%d T=%d H=%d KV=%d hd=%d%s", impl ? " cudnn" : "", B, T, H, KV, hd,
+             alibi ? " alibi" : "");
     const std::vector<double> slopes = alibi ? alibi_slopes(H) : std::vector<double>(H, 0.0);
     const std::vector<float> slopes_f(slopes.begin(), slopes.end());
     float* d_alibi = alibi ? upload(slopes_f) : nullptr;
@@ -93,15 +98,29 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
     cudaCheck(cudaMalloc(&d_dqkv, (size_t)B * T * W * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&d_lse, (size_t)B * H * T * sizeof(float)));
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
-    attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi);
-    // the backward's two dK/dV kernels: version 4 (the next query tile prefetched) must give version 3's bits;
-    // dqkv is filled with NaN (0xffff) before each, so an element a version leaves unwritten shows
-    cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
-    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 3);
-    const std::vector<__nv_bfloat16> dqkv_h = download(d_dqkv, (size_t)B * T * W);
-    cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
-    attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 4);
-    const std::vector<__nv_bfloat16> dqkv4_h = download(d_dqkv, (size_t)B * T * W);
+    // dqkv is filled with NaN (0xffff) before each backward, so an element left unwritten shows
+    std::vector<__nv_bfloat16> dqkv_h, dqkv4_h;
+    if (impl == 0) {
+        // the backward's two dK/dV kernels: version 4 (the next query tile prefetched) must give version 3's bits
+        attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 3);
+        dqkv_h = download(d_dqkv, (size_t)B * T * W);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 4);
+        dqkv4_h = download(d_dqkv, (size_t)B * T * W);
+    } else {
+#ifdef USE_CUDNN
+        // cuDNN's deterministic backward, run twice: the same bits
+        attention_cudnn_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        attention_cudnn_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0);
+        dqkv_h = download(d_dqkv, (size_t)B * T * W);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        attention_cudnn_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0);
+        dqkv4_h = download(d_dqkv, (size_t)B * T * W);
+#endif
+    }
     cudaCheck(cudaDeviceSynchronize());
     const std::vector<__nv_bfloat16> out_h = download(d_out, (size_t)B * T * H * hd);
     const std::vector<float> lse_f = download(d_lse, (size_t)B * H * T);
@@ -176,6 +195,11 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
         }
     std::vector<double> d_bnd(dqkv.size());
     for (size_t i = 0; i < dqkv.size(); i++) d_bnd[i] = u * (std::fabs(d_ref[i]) + d_abs[i]) + f32 * d_f32[i];
+    // cuDNN with GQA rounds each query head's dK and dV to bf16 before the group's sum: one more u |x_h| per head,
+    // whose sum over the group is at most u sum_j |a_j b_j|
+    if (impl == 1 && group > 1)
+        for (size_t i = 0; i < dqkv.size(); i++)
+            if ((int)(i % W) >= H * hd) d_bnd[i] += u * d_abs[i];
     const double e_o = worst_ratio(out, o_ref, o_bnd), e_l = worst_ratio(lse, lse_ref, lse_bnd);
     // the backward per part of dqkv: q, k, v columns of every row
     std::vector<double> part[3][3];  // [q, k, v][got, want, bound]
@@ -199,8 +223,8 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false) {
     size_t differ = 0;
     for (size_t i = 0; i < dqkv_h.size(); i++)
         differ += memcmp(&dqkv_h[i], &dqkv4_h[i], sizeof(__nv_bfloat16)) != 0;
-    check(differ == 0, n + " backward version 4 (prefetching dK/dV) gives version 3's bits", "%zu of %zu elements differ",
-          differ, dqkv_h.size());
+    check(differ == 0, n + (impl ? " backward run twice gives the same bits" : " backward version 4 (prefetching dK/dV) gives version 3's bits"),
+          "%zu of %zu elements differ", differ, dqkv_h.size());
     printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e_o, e_l, e_b[0], e_b[1], e_b[2]);
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_dqkv));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dvec));
@@ -232,7 +256,15 @@ static void test_refuses_partial_tile() {
           "exit status %d, message '%s'", rc, msg.c_str());
 }
 
-int main() {
+int main(int argc, char** argv) {
+#ifdef USE_CUDNN
+    if (argc > 1 && strcmp(argv[1], "cudnn") == 0) {  // one cuDNN case alone (tests/t_attention.sh's test hooks)
+        cuda_require_device();
+        test_case(1, 128, 4, 2, 64, false, 1);
+        return g_failed ? 1 : 0;
+    }
+#endif
+    (void)argc, (void)argv;
     test_refuses_partial_tile();  // before any CUDA call: the child process touches no device
     cuda_require_device();
     test_case(2, 128, 2, 2, 64);   // MHA, 2 tiles
@@ -241,5 +273,16 @@ int main() {
     test_case(1, 192, 6, 3, 64, true);  // ALiBi, 6 heads (the 4-head series, then 2 of the 8-head one), GQA, 3 tiles
     test_case(1, 128, 4, 2, 128);  // GQA, head dim 128
     test_case(1, 128, 4, 4, 128, true);  // ALiBi, head dim 128 (Baichuan2-13B's)
+#ifdef USE_CUDNN
+    // cuDNN's attention through the graph of llmc/attention_cudnn.cuh (in the emulation: the graph interpreted, so
+    // these check what the graph means), at the same tolerances: it rounds to bf16 in the same places or fewer (P before
+    // P V and P^T dO, dS before dS^T Q, not before dS K), and with GQA each query head's dK and dV before the group's
+    // sum, which the bound of those two adds
+    test_case(2, 128, 2, 2, 64, false, 1);   // MHA
+    test_case(1, 192, 4, 1, 64, false, 1);   // MQA
+    test_case(2, 192, 4, 2, 80, false, 1);   // GQA, head dim 80
+    test_case(1, 128, 4, 2, 128, false, 1);  // GQA, head dim 128
+    test_case(1, 100, 2, 1, 64, false, 1);   // a length that is no multiple of 64 (cuDNN takes any)
+#endif
     return g_failed ? 1 : 0;
 }
