@@ -5,6 +5,8 @@
 # Trainers:
 #   make train_gpt_cpu     CPU reference trainer (OpenMP; MPI when mpicxx is found)
 #   make train_gpt         CUDA trainer (needs nvcc; NCCL when found); one GPU needs neither NCCL nor MPI
+#   make train_gpt USE_CUDNN=1   the same with cuDNN's attention available (--attention cudnn); make
+#                          build/train_gpt_cudnn builds that one under its own name (the GPU kit's)
 #   make test_gpt          GPU tests against the PyTorch reference states (tests/t_gpu.sh runs them)
 #   make train_gpt_fp32 test_gpt_fp32   the same two built with -DENABLE_FP32 (floatX = float), for tight
 #                          tests; `make train_gpt PRECISION=FP32` builds the fp32 trainer under the usual name
@@ -50,7 +52,8 @@
 #                          states), assembles it with its MANIFEST and prints both; fails over 64 MiB
 #                          (scripts/gpu_lib.sh describes its layout, docs/gpu.md the plan that uses it)
 #   make clean
-# Variables: PRECISION=BF16|FP32 (CUDA), NO_MPI=1, NO_NCCL=1, NO_OMP=1, CUDA_HOME, NCCL_HOME, BUILD=build.
+# Variables: PRECISION=BF16|FP32 (CUDA), USE_CUDNN=1 (train_gpt with --attention cudnn), NO_MPI=1, NO_NCCL=1, NO_OMP=1,
+# CUDA_HOME, NCCL_HOME, CUDNN_HOME, BUILD=build.
 
 CXX ?= g++
 CUDA_HOME ?= /usr/local/cuda
@@ -90,6 +93,15 @@ PRECISION ?= BF16
 ifeq ($(PRECISION),FP32)
   NVCC_FLAGS += -DENABLE_FP32
 endif
+# cuDNN, for --attention cudnn (llmc/attention_cudnn.cuh): USE_CUDNN=1 builds train_gpt with it; $(BUILD)/train_gpt_cudnn
+# always does. Headers and library from CUDNN_HOME, the CUDA install, or Python's nvidia.cudnn wheel (which ships only
+# libcudnn.so.9: linked by that name).
+CUDNN_HOME ?= $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.cudnn;print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null); do \
+                  if [ -f $$d/include/cudnn_graph.h ]; then echo $$d; break; fi; done)
+CUDNN_FLAGS := -DUSE_CUDNN $(if $(CUDNN_HOME),-I$(CUDNN_HOME)/include)
+CUDNN_LDLIBS := $(if $(CUDNN_HOME),-L$(CUDNN_HOME)/lib -L$(CUDNN_HOME)/lib64 -Xlinker -rpath=$(CUDNN_HOME)/lib) \
+                $(if $(wildcard $(CUDNN_HOME)/lib/libcudnn.so $(CUDNN_HOME)/lib64/libcudnn.so),-lcudnn,-l:libcudnn.so.9)
+NEED_CUDNN = @test -n "$(CUDNN_HOME)" || { echo "error: $@ needs cuDNN (no include/cudnn_graph.h under CUDA_HOME, /usr, /usr/local or the nvidia.cudnn wheel of $(PYTHON)); set CUDNN_HOME"; exit 1; }
 # NCCL: system install, NCCL_HOME, or the headers and library inside Python's NCCL wheel.
 NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.nccl;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null); do \
                  if [ -f $$d/include/nccl.h ]; then echo $$d; break; fi; done)
@@ -128,7 +140,15 @@ TRAIN_GPT_LIBS := $(NVCC_LDLIBS) $(NCCL_LDLIBS) $(if $(NO_OMP),,-lgomp)
 
 train_gpt: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
 	$(NEED_NVCC)
-	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+	$(if $(USE_CUDNN),$(NEED_CUDNN))
+	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $(if $(USE_CUDNN),$(CUDNN_FLAGS)) $< -o $@ $(TRAIN_GPT_LIBS) $(if $(USE_CUDNN),$(CUDNN_LDLIBS))
+
+# the trainer with cuDNN's attention available (--attention cudnn), for the GPU kit and the sprint
+$(BUILD)/train_gpt_cudnn: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NEED_CUDNN)
+	@mkdir -p $(BUILD)
+	$(NVCC) $(NVCC_FLAGS) $(TRAIN_GPT_FLAGS) $(CUDNN_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS) $(CUDNN_LDLIBS)
 
 test_gpt: test_gpt.cu train_gpt.cu tests/check.h $(HEADERS) $(CUDA_HEADERS)
 	$(NEED_NVCC)
@@ -179,6 +199,14 @@ $(BUILD)/test_comm: $(COMM_NCCL_DEPS)
 
 # tests/t_fp8.sh: tests/test_fp8.cu with nvcc (llmc/fp8.cuh and llmc/matmul_fp8.cuh for GENCODE's architectures; it runs
 # where a GPU of compute capability 8.9+ is present); the script builds its emulated twin itself
+# tests/test_attention.cu on a GPU with cuDNN's attention beside ours (the GPU kit's; tests/t_attention.sh builds its own)
+$(BUILD)/test_attention: tests/test_attention.cu tests/check.h llmc/attention.cuh llmc/attention_cudnn.cuh llmc/mma.cuh \
+        llmc/cuda_common.cuh llmc/rope_tables.h llmc/utils.h
+	$(NEED_NVCC)
+	$(NEED_CUDNN)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $< -o $@ $(CUDNN_LDLIBS)
+
 $(BUILD)/test_fp8: tests/test_fp8.cu tests/check.h llmc/fp8.cuh llmc/matmul_fp8.cuh llmc/matmul.cuh llmc/cuda_common.cuh \
         llmc/packed.cuh llmc/precision.cuh llmc/utils.h
 	$(NEED_NVCC)
@@ -335,7 +363,7 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) $(EMU_DEPS)
 # serve only the emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build
 # and the fp32 one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
 EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
-                   -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL
+                   -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL -DUSE_CUDNN
 $(BUILD)/train_gpt_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
 	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
@@ -470,7 +498,8 @@ GPU_KIT_DEVICE_STATES := llama32_style_hd64 flagperf_style_hd64 gpt_rope_mqa_hd6
 GPU_KIT_CXXFLAGS := -O3 -march=x86-64-v3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -fopenmp
 
 GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
-                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu $(BUILD)/gpukit/ckpt_convert
+                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu $(BUILD)/gpukit/ckpt_convert \
+                    $(if $(CUDNN_HOME),$(BUILD)/train_gpt_cudnn $(BUILD)/test_attention)
 
 $(BUILD)/gpukit/train_gpt_cpu: train_gpt_cpu.cpp $(HEADERS)
 	@mkdir -p $(@D)

@@ -34,6 +34,9 @@
 #include "llmc/attention_rowwise.cuh"  // fp32 build: CUDA-core attention, one warp per row
 #else
 #include "llmc/attention.cuh"          // bf16: flash attention on tensor cores
+#ifdef USE_CUDNN
+#include "llmc/attention_cudnn.cuh"    // --attention cudnn: cuDNN's (make train_gpt USE_CUDNN=1)
+#endif
 #endif
 #include "llmc/classifier.cuh"
 #include "llmc/embedding.cuh"
@@ -126,26 +129,30 @@ static void grads_bucket_done(GPT* g, int b) {
 // times this (five products: the scores again, dV, dP, dQ, dK).
 static double attention_flops(int B, int T, int H, int hd) { return 2.0 * B * H * (double)T * T * hd; }
 
-// The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or in the fp32
-// build the CUDA-core kernels of llmc/attention_rowwise.cuh. Same layouts and meaning.
-// alibi: the slopes of the H heads, or null.
-static void attention_fwd(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
-                          const float* alibi, cudaStream_t stream) {
+// The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or with --attention cudnn
+// cuDNN's (llmc/attention_cudnn.cuh, a USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
+// llmc/attention_rowwise.cuh. Same layouts and meaning; g->alibi: the slopes of the H heads, or null.
+static void attention_fwd(const GPT* g, floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd) {
     ProfScope prof(PROF_ATTN_FWD, prof_flops(attention_flops(B, T, H, hd)));
 #ifdef ENABLE_FP32
-    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi);
+    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi);
 #else
-    attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi);
+#ifdef USE_CUDNN
+    if (g->attention_cudnn) return attention_cudnn_forward(out, lse, qkv, B, T, H, KV, hd, g->stream);
+#endif
+    attention_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi);
 #endif
 }
-static void attention_bwd(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
-                          const float* lse, int B, int T, int H, int KV, int hd, const float* alibi,
-                          cudaStream_t stream) {
+static void attention_bwd(const GPT* g, floatX* dqkv, float* dvec, const floatX* dout, const floatX* out,
+                          const floatX* qkv, const float* lse, int B, int T, int H, int KV, int hd) {
     ProfScope prof(PROF_ATTN_BWD, prof_flops(2.5 * attention_flops(B, T, H, hd)));
 #ifdef ENABLE_FP32
-    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi);
+    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi);
 #else
-    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi);
+#ifdef USE_CUDNN
+    if (g->attention_cudnn) return attention_cudnn_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream);
+#endif
+    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi);
 #endif
 }
 
@@ -187,7 +194,7 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     if (c.pos == POS_ROPE)
         PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
              rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream));
-    attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->alibi, g->stream);
+    attention_fwd(g, la.atty, la.lse, la.qkv, B, T, H, KV, hd);
 }
 
 // The MLP activation of layer l: act from fc1 (this rank's Fl columns).
@@ -508,7 +515,7 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
         if (g->recompute == RECOMPUTE_FULL) {
             layer_forward(g, l, nullptr);  // every buffer of the layer again, from la.x
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
-            attention_fwd(la.atty, la.lse, la.qkv, B, T, H, KV, hd, g->alibi, g->stream);
+            attention_fwd(g, la.atty, la.lse, la.qkv, B, T, H, KV, hd);
             mlp_act_forward(g, la);
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
@@ -530,7 +537,7 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
         // dres = d(x_mid) = d(x + attn_out(attention(qkv(ln1(x))))): attn_out row-parallel, qkv column-parallel
         tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
         linear_backward(g, l, LINEAR_ATTN_OUT, g->scratch.datty, row_bias_grad(g->tp, g->G(w.attn_out_b)), g->scratch.dres_full, la.atty, N, qd, C);
-        attention_bwd(g->scratch.dqkv, g->scratch.dvec, g->scratch.datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd, g->alibi, g->stream);
+        attention_bwd(g, g->scratch.dqkv, g->scratch.dvec, g->scratch.datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd);
         if (c.pos == POS_ROPE)
             PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
                  rope_rotate_inplace(g->scratch.dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream));
@@ -947,6 +954,8 @@ int main(int argc, char** argv) {
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
     comm_set_io_timeout(tc.io_timeout); // the same for a wait on another rank's disk work (--io-timeout)
     stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/run/signals.h)
+    if (opt.attention_cudnn && mc.pos == POS_ALIBI)
+        die("--attention cudnn: cuDNN's attention graph has no ALiBi (--pos alibi); run with --attention flash");
     if (run_host_mode(mc, &tc, &opt)) return 0;
     if (opt.profile > tc.steps - 1)
         die("flag --profile %d: the profile times the steps after the first, and -x %d leaves %d: give at most %d, or "
@@ -964,6 +973,10 @@ int main(int argc, char** argv) {
     GPT g;
     gpt_build(&g, mc, tc.B, tc.T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, rs.accum,
               opt.fp8);
+#ifdef USE_CUDNN
+    g.attention_cudnn = opt.attention_cudnn;  // its plans built now (cuDNN compiles their kernels: seconds)
+    if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
+#endif
     // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
     fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
                    (size_t)g.B * g.T * (g.cfg.mlp == MLP_SWIGLU ? 2 : 1) * g.Fl);

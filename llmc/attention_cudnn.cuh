@@ -426,5 +426,5 @@ static void attention_cudnn_prepare(int B, int T, int H, int KV, int hd, bool pr
     cudnn_plan(true, B, T, H, KV, hd);
     if (print)
         printf("attention: cuDNN %zu's flash attention (--attention cudnn), deterministic backward; its workspace "
-               "%.3f GiB\n", cudnnGetVersion(), g_cudnn.workspace_size / 1073741824.0);
+               "%.1f MiB\n", cudnnGetVersion(), g_cudnn.workspace_size / 1048576.0);
 }

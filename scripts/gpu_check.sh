@@ -15,10 +15,11 @@
 #                  and --trainer; PyTorch's control dev/probe/fp8_torch.py and dev/probe/lt_trace.py on the two
 #                  traces; test_gpt and test_gpt_fp32 on the kit's two states; the multirank stage's runs. Files:
 #                  sprint1.log, sprint1.md, sprint1_files.tar.gz (every run's log, the cuBLASLt traces)
-#     sprint2      the second command (at most 6.5 minutes, budget 360 s): gpt3_1.3b and llama3.2_1b, 20 steps with
+#     sprint2      the second command (at most 7 minutes, budget 400 s): gpt3_1.3b and llama3.2_1b, 20 steps with
 #                  the step profile (SPRINT_PROFILE_FLAGS); whether fp8 runs at all (gpt3_125m --fp8 delayed -x 1)
-#                  and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on gpt3_125m;
-#                  train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA. Files: sprint2.log,
+#                  and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on gpt3_125m; cuDNN's
+#                  attention: test_attention (its values and ours) and gpt3_1.3b with --attention cudnn and the
+#                  profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA. Files: sprint2.log,
 #                  sprint2.md, sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
 #     probe        environment (device, driver, nvcc, NCCL location and version, MPI), ceilings (copy
@@ -63,7 +64,7 @@ STAGES=(probe correct kernels bench-small bench-large torch-small torch-large fp
 SPRINT_STAGES=(sprint1 sprint2)
 STAGE_BUDGET_S=""  # --budget; else each stage's own (stage_budget)
 stage_budget() {  # the default budget of a stage, seconds
-    case $1 in sprint1) echo 330 ;; sprint2) echo 360 ;; multirank) echo 300 ;; *) echo 420 ;; esac
+    case $1 in sprint1) echo 330 ;; sprint2) echo 400 ;; multirank) echo 300 ;; *) echo 420 ;; esac
 }
 cmdline="scripts/gpu_check.sh${*:+ $*}"
 
@@ -127,7 +128,15 @@ mkdir -p "$out" || die "--out: cannot create '$out'"
 # Python's NCCL wheel (the GPU machine's only NCCL) and the toolkit's libraries, for the kit's programs
 # (linked elsewhere, their run path points at that machine's NCCL) and for the ones built here
 nccl_wheel=$("$PY" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
-for d in "$CUDA_HOME/lib64" "${nccl_wheel:+$nccl_wheel/lib}"; do
+# cuDNN's wheel (train_gpt_cudnn, test_attention) and the NVRTC its attention engines compile with (the toolkit's, or a
+# wheel's: nvidia.cuda_nvrtc, or CUDA 13's nvidia.cu13)
+cudnn_wheel=$("$PY" -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)
+nvrtc_wheel=$("$PY" -c '
+import importlib
+for n in ("nvidia.cuda_nvrtc", "nvidia.cu13"):
+    try: print(list(importlib.import_module(n).__path__)[0]); break
+    except Exception: pass' 2>/dev/null)
+for d in "${nvrtc_wheel:+$nvrtc_wheel/lib}" "${cudnn_wheel:+$cudnn_wheel/lib}" "$CUDA_HOME/lib64" "${nccl_wheel:+$nccl_wheel/lib}"; do
     [ -n "$d" ] && [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 nccl_home=""
@@ -257,6 +266,8 @@ print(torch.__version__, "(CUDA %s)," % torch.version.cuda, p.multi_processor_co
         row "NCCL" "$h, version ${ver:-?}; ${libs:-no library beside it}"
     done
     row "NCCL wheel (nvidia.nccl)" "${nccl_wheel:-not importable with $PY}"
+    row "cuDNN wheel (nvidia.cudnn)" "${cudnn_wheel:-not importable with $PY}$([ -n "$cudnn_wheel" ] && echo "; $(ls "$cudnn_wheel"/lib/libcudnn.so* 2>/dev/null | tr '\n' ' ')")"
+    row "NVRTC (wheel, or the toolkit's)" "${nvrtc_wheel:-no wheel}; $(ls "$CUDA_HOME"/lib64/libnvrtc.so* 2>/dev/null | head -n 2 | tr '\n' ' ')"
     row "torch's NCCL" "$("$PY" -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null || echo '?')"
     row "LD_LIBRARY_PATH" "${LD_LIBRARY_PATH:-}"
     row "mpirun / mpicxx" "$(command -v mpirun || echo absent) / $(command -v mpicxx || echo absent)"
@@ -465,7 +476,7 @@ tokens_per_s() { sed -n 's/^summary: median [0-9.]* ms\/step, \([0-9]*\) tokens\
 # memory, the estimate), tok (tokens/s, empty when none) and brc (the run's exit status; 3 when it did not fit)
 bench_row() {
     local preset=$1 flags=$2 shown=$2 log=$3 lim=$4 est estt free fpt peak mfu; shift 4
-    local tg; tg=$(pp train_gpt)
+    local tg; tg=$(pp "${bench_prog:-train_gpt}")  # bench_prog: another trainer build (train_gpt_cudnn)
     [ $tiny = 1 ] && flags="-b 1 -t 64"  # the row keeps the preset's flags; the tiny model runs these
     free=$(free_gib)
     # shellcheck disable=SC2086
@@ -904,6 +915,24 @@ stage_sprint2() {
     else
         notes+=("fp8 rows: not run: train_gpt --fp8 delayed stopped at start-up (exit $rc): $({ grep -m 1 '^error:' "$work/fp8_startup.log" || tail -n 1 "$work/fp8_startup.log"; } | cut -c1-300)")
         [ $rc = 1 ] || failed+=("fp8 start-up: exit $rc")
+    fi
+    # -- cuDNN's attention (--attention cudnn): its values and ours against the reference on this GPU (10 s), then the
+    #    first benchmark with it, beside ours (25 s: cuDNN compiles its kernels at start-up)
+    section "cuDNN attention: test_attention (ours and cuDNN's against the double-precision reference, 10 s)"
+    if programs build/test_attention build/train_gpt_cudnn; then
+        limited 60 "$(pp build/test_attention)" > "$work/test_attention.log" 2>&1
+        rc=$?
+        cat "$work/test_attention.log"
+        notes+=("test_attention on this GPU (exit $rc): $(grep -c '^\[PASS\]' "$work/test_attention.log") passed, $(grep -c '^\[FAIL\]' "$work/test_attention.log") failed$(grep -m 1 -E '^\[FAIL\]|^error' "$work/test_attention.log" | sed 's/^/; first: /' | cut -c1-300)")
+        [ $rc = 0 ] || failed+=("test_attention: exit $rc")
+        IFS='|' read -r preset flags <<< "${sprint_bench[0]}"
+        section "train_gpt_cudnn $preset $flags --attention cudnn ${prof[*]}: $steps steps (25 s)"
+        bench_prog=build/train_gpt_cudnn bench_row "$preset" "$flags" "$work/$preset.cudnn.log" 150 --attention cudnn "${prof[@]}"
+        rows+=("${row/| $flags |/| $flags --attention cudnn |}")
+        grep -m 1 '^attention: cuDNN' "$work/$preset.cudnn.log" > /dev/null || notes+=("--attention cudnn: $(grep -m 1 -E '^error' "$work/$preset.cudnn.log" | cut -c1-300)")
+    else
+        notes+=("cuDNN attention: not run: no build/test_attention and build/train_gpt_cudnn (cuDNN not found where the kit was built?)")
+        echo "${notes[-1]}"
     fi
     # -- PyTorch at gpt3_1.3b for the ratio (torch.compile: 60-90 s)
     section "train_gpt.py --compile, gpt3_1.3b (90 s)"

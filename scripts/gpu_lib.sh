@@ -3,7 +3,9 @@
 # are made from, the reading of its MANIFEST, git's view of the checkout and the python3 that has PyTorch.
 #
 # The kit (make gpu-kit, default folder gpukit/) holds (programs gzip-compressed, NAME.gz: a third of the size):
-#   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a + sm_100a), and train_gpt_cpu built
+#   bin/        train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 (sm_80 + sm_90a + sm_100a); train_gpt_cudnn (--attention
+#               cudnn) and test_attention (ours and cuDNN's attention against the reference) where cuDNN was found;
+#               train_gpt_cpu built
 #               for any x86-64-v3 CPU without MPI (it writes the reference states' initial weights), and ckpt_convert
 #               built the same way (the multirank checks read checkpoints as whole tensors with it)
 #   devcuda/    the dev/cuda programs (dev/cuda/Makefile's PROGRAMS: devcuda_programs)
@@ -23,6 +25,8 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
     for p in ceilings nccl_ranks fp8_gemm; do echo "probe/$p.gz|build/$p"; done
     echo "bin/ckpt_convert.gz|build/ckpt_convert"
     echo "bin/test_fp8.gz|build/test_fp8"
+    echo "bin/train_gpt_cudnn.gz|build/train_gpt_cudnn"
+    echo "bin/test_attention.gz|build/test_attention"
     echo "data/tokenizers/llama3.tiktoken|data/tokenizers/llama3.tiktoken"
 }
 
@@ -30,7 +34,8 @@ kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data f
 # Their digest is the kit's freshness key: it needs no git, so it also works in a copy of the tree.
 kit_source_files() {
     ls -1 train_gpt.cu test_gpt.cu train_gpt_cpu.cpp train_gpt.py Makefile $(find llmc -type f) dev/cuda/Makefile dev/ckpt_convert.cpp \
-        dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh tests/test_fp8.cu 2>/dev/null \
+        dev/cuda/*.cu dev/cuda/*.h dev/probe/*.cu tests/check.h tests/ref_state.h tests/gpu_cases.sh tests/test_fp8.cu \
+        tests/test_attention.cu 2>/dev/null \
         | LC_ALL=C sort
 }
 kit_sources_digest() {  # one sha256 over every source file's sha256 and path

@@ -12,7 +12,8 @@
 #      again with a --gpu-mem that only tp 2 / pp 2 layouts fit: the planner picks one and runs it.
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
-#   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other.
+#   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other; one rank with --attention cudnn
+#      against the CPU run (its losses' distance to our own attention's run printed).
 #   4. bad layouts stop with exit status 1 and a message naming the flag: 3 ranks for --dp 2, -d 192 (3 micro-batches)
 #      at dp 2.
 # A layout whose flags train_gpt does not take fails with the trainer's message. Each layout's line gives its largest
@@ -139,6 +140,18 @@ else
     bf16_vs_cpu bf16.one_rank
     if [ -z "$fail" ]; then echo "[PASS] bf16 one rank, no mpirun ($took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 one rank vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
+# cuDNN's attention (--attention cudnn, llmc/attention_cudnn.cuh; the emulated cuDNN interprets its graph): the bf16
+# bounds against the CPU run, as our own attention's run above; the losses' distance to that run is printed
+run bf16.cudnn build/train_gpt_emu 1 4 --attention cudnn
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 --attention cudnn: exit $rc: $(why bf16.cudnn)"; status=1
+elif ! grep -q "^attention: cuDNN 91900's flash attention (--attention cudnn)" "$d/bf16.cudnn.log"; then
+    echo "[FAIL] bf16 --attention cudnn: no line saying cuDNN's attention runs: $(why bf16.cudnn)"; status=1
+else
+    bf16_vs_cpu bf16.cudnn
+    [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of bf16.cudnn bf16.one_rank 1 loss 0)"
+    if [ -z "$fail" ]; then echo "[PASS] bf16 --attention cudnn, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 --attention cudnn vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 fi
 run bf16.dp2_zero3 build/train_gpt_emu 2 4 --dp 2 --zero 3
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 dp2 zero3 (2 ranks): exit $rc after $took s: $(why bf16.dp2_zero3)"; status=1

@@ -13,7 +13,8 @@
 #     ended by the emulation's timeout (EMU_NCCL_TIMEOUT: its NCCL waits inside the call, so --comm-timeout cannot fire
 #     here) and --resume auto bitwise equal to the uninterrupted run
 #   - the launch: mpirun with a per-rank NCCL_HOSTID (the commands in the tar)
-#   - sprint2.md: both bf16 rows with tokens/s, the fp8 rows and the loss rule, torch and the attention sweep "not run:";
+#   - sprint2.md: both bf16 rows with tokens/s, the fp8 rows and the loss rule, cuDNN's attention (test_attention
+#     against the emulated cuDNN passed, a gpt3_1.3b --attention cudnn row), torch and the attention sweep "not run:";
 #     sprint2.log: the step profile's table after each bf16 run
 #   - bad input: --programs naming no directory, or one without the programs, exit 1 / a missing program, named
 # About 4-5 minutes on 2 busy cores, most of it the multirank runs (10 launches of 2-8 emulated ranks).
@@ -46,6 +47,12 @@ ln -s "$(pwd)/build/test_gpt_emu" "$P/test_gpt"
 ln -s "$(pwd)/build/test_gpt_fp32_emu" "$P/test_gpt_fp32"
 ln -s "$(pwd)/build/fp8_gemm_emu" "$P/build/fp8_gemm"
 ln -s "$(pwd)/build/ckpt_convert" "$P/build/ckpt_convert"
+# cuDNN's attention: the emulated trainer is built with it (-DUSE_CUDNN), and test_attention against the emulated cuDNN
+ln -s "$(pwd)/build/train_gpt_emu" "$P/build/train_gpt_cudnn"
+if bash tests/cuda_emu/build.sh tests/test_attention.cu "$T/test_attention_emu" -std=c++17 -O2 -pthread -fno-strict-aliasing \
+        -Wno-unknown-pragmas -I"$(pwd)" -DUSE_CUDNN > "$T/test_attention_build.log" 2>&1; then
+    ln -s "$(pwd)/$T/test_attention_emu" "$P/build/test_attention"
+else fail "tests/test_attention.cu builds against the emulation" "$(grep -m 3 error "$T/test_attention_build.log")"; fi
 # a kit of these sources with the two tiny states (what make gpu-kit carries of them)
 K=$T/kit
 mkdir -p "$K/states"
@@ -122,6 +129,11 @@ m=$O/sprint2.md
 n=$(grep -cE '^\| (gpt3_1.3b|llama3.2_1b) \| -b [48] -t 2048 \| [0-9]+ \|' "$m")
 [ "$n" = 4 ] && pass "sprint2.md: bf16 and fp8 delayed rows with tokens/s on both models" \
     || fail "sprint2.md rows" "$n rows: $(grep -E '^\| (gpt3|llama)' "$m" | tr '\n' ' ')"
+if grep -qE '^\| gpt3_1.3b \| -b 8 -t 2048 --attention cudnn \| [0-9]+ \|' "$m" &&
+   grep -qE '^- test_attention on this GPU \(exit 0\): [1-9][0-9]* passed, 0 failed$' "$m" &&
+   grep -q "^attention: cuDNN 91900's flash attention (--attention cudnn)" "$O/sprint2.log"; then
+    pass "sprint2.md: cuDNN's attention: test_attention passed, gpt3_1.3b --attention cudnn row with tokens/s"
+else fail "sprint2.md cuDNN attention" "$(grep -E 'cudnn|test_attention' "$m" | tr '\n' ' ')"; fi
 n=$(grep -c "^profile of steps 2-3 of this run (the 2 after the first), rank 0's compute stream: per step" "$O/sprint2.log")
 [ "$n" = 2 ] && grep -q "emulation: .* kernel launches and matmuls in the profiled steps on 1 rank, 0 outside every class" "$O/sprint2.log" \
     && pass "sprint2: the step profile's table (SPRINT_PROFILE_FLAGS) after both bf16 runs, every launch in a class" \

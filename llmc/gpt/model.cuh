@@ -123,6 +123,7 @@ struct GPT {
     float* head_rnorm = nullptr;  // [Vp] --norm-head: 1 / the rows' lengths
     float *rope_cos = nullptr, *rope_sin = nullptr;  // [T,hd/2] --pos rope: the rotation's tables
     float* alibi = nullptr;     // [Hl] --pos alibi: the slopes of this rank's heads (else null)
+    bool attention_cudnn = false;  // --attention cudnn: cuDNN's attention instead of llmc/attention.cuh's
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
     Scratch scratch;            // the step's buffers outside the layers

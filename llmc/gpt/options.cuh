@@ -42,6 +42,7 @@ struct CudaOptions {
     // up to about 6 GB for a rank in three or more (NVIDIA/nccl issues 864 and 986), hence 1.5 GiB each by default.
     double nccl_gib = NCCL_MEM_DEFAULT_GIB;
     int profile = 0;               // --profile N: the step profile of the N steps after the first (llmc/profile.cuh)
+    bool attention_cudnn = false;  // --attention cudnn: cuDNN's flash attention (llmc/attention_cudnn.cuh, USE_CUDNN=1)
     std::string ceilings;          // --ceilings FILE: the profile's measured ceilings (build/ceilings --json)
 };
 
@@ -61,6 +62,8 @@ static void print_cuda_usage() {
            "                       and attention stay bf16 (docs/fp8.md)\n"
            "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
            "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n"
+           "  --attention flash|cudnn   the attention kernels: flash, our own (llmc/attention.cuh, the default), or\n"
+           "                       cudnn, cuDNN's (a build with `make train_gpt USE_CUDNN=1`; bf16, no ALiBi)\n"
            "  --nccl-mem GIB       device memory the plan leaves to each NCCL communicator of a rank (default %g;\n"
            "                       NCCL_NVLS_ENABLE=0 makes NCCL take far less on NVSwitch machines: docs/plan.md)\n"
            "  --profile N          time every kernel class (each linear's forward, dgrad and wgrad, the LM head,\n"
@@ -83,7 +86,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         if (a == "-h" || a == "--help") print_cuda_usage();
         const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
                           a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin" || a == "--nccl-mem" ||
-                          a == "--profile" || a == "--ceilings";
+                          a == "--profile" || a == "--ceilings" || a == "--attention";
         if (!ours) { rest.push_back(argv[i]); continue; }
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
@@ -93,6 +96,9 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
             else if (v == "selective") o->recompute = RECOMPUTE_SELECTIVE;
             else if (v == "full") o->recompute = RECOMPUTE_FULL;
             else die("flag --recompute expects none, selective or full, got '%s'", v.c_str());
+        } else if (a == "--attention") {
+            if (v != "flash" && v != "cudnn") die("flag --attention expects flash or cudnn, got '%s'", v.c_str());
+            o->attention_cudnn = v == "cudnn";
         } else if (a == "--bf16-moments") {
             if (v != "0" && v != "1") die("flag --bf16-moments expects 0 or 1, got '%s'", v.c_str());
             o->bf16_moments = v == "1";
@@ -134,6 +140,10 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
 #ifdef ENABLE_FP32
     if (o->fp8.recipe != FP8_NONE)
         die("--fp8 needs the bf16 build (this binary was built with PRECISION=FP32); run with --fp8 none");
+    if (o->attention_cudnn) die("--attention cudnn needs the bf16 build (this binary was built with PRECISION=FP32)");
+#elif !defined(USE_CUDNN)
+    if (o->attention_cudnn)
+        die("--attention cudnn: this train_gpt was built without cuDNN; build it with `make train_gpt USE_CUDNN=1`");
 #endif
     return rest;
 }
