@@ -973,7 +973,7 @@ int main(int argc, char** argv) {
     GPT g;
     gpt_build(&g, mc, tc.B, tc.T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, rs.accum,
               opt.fp8);
-#ifdef USE_CUDNN
+#if defined(USE_CUDNN) && !defined(ENABLE_FP32)
     g.attention_cudnn = opt.attention_cudnn;  // its plans built now (cuDNN compiles their kernels: seconds)
     if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
 #endif

@@ -920,7 +920,9 @@ stage_sprint2() {
     #    first benchmark with it, beside ours (25 s: cuDNN compiles its kernels at start-up)
     section "cuDNN attention: test_attention (ours and cuDNN's against the double-precision reference, 10 s)"
     if programs build/test_attention build/train_gpt_cudnn; then
-        limited 60 "$(pp build/test_attention)" > "$work/test_attention.log" 2>&1
+        # cuDNN's own log of warnings and errors (why a graph is refused), into the stage's files
+        CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$work/cudnn_debug.log" limited 60 "$(pp build/test_attention)" \
+            > "$work/test_attention.log" 2>&1
         rc=$?
         cat "$work/test_attention.log"
         notes+=("test_attention on this GPU (exit $rc): $(grep -c '^\[PASS\]' "$work/test_attention.log") passed, $(grep -c '^\[FAIL\]' "$work/test_attention.log") failed$(grep -m 1 -E '^\[FAIL\]|^error' "$work/test_attention.log" | sed 's/^/; first: /' | cut -c1-300)")
