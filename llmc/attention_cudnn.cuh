@@ -319,10 +319,11 @@ static CudnnState g_cudnn;
 static CudnnPlan cudnn_plan_build(const CudnnGraph& g, const char* what) {
     cudnnBackendDescriptor_t graph = cudnn_make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     cudnn_set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, (int64_t)g.ops.size(), g.ops.data());
-    if (cudnnGetVersion() < 90800) {  // the handle attribute (deprecated since) was required before cuDNN 9.8
-        const cudnnBackendAttributeName_t graph_handle = (cudnnBackendAttributeName_t)800;  // ..._OPERATIONGRAPH_HANDLE
-        cudnn_set(graph, graph_handle, CUDNN_TYPE_HANDLE, 1, &g_cudnn.handle);
-    }
+    // The handle attributes of the graph and the plan (CUDNN_ATTR_OPERATIONGRAPH_HANDLE = 800, ..._EXECUTION_PLAN_HANDLE
+    // = 400, named by number: deprecated since cuDNN 9.8, required before): set where the library still takes them.
+    const cudnnBackendAttributeName_t graph_handle = (cudnnBackendAttributeName_t)800,
+                                      plan_handle = (cudnnBackendAttributeName_t)400;
+    (void)cudnnBackendSetAttribute(graph, graph_handle, CUDNN_TYPE_HANDLE, 1, &g_cudnn.handle);
     const cudnnStatus_t gs = cudnnBackendFinalize(graph);
     if (gs != CUDNN_STATUS_SUCCESS) cudnn_check(gs, what, __FILE__, __LINE__);
     for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
@@ -342,10 +343,7 @@ static CudnnPlan cudnn_plan_build(const CudnnGraph& g, const char* what) {
         for (int64_t i = 0; i < got; i++) {
             cudnnBackendDescriptor_t plan = cudnn_make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             cudnn_set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[(size_t)i]);
-            if (cudnnGetVersion() < 90800) {
-                const cudnnBackendAttributeName_t plan_handle = (cudnnBackendAttributeName_t)400;  // ..._PLAN_HANDLE
-                cudnn_set(plan, plan_handle, CUDNN_TYPE_HANDLE, 1, &g_cudnn.handle);
-            }
+            (void)cudnnBackendSetAttribute(plan, plan_handle, CUDNN_TYPE_HANDLE, 1, &g_cudnn.handle);
             if (cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS) {
                 cudnnBackendDestroyDescriptor(plan);
                 continue;

@@ -135,8 +135,9 @@ if grep -qE '^\| gpt3_1.3b \| -b 8 -t 2048 --attention cudnn \| [0-9]+ \|' "$m" 
     pass "sprint2.md: cuDNN's attention: test_attention passed, gpt3_1.3b --attention cudnn row with tokens/s"
 else fail "sprint2.md cuDNN attention" "$(grep -E 'cudnn|test_attention' "$m" | tr '\n' ' ')"; fi
 n=$(grep -c "^profile of steps 2-3 of this run (the 2 after the first), rank 0's compute stream: per step" "$O/sprint2.log")
-[ "$n" = 2 ] && grep -q "emulation: .* kernel launches and matmuls in the profiled steps on 1 rank, 0 outside every class" "$O/sprint2.log" \
-    && pass "sprint2: the step profile's table (SPRINT_PROFILE_FLAGS) after both bf16 runs, every launch in a class" \
+[ "$n" = 3 ] && ! grep -q "emulation: .* kernel launches and matmuls in the profiled steps on 1 rank, [1-9][0-9]* outside every class" "$O/sprint2.log" \
+    && [ "$(grep -c "emulation: .* kernel launches and matmuls in the profiled steps on 1 rank, 0 outside every class" "$O/sprint2.log")" = 3 ] \
+    && pass "sprint2: the step profile's table (SPRINT_PROFILE_FLAGS) after both bf16 runs and the --attention cudnn run, every launch in a class" \
     || fail "sprint2 step profile" "$n profile tables in sprint2.log"
 grep -qE '^- fp8 delayed against bf16 on gpt3_125m, 4 steps: mean relative loss difference from step 2 [0-9.e-]+ ' "$m" \
     && pass "sprint2.md: FlagPerf's loss rule computed" || fail "sprint2.md loss rule" "$(grep -m1 'fp8' "$m")"
