@@ -65,6 +65,7 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
+expect_fail "bad --gelu-fusion value" "flag --gelu-fusion expects on or off, got 'yes'" ./train_gpt --gelu-fusion yes
 # the memory flags of the CUDA trainer have ranges no real device passes (the plan's own, tests/t_plan.sh)
 expect_fail "--estimate-memory 1e30 is refused" "flag --estimate-memory expects GiB per GPU above 0 and at most 4096, got '1e30'" \
     ./train_gpt -c gpt3_125m --estimate-memory 1e30
