@@ -3,7 +3,10 @@
 # tests/cuda_emu/build.sh as test_gpt is: tests/test_matmul_emu.cu checks that the heuristic runs once per
 # distinct key over repeated calls and that, when the emulated heuristic offers no algorithm for the BIAS
 # and BGRADB epilogues (EMU_LT_NO_ALGO), the default epilogue plus matmul.cuh's own kernels give the
-# epilogue path's results (both against a host reference), in the bf16 and the fp32 build. Seconds.
+# epilogue path's results (both against a host reference), in the bf16 and the fp32 build; and the GELU epilogues
+# (train_gpt --gelu-fusion on): the emulated cuBLASLt's GELU_AUX(_BIAS) and DGELU(_BGRAD) against the semantics
+# cuBLASLt documents and the calls it refuses, matmul.cuh's matmul_forward_gelu and matmul_backward_input_dgelu
+# against the host reference and the unfused kernels, and their fallback where there is no algorithm. Seconds.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 d=$(pwd)/build/t_matmul_emulated
