@@ -21,7 +21,13 @@ for b in bf16 fp32; do
         echo "[FAIL] tests/test_matmul_emu.cu builds against the emulation ($b): $(grep -m 3 error "$d/build_$b.log")"
         status=1; continue
     fi
-    "$d/test_matmul_$b" > "$d/$b.log" 2>&1 || status=1
+    "$d/test_matmul_$b" > "$d/$b.log" 2>&1
+    rc=$?
     grep -E '^\[(PASS|FAIL)\]|^EMU|^heuristic' "$d/$b.log"
+    if [ $rc -ne 0 ]; then
+        status=1
+        # a run that stopped early (the emulation's error: a call it refuses at run time) without a [FAIL] line
+        grep -q '^\[FAIL\]' "$d/$b.log" || echo "[FAIL] test_matmul_emu ($b) stopped (status $rc): $(grep -E '^EMU|^error' "$d/$b.log" | tail -n 1)"
+    fi
 done
 exit $status

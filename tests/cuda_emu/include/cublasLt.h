@@ -406,6 +406,18 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
         }
     }
 }
+// The GELU epilogues' aux matrix [M, N] at its leading dimension lies inside the allocation its pointer is in (a GPU
+// would fault, or read or write another buffer); a pointer cudaMalloc did not return (a test's own) is not checked.
+static inline bool emu_lt_aux_fits(const EmuLtDesc* d, cudaDataType_t dt, int M, int N) {
+    const size_t elem = (d->aux_type_set ? d->aux_type : dt) == CUDA_R_16BF ? 2 : 4;
+    const char* p = (const char*)d->aux;
+    const size_t bytes = ((size_t)(N - 1) * (size_t)d->aux_ld + (size_t)M) * elem;
+    for (const auto& a : g_emu_allocs) {
+        const char* base = (const char*)a.first;
+        if (p >= base && p < base + a.second) return p + bytes <= base + a.second;
+    }
+    return true;
+}
 static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                                             cublasLtMatrixLayout_t la, const void* Bm, cublasLtMatrixLayout_t lb,
                                             const void* beta, const void* Cm, cublasLtMatrixLayout_t lc, void* D,
@@ -415,6 +427,11 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (emu_lt_refused(d, algo, emu_lt_is_fp8(la->type))) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (emu_lt_gelu(d->ep) && !emu_lt_aux_fits(d, ldd->type, M, N)) {
+        fprintf(stderr, "EMU cuBLASLt: epilogue %d: the aux matrix (%d x %d, leading dimension %lld) runs past the end of "
+                "its allocation (%s:%d; on a GPU an illegal memory access)\n", (int)d->ep, M, N, (long long)d->aux_ld, file, line);
+        exit(1);
+    }
     const float be = *(const float*)beta, al = *(const float*)alpha;
     if (Cm != D && be != 0.0f) {
         fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
