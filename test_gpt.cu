@@ -5,7 +5,8 @@
 //     logits and loss of the first micro-batch; every gradient; the vocabulary padding rows' zero
 //     gradient; --recompute selective and full against none (same loss, same gradients, less memory), and
 //     under each the memory estimate equal to the bytes allocated, and the plan's (--plan) to them plus the reserve;
-//     gradient accumulation against the sum of the micro-batches' gradients (test_accumulation); the
+//     GELU models: --gelu-fusion on against the reference and the unfused run, in each recompute mode, and (emulation)
+//     its fallback bitwise the unfused run (test_gelu_fusion); gradient accumulation against the sum of the micro-batches' gradients (test_accumulation); the
 //     optimizer alone, two AdamW steps per element against PyTorch's in float64 (test_optimizer); the
 //     reference's AdamW steps (losses, gradient norms, learning rates, the weight update per tensor);
 //     bitwise determinism of two runs; bit-exact resume from a checkpoint written half-way; ZeRO 1, 2 and 3 on one
@@ -233,6 +234,104 @@ static void test_accumulation(GPT* g, const RefState& ref, const ParamTable& tab
     printf("  accumulation over %d micro-batches: worst error %.3g of the bound (%s)\n", n, worst, worst_name.c_str());
 }
 
+// The worst relative difference of two gradient buffers over the parameter table's tensors, each against its own
+// scale (the second buffer's largest value).
+static double worst_tensor_diff(const ParamTable& table, const std::vector<float>& a, const std::vector<float>& b) {
+    double w = 0;
+    for (const ParamSpec& s : table.specs) w = max_err(w, rel_err(a.data() + s.offset, b.data() + s.offset, s.numel()));
+    return w;
+}
+
+// --gelu-fusion on (GELU models; llmc/matmul.cuh's header): the first micro-batch again with GELU in fc1's and fc2's
+// cuBLASLt epilogues, against the unfused run of the same model (loss0, grads0) and the reference's loss.
+// Tolerance between the two (bf16, u = 2^-8): the runs differ only where the epilogue rounds. The fused act is gelu of
+// the fp32 pre-activation rounded once; the unfused one gelu of fc1 rounded, then rounded: gelu's slope is at most 1.13,
+// so they are up to about 2u of act apart. The fused dfc1 is the fp32 product times gelu', rounded once; the unfused
+// one rounds dact first: one u more. In the header's chain that is 2 of the (3 + 5L) roundings of a layer's forward
+// path: logits within 2L u of max |logit|, the loss within twice that times max |logit|, and the gradients within
+// twice the logits' figure plus the backward's one rounding per layer, (4L + L) u per tensor against its own scale.
+// The fp32 build: its tol_logits (the two GELU formulas in fp32 differ by a few ulps), the gradients twice that.
+//   1. recompute none: the epilogues run (the emulation has an algorithm for them; on a GPU where cuBLASLt has none,
+//      the run must be the unfused one bit for bit instead); the loss against the reference as unfused; loss and
+//      gradients within the tolerance above of the unfused run and, in the emulation, not all bitwise equal to it;
+//   2. recompute full: the loss bitwise 1.'s (the fused forward recomputed), the gradients within 2^-8 of 1.'s;
+//      recompute selective: the forward unfused by design (train_gpt.cu gelu_fused_forward), so the loss bitwise the
+//      unfused run's, the gradients (the backward fused) within the tolerance of 1.'s;
+//   3. emulation only: EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD: cuBLASLt has no algorithm, the trainer falls back to
+//      the unfused path: loss and gradients bitwise the unfused run's, each epilogue noted once.
+static void test_gelu_fusion(const ModelConfig& c, int B, int T, float wd, const std::vector<float>& init,
+                             const int32_t* in, const int32_t* tg, double loss0, const std::vector<float>& grads0,
+                             double ref_loss, double max_logit, double tol_logits, const std::string& tag) {
+#ifdef ENABLE_FP32
+    const double tol_f_logits = tol_logits, tol_f_grad = 2.0 * tol_logits;
+#else
+    (void)tol_logits;
+    const double tol_f_logits = 2.0 * c.n_layer / 256.0, tol_f_grad = 5.0 * c.n_layer / 256.0;
+#endif
+    const double tol_f_loss = 2.0 * tol_f_logits * max_logit, tol_loss = 2.0 * tol_logits * max_logit;
+    const std::string name = tag + " --gelu-fusion on";
+    struct Run { double loss; std::vector<float> grads; size_t fallbacks; };
+    auto run = [&](Recompute r) {
+        GPT h;
+        gpt_build(&h, c, B, T, r, false, wd);
+        h.gelu_fusion = true;
+        gpt_set_weights(&h, init.data(), nullptr, nullptr);
+        Run x;
+        x.grads = micro_batch_grads(&h, in, tg);
+        x.loss = h.io.loss;
+        x.fallbacks = h.mm.gelu_fallbacks.size();
+        gpt_free(&h);
+        return x;
+    };
+    const ParamTable table = build_param_table(c);
+
+    // 1. recompute none
+    const Run f = run(RECOMPUTE_NONE);
+    const double dl = std::fabs(f.loss - loss0), dg = worst_tensor_diff(table, f.grads, grads0);
+    check(std::fabs(f.loss - ref_loss) <= tol_loss, name + ": loss", "ours %.7f ref %.7f, |diff| %.3g > %.3g", f.loss,
+          ref_loss, std::fabs(f.loss - ref_loss), tol_loss);
+    if (f.fallbacks > 0) {  // a GPU's cuBLASLt without the epilogues at these shapes: the unfused path
+        printf("  --gelu-fusion on: cuBLASLt has no algorithm with %zu of the GELU epilogues here: the unfused path\n",
+               f.fallbacks);
+        check(f.loss == loss0 && f.grads == grads0, name + " without the epilogues is the unfused run bit for bit",
+              "loss %.9g vs %.9g, gradients worst rel diff %.3g", f.loss, loss0, dg);
+    } else {
+        check(dl <= tol_f_loss, name + ": loss within the fusion's tolerance of unfused", "|diff| %.3g > %.3g", dl, tol_f_loss);
+        check(dg <= tol_f_grad, name + ": gradients within the fusion's tolerance of unfused", "worst rel diff %.3g > %.3g",
+              dg, tol_f_grad);
+#ifdef CUDA_EMU
+        check(f.loss != loss0 || f.grads != grads0, name + ": the epilogues ran (the results are not the unfused ones)");
+#endif
+    }
+#ifdef CUDA_EMU
+    check(f.fallbacks == 0, name + ": the emulated cuBLASLt has the GELU epilogues", "%zu noted without", f.fallbacks);
+#endif
+    printf("  --gelu-fusion on: loss %.7f vs unfused %.7f, |diff| %.3g (tolerance %.3g); gradients worst rel diff %.3g "
+           "(tolerance %.3g)\n", f.loss, loss0, dl, tol_f_loss, dg, tol_f_grad);
+
+    // 2. the recompute modes, each consistent with itself
+    const Run full = run(RECOMPUTE_FULL), sel = run(RECOMPUTE_SELECTIVE);
+    const double d_full = worst_tensor_diff(table, full.grads, f.grads), d_sel = worst_tensor_diff(table, sel.grads, f.grads);
+    check(full.loss == f.loss, name + " --recompute full: loss bitwise that of none", "%.9g vs %.9g", full.loss, f.loss);
+    check(d_full <= 1.0 / 256, name + " --recompute full: gradients match none", "worst rel diff %.3g > 2^-8", d_full);
+    check(sel.loss == loss0, name + " --recompute selective: loss bitwise the unfused run's (its forward is unfused)",
+          "%.9g vs %.9g", sel.loss, loss0);
+    check(d_sel <= tol_f_grad, name + " --recompute selective: gradients within the fusion's tolerance of none",
+          "worst rel diff %.3g > %.3g", d_sel, tol_f_grad);
+    printf("  --gelu-fusion on, --recompute full / selective: gradients rel diff %.3g / %.3g from none\n", d_full, d_sel);
+
+#ifdef CUDA_EMU
+    // 3. no algorithm with the GELU epilogues: the fallback is the unfused path
+    setenv("EMU_LT_NO_ALGO", "GELU_AUX_BIAS,DGELU_BGRAD", 1);
+    const Run fb = run(RECOMPUTE_NONE);
+    unsetenv("EMU_LT_NO_ALGO");
+    check(fb.loss == loss0 && fb.grads == grads0,
+          name + " with EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD falls back to the unfused run bit for bit",
+          "loss %.9g vs %.9g, gradients worst rel diff %.3g", fb.loss, loss0, worst_tensor_diff(table, fb.grads, grads0));
+    check(fb.fallbacks == 2, name + " without the epilogues notes each once", "%zu noted", fb.fallbacks);
+#endif
+}
+
 static void test_reference(const char* path, bool core) {
     RefState ref;
     ref_state_open(&ref, path);
@@ -337,6 +436,9 @@ static void test_reference(const char* path, bool core) {
                h.mem.allocated / 1048576.0, g.mem.allocated / 1048576.0, rw);
         gpt_free(&h);
     }
+    if (c.mlp == MLP_GELU)
+        test_gelu_fusion(c, B, T, (float)tc.weight_decay, init, inputs.data(), targets.data(), g.io.loss, grads, ref_loss,
+                         max_logit, tol_logits, tag);
 
     test_accumulation(&g, ref, table, init, tag);
     test_optimizer(&g, ref, table, init, tag);

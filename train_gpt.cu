@@ -114,7 +114,7 @@ static void grads_bucket_done(GPT* g, int b) {
 //   atty, lse = flash_attention(qkv)           attention_forward (causal, GQA; --pos alibi: the heads' biases)
 //   y = atty Wo^T (+b)
 //   x_mid = x + y; ln2 = norm(x_mid)           fused_residual_norm_forward
-//   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up
+//   fc1 = ln2 W1^T (+b); act = gelu(fc1) or silu(gate) * up   (--gelu-fusion on: GELU in the GEMM's epilogue)
 //   y = act W2^T (+b)                          (added to x_mid by the next layer's norm, or by the final norm)
 // then x_final = x_mid[L-1] + y; lnf = norm(x_final); the fused classifier computes logits a panel of rows at a time,
 // the loss and the logits gradient in place. The backward runs the same steps in reverse, with one residual
@@ -197,6 +197,51 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
     attention_fwd(g, la.atty, la.lse, la.qkv, B, T, H, KV, hd);
 }
 
+// --gelu-fusion on (llmc/matmul.cuh's header says why, and what it saves): GELU in cuBLASLt's epilogues, for GELU
+// models on the floatX GEMMs; SwiGLU models and --fp8's GEMMs keep the separate kernels. The forward's fusion is left
+// out under --recompute selective: its backward recomputes act from the stored fc1 with gelu_forward, which reads fc1
+// rounded to floatX where the epilogue read the fp32 accumulator, so the recomputed act could differ in the last bit
+// from the one the forward's fc2 read, and fc2's weight gradient would not be that of the forward that ran. Unfused,
+// both are gelu_forward's, bit for bit. The backward's fusion reads only the stored fc1, which is the same in every
+// mode. So each mode stays consistent with itself: full recomputes the fused forward bit for bit (its loss is none's,
+// as unfused), and selective's forward is the unfused one (its loss is --gelu-fusion off's).
+static bool gelu_fused(const GPT* g) { return g->gelu_fusion && g->cfg.mlp == MLP_GELU && g->fp8.opt.recipe == FP8_NONE; }
+static bool gelu_fused_forward(const GPT* g) { return gelu_fused(g) && g->recompute != RECOMPUTE_SELECTIVE; }
+
+// act[N,F] = gelu(fc1), fc1[N,F] = inp[N,C] W1^T (+b) of layer l in one GEMM with the GELU epilogue. Where cuBLASLt
+// has none, the unfused path (the GEMM with the bias epilogue, then gelu_forward), timed with fc1's forward as the
+// epilogue is.
+static void linear_forward_gelu(GPT* g, int l, floatX* act, floatX* fc1, const floatX* inp, const floatX* bias, int N,
+                                int IC, int OC) {
+    ProfScope prof(prof_linear(LINEAR_FC1, PROF_FWD), prof_gemm(OC, N, IC));
+    const floatX* w = g->P(linear_weight(g->table.blocks[l], LINEAR_FC1));
+    if (matmul_forward_gelu(&g->mm, g->stream, act, fc1, inp, w, bias, N, IC, OC)) return;
+    matmul_forward(&g->mm, g->stream, fc1, inp, w, bias, N, IC, OC);
+    gelu_forward(act, fc1, (size_t)N * OC, g->stream);
+}
+
+// fc2's backward of layer l with GELU in its input gradient's epilogue: dW2 += dout[N,C]^T act[N,F] (dbias2 += the
+// column sums of dout), and in one GEMM dfc1[N,F] = (dout W2) * gelu'(fc1) with fc1's bias gradient dbias1 += the
+// column sums of dfc1. Returns whether dbias1 was taken there. Where cuBLASLt has no algorithm, the unfused path
+// (dact = dout W2, then gelu_backward, timed with fc2's input gradient) and false: fc1's weight gradient then takes
+// dbias1, as unfused.
+static bool linear_backward_dgelu(GPT* g, int l, floatX* dfc1, floatX* dbias1, floatX* dbias2, const floatX* dout,
+                                  const floatX* act, const floatX* fc1, int N, int IC, int OC) {
+    const int w = linear_weight(g->table.blocks[l], LINEAR_FC2);
+    bool fused;
+    {
+        ProfScope prof(prof_linear(LINEAR_FC2, PROF_DGRAD), prof_gemm(IC, N, OC));
+        fused = matmul_backward_input_dgelu(&g->mm, g->stream, dfc1, dbias1, dout, g->P(w), fc1, N, IC, OC);
+        if (!fused) {
+            matmul_backward_input(&g->mm, g->stream, g->scratch.dact, dout, g->P(w), N, IC, OC);
+            gelu_backward(dfc1, g->scratch.dact, fc1, (size_t)N * IC, g->stream);
+        }
+    }
+    PROF(prof_linear(LINEAR_FC2, PROF_WGRAD), prof_gemm(IC, OC, N),
+         matmul_backward_weight(&g->mm, g->stream, g->G(w), dbias2, dout, act, N, IC, OC));
+    return fused;
+}
+
 // The MLP activation of layer l: act from fc1 (this rank's Fl columns).
 static void mlp_act_forward(GPT* g, LayerActs& la) {
     const size_t N = (size_t)g->B * g->T;
@@ -237,8 +282,12 @@ static void layer_forward(GPT* g, int l, const floatX* x_prev_mid) {
          fused_residual_norm_forward(la.x_mid, la.ln2, la.ln2_mean, la.ln2_rstd, la.x, g->scratch.y, g->P(w.ln2_w),
                                      g->P(w.ln2_b), Nl, C, c.norm_eps, rms, g->stream));
     tp_gather(g->tp, la.ln2, la.ln2_full);
-    linear_forward(g, l, LINEAR_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
-    mlp_act_forward(g, la);
+    if (gelu_fused_forward(g)) {
+        linear_forward_gelu(g, l, la.act, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F);
+    } else {
+        linear_forward(g, l, LINEAR_FC1, la.fc1, la.ln2_full, g->P(w.fc1_b), N, C, F1);
+        mlp_act_forward(g, la);
+    }
     linear_forward(g, l, LINEAR_FC2, part, la.act, row_bias(g->tp, g->P(w.fc2_b)), N, F, C);
     tp_sum(g->tp, part, g->scratch.y);
 }
@@ -525,11 +574,17 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
                  fp8_cast_weights(g->fp8, g->stream, g->table, l, true, [g](int w) { return g->P(w); }));
         floatX* part = tp_part(g->tp, g->scratch.dln);
         tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
-        linear_backward(g, l, LINEAR_FC2, g->scratch.dact, row_bias_grad(g->tp, g->G(w.fc2_b)), g->scratch.dres_full, la.act, N, F, C);
-        if (swiglu) PROF(PROF_ACT_BWD, prof_bytes(5 * act_bytes), swiglu_backward(g->scratch.dfc1, g->scratch.dact, la.fc1, N, F, g->stream));
-        else PROF(PROF_ACT_BWD, prof_bytes(3 * act_bytes), gelu_backward(g->scratch.dfc1, g->scratch.dact, la.fc1, (size_t)N * F, g->stream));
+        bool fc1_bias_taken = false;  // --gelu-fusion on: fc1's bias gradient from fc2's input gradient's epilogue
+        if (gelu_fused(g)) {
+            fc1_bias_taken = linear_backward_dgelu(g, l, g->scratch.dfc1, g->G(w.fc1_b), row_bias_grad(g->tp, g->G(w.fc2_b)),
+                                                   g->scratch.dres_full, la.act, la.fc1, N, F, C);
+        } else {
+            linear_backward(g, l, LINEAR_FC2, g->scratch.dact, row_bias_grad(g->tp, g->G(w.fc2_b)), g->scratch.dres_full, la.act, N, F, C);
+            if (swiglu) PROF(PROF_ACT_BWD, prof_bytes(5 * act_bytes), swiglu_backward(g->scratch.dfc1, g->scratch.dact, la.fc1, N, F, g->stream));
+            else PROF(PROF_ACT_BWD, prof_bytes(3 * act_bytes), gelu_backward(g->scratch.dfc1, g->scratch.dact, la.fc1, (size_t)N * F, g->stream));
+        }
         if (g->recompute != RECOMPUTE_FULL) tp_gather(g->tp, la.ln2, la.ln2_full);  // SP: the one copy, this layer's again
-        linear_backward(g, l, LINEAR_FC1, part, g->G(w.fc1_b), g->scratch.dfc1, la.ln2_full, N, C, F1);
+        linear_backward(g, l, LINEAR_FC1, part, fc1_bias_taken ? nullptr : g->G(w.fc1_b), g->scratch.dfc1, la.ln2_full, N, C, F1);
         tp_sum(g->tp, part, g->scratch.dln);
         PROF(PROF_NORM_BWD, prof_bytes(4 * row_bytes),
              norm_backward(g->scratch.dres, g->G(w.ln2_w), g->G(w.ln2_b), g->scratch.norm_partial, g->scratch.dln, la.x_mid, g->P(w.ln2_w),
@@ -934,6 +989,12 @@ static void print_run(const GPT& g, const ModelConfig& mc, const TrainConfig& tc
     else if (opt.fp8.recipe == FP8_CURRENT)
         printf("fp8 GEMMs in the layers (E4M3 inputs and weights, E5M2 output gradients): current scaling, margin %d; "
                "MFU below is against the bf16 peak\n", opt.fp8.margin);
+    if (gelu_fused(&g))
+        printf("--gelu-fusion on: GELU in cuBLASLt's epilogues, %s\n", gelu_fused_forward(&g) ?
+               "fc1's forward (GELU_AUX_BIAS) and fc2's input gradient (DGELU_BGRAD)" :
+               "fc2's input gradient only (DGELU_BGRAD; --recompute selective recomputes the forward's act unfused)");
+    else if (opt.gelu_fusion)
+        printf("--gelu-fusion on changes nothing here: %s\n", mc.mlp != MLP_GELU ? "the MLP is not GELU" : "--fp8's GEMMs keep the separate GELU kernels");
     if (r.world.size > 1 || L.zero > 0)
         printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
                "stage; gradients reduced in fp32 over dp in %d buckets\n", r.world.size, L.topo.pp, L.topo.dp,
@@ -977,6 +1038,7 @@ int main(int argc, char** argv) {
     g.attention_cudnn = opt.attention_cudnn;  // its plans built now (cuDNN compiles their kernels: seconds)
     if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
 #endif
+    g.gelu_fusion = opt.gelu_fusion;
     // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
     fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
                    (size_t)g.B * g.T * (g.cfg.mlp == MLP_SWIGLU ? 2 : 1) * g.Fl);

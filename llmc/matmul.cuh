@@ -1,14 +1,17 @@
 // llmc/matmul.cuh: every matmul of the project through one cuBLASLt call (cublaslt_matmul), with the
 // epilogues fused where cuBLASLt offers them: the bias add (forward) and the bias gradient
-// (backward). Users: the linear layers of train_gpt.cu and the LM head of the fused classifier
-// (llmc/classifier.cuh). The MLP activations stay in llmc/mlp_act.cuh, whose GELU is exactly the
-// reference's tanh form and which the selective recompute calls on its own.
+// (backward), and on request (train_gpt --gelu-fusion on) GELU: fc1's forward with GELU_AUX_BIAS and fc2's input
+// gradient with DGELU_BGRAD. Users: the linear layers of train_gpt.cu and the LM head of the fused classifier
+// (llmc/classifier.cuh).
 //
 // Row-major shapes as the callers see them (W is [out, in], nn.Linear's layout):
 //   matmul_forward:         out[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC])
 //   matmul_backward_input:  dinp[N,IC] = dout[N,OC] @ W[OC,IC]           (overwritten)
 //   matmul_backward_weight: dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += sum_n dout[n,:]
 //                           (dW floatX for the layers, fp32 for the classifier's LM head gradient)
+//   matmul_forward_gelu:    act[N,OC] = gelu(pre), pre[N,OC] = inp[N,IC] @ W[OC,IC]^T (+ bias[OC])  (GELU_AUX_BIAS)
+//   matmul_backward_input_dgelu: dpre[N,IC] = (dout[N,OC] @ W[OC,IC]) * gelu'(pre[N,IC]);
+//                           dbias[IC] += sum_n dpre[n,:]                                   (DGELU_BGRAD)
 // Inputs are floatX; outputs floatX except dW, which may be fp32. Every matrix is dense (leading
 // dimension = its row length). MatmulContext holds the one cuBLASLt handle, its workspace, the
 // bias-gradient scratch and the algorithms cuBLASLt's heuristic chose, one per key (shape, transposes,
@@ -18,7 +21,18 @@
 // alignments their pointers happen to have). Where the heuristic offers no algorithm for
 // an epilogue (BIAS, BGRADB), the call runs with the default epilogue and our own deterministic kernel
 // does the epilogue's work (the bias add; the bias gradient as fixed-order column sums, no atomics).
-// The MLP activation is never fused into a GEMM (llmc/mlp_act.cuh), so no GELU epilogue is asked for.
+// GELU in the epilogue (fc1 and fc2 of the GELU MLP). It used to be never fused: the separate kernels of
+// llmc/mlp_act.cuh compute exactly the reference's tanh form from the stored fc1, which the selective recompute reads
+// again. It is fused now, on request, because it saves about two of the MLP's memory passes forward and two backward:
+// act is written by fc1's GEMM instead of read back from fc1 and written by a kernel, and dfc1 and fc1's bias gradient
+// come out of fc2's input-gradient GEMM instead of a kernel reading dact and fc1 and writing dfc1. Predicted: about
+// 7 ms of gpt3_1.3b's 287 ms step on an H200 (~2.5%), if the GEMMs keep their speed with the epilogue; llm.c found the
+// fused GELU slower on H100 for some shapes, so it is a measured choice: --gelu-fusion, off by default until a GPU has
+// timed both. The epilogue applies cuBLASLt's GELU (the same tanh approximation) to the fp32 accumulator + bias and
+// rounds once, where the kernel reads fc1 rounded to floatX: act (and dfc1, whose dact is no longer rounded) may differ
+// from the unfused path's in the last bit. Both functions return false where cuBLASLt has no algorithm with the
+// epilogue (logged once per epilogue); the caller then runs the plain GEMM and llmc/mlp_act.cuh's kernel, the unfused
+// path bit for bit. The fp8 GEMMs (llmc/matmul_fp8.cuh) are never fused with GELU.
 // cuBLASLt is column-major; a row-major [R, C] matrix is a column-major [C, R] one, so each
 // call below is written with the transposes that make the column-major product come out as
 // the row-major result (derivations beside each call).
@@ -44,11 +58,12 @@ struct MatmulKey {
     uint32_t align_a, align_b, align_d;
     cudaDataType_t a_type, b_type;
     bool fast_accum, amax_d;
+    uint32_t align_aux;  // the GELU epilogues' aux matrix (0: none); the heuristic reads its alignment from the pointer
     bool operator==(const MatmulKey& o) const {
         return m == o.m && n == o.n && k == o.k && trans_a == o.trans_a && trans_b == o.trans_b &&
                epilogue == o.epilogue && d_type == o.d_type && bias_type == o.bias_type && align_a == o.align_a &&
                align_b == o.align_b && align_d == o.align_d && a_type == o.a_type && b_type == o.b_type &&
-               fast_accum == o.fast_accum && amax_d == o.amax_d;
+               fast_accum == o.fast_accum && amax_d == o.amax_d && align_aux == o.align_aux;
     }
 };
 
@@ -74,6 +89,7 @@ struct MatmulContext {
     // --fp8's start-up check (llmc/gpt/fp8_linear.cuh): while fp8_check is set, an fp8 GEMM that cuBLASLt refuses
     // sets fp8_refused (why names the GEMM and cuBLASLt's answers) and returns, where a step's GEMM would stop
     bool fp8_check = false, fp8_refused = false;
+    std::vector<int> gelu_fallbacks;       // the GELU epilogues found without an algorithm so far (each logged once)
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
@@ -239,11 +255,13 @@ static inline bool cublaslt_run(MatmulContext* ctx, const MatmulKey& key, cublas
 // All three are dense: the leading dimension is the stored matrix's column-major row count.
 // bias: the epilogue's bias input or bias-gradient output, of type bias_type; cuBLASLt documents the
 // bias type as the output's for bf16 and fp32 outputs, so the callers pass floatX biases with floatX D.
-// Without an algorithm for the epilogue: the same product with the default epilogue, then our kernel.
-static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void* d, cudaDataType_t d_type,
-                                   const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
-                                   bool accumulate, cublasLtEpilogue_t epilogue, const void* bias,
-                                   cudaDataType_t bias_type) {
+// aux: the GELU epilogues' pre-activation matrix [m,n], dense like D and of D's type (cuBLASLt's default aux type;
+// its leading dimension m must be a multiple of 8: every m here is a width the kernels need in multiples of 8).
+// Returns false, with nothing written, when cuBLASLt has no algorithm for the epilogue.
+static inline bool cublaslt_matmul_try(MatmulContext* ctx, cudaStream_t stream, void* d, cudaDataType_t d_type,
+                                       const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
+                                       bool accumulate, cublasLtEpilogue_t epilogue, const void* bias,
+                                       cudaDataType_t bias_type, const void* aux) {
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // fp32 accumulation
     cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -254,6 +272,12 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
     }
+    if (aux) {
+        const int64_t aux_ld = m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &d_type, sizeof(d_type)));
+    }
     // column-major layouts of the stored matrices (before op)
     cublasLtMatrixLayout_t la, lb, ld_;
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
@@ -261,8 +285,20 @@ static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
     const MatmulKey key{m, n, k, trans_a, trans_b, epilogue, d_type, bias ? bias_type : d_type,
-                        pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), CUDA_FLOATX, CUDA_FLOATX, false, false};
-    if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
+                        pointer_alignment(a), pointer_alignment(b), pointer_alignment(d), CUDA_FLOATX, CUDA_FLOATX, false, false,
+                        aux ? pointer_alignment(aux) : 0};
+    return cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream);
+}
+
+// cublaslt_matmul_try without aux; without an algorithm for the epilogue: the same product with the default
+// epilogue, then our kernel.
+static inline void cublaslt_matmul(MatmulContext* ctx, cudaStream_t stream, void* d, cudaDataType_t d_type,
+                                   const floatX* a, const floatX* b, int m, int n, int k, bool trans_a, bool trans_b,
+                                   bool accumulate, cublasLtEpilogue_t epilogue, const void* bias,
+                                   cudaDataType_t bias_type) {
+    if (cublaslt_matmul_try(ctx, stream, d, d_type, a, b, m, n, k, trans_a, trans_b, accumulate, epilogue, bias, bias_type,
+                            nullptr))
+        return;
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT)
         die("cuBLASLt has no algorithm for m=%d n=%d k=%d transA=%d transB=%d output type %d: %s (llmc/matmul.cuh; "
             "shapes must be multiples of 8 for tensor cores)", m, n, k, (int)trans_a, (int)trans_b, (int)d_type, ctx->why.c_str());
@@ -330,4 +366,52 @@ static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t strea
         bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC);
         cudaCheck(cudaGetLastError());
     }
+}
+
+// A GELU epilogue without an algorithm: said once per epilogue, with cuBLASLt's answer (ctx->why).
+static inline void matmul_gelu_fallback_note(MatmulContext* ctx, cublasLtEpilogue_t ep, const char* name, int m, int n, int k) {
+    for (int e : ctx->gelu_fallbacks)
+        if (e == (int)ep) return;
+    ctx->gelu_fallbacks.push_back((int)ep);
+    printf("cuBLASLt: no algorithm with the %s epilogue at m=%d n=%d k=%d (%s): the GEMM runs without it, then "
+           "llmc/mlp_act.cuh's kernel (--gelu-fusion on falls back to off here)\n", name, m, n, k, ctx->why.c_str());
+}
+
+// act[N,OC] = gelu(pre), pre[N,OC] = inp[N,IC] @ W[OC,IC]^T + bias in one GEMM: fc1 and its GELU. Column-major as
+// matmul_forward: D[OC,N] = A^T[OC,IC] @ B[IC,N] is act, and the aux matrix [OC,N] (leading dimension OC) is pre, the
+// epilogue's input. GELU_AUX_BIAS adds the bias (length OC = m) first; GELU_AUX when bias is null. Returns false with
+// nothing written when cuBLASLt has no algorithm (the caller runs matmul_forward and gelu_forward).
+static inline bool matmul_forward_gelu(MatmulContext* ctx, cudaStream_t stream, floatX* act, floatX* pre, const floatX* inp,
+                                       const floatX* w, const floatX* bias, int N, int IC, int OC) {
+    const cublasLtEpilogue_t ep = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (cublaslt_matmul_try(ctx, stream, act, CUDA_FLOATX, w, inp, OC, N, IC, true, false, false, ep, bias, CUDA_FLOATX, pre))
+        return true;
+    matmul_gelu_fallback_note(ctx, ep, bias ? "GELU_AUX_BIAS" : "GELU_AUX", OC, N, IC);
+    return false;
+}
+
+// dpre[N,IC] = (dout[N,OC] @ W[OC,IC]) * gelu'(pre[N,IC]), and with dbias also dbias[IC] += sum_n dpre[n,:], in one
+// GEMM: fc2's input gradient through the GELU to fc1's output gradient, and fc1's bias gradient. Column-major as
+// matmul_backward_input: D[IC,N] = A[IC,OC] @ B[OC,N] is dpre and the aux matrix [IC,N] is pre (what
+// matmul_forward_gelu wrote). DGELU_BGRAD's bias gradient, one value per row of D (IC = m: summed over the N columns,
+// in fp32 before D's rounding), is stored (not added), so it goes to the context's scratch and a small kernel adds it
+// into dbias; DGELU when dbias is null. Returns false with nothing written when cuBLASLt has no algorithm (the caller
+// runs matmul_backward_input and gelu_backward, and takes fc1's bias gradient from its weight gradient, BGRADB).
+static inline bool matmul_backward_input_dgelu(MatmulContext* ctx, cudaStream_t stream, floatX* dpre, floatX* dbias,
+                                               const floatX* dout, const floatX* w, const floatX* pre, int N, int IC, int OC) {
+    if (dbias && IC > ctx->bias_scratch_len) {
+        fprintf(stderr, "error: bias of %d channels exceeds the matmul scratch of %d\n", IC, ctx->bias_scratch_len);
+        exit(1);
+    }
+    const cublasLtEpilogue_t ep = dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    if (!cublaslt_matmul_try(ctx, stream, dpre, CUDA_FLOATX, w, dout, IC, N, OC, false, false, false, ep,
+                             dbias ? ctx->bias_scratch : nullptr, CUDA_FLOATX, pre)) {
+        matmul_gelu_fallback_note(ctx, ep, dbias ? "DGELU_BGRAD" : "DGELU", IC, N, OC);
+        return false;
+    }
+    if (dbias) {
+        bias_grad_accumulate_kernel<<<(IC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, IC);
+        cudaCheck(cudaGetLastError());
+    }
+    return true;
 }

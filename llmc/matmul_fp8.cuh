@@ -77,7 +77,7 @@ static inline void cublaslt_matmul_fp8(MatmulContext* ctx, cudaStream_t stream, 
     cublasCheck(cublasLtMatrixLayoutCreate(&ld_, d_type, m, n, m));
 
     const MatmulKey key{m, n, k, true, false, epilogue, d_type, d_type, pointer_alignment(a), pointer_alignment(b),
-                        pointer_alignment(d), a_type, b_type, fast_accum, amax_d != nullptr};
+                        pointer_alignment(d), a_type, b_type, fast_accum, amax_d != nullptr, 0};
     if (cublaslt_run(ctx, key, desc, la, lb, ld_, a, b, d, accumulate, stream)) return;
     if (epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
         if (ctx->fp8_check) {  // why: cuBLASLt's answers

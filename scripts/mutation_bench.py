@@ -66,6 +66,9 @@ CHECKS = {
     "emu_switches": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_switches_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_alibi": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt_alibi_hd80 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_race": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=race bash tests/t_gpu_emulated.sh"),
+    # llmc/matmul.cuh under the emulated cuBLASLt: the epilogues and their fallbacks, the GELU epilogues against
+    # cuBLASLt's documented semantics (tests/t_matmul_emulated.sh, bf16 and fp32)
+    "matmul_emu": ("true", "bash tests/t_matmul_emulated.sh"),
     # the tensor-core attention against double precision, in both schedules of the emulation
     "attention": ("true", "bash tests/t_attention.sh"),
     # every kernel variant the presets' widths and vocabularies select, a few rows each, against CPU references
@@ -590,6 +593,33 @@ MUTANTS = [
     ("fp8_skip_update", "trainer", "llmc/gpt/fp8_linear.cuh",
      "        fp8_update_delayed(stream, m);\n", "",
      "fp8_train", "delayed scaling never updates its scales (they stay 1)"),
+    # --- GELU in cuBLASLt's epilogues (--gelu-fusion on): the emulation's epilogues, matmul.cuh, the trainer ---------
+    ("gelu_lt_grad_cubic", "kernel", "tests/cuda_emu/include/cublasLt.h",
+     "* (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);", "* (1.0f - t * t) * 0.7978845608f;",
+     "matmul_emu", "the emulated DGELU's derivative drops the cubic term's 3 * 0.044715 x^2"),
+    ("gelu_lt_aux_ld", "kernel", "tests/cuda_emu/include/cublasLt.h",
+     "emu_st(d->aux, at, (size_t)i + (size_t)j * d->aux_ld, v);", "emu_st(d->aux, at, (size_t)i + (size_t)j * M, v);",
+     "matmul_emu", "the emulated GELU_AUX writes the aux matrix at D's row count, not its own leading dimension"),
+    ("gelu_lt_bgrad_added", "kernel", "tests/cuda_emu/include/cublasLt.h",
+     "            for (int j = 0; j < N; j++) acc += dgrad[(size_t)i + (size_t)j * M];\n            emu_st(d->bias, dt, i, acc);",
+     "            for (int j = 0; j < N; j++) acc += dgrad[(size_t)i + (size_t)j * M];\n            emu_st(d->bias, dt, i, acc + emu_ld(d->bias, dt, i));",
+     "matmul_emu", "the emulated DGELU_BGRAD adds its bias gradient into the bias buffer instead of storing it"),
+    ("gelu_aux_ld_cols", "kernel", "llmc/matmul.cuh",
+     "        const int64_t aux_ld = m;", "        const int64_t aux_ld = n;",
+     "matmul_emu", "the GELU epilogues' aux leading dimension is D's column count"),
+    ("gelu_bgrad_not_added", "kernel", "llmc/matmul.cuh",
+     "        bias_grad_accumulate_kernel<<<(IC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, IC);\n", "",
+     "matmul_emu", "DGELU_BGRAD's bias gradient is left in the scratch, never added into fc1's bias gradient"),
+    ("gelu_fc1_bias_twice", "trainer", "train_gpt.cu",
+     "fc1_bias_taken ? nullptr : g->G(w.fc1_b)", "g->G(w.fc1_b)",
+     "emu_gpt", "with --gelu-fusion on fc1's weight-gradient GEMM adds fc1's bias gradient again (counted twice)"),
+    ("gelu_dgelu_aux_act", "trainer", "train_gpt.cu",
+     "fused = matmul_backward_input_dgelu(&g->mm, g->stream, dfc1, dbias1, dout, g->P(w), fc1, N, IC, OC);",
+     "fused = matmul_backward_input_dgelu(&g->mm, g->stream, dfc1, dbias1, dout, g->P(w), act, N, IC, OC);",
+     "emu_gpt", "the DGELU epilogue's aux pointer is act, not fc1: gelu' of the activation"),
+    ("gelu_selective_fused", "trainer", "train_gpt.cu",
+     "return gelu_fused(g) && g->recompute != RECOMPUTE_SELECTIVE;", "return gelu_fused(g);",
+     "emu_gpt", "--recompute selective fuses its forward: the backward's recomputed act is not the one fc2 read"),
     # --- scale: disk waits, GPUs per node, 32-bit limits -----------------------------------------
     ("io_wait_ckpt", "faults", "train_gpt_cpu.cpp",
      "auto barrier = [&] { comm_io_wait([&] { comm_barrier(world); }); };",

@@ -19,6 +19,16 @@
 #   7. ALiBi (the LLaMA model of 4. with --pos alibi: 8 heads, slopes 2^-1 .. 2^-8): tp2, each rank the slopes of its
 #      own 4 heads.
 #   6. a bad layout stops with exit 1 naming the flag: --tp 3 with 2 heads.
+#   8. --gelu-fusion on (GELU in fc1's and fc2's cuBLASLt epilogues, llmc/matmul.cuh), bf16, on the lib's GELU model:
+#      one rank, off and on trained side by side: every step's loss within FUSION_LOSS_TOL of off's and the gradient
+#      norms within FUSION_NORM_TOL (relative), the final weights not the same bytes (the epilogues ran); on with
+#      EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD (the emulated cuBLASLt without them): bitwise off, the fallback said
+#      once per epilogue; tp2 sp on (each rank fuses its own fc1 columns and fc2 rows): within bf16 of the fp32 CPU run
+#      as 3., and within the fusion's tolerances of tp2 sp off. The tolerances are test_gpt.cu's (test_gelu_fusion):
+#      the runs differ in 2 of the (3 + 5L) roundings of a layer's forward path (act: gelu of the fp32 pre-activation
+#      rounded once against gelu of fc1 rounded, then rounded) and 1 of the backward's (dact is not rounded), so the
+#      losses within 2L / (3 + 5L) of 3.'s BF16_LOSS_TOL (doubled there for the steps' drift) and the gradient norms
+#      within (4L + L) 2^-8.
 # Tolerances and the guards (the job ran as its layout: the config table's row, one metrics.jsonl, optimizer state per
 # rank below one rank's) are tests/gpu_multirank_lib.sh's, derived in tests/t_gpu_multirank.sh's header; tensor
 # parallelism sums each matmul's partial products over the tp ranks and the vocabulary-parallel cross-entropy combines
@@ -62,6 +72,44 @@ else
     bf16_vs_cpu bf16.tp2_sp
     if [ -z "$fail" ]; then echo "[PASS] bf16 tp2 sp (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 tp2 sp vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
+
+# 8. --gelu-fusion on against off, one rank and tp2 sp (bf16; the lib's MODEL is GELU with biases, L = 2)
+FUSION_LOSS_TOL=$(awk -v t="$BF16_LOSS_TOL" 'BEGIN { printf "%.4g", t * 2 * 2 / (3 + 5 * 2) }')
+FUSION_NORM_TOL=$(awk 'BEGIN { printf "%.4g", (4 * 2 + 2) / 256 }')
+# fusion_pair ON OFF LABEL: run ON (--gelu-fusion on) against OFF (off, the same layout)
+fusion_pair() {
+    local l n fail=""
+    l=$(diff_of "$1" "$2" 1 loss 0)
+    n=$(diff_of "$1" "$2" 1 grad_norm 1)
+    within "$l" "$FUSION_LOSS_TOL" || fail+=" losses $l > $FUSION_LOSS_TOL;"
+    within "$n" "$FUSION_NORM_TOL" || fail+=" gradient norms $n > $FUSION_NORM_TOL;"
+    cmp -s "$(ckpt "$1" $STEPS model)" "$(ckpt "$2" $STEPS model)" && fail+=" the final weights are off's bytes: no epilogue ran;"
+    grep -q "GELU in cuBLASLt's epilogues, fc1's forward" "$d/$1.log" || fail+=" no line saying the fusion is on;"
+    ! grep -q "no algorithm with the" "$d/$1.log" || fail+=" it fell back: $(grep -m 1 'no algorithm with the' "$d/$1.log");"
+    if [ -z "$fail" ]; then echo "[PASS] $3 ($took s): within the fusion's tolerances of off: losses $l ($FUSION_LOSS_TOL), gradient norms $n ($FUSION_NORM_TOL)"
+    else echo "[FAIL] $3 vs off:$fail"; status=1; fi
+}
+run bf16.one_rank build/train_gpt_emu 1 4
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank: exit $rc: $(why bf16.one_rank)"; status=1; fi
+run bf16.one_rank_gelu build/train_gpt_emu 1 4 --gelu-fusion on
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank --gelu-fusion on: exit $rc: $(why bf16.one_rank_gelu)"; status=1
+else fusion_pair bf16.one_rank_gelu bf16.one_rank "bf16 one rank --gelu-fusion on"; fi
+EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD run bf16.one_rank_gelu_noalgo build/train_gpt_emu 1 4 --gelu-fusion on
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank --gelu-fusion on without the epilogues: exit $rc: $(why bf16.one_rank_gelu_noalgo)"; status=1
+else
+    same_bits bf16.one_rank_gelu_noalgo bf16.one_rank "bf16 one rank --gelu-fusion on, EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD (falls back) against off"
+    notes=$(grep -c "no algorithm with the .*GELU" "$d/bf16.one_rank_gelu_noalgo.log")
+    if [ "$notes" = 2 ]; then echo "[PASS] the fallback is said once per epilogue (2 lines)"
+    else echo "[FAIL] the fallback is said once per epilogue: $notes lines, want 2"; status=1; fi
+fi
+run bf16.tp2_sp_gelu build/train_gpt_emu 2 4 --tp 2 --sp 1 --gelu-fusion on
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 tp2 sp --gelu-fusion on (2 ranks): exit $rc: $(why bf16.tp2_sp_gelu)"; status=1
+else
+    bf16_vs_cpu bf16.tp2_sp_gelu
+    if [ -z "$fail" ]; then echo "[PASS] bf16 tp2 sp --gelu-fusion on (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 tp2 sp --gelu-fusion on vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+    fusion_pair bf16.tp2_sp_gelu bf16.tp2_sp "bf16 tp2 sp --gelu-fusion on"
 fi
 
 # 5. a bad layout (the lib's MODEL: 2 heads)

@@ -71,6 +71,7 @@ expect_fail "--attention cudnn without cuDNN in the build" "this train_gpt was b
     ./train_gpt -c gpt3_tiny --attention cudnn
 [ -x ./train_gpt_fp32 ] &&
     expect_fail "--attention cudnn in the fp32 build" "--attention cudnn needs the bf16 build" ./train_gpt_fp32 -c gpt3_tiny --attention cudnn
+expect_fail "bad --gelu-fusion value" "flag --gelu-fusion expects on or off, got 'yes'" ./train_gpt --gelu-fusion yes
 # the memory flags of the CUDA trainer have ranges no real device passes (the plan's own, tests/t_plan.sh)
 expect_fail "--estimate-memory 1e30 is refused" "flag --estimate-memory expects GiB per GPU above 0 and at most 4096, got '1e30'" \
     ./train_gpt -c gpt3_125m --estimate-memory 1e30

@@ -17,12 +17,32 @@
 // type); without them 1 and 4 get "none" answers and fall back to the default epilogue: 1 then shares 2's
 // key, 4 adds its shape's default key, a sixth, in the bf16 build; in the fp32 build floatX is fp32, so that
 // key is 5's and the count stays 5.
+//
+// The GELU epilogues (train_gpt --gelu-fusion on), in two parts:
+//   A. the emulated cuBLASLt itself, called directly at m = 40 rows, n = 64 columns, k = 48, against a double-precision
+//      host computation of what cuBLASLt documents: GELU_AUX_BIAS and GELU_AUX (aux = the pre-activation rounded to
+//      D's type, D = the tanh-approximation gelu of the fp32 value, rounded once), DGELU and DGELU_BGRAD (D = the
+//      product times gelu' of the aux matrix, rounded once; the bias gradient the sum over each row of D before that
+//      rounding, stored), with the aux matrix's leading dimension 48, not its 40 rows (the rows in between untouched);
+//      and the calls cuBLASLt refuses: an aux leading dimension that is not a multiple of 8, or below the rows; no aux
+//      pointer; an aux type other than D's; GELU_AUX_BIAS without a bias pointer (each INVALID_VALUE); EMU_LT_NO_ALGO
+//      naming the epilogue (no algorithm, NOT_SUPPORTED).
+//   B. llmc/matmul.cuh's matmul_forward_gelu and matmul_backward_input_dgelu at the linear layer's shape, with and
+//      without a bias: against the host reference; the aux matrix bitwise matmul_forward's output (the same fp32 value,
+//      rounded once); act and dpre against the unfused path (matmul_forward + gelu_forward, matmul_backward_input +
+//      gelu_backward of llmc/mlp_act.cuh) within the one rounding that differs; the bias gradient added into dbias;
+//      and with EMU_LT_NO_ALGO naming the GELU epilogues both return false and write nothing.
+// Per-element tolerances of part A, for a value rounded once to floatX (unit roundoff u: 2^-8 in bf16, 2^-24 in
+// fp32): u |ref| for the rounding, plus 2^-16 times the sum of |terms| behind the value for the emulation's fp32
+// arithmetic against double (48 products accumulated in fp32 err by at most 48 * 2^-24 < 2^-16 of their absolute
+// sum; gelu's slope is at most 1.13, gelu' of the aux, with tanhf, within a few fp32 ulps).
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 #include "llmc/matmul.cuh"
+#include "llmc/mlp_act.cuh"
 #include "tests/check.h"
 #include "tests/device_io.h"
 
@@ -89,6 +109,318 @@ static Results run_products(const Inputs& x) {
         cudaCheck(cudaFree((void*)p));
     matmul_free(&mm);
     return r;
+}
+
+// ---- the GELU epilogues ---------------------------------------------------------------------------------------
+
+static double gelu_d(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+static double gelu_grad_d(double x) {
+    const double t = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+#ifdef ENABLE_FP32
+static const double U = 1.0 / 16777216.0;  // fp32's unit roundoff
+#else
+static const double U = 1.0 / 256.0;       // bf16's
+#endif
+static const double ACC = 1.0 / 65536.0;   // the emulation's fp32 arithmetic against double, per |term| summed
+
+// a device buffer of floatX set to h's values
+static void set_values(floatX* d, const std::vector<float>& h) {
+    std::vector<floatX> t(h.size());
+    for (size_t i = 0; i < h.size(); i++) t[i] = to_floatX(h[i]);
+    cudaCheck(cudaMemcpy(d, t.data(), t.size() * sizeof(floatX), cudaMemcpyHostToDevice));
+}
+
+// the worst of |got - ref| / tol over elements (<= 1 passes), and the element where it is
+struct ElemErr {
+    double worst = 0;
+    size_t at = 0;
+    void add(size_t i, double got, double ref, double tol) {
+        const double e = std::isfinite(got) ? std::fabs(got - ref) / tol : INFINITY;
+        if (!(e <= worst)) { worst = e; at = i; }
+    }
+};
+
+// One direct call of the emulated cuBLASLt: D[M,N] = W[M,K] inp[N,K]^T (column-major: op(A) = A^T of the stored
+// [K,M], B the stored [K,N]) with epilogue ep. aux_ld 0: no aux pointer; aux_type -1: the attribute left unset.
+// Returns the heuristic's status (and runs the product when it offered an algorithm).
+static cublasStatus_t lt_call(cublasLtHandle_t h, cublasLtEpilogue_t ep, const floatX* w, const floatX* inp, floatX* d,
+                              void* bias, void* aux, int64_t aux_ld, int aux_type, int M, int N, int K) {
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    if (aux_ld) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    if (aux_type >= 0) {
+        const cudaDataType_t t = (cudaDataType_t)aux_type;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &t, sizeof(t)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld_;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_FLOATX, K, M, K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_FLOATX, K, N, K));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld_, CUDA_FLOATX, M, N, M));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld_, ld_, pref, 1, &heur, &found);
+    if (st == CUBLAS_STATUS_SUCCESS && found == 0) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        const float alpha = 1.0f, beta = 0.0f;
+        cublasCheck(cublasLtMatmul(h, desc, &alpha, w, la, inp, lb, &beta, d, ld_, d, ld_, &heur.algo, nullptr, 0, 0));
+        cudaCheck(cudaDeviceSynchronize());
+    }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld_));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return st;
+}
+
+// Part A (the header): the emulated cuBLASLt's GELU epilogues against the documented semantics, and its refusals.
+static void test_lt_gelu(const Inputs& x, const std::string& tag) {
+    const int M = OC, K = IC, LDA = 48;  // D [40, 64]; the aux matrix's leading dimension 48, not its 40 rows
+    const float SENTINEL = 7.0f;
+    cublasLtHandle_t h;
+    cublasCheck(cublasLtCreate(&h));
+    // the product's terms: acc[i, j] = sum_p W[i, p] inp[j, p], and sum_p |W[i, p] inp[j, p]|
+    std::vector<double> acc((size_t)M * N), sabs((size_t)M * N);
+    for (int j = 0; j < N; j++)
+        for (int i = 0; i < M; i++) {
+            double s = 0, a = 0;
+            for (int p = 0; p < K; p++) {
+                const double t = (double)x.w[(size_t)i * K + p] * x.inp[(size_t)j * K + p];
+                s += t;
+                a += std::fabs(t);
+            }
+            acc[(size_t)i + (size_t)j * M] = s;
+            sabs[(size_t)i + (size_t)j * M] = a;
+        }
+    // an aux input for the backward epilogues: values over gelu's bend (|x| < 4), rounded to floatX; padding rows too
+    std::vector<float> aux_in((size_t)LDA * N);
+    {
+        const std::vector<float> v = make_values(aux_in.size(), 7);
+        for (size_t i = 0; i < aux_in.size(); i++) aux_in[i] = to_float(to_floatX(4.0f * v[i]));
+    }
+    floatX *w = upload<floatX>(x.w), *inp = upload<floatX>(x.inp), *bias = upload<floatX>(x.bias);
+    floatX *d, *aux, *bgrad;
+    cudaCheck(cudaMalloc(&d, (size_t)M * N * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&bgrad, (size_t)M * sizeof(floatX)));
+    const std::vector<float> aux_fill((size_t)LDA * N, SENTINEL);
+    aux = upload<floatX>(aux_fill);
+
+    // forward: GELU_AUX_BIAS and GELU_AUX
+    for (bool with_bias : {true, false}) {
+        const char* name = with_bias ? "GELU_AUX_BIAS" : "GELU_AUX";
+        set_values(aux, aux_fill);
+        const cublasStatus_t st = lt_call(h, with_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX, w, inp,
+                                          d, with_bias ? bias : nullptr, aux, LDA, -1, M, N, K);
+        check(st == CUBLAS_STATUS_SUCCESS, tag + "emulated cuBLASLt " + name + " runs (aux ld 48 for 40 rows)", "status %d", (int)st);
+        const std::vector<float> got_d = download(d, (size_t)M * N), got_aux = download(aux, (size_t)LDA * N);
+        ElemErr ed, ea;
+        bool padding_kept = true;
+        for (int j = 0; j < N; j++) {
+            for (int i = 0; i < M; i++) {
+                const size_t o = (size_t)i + (size_t)j * M;
+                const double pre = acc[o] + (with_bias ? x.bias[i] : 0.0), s = sabs[o] + (with_bias ? std::fabs(x.bias[i]) : 0.0);
+                ea.add(o, got_aux[(size_t)i + (size_t)j * LDA], pre, U * std::fabs(pre) + ACC * s);
+                ed.add(o, got_d[o], gelu_d(pre), U * std::fabs(gelu_d(pre)) + 1.2 * ACC * s);
+            }
+            for (int i = M; i < LDA; i++) padding_kept &= got_aux[(size_t)i + (size_t)j * LDA] == SENTINEL;
+        }
+        check(ea.worst <= 1, tag + name + ": aux = the pre-activation, at leading dimension 48, rounded once",
+              "worst element %zu at %.3g of its tolerance", ea.at, ea.worst);
+        check(ed.worst <= 1, tag + name + ": D = gelu (tanh approximation) of the fp32 pre-activation, rounded once",
+              "worst element %zu at %.3g of its tolerance", ed.at, ed.worst);
+        check(padding_kept, tag + name + ": the aux rows between 40 and the leading dimension 48 are not written");
+        printf("  %-14s worst element at %.3g (aux), %.3g (D) of its tolerance\n", name, ea.worst, ed.worst);
+    }
+
+    // backward: DGELU_BGRAD and DGELU, the aux matrix aux_in (leading dimension 48)
+    floatX* aux_b = upload<floatX>(aux_in);
+    for (bool with_bias : {true, false}) {
+        const char* name = with_bias ? "DGELU_BGRAD" : "DGELU";
+        const std::vector<float> bfill(M, SENTINEL);
+        set_values(bgrad, bfill);
+        const cublasStatus_t st = lt_call(h, with_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU, w, inp, d,
+                                          with_bias ? bgrad : nullptr, aux_b, LDA, -1, M, N, K);
+        check(st == CUBLAS_STATUS_SUCCESS, tag + "emulated cuBLASLt " + name + " runs (aux ld 48 for 40 rows)", "status %d", (int)st);
+        const std::vector<float> got_d = download(d, (size_t)M * N), got_b = download(bgrad, M);
+        ElemErr ed, eb;
+        for (int i = 0; i < M; i++) {
+            double bsum = 0, babs = 0;
+            for (int j = 0; j < N; j++) {
+                const size_t o = (size_t)i + (size_t)j * M;
+                const double g = gelu_grad_d(aux_in[(size_t)i + (size_t)j * LDA]), ref = acc[o] * g;
+                const double tol = ACC * (sabs[o] * std::fabs(g) + std::fabs(acc[o]));
+                ed.add(o, got_d[o], ref, U * std::fabs(ref) + tol);
+                bsum += ref;
+                babs += tol;
+            }
+            if (with_bias) eb.add(i, got_b[i], bsum, U * std::fabs(bsum) + babs);
+        }
+        check(ed.worst <= 1, tag + name + ": D = the product times gelu' of the aux matrix, rounded once",
+              "worst element %zu at %.3g of its tolerance", ed.at, ed.worst);
+        if (with_bias)
+            check(eb.worst <= 1, tag + name + ": the bias gradient = the fp32 sums over each row of D, stored",
+                  "worst row %zu at %.3g of its tolerance", eb.at, eb.worst);
+        else
+            check(download(bgrad, M) == bfill, tag + "DGELU writes no bias gradient");
+        printf("  %-14s worst element at %.3g (D), %.3g (bias gradient) of its tolerance\n", name, ed.worst, eb.worst);
+    }
+
+    // what cuBLASLt refuses
+    struct Bad { const char* what; cublasLtEpilogue_t ep; bool bias; bool aux; int64_t ld; int type; cublasStatus_t want; };
+    const int other_type = CUDA_FLOATX == CUDA_R_16BF ? (int)CUDA_R_32F : (int)CUDA_R_16BF;
+    const Bad bad[] = {
+        {"an aux leading dimension that is not a multiple of 8 (44)", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, true, 44, -1, CUBLAS_STATUS_INVALID_VALUE},
+        {"an aux leading dimension below D's rows (32 < 40)", CUBLASLT_EPILOGUE_DGELU_BGRAD, true, true, 32, -1, CUBLAS_STATUS_INVALID_VALUE},
+        {"no aux leading dimension", CUBLASLT_EPILOGUE_DGELU, false, true, 0, -1, CUBLAS_STATUS_INVALID_VALUE},
+        {"no aux pointer", CUBLASLT_EPILOGUE_GELU_AUX, false, false, LDA, -1, CUBLAS_STATUS_INVALID_VALUE},
+        {"an aux type other than D's", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, true, true, LDA, other_type, CUBLAS_STATUS_INVALID_VALUE},
+        {"GELU_AUX_BIAS without a bias pointer", CUBLASLT_EPILOGUE_GELU_AUX_BIAS, false, true, LDA, -1, CUBLAS_STATUS_INVALID_VALUE},
+        {"DGELU_BGRAD without a bias pointer", CUBLASLT_EPILOGUE_DGELU_BGRAD, false, true, LDA, -1, CUBLAS_STATUS_INVALID_VALUE},
+    };
+    for (const Bad& b : bad) {
+        const cublasStatus_t st = lt_call(h, b.ep, w, inp, d, b.bias ? bgrad : nullptr, b.aux ? aux : nullptr, b.ld, b.type, M, N, K);
+        check(st == b.want, tag + "emulated cuBLASLt refuses " + b.what, "status %d, want %d", (int)st, (int)b.want);
+    }
+    for (const char* e : {"GELU_AUX_BIAS", "GELU_AUX", "DGELU_BGRAD", "DGELU"}) {
+        setenv("EMU_LT_NO_ALGO", e, 1);
+        const cublasLtEpilogue_t ep = std::string(e) == "GELU_AUX_BIAS" ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                    : std::string(e) == "GELU_AUX"      ? CUBLASLT_EPILOGUE_GELU_AUX
+                                    : std::string(e) == "DGELU_BGRAD"   ? CUBLASLT_EPILOGUE_DGELU_BGRAD
+                                                                        : CUBLASLT_EPILOGUE_DGELU;
+        const bool with_bias = ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || ep == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+        const cublasStatus_t st = lt_call(h, ep, w, inp, d, with_bias ? bgrad : nullptr, aux, LDA, -1, M, N, K);
+        unsetenv("EMU_LT_NO_ALGO");
+        check(st == CUBLAS_STATUS_NOT_SUPPORTED, tag + "EMU_LT_NO_ALGO=" + e + ": the heuristic offers no algorithm",
+              "status %d", (int)st);
+    }
+    for (const void* p : {(const void*)w, (const void*)inp, (const void*)bias, (const void*)d, (const void*)aux,
+                          (const void*)aux_b, (const void*)bgrad})
+        cudaCheck(cudaFree((void*)p));
+    cublasCheck(cublasLtDestroy(h));
+}
+
+// Part B (the header): llmc/matmul.cuh's GELU functions at the linear layer's shape, against the host reference and
+// the unfused path; with EMU_LT_NO_ALGO naming their epilogues, the fallback's contract (false, nothing written).
+static void test_matmul_gelu(const Inputs& x, const std::string& tag) {
+    MatmulContext mm;
+    matmul_init(&mm, IC);
+    const size_t nf = (size_t)N * OC, nb = (size_t)N * IC;
+    floatX *inp = upload<floatX>(x.inp), *w = upload<floatX>(x.w), *bias = upload<floatX>(x.bias),
+           *dout = upload<floatX>(x.dout);
+    // the backward's pre-activation [N, IC]: values over gelu's bend; the bias gradient starts from dbias0 (IC values)
+    std::vector<float> pre_b(nb), dbias0(IC);
+    {
+        const std::vector<float> v = make_values(nb, 8), b = make_values(IC, 9);
+        for (size_t i = 0; i < nb; i++) pre_b[i] = to_float(to_floatX(4.0f * v[i]));
+        for (int i = 0; i < IC; i++) dbias0[i] = b[i];
+    }
+    floatX *pre_bwd = upload<floatX>(pre_b), *act, *pre, *act_u, *pre_u, *dpre, *dpre_u, *dact, *dbias;
+    for (floatX** p : {&act, &pre, &act_u, &pre_u}) cudaCheck(cudaMalloc(p, nf * sizeof(floatX)));
+    for (floatX** p : {&dpre, &dpre_u, &dact}) cudaCheck(cudaMalloc(p, nb * sizeof(floatX)));
+    dbias = upload<floatX>(dbias0);
+
+    for (bool with_bias : {true, false}) {
+        const std::string name = tag + (with_bias ? "matmul_forward_gelu (GELU_AUX_BIAS)" : "matmul_forward_gelu without a bias (GELU_AUX)");
+        const floatX* b = with_bias ? bias : nullptr;
+        const bool ran = matmul_forward_gelu(&mm, 0, act, pre, inp, w, b, N, IC, OC);
+        matmul_forward(&mm, 0, pre_u, inp, w, b, N, IC, OC);  // the unfused path
+        gelu_forward(act_u, pre_u, nf, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        check(ran, name + " runs with the epilogue");
+        const std::vector<float> a = download(act, nf), p = download(pre, nf), au = download(act_u, nf), pu = download(pre_u, nf);
+        ElemErr er, eu;
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                const size_t i = (size_t)n * OC + o;
+                double s = with_bias ? x.bias[o] : 0.0, sa = std::fabs(s);
+                for (int c = 0; c < IC; c++) {
+                    const double t = (double)x.inp[(size_t)n * IC + c] * x.w[(size_t)o * IC + c];
+                    s += t;
+                    sa += std::fabs(t);
+                }
+                er.add(i, a[i], gelu_d(s), U * std::fabs(gelu_d(s)) + 1.2 * ACC * sa);
+                // fused gelu(v) against gelu(v rounded): gelu's slope (at most 1.13) times one rounding of v, plus the
+                // two roundings of act; the fp32 build adds the two gelu formulas' fp32 differences (1e-6 of the scale)
+                eu.add(i, a[i], au[i], 1.2 * U * std::fabs(pu[i]) + 2 * U * std::fabs(au[i]) + 1e-6);
+            }
+        check(er.worst <= 1, name + ": act = gelu(inp W^T + b) against the host reference", "worst element %zu at %.3g of its tolerance", er.at, er.worst);
+        check(p == pu, name + ": the aux matrix (fc1) is bitwise matmul_forward's output");
+        check(eu.worst <= 1, name + ": act within one rounding of the unfused path (matmul_forward + gelu_forward)",
+              "worst element %zu at %.3g of its tolerance", eu.at, eu.worst);
+    }
+    for (bool with_bias : {true, false}) {
+        const std::string name = tag + (with_bias ? "matmul_backward_input_dgelu (DGELU_BGRAD)" : "matmul_backward_input_dgelu without a bias gradient (DGELU)");
+        set_values(dbias, dbias0);
+        const bool ran = matmul_backward_input_dgelu(&mm, 0, dpre, with_bias ? dbias : nullptr, dout, w, pre_bwd, N, IC, OC);
+        matmul_backward_input(&mm, 0, dact, dout, w, N, IC, OC);  // the unfused path
+        gelu_backward(dpre_u, dact, pre_bwd, nb, 0);
+        cudaCheck(cudaDeviceSynchronize());
+        check(ran, name + " runs with the epilogue");
+        const std::vector<float> dp = download(dpre, nb), du = download(dpre_u, nb), db = download(dbias, IC);
+        ElemErr er, eu, eb;
+        for (int c = 0; c < IC; c++) {
+            double bs = dbias0[c], bt = 0;
+            for (int n = 0; n < N; n++) {
+                const size_t i = (size_t)n * IC + c;
+                double s = 0, sa = 0;
+                for (int o = 0; o < OC; o++) {
+                    const double t = (double)x.dout[(size_t)n * OC + o] * x.w[(size_t)o * IC + c];
+                    s += t;
+                    sa += std::fabs(t);
+                }
+                const double g = gelu_grad_d(pre_b[i]), ref = s * g, tol = ACC * (sa * std::fabs(g) + std::fabs(s));
+                er.add(i, dp[i], ref, U * std::fabs(ref) + tol);
+                // fused: the product rounded once after gelu'; unfused: dact rounded, then dact * gelu' rounded
+                eu.add(i, dp[i], du[i], 3 * U * std::fabs(du[i]) + tol + 1e-6);
+                bs += ref;
+                bt += tol;
+            }
+            // the bias gradient is stored in floatX (one rounding), then added into dbias (another)
+            eb.add(c, db[c], with_bias ? bs : dbias0[c], U * (std::fabs(bs - dbias0[c]) + std::fabs(bs)) + bt);
+        }
+        check(er.worst <= 1, name + ": dpre = (dout W) * gelu'(pre) against the host reference", "worst element %zu at %.3g of its tolerance", er.at, er.worst);
+        check(eu.worst <= 1, name + ": dpre within one rounding of the unfused path (matmul_backward_input + gelu_backward)",
+              "worst element %zu at %.3g of its tolerance", eu.at, eu.worst);
+        check(eb.worst <= 1, name + (with_bias ? ": dbias += the column sums of dpre" : ": dbias untouched"),
+              "worst element %zu at %.3g of its tolerance", eb.at, eb.worst);
+    }
+
+    // no algorithm with the GELU epilogues: false, nothing written, said once per epilogue (a new context: the first
+    // one keeps the algorithms its heuristic found)
+    MatmulContext mn;
+    matmul_init(&mn, IC);
+    setenv("EMU_LT_NO_ALGO", "GELU_AUX_BIAS,DGELU_BGRAD", 1);
+    const std::vector<float> before_act = download(act, nf), before_pre = download(pre, nf), before_dpre = download(dpre, nb),
+                             before_db = download(dbias, IC);
+    bool refused = true;
+    for (int rep = 0; rep < 2; rep++) {
+        refused &= !matmul_forward_gelu(&mn, 0, act, pre, inp, w, bias, N, IC, OC);
+        refused &= !matmul_backward_input_dgelu(&mn, 0, dpre, dbias, dout, w, pre_bwd, N, IC, OC);
+    }
+    cudaCheck(cudaDeviceSynchronize());
+    unsetenv("EMU_LT_NO_ALGO");
+    check(refused, tag + "EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD: both functions return false (the caller falls back)");
+    check(download(act, nf) == before_act && download(pre, nf) == before_pre && download(dpre, nb) == before_dpre &&
+              download(dbias, IC) == before_db,
+          tag + "EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD: nothing written (act, pre, dpre, dbias)");
+    check(mn.gelu_fallbacks.size() == 2, tag + "the two epilogues without an algorithm are noted once each",
+          "%zu notes after two calls of each", mn.gelu_fallbacks.size());
+    matmul_free(&mn);
+    for (const void* p : {(const void*)inp, (const void*)w, (const void*)bias, (const void*)dout, (const void*)pre_bwd,
+                          (const void*)act, (const void*)pre, (const void*)act_u, (const void*)pre_u, (const void*)dpre,
+                          (const void*)dpre_u, (const void*)dact, (const void*)dbias})
+        cudaCheck(cudaFree((void*)p));
+    matmul_free(&mm);
 }
 
 int main() {
@@ -182,5 +514,7 @@ int main() {
           "%ld after one pass, %ld after %d", f.heuristic_first, f.heuristic_all, PASSES);
     printf("heuristic calls over %d passes of 5 products: %ld with the epilogues, %ld with the fallback\n", PASSES,
            e.heuristic_all, f.heuristic_all);
+    test_lt_gelu(x, tag);
+    test_matmul_gelu(x, tag);
     return g_failed ? 1 : 0;
 }

@@ -109,6 +109,7 @@ struct GPT {
     int B = 0, T = 0;
     Recompute recompute = RECOMPUTE_NONE;
     bool bf16_moments = false;
+    bool gelu_fusion = false;   // --gelu-fusion on: GELU in fc1's and fc2's cuBLASLt epilogues (train_gpt.cu gelu_fused)
     cudaStream_t stream = nullptr;  // the compute stream
     MatmulContext mm;
     // one allocation per kind (P: the parameter table's elements; floatX is bf16, or float in the fp32 build)

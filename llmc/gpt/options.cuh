@@ -44,6 +44,7 @@ struct CudaOptions {
     int profile = 0;               // --profile N: the step profile of the N steps after the first (llmc/profile.cuh)
     bool attention_cudnn = false;  // --attention cudnn: cuDNN's flash attention (llmc/attention_cudnn.cuh, USE_CUDNN=1)
     std::string ceilings;          // --ceilings FILE: the profile's measured ceilings (build/ceilings --json)
+    bool gelu_fusion = false;      // --gelu-fusion on: GELU in fc1's and fc2's cuBLASLt epilogues (llmc/matmul.cuh)
 };
 
 static void print_cuda_usage() {
@@ -52,6 +53,12 @@ static void print_cuda_usage() {
            "                       attention output and the MLP activation, full recomputes every layer from\n"
            "                       its input in the backward\n"
            "  --bf16-moments 0|1   AdamW moments in bf16 instead of fp32 (default 0)\n"
+           "  --gelu-fusion on|off GELU models: fc1's GEMM applies GELU in cuBLASLt's epilogue (GELU_AUX_BIAS) and fc2's\n"
+           "                       input gradient its derivative and fc1's bias gradient (DGELU_BGRAD), instead of the\n"
+           "                       separate kernels (default off until measured on a GPU; act and dfc1 may differ in the\n"
+           "                       last bit). SwiGLU models and --fp8's GEMMs are never fused; where cuBLASLt has no\n"
+           "                       algorithm it falls back to off, said once. Under --recompute selective only the\n"
+           "                       backward is fused, so that the recomputed act is the forward's\n"
            "  --print-config FILE  write the model config as JSON (train_gpt.py --config) and exit\n"
            "  --estimate-memory GIB   print the memory estimate of this run against GIB of device memory and\n"
            "                       exit (no GPU needed); status 1 when it does not fit\n"
@@ -86,7 +93,7 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         if (a == "-h" || a == "--help") print_cuda_usage();
         const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
                           a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin" || a == "--nccl-mem" ||
-                          a == "--profile" || a == "--ceilings" || a == "--attention";
+                          a == "--profile" || a == "--ceilings" || a == "--attention" || a == "--gelu-fusion";
         if (!ours) { rest.push_back(argv[i]); continue; }
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
@@ -99,6 +106,9 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         } else if (a == "--attention") {
             if (v != "flash" && v != "cudnn") die("flag --attention expects flash or cudnn, got '%s'", v.c_str());
             o->attention_cudnn = v == "cudnn";
+        } else if (a == "--gelu-fusion") {
+            if (v != "on" && v != "off") die("flag --gelu-fusion expects on or off, got '%s'", v.c_str());
+            o->gelu_fusion = v == "on";
         } else if (a == "--bf16-moments") {
             if (v != "0" && v != "1") die("flag --bf16-moments expects 0 or 1, got '%s'", v.c_str());
             o->bf16_moments = v == "1";

@@ -1,11 +1,17 @@
 // tests/cuda_emu/include/cublasLt.h: the part of cuBLASLt that llmc/matmul.cuh uses, on the host: a
 // column-major GEMM with fp32 accumulation (one rounding to bf16 for bf16 outputs), transposes, leading
-// dimensions, alpha/beta, and the epilogues BIAS (bias[i] added to row i of D) and BGRADB (bias[j] = the
-// sum over k of op(B)[k, j], stored, not added). Shapes and types are checked as cuBLASLt documents them,
-// including the bias type, which must be the output's. The heuristic finds an algorithm for every valid
-// call except for the epilogues named in EMU_LT_NO_ALGO (a comma-separated list of BIAS, BGRADB, BGRADA,
-// DEFAULT (then every GEMM has none, and the trainer stops) or numbers, read on each call), for which it answers as cuBLASLt does when it has none: no result and
-// CUBLAS_STATUS_NOT_SUPPORTED. g_emu_heuristic_calls counts its calls, g_emu_gemms the products.
+// dimensions, alpha/beta, and the epilogues BIAS (bias[i] added to row i of D), BGRADB (bias[j] = the
+// sum over k of op(B)[k, j], stored, not added) and the GELU ones, as cuBLASLt documents them: GELU_AUX_BIAS
+// (GELU_AUX without the bias) writes x = the fp32 accumulator + bias[i] to the aux matrix (rounded to its type) and
+// gelu(x) to D, gelu the tanh approximation computed in fp32 before D's rounding; DGELU_BGRAD (DGELU without the
+// bias gradient) writes D = the fp32 product * gelu'(aux), rounded once, and bias[i] = the sum over row i of D
+// (column-major: over the columns j) in fp32 before that rounding, stored, not added. Shapes and types are checked
+// as cuBLASLt documents them, including the bias type, which must be the output's, and the aux matrix: its pointer
+// and leading dimension (a multiple of 8, at least D's rows) set, its type D's (INVALID_VALUE otherwise). The
+// heuristic finds an algorithm for every valid call except for the epilogues named in EMU_LT_NO_ALGO (a
+// comma-separated list of BIAS, BGRADB, BGRADA, GELU_AUX, GELU_AUX_BIAS, DGELU, DGELU_BGRAD, DEFAULT (then every GEMM
+// has none, and the trainer stops) or numbers, read on each call), for which it answers as cuBLASLt does when it
+// has none: no result and CUBLAS_STATUS_NOT_SUPPORTED. g_emu_heuristic_calls counts its calls, g_emu_gemms the products.
 // fp8 (llmc/matmul_fp8.cuh): A and B of CUDA_R_8F_E4M3 / CUDA_R_8F_E5M2 (not both E5M2), read exactly
 // (tests/cuda_emu/include/cuda_fp8.h), with the A/B scale pointers applied as D = alpha * scale_a * scale_b *
 // (op(A) op(B)) + beta C, bf16 or fp32 D, and the amax of D (CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: set to the
@@ -38,6 +44,10 @@ typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum {
     CUBLASLT_EPILOGUE_DEFAULT = 1,
     CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU_AUX = 160,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+    CUBLASLT_EPILOGUE_DGELU = 192,
+    CUBLASLT_EPILOGUE_DGELU_BGRAD = 208,
     CUBLASLT_EPILOGUE_BGRADA = 256,
     CUBLASLT_EPILOGUE_BGRADB = 512
 } cublasLtEpilogue_t;
@@ -51,7 +61,10 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
     CUBLASLT_MATMUL_DESC_AMAX_D_POINTER,
     CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-    CUBLASLT_MATMUL_DESC_D_SCALE_POINTER
+    CUBLASLT_MATMUL_DESC_D_SCALE_POINTER,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE
 } cublasLtMatmulDescAttributes_t;
 typedef enum {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -74,6 +87,10 @@ struct EmuLtDesc {
     const float* b_scale = nullptr;
     float* amax_d = nullptr;         // fp8: set to max |D|
     int8_t fast_accum = 0;
+    void* aux = nullptr;             // the GELU epilogues' pre-activation matrix: written (GELU_AUX*), read (DGELU*)
+    int64_t aux_ld = 0;
+    cudaDataType_t aux_type = CUDA_R_32F;
+    bool aux_type_set = false;
 };
 struct EmuLtLayout { cudaDataType_t type; uint64_t rows, cols; int64_t ld; };
 struct EmuLtPref { size_t ws = 0; uint32_t align[4] = {256, 256, 256, 256}; };
@@ -119,6 +136,9 @@ static inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t
         case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->amax_d, buf, sizeof(void*)); break;
         case CUBLASLT_MATMUL_DESC_FAST_ACCUM: if (size != sizeof(int8_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->fast_accum, buf, 1); break;
         case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; break;  // fp8 D: not emulated
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux, buf, sizeof(void*)); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux_ld, buf, 8); break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE; memcpy(&d->aux_type, buf, 4); d->aux_type_set = true; break;
         default: return CUBLAS_STATUS_INVALID_VALUE;
     }
     return CUBLAS_STATUS_SUCCESS;
@@ -146,6 +166,28 @@ static inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmul
 }
 
 static inline bool emu_lt_is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+static inline bool emu_lt_gelu(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU ||
+           e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+static inline bool emu_lt_dgelu(cublasLtEpilogue_t e) { return e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD; }
+// the epilogues that read a bias (BIAS, GELU_AUX_BIAS) or store a bias gradient (BGRADB, DGELU_BGRAD) at the bias pointer
+static inline bool emu_lt_uses_bias(cublasLtEpilogue_t e) {
+    return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+           e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+}
+// cuBLASLt's GELU, documented as the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), and its
+// derivative 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), both in fp32 on the accumulator (written
+// here from the formula, apart from llmc/mlp_act.cuh's kernels, so that a test of one checks the other). The tanh is
+// the C library's float one (std::tanh), not cuda_emu.h's model of the fast-math tanhf: the library's own code.
+static inline float emu_gelu(float x) {
+    const float t = std::tanh(0.7978845608f * (x + 0.044715f * x * x * x));
+    return 0.5f * x * (1.0f + t);
+}
+static inline float emu_gelu_grad(float x) {
+    const float t = std::tanh(0.7978845608f * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+}
 
 // shape and type checks shared by the heuristic and the matmul
 static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -178,15 +220,40 @@ static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrix
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (a->type == CUDA_R_32F && dd->type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && d->ep != CUBLASLT_EPILOGUE_BIAS && d->ep != CUBLASLT_EPILOGUE_BGRADB) {
+    const bool gelu = emu_lt_gelu(d->ep), uses_bias = emu_lt_uses_bias(d->ep);
+    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !uses_bias && !gelu) {
         fprintf(stderr, "EMU cuBLASLt: epilogue %d not emulated\n", (int)d->ep);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT && !d->bias) {
+    if (uses_bias && !d->bias) {
         fprintf(stderr, "EMU cuBLASLt: epilogue %d without a bias pointer\n", (int)d->ep);
         return CUBLAS_STATUS_INVALID_VALUE;
     }
-    if (d->ep != CUBLASLT_EPILOGUE_DEFAULT) {
+    if (gelu) {
+        // documented: the GELU epilogues need the aux pointer and its leading dimension, a multiple of 8 no less than
+        // D's rows; the aux type defaults to D's, and a type cuBLASLt does not pair with D's is INVALID_VALUE. fp8
+        // operands with these epilogues are not emulated (llmc/matmul_fp8.cuh never asks for them).
+        if (fp8) {
+            fprintf(stderr, "EMU cuBLASLt: epilogue %d with fp8 operands not emulated\n", (int)d->ep);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
+        if (!d->aux) {
+            fprintf(stderr, "EMU cuBLASLt: epilogue %d without an aux pointer (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER)\n",
+                    (int)d->ep);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+        if (d->aux_ld < (int64_t)m || d->aux_ld % 8 != 0) {
+            fprintf(stderr, "EMU cuBLASLt: epilogue %d: aux leading dimension %lld must be a multiple of 8 and at least "
+                    "D's %llu rows\n", (int)d->ep, (long long)d->aux_ld, (unsigned long long)m);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+        if (d->aux_type_set && d->aux_type != dd->type) {
+            fprintf(stderr, "EMU cuBLASLt: epilogue %d: aux type %d differs from D type %d\n", (int)d->ep, (int)d->aux_type,
+                    (int)dd->type);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    if (uses_bias) {
         // documented: the bias type defaults to, and for bf16/fp32 outputs must be, the output type
         cudaDataType_t bt = d->bias_type_set ? d->bias_type : dd->type;
         if (bt != dd->type) {
@@ -214,7 +281,9 @@ static inline bool emu_lt_no_algo(cublasLtEpilogue_t ep) {
     const char* env = getenv("EMU_LT_NO_ALGO");
     if (!env) return false;
     const char* name = ep == CUBLASLT_EPILOGUE_BIAS ? "BIAS" : ep == CUBLASLT_EPILOGUE_BGRADB ? "BGRADB"
-                     : ep == CUBLASLT_EPILOGUE_BGRADA ? "BGRADA" : ep == CUBLASLT_EPILOGUE_DEFAULT ? "DEFAULT" : "";
+                     : ep == CUBLASLT_EPILOGUE_BGRADA ? "BGRADA" : ep == CUBLASLT_EPILOGUE_DEFAULT ? "DEFAULT"
+                     : ep == CUBLASLT_EPILOGUE_GELU_AUX ? "GELU_AUX" : ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? "GELU_AUX_BIAS"
+                     : ep == CUBLASLT_EPILOGUE_DGELU ? "DGELU" : ep == CUBLASLT_EPILOGUE_DGELU_BGRAD ? "DGELU_BGRAD" : "";
     const std::string list = std::string(",") + env + ",", number = std::to_string((int)ep);
     return list.find("," + std::string(name) + ",") != std::string::npos || list.find("," + number + ",") != std::string::npos;
 }
@@ -272,7 +341,8 @@ static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
     else ((float*)p)[i] = v;
 }
 
-// D = alpha op(A) op(B) + beta C (+ bias[i] per row: BIAS); BGRADB: bias[j] = sum_k op(B)[k, j] (stored).
+// D = alpha op(A) op(B) + beta C (+ bias[i] per row: BIAS); BGRADB: bias[j] = sum_k op(B)[k, j] (stored). GELU_AUX(_BIAS):
+// aux = that value (with the bias), D = gelu(it); DGELU(_BGRAD): D = that value * gelu'(aux), bias[i] = sum_j D[i, j].
 // The shapes are checked and alpha, beta, the descriptor and the layouts read when the call is made; the product runs
 // on the stream (at once, or queued in the stream mode, cuda_emu_streams.h).
 static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const void* A, const EmuLtLayout* la,
@@ -293,7 +363,10 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
         for (int p = 0; p < K; p++)
             b[(size_t)j * K + p] = emu_ld(Bm, lb->type, tb ? (size_t)j + (size_t)p * lb->ld : (size_t)p + (size_t)j * lb->ld);
     const cudaDataType_t dt = ldd->type;
-    const bool bias = d->ep == CUBLASLT_EPILOGUE_BIAS;
+    const bool bias = d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    const bool gelu = d->ep == CUBLASLT_EPILOGUE_GELU_AUX || d->ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dgelu = emu_lt_dgelu(d->ep);
+    const cudaDataType_t at = d->aux_type_set ? d->aux_type : dt;  // the aux type defaults to D's
+    std::vector<float> dgrad(d->ep == CUBLASLT_EPILOGUE_DGELU_BGRAD ? (size_t)M * N : 0);  // DGELU_BGRAD: D before rounding
     std::vector<float> col_amax(N, 0.0f);
 #pragma omp parallel for schedule(dynamic, 4)
     for (int j = 0; j < N; j++) {
@@ -306,6 +379,13 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
             float v = al * acc;
             if (be != 0.0f) v += be * emu_ld(D, dt, o);
             if (bias) v += emu_ld(d->bias, dt, i);
+            if (gelu) {  // the pre-activation to aux (rounded to its type), gelu of the fp32 value to D
+                emu_st(d->aux, at, (size_t)i + (size_t)j * d->aux_ld, v);
+                v = emu_gelu(v);
+            } else if (dgelu) {  // the product times gelu' of the stored pre-activation, in fp32
+                v *= emu_gelu_grad(emu_ld(d->aux, at, (size_t)i + (size_t)j * d->aux_ld));
+                if (!dgrad.empty()) dgrad[(size_t)i + (size_t)j * M] = v;
+            }
             col_amax[j] = std::max(col_amax[j], std::fabs(v));
             emu_st(D, dt, o, v);
         }
@@ -318,6 +398,25 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
             emu_st(d->bias, dt, j, acc);
         }
     }
+    if (!dgrad.empty()) {  // DGELU_BGRAD: bias[i] = the sum over the columns of D's row i, in fp32 before D's rounding, stored
+        for (int i = 0; i < M; i++) {
+            float acc = 0.0f;
+            for (int j = 0; j < N; j++) acc += dgrad[(size_t)i + (size_t)j * M];
+            emu_st(d->bias, dt, i, acc);
+        }
+    }
+}
+// The GELU epilogues' aux matrix [M, N] at its leading dimension lies inside the allocation its pointer is in (a GPU
+// would fault, or read or write another buffer); a pointer cudaMalloc did not return (a test's own) is not checked.
+static inline bool emu_lt_aux_fits(const EmuLtDesc* d, cudaDataType_t dt, int M, int N) {
+    const size_t elem = (d->aux_type_set ? d->aux_type : dt) == CUDA_R_16BF ? 2 : 4;
+    const char* p = (const char*)d->aux;
+    const size_t bytes = ((size_t)(N - 1) * (size_t)d->aux_ld + (size_t)M) * elem;
+    for (const auto& a : g_emu_allocs) {
+        const char* base = (const char*)a.first;
+        if (p >= base && p < base + a.second) return p + bytes <= base + a.second;
+    }
+    return true;
 }
 static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                                             cublasLtMatrixLayout_t la, const void* Bm, cublasLtMatrixLayout_t lb,
@@ -328,6 +427,11 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     cublasStatus_t s = emu_lt_check(d, la, lb, lc, ldd, &M, &N, &K);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     if (emu_lt_refused(d, algo, emu_lt_is_fp8(la->type))) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (emu_lt_gelu(d->ep) && !emu_lt_aux_fits(d, ldd->type, M, N)) {
+        fprintf(stderr, "EMU cuBLASLt: epilogue %d: the aux matrix (%d x %d, leading dimension %lld) runs past the end of "
+                "its allocation (%s:%d; on a GPU an illegal memory access)\n", (int)d->ep, M, N, (long long)d->aux_ld, file, line);
+        exit(1);
+    }
     const float be = *(const float*)beta, al = *(const float*)alpha;
     if (Cm != D && be != 0.0f) {
         fprintf(stderr, "EMU cuBLASLt: C != D not emulated\n");
