@@ -35,12 +35,15 @@
 // CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr.
 #pragma once
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
+#include <initializer_list>
 #include <map>
+#include <utility>
 #include <vector>
 #include "llmc/cuda_common.cuh"
 #include "llmc/utils.h"
@@ -129,6 +132,15 @@ static void cudnn_pointwise(CudnnGraph* g, cudnnPointwiseMode_t mode, cudnnBacke
     g->ops.push_back(op);
 }
 
+// Adds an operation of type `type` whose attributes are the descriptors `parts` (its tensors and its descriptor).
+static void cudnn_add_op(CudnnGraph* g, cudnnBackendDescriptorType_t type,
+                         std::initializer_list<std::pair<cudnnBackendAttributeName_t, cudnnBackendDescriptor_t>> parts) {
+    cudnnBackendDescriptor_t op = cudnn_make(type);
+    for (const auto& p : parts) cudnn_set_desc(op, p.first, p.second);
+    cudnnCheck(cudnnBackendFinalize(op), "finalizing an operation");
+    g->ops.push_back(op);
+}
+
 // c = a b over the last two dimensions, fp32 accumulation; the head dimension of b may be a divisor of a's (GQA:
 // head h of a meets head h / (Ha / Hb) of b).
 static void cudnn_matmul(CudnnGraph* g, cudnnBackendDescriptor_t c, cudnnBackendDescriptor_t a,
@@ -137,13 +149,9 @@ static void cudnn_matmul(CudnnGraph* g, cudnnBackendDescriptor_t c, cudnnBackend
     cudnnBackendDescriptor_t mm = cudnn_make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
     cudnn_set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
     cudnnCheck(cudnnBackendFinalize(mm), "finalizing a matmul descriptor");
-    cudnnBackendDescriptor_t op = cudnn_make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
-    cudnnCheck(cudnnBackendFinalize(op), "finalizing a matmul operation");
-    g->ops.push_back(op);
+    cudnn_add_op(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                 {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a}, {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+                  {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c}, {CUDNN_ATTR_OPERATION_MATMUL_DESC, mm}});
 }
 
 // y = the reduction of x over the dimensions where y has extent 1 (and over groups of heads where y has fewer)
@@ -154,21 +162,15 @@ static void cudnn_reduction(CudnnGraph* g, cudnnReduceTensorOp_t mode, cudnnBack
     cudnn_set(red, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
     cudnn_set(red, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
     cudnnCheck(cudnnBackendFinalize(red), "finalizing a reduction descriptor");
-    cudnnBackendDescriptor_t op = cudnn_make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, red);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y);
-    cudnnCheck(cudnnBackendFinalize(op), "finalizing a reduction operation");
-    g->ops.push_back(op);
+    cudnn_add_op(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                 {{CUDNN_ATTR_OPERATION_REDUCTION_DESC, red}, {CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x},
+                  {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y}});
 }
 
 // y = x described again (other dims and strides over the same elements): a transpose that moves no data
 static void cudnn_reshape(CudnnGraph* g, cudnnBackendDescriptor_t y, cudnnBackendDescriptor_t x) {
-    cudnnBackendDescriptor_t op = cudnn_make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
-    cudnn_set_desc(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
-    cudnnCheck(cudnnBackendFinalize(op), "finalizing a reshape operation");
-    g->ops.push_back(op);
+    cudnn_add_op(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                 {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x}, {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}});
 }
 
 // ---- the two graphs ---------------------------------------------------------------------------------
