@@ -95,13 +95,16 @@ ifeq ($(PRECISION),FP32)
 endif
 # cuDNN, for --attention cudnn (llmc/attention_cudnn.cuh): USE_CUDNN=1 builds train_gpt with it; $(BUILD)/train_gpt_cudnn
 # always does. Headers and library from CUDNN_HOME, the CUDA install, or Python's nvidia.cudnn wheel (which ships only
-# libcudnn.so.9: linked by that name).
-CUDNN_HOME ?= $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.cudnn;print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null); do \
-                  if [ -f $$d/include/cudnn_graph.h ]; then echo $$d; break; fi; done)
+# libcudnn.so.9: linked by that name); a place with the headers and no library is passed over (the kit then lacks the
+# two cuDNN programs, and says so).
+ifeq ($(origin CUDNN_HOME),undefined)
+CUDNN_HOME := $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.cudnn;print(list(nvidia.cudnn.__path__)[0])' 2>/dev/null); do \
+                  if [ -f $$d/include/cudnn_graph.h ] && ls $$d/lib*/libcudnn.so* > /dev/null 2>&1; then echo $$d; break; fi; done)
+endif
 CUDNN_FLAGS := -DUSE_CUDNN $(if $(CUDNN_HOME),-I$(CUDNN_HOME)/include)
 CUDNN_LDLIBS := $(if $(CUDNN_HOME),-L$(CUDNN_HOME)/lib -L$(CUDNN_HOME)/lib64 -Xlinker -rpath=$(CUDNN_HOME)/lib) \
                 $(if $(wildcard $(CUDNN_HOME)/lib/libcudnn.so $(CUDNN_HOME)/lib64/libcudnn.so),-lcudnn,-l:libcudnn.so.9)
-NEED_CUDNN = @test -n "$(CUDNN_HOME)" || { echo "error: $@ needs cuDNN (no include/cudnn_graph.h under CUDA_HOME, /usr, /usr/local or the nvidia.cudnn wheel of $(PYTHON)); set CUDNN_HOME"; exit 1; }
+NEED_CUDNN = @test -n "$(CUDNN_HOME)" || { echo "error: $@ needs cuDNN (no include/cudnn_graph.h with lib*/libcudnn.so* beside it under CUDA_HOME, /usr, /usr/local or the nvidia.cudnn wheel of $(PYTHON)); set CUDNN_HOME"; exit 1; }
 # NCCL: system install, NCCL_HOME, or the headers and library inside Python's NCCL wheel.
 NCCL_HOME ?= $(shell for d in $(CUDA_HOME) /usr /usr/local $$($(PYTHON) -c 'import nvidia.nccl;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null); do \
                  if [ -f $$d/include/nccl.h ]; then echo $$d; break; fi; done)
@@ -277,6 +280,7 @@ probe-config:
 	@echo "nvcc=$(NVCC)"
 	@echo "nccl_home=$(if $(NCCL_LDLIBS),$(NCCL_HOME))"
 	@echo "nccl_ldlibs=$(NCCL_LDLIBS)"
+	@echo "cudnn_home=$(CUDNN_HOME)"
 
 # the copy ceiling is measured with dev/cuda/ceilings.h
 $(BUILD)/ceilings: dev/probe/ceilings.cu $(PROBE_DEPS) dev/cuda/ceilings.h
@@ -521,7 +525,8 @@ $(BUILD)/gpukit/states/made: train_gpt_cpu train_gpt.py tests/gpu_cases.sh scrip
 gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 	$(NEED_NVCC)
 	@bash scripts/gpu_kit.sh assemble --kit $(GPU_KIT) --build $(BUILD) --states $(BUILD)/gpukit/states \
-	    --nvcc "$(NVCC)" --flags "$(NVCC_FLAGS)" --nccl "$(NCCL_LDLIBS)" --device-states "$(GPU_KIT_DEVICE_STATES)"
+	    --nvcc "$(NVCC)" --flags "$(NVCC_FLAGS)" --nccl "$(NCCL_LDLIBS)" --device-states "$(GPU_KIT_DEVICE_STATES)" \
+	    --cudnn "$(CUDNN_HOME)"
 
 clean:
 	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt train_gpt_fp32 test_gpt_fp32

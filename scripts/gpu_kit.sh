@@ -41,12 +41,12 @@ if [ "${1:-}" = states ]; then
 fi
 [ "${1:-}" = assemble ] || { echo "error: gpu_kit.sh: unknown command '${1:-}' (assemble or states)" >&2; exit 1; }
 shift
-kit=""; build=""; states=""; nvcc=""; flags=""; nccl=""; device_states=""
+kit=""; build=""; states=""; nvcc=""; flags=""; nccl=""; device_states=""; cudnn=""
 while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "error: gpu_kit.sh: $1 needs a value" >&2; exit 1; }
     case "$1" in
         --kit) kit=$2 ;; --build) build=$2 ;; --states) states=$2 ;; --nvcc) nvcc=$2 ;; --flags) flags=$2 ;;
-        --nccl) nccl=$2 ;; --device-states) device_states=$2 ;;
+        --nccl) nccl=$2 ;; --device-states) device_states=$2 ;; --cudnn) cudnn=$2 ;;
         *) echo "error: gpu_kit.sh: unknown flag '$1'" >&2; exit 1 ;;
     esac
     shift 2
@@ -72,6 +72,7 @@ while IFS='|' read -r kpath cpath; do
     else
         why="not built"
         [ "$kpath" = probe/nccl_ranks.gz ] && [ -z "$nccl" ] && why="this build found no NCCL"
+        case "$cpath" in build/train_gpt_cudnn|build/test_attention) [ -z "$cudnn" ] && why="this build found no cuDNN" ;; esac
         [ "$cpath" = data/tokenizers/llama3.tiktoken ] && why="dev/data/fetch_tokenizers.sh llama3 failed: $(tail -n 1 "$build/gpukit/fetch.log")"
         missing+=("$cpath ($why)")
         echo "WARNING: the kit lacks $cpath: $why"

@@ -39,6 +39,9 @@ if [ -n "$nccl_home" ]; then
 else
     echo "[SKIP] make $B/nccl_ranks: the Makefile found no NCCL"
 fi
+out=$(make -s --no-print-directory CUDNN_HOME= BUILD="$T/nocudnn" "$T/nocudnn/train_gpt_cudnn" 2>&1)
+if [ $? -ne 0 ] && echo "$out" | grep -q "needs cuDNN (no include/cudnn_graph.h"; then pass "train_gpt_cudnn without cuDNN: clear make error"
+else fail "train_gpt_cudnn without cuDNN" "expected a failing make with 'needs cuDNN', got: $out"; fi
 out=$(make -s --no-print-directory NO_NCCL=1 BUILD="$T/nonccl" "$T/nonccl/nccl_ranks" 2>&1)
 if [ $? -ne 0 ] && echo "$out" | grep -q "needs NCCL and this build has none"; then pass "nccl_ranks without NCCL: clear make error"
 else fail "nccl_ranks without NCCL" "expected a failing make with 'needs NCCL', got: $out"; fi
