@@ -269,32 +269,24 @@ static CudnnGraph cudnn_backward_graph(int B, int T, int H, int KV, int hd) {
     cudnn_pointwise(&g, CUDNN_POINTWISE_SUB, S2, S1, stats);
     cudnnBackendDescriptor_t S3 = cudnn_causal_mask(&g, s, S2, neg_inf);
     cudnn_pointwise(&g, CUDNN_POINTWISE_EXP, P, S3);
-    // dV = P^T dO (GQA: per query head in bf16, then summed over the heads of each kv head)
-    cudnnBackendDescriptor_t Pt = cudnn_tensor(&g, 0, BF, s.tt, s.ttt_st);
-    cudnn_reshape(&g, Pt, P);
-    if (gqa) {
-        cudnnBackendDescriptor_t dV_full = cudnn_tensor(&g, 0, BF, s.o, s.qf_st);
-        cudnn_matmul(&g, dV_full, Pt, dO);
-        cudnn_reduction(&g, CUDNN_REDUCE_TENSOR_ADD, dV, dV_full);
-    } else {
-        cudnn_matmul(&g, dV, Pt, dO);
-    }
+    // out [B, KV, T, hd] = x^T y for x [B, H, T, T] (described transposed, in bf16) and y [B, H, T, hd]; with GQA per
+    // query head in bf16, then summed over the heads of each kv head
+    auto kv_grad = [&](cudnnBackendDescriptor_t out, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
+        cudnnBackendDescriptor_t xt = cudnn_tensor(&g, 0, BF, s.tt, s.ttt_st);
+        cudnn_reshape(&g, xt, x);
+        if (!gqa) return cudnn_matmul(&g, out, xt, y);
+        cudnnBackendDescriptor_t per_head = cudnn_tensor(&g, 0, BF, s.o, s.qf_st);
+        cudnn_matmul(&g, per_head, xt, y);
+        cudnn_reduction(&g, CUDNN_REDUCE_TENSOR_ADD, out, per_head);
+    };
+    kv_grad(dV, P, dO);  // dV = P^T dO
     // dS = P * (dO V^T - Dsum) * scale
     cudnnBackendDescriptor_t dP = scores(), dP1 = scores(), dP2 = scores(), dS = scores();
     cudnn_matmul(&g, dP, dO, Vt);
     cudnn_pointwise(&g, CUDNN_POINTWISE_SUB, dP1, dP, dsum);
     cudnn_pointwise(&g, CUDNN_POINTWISE_MUL, dP2, dP1, P);
     cudnn_pointwise(&g, CUDNN_POINTWISE_MUL, dS, dP2, scale);
-    // dK = dS^T Q (GQA as dV)
-    cudnnBackendDescriptor_t dSt = cudnn_tensor(&g, 0, BF, s.tt, s.ttt_st);
-    cudnn_reshape(&g, dSt, dS);
-    if (gqa) {
-        cudnnBackendDescriptor_t dK_full = cudnn_tensor(&g, 0, BF, s.o, s.qf_st);
-        cudnn_matmul(&g, dK_full, dSt, Q);
-        cudnn_reduction(&g, CUDNN_REDUCE_TENSOR_ADD, dK, dK_full);
-    } else {
-        cudnn_matmul(&g, dK, dSt, Q);
-    }
+    kv_grad(dK, dS, Q);  // dK = dS^T Q
     // dQ = dS K: K^T described as K again; written directly (no fp32 accumulator: the deterministic engine)
     cudnnBackendDescriptor_t K = cudnn_tensor(&g, 0, F, s.kv, s.kv_st);
     cudnn_reshape(&g, K, Kt);
