@@ -963,7 +963,22 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
     cudaCheck(cudaMemGetInfo(&r->free_b, &r->total_b));
     r->accum = (int)(tc->total_batch / ((long)B * T * L.topo.dp));
     r->est = estimate_memory(*mc, B, T, opt->recompute, opt->bf16_moments, L, r->accum, opt->fp8);
+    // --recompute auto (the default) on one rank: the cheapest mode whose estimate fits what is free, none, then
+    // selective, then full (with more ranks and no layout flag the layout planner chose it above; with layout flags none)
+    std::string auto_why;
+    if (!opt->recompute_given && world.size == 1) {
+        for (Recompute m : {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
+            opt->recompute = m;
+            r->est = estimate_memory(*mc, B, T, m, opt->bf16_moments, L, r->accum, opt->fp8);
+            if (r->est.total() <= (double)r->free_b) break;
+            auto_why += layout_fmt("%s needs %.3f GiB, ", recompute_name(m), r->est.total() / 1073741824.0);
+        }
+    }
     if (world.rank == 0) {
+        if (!auto_why.empty())
+            printf("--recompute auto: %s (%s%s %.3f GiB; %.3f GiB are free)\n", recompute_name(opt->recompute),
+                   auto_why.c_str(), recompute_name(opt->recompute), r->est.total() / 1073741824.0,
+                   r->free_b / 1073741824.0);
         printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", r->prop.name, r->prop.major,
                r->prop.minor, r->total_b / 1073741824.0, r->free_b / 1073741824.0);
         if (world.size > 1)

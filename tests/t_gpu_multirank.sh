@@ -14,6 +14,8 @@
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other; one rank with --attention cudnn
 #      against the CPU run (its losses' distance to our own attention's run printed).
+#   3b. --recompute auto at one rank on an emulated device that only selective's estimate fits: it picks selective and
+#      trains; --recompute none there stops with the estimate's message.
 #   4. bad layouts stop with exit status 1 and a message naming the flag: 3 ranks for --dp 2, -d 192 (3 micro-batches)
 #      at dp 2.
 # A layout whose flags train_gpt does not take fails with the trainer's message. Each layout's line gives its largest
@@ -124,6 +126,31 @@ else
             echo "[PASS] fp32 --gpu-mem $mem GiB (between the smallest tp 2 / pp 2 peak, $peak_mp bytes, and dp 2's, $peak_dp), 2 ranks ($took s): the planner chose '$chosen' and ran it; losses vs one process $l (tolerance $LOSS_TOL)"
         else echo "[FAIL] fp32 --gpu-mem $mem, no layout flag, 2 ranks: chose '$chosen' (expected tp 2 or pp 2), losses $l"; status=1; fi
     fi
+fi
+
+# --recompute auto (the default) on one rank: on an emulated device between none's estimate and selective's, the run
+# takes selective, says why and trains; --recompute none given on the same device stops before step 1 with the
+# estimate's message (exit 1)
+est_of() { build/train_gpt_fp32_emu "${MODEL[@]}" -b 16 -t 128 --estimate-memory 80 --recompute "$1" 2>&1 |
+           sed -n 's/^memory estimate (bytes): .* total \([0-9]*\)$/\1/p'; }
+e_none=$(est_of none); e_sel=$(est_of selective)
+if [ -z "$e_none" ] || [ -z "$e_sel" ] || [ "$e_sel" -ge "$e_none" ]; then
+    echo "[FAIL] --recompute auto: estimates none '$e_none', selective '$e_sel' (selective must be smaller)"; status=1
+else
+    mib=$(awk -v a="$e_none" -v b="$e_sel" 'BEGIN { printf "%.3f", (a + b) / 2 / 2^20 }')
+    for mode in auto none; do
+        EMU_DEVICE_MIB=$mib timeout 600 build/train_gpt_fp32_emu "${MODEL[@]}" -b 16 -t 128 -x 1 -v 0 -g 0 \
+            -i data/mobydick.txt -j "" -o "" $([ $mode = none ] && echo "--recompute none") > "$d/recompute_$mode.log" 2>&1
+        echo $? > "$d/recompute_$mode.rc"
+    done
+    if [ "$(cat "$d/recompute_auto.rc")" = 0 ] && grep -q "^--recompute auto: selective (none needs " "$d/recompute_auto.log" &&
+       grep -q "^step *1/1" "$d/recompute_auto.log"; then
+        echo "[PASS] --recompute auto on one rank, $mib MiB (between none's estimate, $e_none bytes, and selective's, $e_sel): $(grep -m 1 '^--recompute auto' "$d/recompute_auto.log"), and trains"
+    else echo "[FAIL] --recompute auto on $mib MiB: exit $(cat "$d/recompute_auto.rc"): $(grep -m 1 -E '^--recompute|error' "$d/recompute_auto.log")"; status=1; fi
+    if [ "$(cat "$d/recompute_none.rc")" = 1 ] && grep -q "this run needs about .* GiB are free on the device" "$d/recompute_none.log" &&
+       ! grep -q "^step" "$d/recompute_none.log"; then
+        echo "[PASS] --recompute none given on the same device stops before step 1 with the estimate's message"
+    else echo "[FAIL] --recompute none on $mib MiB: exit $(cat "$d/recompute_none.rc"): $(tail -n 1 "$d/recompute_none.log")"; status=1; fi
 fi
 
 resume fp32.resume_zero3 "fp32: dp2 zero3's step-2 checkpoint resumed at one rank" fp32.dp2_zero3 fp32.dp2_zero3

@@ -49,9 +49,11 @@ struct CudaOptions {
 
 static void print_cuda_usage() {
     printf("CUDA trainer flags (besides those below):\n"
-           "  --recompute none|selective|full   activation recompute (default none): selective recomputes the\n"
-           "                       attention output and the MLP activation, full recomputes every layer from\n"
-           "                       its input in the backward\n"
+           "  --recompute auto|none|selective|full   activation recompute: selective recomputes the attention\n"
+           "                       output and the MLP activation, full recomputes every layer from its input in\n"
+           "                       the backward; auto (the default) picks on one GPU the cheapest that fits the\n"
+           "                       free memory (none, selective, full), with more ranks and no layout flag the\n"
+           "                       layout planner's choice, with more ranks and layout flags none\n"
            "  --bf16-moments 0|1   AdamW moments in bf16 instead of fp32 (default 0)\n"
            "  --gelu-fusion on|off GELU models: fc1's GEMM applies GELU in cuBLASLt's epilogue (GELU_AUX_BIAS) and fc2's\n"
            "                       input gradient its derivative and fc1's bias gradient (DGELU_BGRAD), instead of the\n"
@@ -98,11 +100,12 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
         if (a == "--recompute") {
-            o->recompute_given = true;
-            if (v == "none") o->recompute = RECOMPUTE_NONE;
+            o->recompute_given = v != "auto";
+            if (v == "auto") o->recompute = RECOMPUTE_NONE;  // chosen once free memory is known (train_gpt.cu rank_setup)
+            else if (v == "none") o->recompute = RECOMPUTE_NONE;
             else if (v == "selective") o->recompute = RECOMPUTE_SELECTIVE;
             else if (v == "full") o->recompute = RECOMPUTE_FULL;
-            else die("flag --recompute expects none, selective or full, got '%s'", v.c_str());
+            else die("flag --recompute expects auto, none, selective or full, got '%s'", v.c_str());
         } else if (a == "--attention") {
             if (v != "flash" && v != "cudnn") die("flag --attention expects flash or cudnn, got '%s'", v.c_str());
             o->attention_cudnn = v == "cudnn";
