@@ -965,20 +965,22 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
     r->est = estimate_memory(*mc, B, T, opt->recompute, opt->bf16_moments, L, r->accum, opt->fp8);
     // --recompute auto (the default) on one rank: the cheapest mode whose estimate fits what is free, none, then
     // selective, then full (with more ranks and no layout flag the layout planner chose it above; with layout flags none)
+    // (what is free, or --gpu-mem where that is less)
     std::string auto_why;
+    const double avail = tc->gpu_mem_gib > 0 ? std::min((double)r->free_b, tc->gpu_mem_gib * 1073741824.0) : (double)r->free_b;
     if (!opt->recompute_given && world.size == 1) {
         for (Recompute m : {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
             opt->recompute = m;
             r->est = estimate_memory(*mc, B, T, m, opt->bf16_moments, L, r->accum, opt->fp8);
-            if (r->est.total() <= (double)r->free_b) break;
+            if (r->est.total() <= avail || m == RECOMPUTE_FULL) break;  // full when nothing fits: the check below
             auto_why += layout_fmt("%s needs %.3f GiB, ", recompute_name(m), r->est.total() / 1073741824.0);
         }
     }
     if (world.rank == 0) {
         if (!auto_why.empty())
-            printf("--recompute auto: %s (%s%s %.3f GiB; %.3f GiB are free)\n", recompute_name(opt->recompute),
+            printf("--recompute auto: %s (%s%s %.3f GiB; %.3f GiB are free%s)\n", recompute_name(opt->recompute),
                    auto_why.c_str(), recompute_name(opt->recompute), r->est.total() / 1073741824.0,
-                   r->free_b / 1073741824.0);
+                   avail / 1073741824.0, tc->gpu_mem_gib > 0 ? " or --gpu-mem's" : "");
         printf("device: %s (compute capability %d.%d, %.1f GiB, %.1f GiB free)\n", r->prop.name, r->prop.major,
                r->prop.minor, r->total_b / 1073741824.0, r->free_b / 1073741824.0);
         if (world.size > 1)
