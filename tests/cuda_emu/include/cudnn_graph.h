@@ -560,10 +560,11 @@ static inline cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t d) {
                 return emu_dnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "engine configuration " + std::to_string(cfg->number) +
                                                                     " does not compile (EMU_DNN_BAD_PLANS)");
             e->graph = cfg->graph;
-            // the workspace: B*H*T*4 bytes forward, B*H*T*T*2 backward (from the first matmul's output [B, H, T, T])
-            const EmuDnnOp first = emu_dnn_op(e->graph->order[e->graph->pattern.rfind("matmul", 0) == 0 ? 0 : 3]);
-            const auto& sd = first.y->dims;
-            e->workspace = e->graph->pattern.rfind("matmul", 0) == 0 ? sd[0] * sd[1] * sd[2] * 4 : sd[0] * sd[1] * sd[2] * sd[3] * 2;
+            // the workspace: B*H*T*4 bytes forward, B*H*T*T*2 backward, from the scores' product [B, H, T, T] (the
+            // forward's first operation, the backward's fourth)
+            const bool forward = e->graph->pattern.rfind("matmul", 0) == 0;
+            const auto& sd = emu_dnn_op(e->graph->order[forward ? 0 : 3]).y->dims;
+            e->workspace = forward ? sd[0] * sd[1] * sd[2] * 4 : sd[0] * sd[1] * sd[2] * sd[3] * 2;
             break;
         }
         case CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: {
