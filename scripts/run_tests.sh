@@ -11,8 +11,8 @@
 # first), the longest first; those whose checks time a run against a limit (ALONE: a timeout that must not fire, or
 # must fire within seconds) run afterwards, one at a time, on an otherwise idle machine. The table lists the scripts
 # in their sorted order either way, each with its own wall time.
-# The last lines are the suite's wall time and "N passed, M failed, K skipped"; the exit status is non-zero if
-# anything failed.
+# The last lines are the eight slowest scripts, the suite's wall time and "N passed, M failed, K skipped"; the exit
+# status is non-zero if anything failed.
 set -u
 cd "$(dirname "$0")/.."
 # run from `make test -jN`: the scripts' own make calls start afresh (no parent jobserver, whose absence make warns of)
@@ -105,6 +105,11 @@ if [ ${#failures[@]} -gt 0 ]; then
     echo "failed checks (full logs under $log_dir/):"
     printf '    %s\n' "${failures[@]}"
 fi
+# the eight slowest scripts on one line, so that the output's last lines say where the time went
+slowest=$(for t in "${scripts[@]}"; do
+    n=$(basename "$t" .sh); read -r _ took < "$log_dir/$n.done"; echo "$took $n"
+done | sort -rn | head -n 8 | awk '{printf "%s%s %ss", (NR > 1 ? ", " : ""), $2, $1}')
+echo "slowest: $slowest"
 echo "suite wall time: $(( $(date +%s) - suite_start )) s (${jobs} script(s) at once)"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
