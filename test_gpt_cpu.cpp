@@ -91,6 +91,7 @@ static void test_reference(const char* path) {
 
     GPT<float> g;
     gpt_build(&g, c);
+    g.docs = tc.docs;  // train_gpt.py --eod-token: packed documents
     hf_read_tensors(&st, g.table, "", g.params.data());
     const std::vector<float> init(g.params.begin(), g.params.end());
     const int N = B * T, V = c.vocab_size, Vp = c.padded_vocab;

@@ -9,7 +9,8 @@ read from the same JSON config the C++ trainers use. Three modes:
         Reference state for the C++ tests: logits, loss and gradients at the initial weights,
         then --steps AdamW steps on generated tokens (losses, grad norms, learning rates,
         final weights), and two float64 AdamW steps on given bf16 gradients (ref.opt.*: the
-        optimizer's own check). fp32 on the CPU, deterministic.
+        optimizer's own check). fp32 on the CPU, deterministic. With --eod-token N, packed documents as
+        Megatron-LM treats them (--reset-position-ids, --reset-attention-mask, --eod-mask-loss: an explicit mask).
   --check REF.safetensors
         Recompute a reference file from its own initial weights and data, print the differences.
   --train --config CONFIG.json --data 'GLOB'
@@ -266,7 +267,8 @@ class Attention(nn.Module):
         self.q_norm = HeadNorm(cfg) if cfg["qk_norm"] else None
         self.k_norm = HeadNorm(cfg) if cfg["qk_norm"] else None
 
-    def forward(self, x, rope, alibi=None):
+    def forward(self, x, rope, alibi=None, mask=None):
+        """mask [B, 1, T, T] bool (True: attend) replaces the causal mask: documents (ltor_masks_and_position_ids)."""
         B, T, _ = x.shape
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
         q, k, v = self.qkv(x).split([H * hd, KV * hd, KV * hd], dim=-1)
@@ -279,8 +281,10 @@ class Attention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         k = k.repeat_interleave(H // KV, dim=1)   # [B, H, T, hd]
         v = v.repeat_interleave(H // KV, dim=1)   # [B, H, T, hd]
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        if self.use_sdpa and alibi is None:
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
+        if self.use_sdpa and alibi is None and mask is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif self.use_sdpa and alibi is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif self.use_sdpa:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=alibi.masked_fill(~causal, float("-inf")))
@@ -324,9 +328,34 @@ class Block(nn.Module):
         self.norm2 = Norm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rope, alibi=None):
-        x = x + self.attn(self.norm1(x), rope, alibi)
+    def forward(self, x, rope, alibi=None, mask=None):
+        x = x + self.attn(self.norm1(x), rope, alibi, mask)
         return x + self.mlp(self.norm2(x))
+
+
+def ltor_masks_and_position_ids(data, eod_token, reset_position_ids, reset_attention_mask, eod_mask_loss):
+    """Megatron-LM's documents in a packed row, written as its get_ltor_masks_and_position_ids does: data [B, T];
+    returns the attention mask [B, 1, T, T] (True: attend; causal, and with reset_attention_mask no token after an
+    end-of-document token sees it or anything before it), the loss mask [B, T] (0 where the input is the
+    end-of-document token, with eod_mask_loss) and the position ids [B, T] (restarting after each
+    end-of-document token, with reset_position_ids)."""
+    B, T = data.shape
+    mask = torch.ones(B, T, T, dtype=torch.bool, device=data.device).tril()
+    loss_mask = torch.ones(B, T, device=data.device)
+    if eod_mask_loss:
+        loss_mask[data == eod_token] = 0.0
+    position_ids = torch.arange(T, device=data.device).unsqueeze(0).repeat(B, 1)
+    if reset_position_ids or reset_attention_mask:
+        for b in range(B):
+            eod_index = position_ids[b, data[b] == eod_token].clone()
+            prev_index = 0
+            for i in eod_index.tolist():
+                if reset_attention_mask:
+                    mask[b, i + 1:, :i + 1] = False
+                if reset_position_ids:
+                    position_ids[b, i + 1:] -= i + 1 - prev_index
+                    prev_index = i + 1
+    return mask.unsqueeze(1), loss_mask, position_ids
 
 
 class GPT(nn.Module):
@@ -340,17 +369,25 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList([Block(cfg, use_sdpa) for _ in range(cfg["n_layer"])])
         self.norm_f = Norm(cfg)
         self.lm_head = None if cfg["tied"] else nn.Linear(cfg["n_embd"], cfg["vocab_size"], bias=False)
+        self.docs = None  # documents: a dict of ltor_masks_and_position_ids' switches, or None
 
     def forward(self, idx, targets=None):
         """idx [B, T] token ids; targets [B, T] with -1 = ignored. Returns logits [B, T, V] and the mean loss."""
         B, T = idx.shape
         x = self.wte(idx.long())                                              # [B, T, C]
+        mask, pos = None, torch.arange(T, device=idx.device)
+        if self.docs is not None:
+            mask, loss_mask, pos = ltor_masks_and_position_ids(idx, **self.docs)
+            if targets is not None:
+                targets = targets.masked_fill(loss_mask == 0, -1)
         if self.wpe is not None:
-            x = x + self.wpe(torch.arange(T, device=idx.device))
+            x = x + self.wpe(pos)
         rope = rope_tables(self.cfg, T, x.device, x.dtype) if self.cfg["pos"] == "rope" else None
+        if rope is not None and pos.dim() == 2:
+            rope = tuple(t[pos].unsqueeze(1) for t in rope)                   # [B, 1, T, hd/2]: each token's position
         alibi = alibi_bias(self.cfg, T, x.device, x.dtype) if self.cfg["pos"] == "alibi" else None
         for block in self.blocks:
-            x = block(x, rope, alibi)
+            x = block(x, rope, alibi, mask)
         x = self.norm_f(x)
         head = self.wte.weight if self.lm_head is None else self.lm_head.weight  # [V, C]
         if self.cfg["norm_head"]:
@@ -547,14 +584,28 @@ def set_deterministic():
     torch.use_deterministic_algorithms(True)
 
 
-def make_data(cfg, hp, ignore_frac):
-    """inputs, targets int32 [steps, accum, B, T] uniform in [0, vocab); a random ignore_frac of targets set to -1."""
+DOC_KEYS = ("eod_token", "reset_position_ids", "reset_attention_mask", "eod_mask_loss")
+
+
+def docs_of(hp):
+    """The documents' switches of a reference run (ltor_masks_and_position_ids' arguments), or None."""
+    return {k: hp[k] for k in DOC_KEYS} if hp.get("eod_token", -1) >= 0 else None
+
+
+def make_data(cfg, hp, ignore_frac, eod_frac=0.0):
+    """inputs, targets int32 [steps, accum, B, T] uniform in [0, vocab); a random ignore_frac of targets set to -1;
+    with documents, a random eod_frac of the inputs set to the end-of-document token."""
     gen = torch.Generator().manual_seed(hp["seed"])
     shape = (hp["steps"], hp["accum"], hp["batch"], hp["seq"])
     inputs = torch.randint(0, cfg["vocab_size"], shape, generator=gen).int()
     targets = torch.randint(0, cfg["vocab_size"], shape, generator=gen).int()
     targets[torch.rand(shape, generator=gen) < ignore_frac] = -1
-    if (targets != -1).flatten(2).sum(-1).min() == 0:
+    counted = targets != -1
+    if docs_of(hp) is not None:
+        inputs[torch.rand(shape, generator=gen) < eod_frac] = hp["eod_token"]
+        if hp["eod_mask_loss"]:  # the targets are written as drawn; the model's loss mask drops these
+            counted &= inputs != hp["eod_token"]
+    if counted.flatten(2).sum(-1).min() == 0:
         die(f"a micro-batch has every target ignored (the loss would be NaN); lower --ignore-frac ({ignore_frac})")
     return inputs, targets
 
@@ -629,7 +680,12 @@ def run_ref(args):
     hp = {k: getattr(args, k) for k in TRAIN_KEYS}
     if hp["seq"] > cfg["seq_len"]:
         die(f"--seq {hp['seq']} exceeds the config's seq_len {cfg['seq_len']}")
-    inputs, targets = make_data(cfg, hp, args.ignore_frac)
+    if args.eod_token >= 0:
+        if args.eod_token >= cfg["vocab_size"]:
+            die(f"--eod-token {args.eod_token} is outside the vocabulary [0, {cfg['vocab_size']})")
+        hp.update({k: getattr(args, k) for k in DOC_KEYS})
+    model.docs = docs_of(hp)
+    inputs, targets = make_data(cfg, hp, args.ignore_frac, args.eod_frac)
     initial = to_hf(cfg, dict(model.named_parameters()))
     opt_ref = optimizer_ref(model, hp, inputs, targets)
     ref = reference_run(model, hp, inputs, targets)
@@ -669,6 +725,7 @@ def run_check(args):
             die(f"'{args.check}': missing tensor '{name}'")
     if list(tensors["ref.inputs"].shape) != shape or list(tensors["ref.targets"].shape) != shape:
         die(f"'{args.check}': ref.inputs / ref.targets are not [steps, accum, batch, seq] = {shape}")
+    model.docs = docs_of(hp)
     ref = reference_run(model, hp, tensors["ref.inputs"], tensors["ref.targets"])
     got = {"ref.logits": ref["logits"], "ref.loss": ref["loss"], "ref.losses": ref["losses"],
            "ref.grad_norms": ref["grad_norms"], "ref.lrs": ref["lrs"]}
@@ -865,6 +922,11 @@ def main():
     p.add_argument("--clip", type=float, default=1.0, help="gradient clipping norm (0 = off)")
     p.add_argument("--ignore-frac", type=float, default=0.1, help="--ref: fraction of targets set to -1")
     p.add_argument("--compile", action="store_true", help="--train: torch.compile the model (torch 2.x)")
+    p.add_argument("--eod-token", type=int, default=-1, help="--ref: documents, ended by this token (-1: none)")
+    p.add_argument("--eod-frac", type=float, default=0.1, help="--ref: fraction of inputs set to --eod-token")
+    p.add_argument("--reset-position-ids", action="store_true", help="--ref: positions restart per document")
+    p.add_argument("--reset-attention-mask", action="store_true", help="--ref: attention within documents")
+    p.add_argument("--eod-mask-loss", action="store_true", help="--ref: no loss where the input is --eod-token")
     args = p.parse_args()
     for flag in ("batch", "seq", "accum", "steps"):
         if getattr(args, flag) <= 0:

@@ -32,6 +32,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "llmc/documents.h"
 #include "llmc/run/flags.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/parallel/comm_mpi.h"
@@ -170,6 +171,8 @@ struct GPT {
     int B = 0, T = 0;                             // scratch sizes
     std::vector<real> rope_cos, rope_sin;         // [T, hd/2]
     std::vector<real> alibi;                      // [Hl] --pos alibi: the slopes of this rank's heads
+    Documents docs;                               // documents in a row (llmc/documents.h); off: one causal sequence
+    std::vector<int32_t> doc, pos;                // [N] with docs.marks(): the chunk's document starts and positions
     std::vector<real> dres, dln, dfull, dres_full, dtmp, seq_buf, seq_out;  // [Nl,C] .. [N,C] scratch
     std::vector<real> dqkv, datty, dfc1, dact, row_mx, row_sum, row_tgt;    // backward scratch
     std::vector<real> head_n, head_rnorm, dhead_n;  // --norm-head: the head's unit rows [Vpl,C], 1/|row| [Vpl], grad
@@ -549,7 +552,22 @@ void vocab_parallel_ce_backward(GPT<real>* g, real* logits, const real* lse, con
     }
 }
 
-// Forward of chunk a->chunk on a->inputs (first chunk) or a->layers[0].x (received); the last
+// Documents (--reset-position-ids, --reset-attention-mask): g->doc and g->pos of chunk a's tokens, derived again
+// by its forward and its backward (every chunk has the tokens, llmc/documents.h). Returns g->doc for the attention
+// (null without --reset-attention-mask); *pos g->pos for the positions (null without --reset-position-ids).
+template <typename real>
+const int32_t* chunk_documents(GPT<real>* g, const ChunkActs<real>* a, const int32_t** pos) {
+    *pos = nullptr;
+    if (!g->docs.marks()) return nullptr;
+    const size_t N = (size_t)a->B * a->T;
+    g->doc.resize(N);
+    g->pos.resize(N);
+    documents_mark(g->docs, a->inputs.data(), a->B, a->T, g->doc.data(), g->pos.data());
+    if (g->docs.reset_positions) *pos = g->pos.data();
+    return g->docs.reset_mask ? g->doc.data() : nullptr;
+}
+
+// Forward of chunk a->chunk on a->inputs (its tokens) and a->layers[0].x (received, but for the first chunk); the last
 // chunk computes logits and, with targets, the mean loss.
 template <typename real>
 void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
@@ -561,6 +579,13 @@ void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
               qkvdl = (Hl + 2 * KVl) * hd, Fl = g->Fl, F1l = c.mlp == MLP_SWIGLU ? 2 * Fl : Fl, Vpl = g->Vpl;
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     const int l0 = L.chunk_first[chunk], l1 = L.chunk_first[chunk + 1], last = (int)L.chunk_first.size() - 2;
+    const int32_t* pos = nullptr;
+    const int32_t* doc = chunk_documents(g, a, &pos);
+    // the position of local row n (SP: this rank's slice of the sequence)
+    auto row_pos = [&](int n) {
+        const int t = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
+        return pos ? pos[(size_t)(n / Tl) * T + t] : t;
+    };
 
     if (chunk == 0) {
         // vocabulary-parallel embedding: a token outside this rank's rows gives zeros, the sum over
@@ -578,8 +603,8 @@ void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
         real* x0 = a->layers[0].x.data();
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < Nl; n++) {
-            const int pos = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
-            for (int ch = 0; ch < C; ch++) x0[(size_t)n * C + ch] = x[(size_t)n * C + ch] + (wpe ? wpe[(size_t)pos * C + ch] : (real)0);
+            const int p = row_pos(n);
+            for (int ch = 0; ch < C; ch++) x0[(size_t)n * C + ch] = x[(size_t)n * C + ch] + (wpe ? wpe[(size_t)p * C + ch] : (real)0);
         }
         dp_params_done(g, b);
     }
@@ -595,9 +620,9 @@ void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
         matmul_forward(la.qkv.data(), ln1, g->P(w.qkv_w), g->P(w.qkv_b), N, C, qkvdl);  // column-parallel: this rank's heads
         if (c.qk_norm)
             qk_norm_forward(la.qkv.data(), la.qk_raw.data(), g->P(w.q_norm_w), g->P(w.k_norm_w), N, Hl, KVl, hd, c.norm_eps);
-        if (c.pos == POS_ROPE) rope_rotate(la.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, +1);
+        if (c.pos == POS_ROPE) rope_rotate(la.qkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, +1, pos);
         attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Hl, KVl, hd,
-                          c.pos == POS_ALIBI ? g->alibi.data() : (const real*)nullptr);
+                          c.pos == POS_ALIBI ? g->alibi.data() : (const real*)nullptr, doc);
         matmul_forward(g->dtmp.data(), la.atty.data(), g->P(w.attn_out_w), (const real*)nullptr, N, qdl, C);  // row-parallel
         const real* y = tp_sum(g, g->dtmp.data(), B, T);  // [Nl,C]
         residual_add(la.x_mid.data(), la.x.data(), y, g->P(w.attn_out_b), Nl, C);
@@ -651,6 +676,8 @@ void gpt_backward_chunk(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
     const bool rms = c.norm == NORM_RMSNORM, swiglu = c.mlp == MLP_SWIGLU;
     const int l0 = L.chunk_first[chunk], l1 = L.chunk_first[chunk + 1], last = (int)L.chunk_first.size() - 2;
     auto zero = [](std::vector<real>& v) { std::fill(v.begin(), v.end(), (real)0); };
+    const int32_t* pos = nullptr;
+    chunk_documents(g, a, &pos);  // the positions (the attention's backward reads its probabilities, masked already)
 
     if (chunk == last) {
         const real scale = a->n_valid ? (real)(loss_scale / a->n_valid) : (real)0;
@@ -703,7 +730,7 @@ void gpt_backward_chunk(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
                         g->P(w.attn_out_w), N, qdl, C);
         if (L.sp) bias_backward(g->G(w.attn_out_b), g->dres.data(), Nl, C);
         attention_backward(g->dqkv.data(), g->datty.data(), la.qkv.data(), la.att.data(), B, T, Hl, KVl, hd);
-        if (c.pos == POS_ROPE) rope_rotate(g->dqkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, -1);
+        if (c.pos == POS_ROPE) rope_rotate(g->dqkv.data(), g->rope_cos.data(), g->rope_sin.data(), B, T, Hl, KVl, hd, -1, pos);
         if (c.qk_norm)  // the weights' gradients are this rank's heads' part (summed over tp with the bucket)
             qk_norm_backward(g->dqkv.data(), g->G(w.q_norm_w), g->G(w.k_norm_w), la.qk_raw.data(), g->P(w.q_norm_w),
                              g->P(w.k_norm_w), N, Hl, KVl, hd, c.norm_eps);
@@ -730,8 +757,11 @@ void gpt_backward_chunk(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
                 if (v >= 0 && v < Vpl) dwte[(size_t)v * C + ch] += dy[(size_t)n * C + ch];
             }
             if (dwpe)
-                for (int n = 0; n < Nl; n++)
-                    dwpe[(size_t)(L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl) * C + ch] += g->dres[(size_t)n * C + ch];
+                for (int n = 0; n < Nl; n++) {
+                    const int t = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
+                    const int p = pos ? pos[(size_t)(n / Tl) * T + t] : t;
+                    dwpe[(size_t)p * C + ch] += g->dres[(size_t)n * C + ch];
+                }
         }
     } else {
         std::copy(g->dres.begin(), g->dres.end(), a->dx.begin());
@@ -808,7 +838,7 @@ double gpt_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& input
     };
     cb.forward = [&](int mb, int chunk) {
         ChunkActs<real>* a = live.at({mb, chunk});
-        if (chunk == 0) std::copy(inputs[mb].begin(), inputs[mb].begin() + N, a->inputs.begin());
+        std::copy(inputs[mb].begin(), inputs[mb].begin() + N, a->inputs.begin());  // every chunk: its documents
         a->has_targets = chunk == last;
         if (chunk == last) std::copy(targets[mb].begin(), targets[mb].begin() + N, a->targets.begin());
         gpt_forward_chunk(g, a);
@@ -1010,6 +1040,7 @@ int main(int argc, char** argv) {
     const int accum = (int)(tc.total_batch / ((long)B * T * dp));
     GPT<float> g;
     gpt_build(&g, mc, &layout, &comms);
+    g.docs = tc.docs;
 
     // weights: a fresh run makes its part one whole tensor at a time (seeded init, or --init-from's file: gpt_init); a
     // resumed one reads its part from the checkpoint of any layout (llmc/run/checkpoint.h, part_read)

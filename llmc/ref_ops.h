@@ -42,26 +42,28 @@ static inline double exp_vec(double x) { return std::exp(x); }
 // Backward functions accumulate (+=) into parameter gradients;
 // input gradients are accumulated too unless stated, and the caller zeroes them.
 
-// out[N,C] = wte[tok] (+ wpe[t])
+// out[N,C] = wte[tok] (+ wpe[t]); pos [N] (or null: t = n % T) each token's position (llmc/documents.h)
 template <typename real>
-void embedding_forward(real* out, const int32_t* tok, const real* wte, const real* wpe, int N, int T, int C) {
+void embedding_forward(real* out, const int32_t* tok, const real* wte, const real* wpe, int N, int T, int C,
+                       const int32_t* pos = nullptr) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const real* e = wte + (size_t)tok[n] * C;
-        const real* p = wpe ? wpe + (size_t)(n % T) * C : nullptr;
+        const real* p = wpe ? wpe + (size_t)(pos ? pos[n] : n % T) * C : nullptr;
         for (int c = 0; c < C; c++) out[(size_t)n * C + c] = e[c] + (p ? p[c] : (real)0);
     }
 }
 
 // Parallel over channels, so repeated tokens add up in a fixed order (deterministic).
 template <typename real>
-void embedding_backward(real* dwte, real* dwpe, const real* dout, const int32_t* tok, int N, int T, int C) {
+void embedding_backward(real* dwte, real* dwpe, const real* dout, const int32_t* tok, int N, int T, int C,
+                        const int32_t* pos = nullptr) {
 #pragma omp parallel for schedule(static)
     for (int c = 0; c < C; c++)
         for (int n = 0; n < N; n++) {
             real d = dout[(size_t)n * C + c];
             dwte[(size_t)tok[n] * C + c] += d;
-            if (dwpe) dwpe[(size_t)(n % T) * C + c] += d;
+            if (dwpe) dwpe[(size_t)(pos ? pos[n] : n % T) * C + c] += d;
         }
 }
 
@@ -276,12 +278,14 @@ void qk_norm_backward(real* dqkv, real* dwq, real* dwk, const real* raw, const r
 // Rotates every q and k head of qkv [B,T,qd+2kvd] in place, in Hugging Face's rotate_half
 // convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) with x1, x2 the two halves of
 // the head. sign = -1 rotates back, which is the backward pass (the rotation is orthogonal).
+// pos [B*T] (or null: t) each token's position, the row of the tables (llmc/documents.h).
 template <typename real>
-void rope_rotate(real* qkv, const real* cosv, const real* sinv, int B, int T, int H, int KV, int hd, int sign) {
+void rope_rotate(real* qkv, const real* cosv, const real* sinv, int B, int T, int H, int KV, int hd, int sign,
+                 const int32_t* pos = nullptr) {
     const int half = hd / 2, stride = (H + 2 * KV) * hd;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        const int t = bt % T;
+        const int t = pos ? pos[bt] : bt % T;
         for (int h = 0; h < H + KV; h++) {  // the H q heads, then the KV k heads
             real* x = qkv + (size_t)bt * stride + (size_t)h * hd;
             for (int i = 0; i < half; i++) {
@@ -298,9 +302,11 @@ void rope_rotate(real* qkv, const real* cosv, const real* sinv, int B, int T, in
 // qkv [B,T,qd+2kvd] -> out [B,T,qd]; att [B,H,T,T] keeps the probabilities for backward.
 // alibi [H] (or null): ALiBi's slope of each head, adding alibi[h] * (key - query) to the scaled scores. The
 // backward reads the probabilities only, so it is the same with ALiBi.
+// doc [B*T] (or null: 0) the first key each query sees, its document's start (--reset-attention-mask,
+// llmc/documents.h): query t attends to keys doc[t] .. t, the probabilities of the others are 0.
 template <typename real>
 void attention_forward(real* out, real* att, const real* qkv, int B, int T, int H, int KV, int hd,
-                       const real* alibi = nullptr) {
+                       const real* alibi = nullptr, const int32_t* doc = nullptr) {
     const int stride = (H + 2 * KV) * hd, qd = H * hd, kvd = KV * hd, group = H / KV;
     const real scale = (real)1 / std::sqrt((real)hd);
 #pragma omp parallel for collapse(2) schedule(static)
@@ -310,8 +316,10 @@ void attention_forward(real* out, real* att, const real* qkv, int B, int T, int 
             for (int t = 0; t < T; t++) {
                 const real* q = qkv + ((size_t)b * T + t) * stride + h * hd;
                 real* a = att + (((size_t)b * H + h) * T + t) * T;
+                const int lo = doc ? doc[(size_t)b * T + t] : 0;  // the first key it sees
+                for (int t2 = 0; t2 < lo; t2++) a[t2] = 0;
                 real mx = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const real* k = qkv + ((size_t)b * T + t2) * stride + qd + kh * hd;
                     real s = 0;
                     for (int i = 0; i < hd; i++) s += q[i] * k[i];
@@ -319,12 +327,12 @@ void attention_forward(real* out, real* att, const real* qkv, int B, int T, int 
                     mx = std::max(mx, a[t2]);
                 }
                 real sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = exp_vec(a[t2] - mx); sum += a[t2]; }
-                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (int t2 = lo; t2 <= t; t2++) { a[t2] = exp_vec(a[t2] - mx); sum += a[t2]; }
+                for (int t2 = lo; t2 <= t; t2++) a[t2] /= sum;
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0;
                 real* o = out + ((size_t)b * T + t) * qd + h * hd;
                 for (int i = 0; i < hd; i++) o[i] = 0;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const real* v = qkv + ((size_t)b * T + t2) * stride + qd + kvd + kh * hd;
                     for (int i = 0; i < hd; i++) o[i] += a[t2] * v[i];
                 }
@@ -332,7 +340,8 @@ void attention_forward(real* out, real* att, const real* qkv, int B, int T, int 
         }
 }
 
-// dqkv [B,T,qd+2kvd] is overwritten. Parallel over (batch, kv head): each thread owns the dk
+// dqkv [B,T,qd+2kvd] is overwritten. With documents (attention_forward's doc) the probabilities outside a query's
+// document are 0, so the same loops give their gradients 0. Parallel over (batch, kv head): each thread owns the dk
 // and dv of its kv head and loops over the query heads that share it.
 template <typename real>
 void attention_backward(real* dqkv, const real* dout, const real* qkv, const real* att, int B, int T, int H, int KV, int hd) {

@@ -1,10 +1,12 @@
-// llmc/train_config.h: the settings of a training run (TrainConfig), shared by both trainers: data, batch, steps,
+// llmc/train_config.h: the settings of a training run (TrainConfig), shared by both trainers: data and its documents,
+// batch, steps,
 // optimizer and schedule, output and checkpoints, the parallel layout and the plan, the numerics guard. A plain
 // struct with the defaults; llmc/run/flags.h fills it from the command line, llmc/parallel/ reads the layout and
 // the plan from it, as the model's own switches are a ModelConfig (llmc/model_config.h).
 #pragma once
 #include <cstdint>
 #include <string>
+#include "llmc/documents.h"
 #include "llmc/lr_schedule.h"
 
 struct TrainConfig {
@@ -24,6 +26,7 @@ struct TrainConfig {
     int val_every = 50, val_batches = 10;
     std::string eval = "";           // --eval: a multiple-choice file (HellaSwag jsonl or llm.c's .bin), every -v steps
     std::string eval_scores = "";    // --eval-scores: each ending's summed loss per evaluation, appended as jsonl
+    Documents docs;                  // --reset-position-ids, --reset-attention-mask, --eod-mask-loss, --eod-token
     int sample_every = 0, gen_tokens = 256;
     int ckpt_every = 0, keep_last = 2;
     std::string resume = "";         // "auto": latest complete checkpoint in out_dir; or a path

@@ -54,11 +54,24 @@ static void ref_state_open(RefState* r, const char* path) {
     tc.grad_clip = num("clip"); tc.steps = r->S;
     const Json* sch = tj.get("schedule");
     if (!sch || sch->kind != Json::STR || !lr_schedule_from_name(sch->str, &tc.schedule)) die("%s: bad schedule", path);
+    // documents (train_gpt.py --eod-token): the switches, and the targets as the run's loop gives them to a trainer
+    if (const Json* e = tj.get("eod_token"); e && e->kind == Json::NUM && e->num >= 0) {
+        auto flag = [&](const char* k) {
+            const Json* v = tj.get(k);
+            if (!v || v->kind != Json::BOOL) die("%s: 'train' metadata lacks '%s'", path, k);
+            return v->b;
+        };
+        tc.docs.eod = (int64_t)e->num;
+        tc.docs.reset_positions = flag("reset_position_ids");
+        tc.docs.reset_mask = flag("reset_attention_mask");
+        tc.docs.mask_loss = flag("eod_mask_loss");
+    }
     const size_t n = (size_t)r->S * r->A * r->B * r->T;
     r->inputs.resize(n);
     r->targets.resize(n);
     st_read_i32(&r->st, st_require(&r->st, "ref.inputs", (int64_t)n), r->inputs.data());
     st_read_i32(&r->st, st_require(&r->st, "ref.targets", (int64_t)n), r->targets.data());
+    documents_mask_loss(tc.docs, r->inputs.data(), r->targets.data(), n);
 }
 
 // The micro-batches of step s of the reference run: in[a], tg[a] = inputs, targets [B*T] of micro-batch a.

@@ -10,6 +10,9 @@
 # PyTorch in float32 8.457150). The last three cases are the widths
 # tests/t_gpu.sh also uses: head dims 80 and 128, and a mid-size model (gpt3_125m's widths and GPT-2
 # vocabulary, 2 layers; about 1.5 minutes of train_gpt.py on 2 cores).
+# gpt3_documents and llama_documents pack documents into each row (train_gpt.py --eod-token: Megatron's
+# get_ltor_masks_and_position_ids as an explicit mask; learned positions and RoPE restarted per document, and the
+# loss mask), which test_gpt_cpu reads from the file's metadata (llmc/documents.h).
 # qwen1_style also runs tests/qwen1_forward.py (Qwen-1's forward by hand on the names it wrote) and a round trip.
 # REF_CASES: run only the cases named (space-separated), as scripts/mutation_bench.py does.
 set -u
@@ -31,6 +34,8 @@ cases=(
   "gpt_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 320 --heads 4 --kv-heads 4 --ffn 1280|--schedule cosine"
   "llama_gqa_hd128|-c llama_tiny --layers 2 --vocab 301 --embd 512 --heads 4 --kv-heads 2 --ffn 1408|--schedule linear --lr 3e-4"
   "gpt3_125m_2_layers|-c gpt3_125m --layers 2|--schedule cosine"
+  "gpt3_documents|-c gpt3_tiny --layers 2 --vocab 301|--schedule cosine --eod-token 7 --eod-frac 0.1 --reset-position-ids --reset-attention-mask"
+  "llama_documents|-c llama_tiny --layers 2 --vocab 301|--schedule linear --eod-token 300 --eod-frac 0.15 --reset-position-ids --reset-attention-mask --eod-mask-loss"
 )
 for c in "${cases[@]}"; do
     IFS='|' read -r name mflags pflags <<< "$c"

@@ -31,6 +31,30 @@ static inline void print_presets() {
     }
 }
 
+// The end-of-document token of --reset-position-ids, --reset-attention-mask and --eod-mask-loss when --eod-token is
+// not given: the end-of-text token of the run's tokenizer (GPT-2's 50256, Llama 3's 128001, a rank file's own).
+// Checked against the vocabulary either way.
+static inline void documents_resolve_eod(Documents* d, const std::string& tokenizer, int vocab) {
+    const bool given = d->eod >= 0;
+    if (d->any() && !given) {
+        const char* need = "--reset-position-ids, --reset-attention-mask and --eod-mask-loss need an end-of-document token";
+        if (tokenizer.empty() || tokenizer == "bytes")
+            die("%s: %s has none; give --eod-token N", need,
+                tokenizer.empty() ? "no tokenizer is known for this vocabulary (--tokenizer)" : "the byte tokenizer");
+        if (tokenizer == "gpt2") d->eod = 50256;
+        else if (tokenizer == "llama3") d->eod = 128001;
+        else {
+            Tokenizer t;
+            tokenizer_load_auto(&t, tokenizer.c_str());
+            if (t.eot == TOK_NONE) die("%s: tokenizer %s has none; give --eod-token N", need, tokenizer.c_str());
+            d->eod = t.eot;
+        }
+    }
+    if (d->eod >= vocab)
+        die("%s: token %lld is outside the vocabulary [0, %d)", given ? "flag --eod-token" : "the tokenizer's end-of-text",
+            (long long)d->eod, vocab);
+}
+
 static inline void print_usage(const char* prog) {
     printf("usage: %s [-c preset] [flags]\n\n", prog);
     printf("model (a preset, then any switch overridden):\n"
@@ -51,6 +75,10 @@ static inline void print_usage(const char* prog) {
            "                       -i and -j \"\": the last 10%% of the text)\n"
            "  --tokenizer NAME     decodes samples: auto (bytes for .txt data, else gpt2 or llama3 by\n"
            "                       vocabulary size), bytes, gpt2, llama3 or a rank file\n"
+           "  --reset-position-ids 0|1    positions restart after each end-of-document token (Megatron's)\n"
+           "  --reset-attention-mask 0|1  attention stops at document boundaries\n"
+           "  --eod-mask-loss 0|1  no loss where the input is the end-of-document token\n"
+           "  --eod-token N        the end-of-document token (default: the tokenizer's end-of-text)\n"
            "training:\n"
            "  -b N                 micro-batch size in sequences (default 4)\n"
            "  -t N                 sequence length (default: the model's)\n"
@@ -254,6 +282,14 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--spike-window") tc->spike_window = as_pos();
         else if (a == "-v") { long x = as_int(); if (x < 0) die("flag -v must be >= 0"); tc->val_every = (int)x; }
         else if (a == "--val-batches") tc->val_batches = as_pos();
+        else if (a == "--reset-position-ids") tc->docs.reset_positions = as_bool();
+        else if (a == "--reset-attention-mask") tc->docs.reset_mask = as_bool();
+        else if (a == "--eod-mask-loss") tc->docs.mask_loss = as_bool();
+        else if (a == "--eod-token") {
+            const long e = as_int();
+            if (e < 0) die("flag --eod-token expects a token id >= 0, got '%s'", v);
+            tc->docs.eod = e;
+        }
         else if (a == "--eval") { tc->eval = s; note_path_flag("--eval", s); }
         else if (a == "--eval-scores") { tc->eval_scores = s; note_path_flag("--eval-scores", s); }
         else if (a == "-s") { long x = as_int(); if (x < 0) die("flag -s must be >= 0"); tc->sample_every = (int)x; }
@@ -305,6 +341,7 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
     if (tc->tokenizer == "auto") {
         tc->tokenizer = ends_with(tc->train_data, ".txt") ? "bytes" : mc->vocab_size == 50257 ? "gpt2" : mc->vocab_size == 128256 ? "llama3" : "";
     }
+    documents_resolve_eod(&tc->docs, tc->tokenizer, mc->vocab_size);
     if (tc->T == 0) tc->T = mc->seq_len;
     if (tc->T > mc->seq_len) die("flag -t %d exceeds the model's sequence length %d (raise --seq)", tc->T, mc->seq_len);
     if (tc->min_lr < 0) tc->min_lr = tc->lr / 10.0;

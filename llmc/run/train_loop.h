@@ -130,12 +130,17 @@ static inline void run_forward_split(const Trainer& tr, const Layout& L, int n, 
 }
 
 // The validation loss: the mean over the first n batches of the validation set of each batch's mean loss (split over
-// dp, summed over the ranks that count).
+// dp, summed over the ranks that count); --eod-mask-loss leaves out the end-of-document targets as in training.
 template <typename CommT>
-static double run_validate(const CommT& world, const Trainer& tr, const Layout& L, DataLoader* val, int n) {
+static double run_validate(const CommT& world, const Trainer& tr, const Layout& L, DataLoader* val, int n,
+                           const Documents& docs) {
     const int B = tr.B;
     double s = 0;
-    run_forward_split(tr, L, n, [&](int k, int32_t* in, int32_t* tg) { loader_batch(val, (uint64_t)k * B, B, in, tg); },
+    run_forward_split(tr, L, n,
+                      [&](int k, int32_t* in, int32_t* tg) {
+                          loader_batch(val, (uint64_t)k * B, B, in, tg);
+                          documents_mask_loss(docs, in, tg, (size_t)B * tr.T);
+                      },
                       [&](int, const double*, double mean) { s += mean; });
     comm_host_sum(world, &s, 1);
     return s / n;
@@ -186,7 +191,8 @@ static inline void run_logger_open(Logger* lg, bool rank0, const ModelConfig& mc
 }
 
 // The loop, from state->step to -x, then the run's end. dp rank r's micro-batch a of a step reads samples first +
-// (a*dp + r)*B ..: the samples of the one-process run with accum*dp micro-batches. Validation and --eval run at step
+// (a*dp + r)*B ..: the samples of the one-process run with accum*dp micro-batches (--eod-mask-loss: with the
+// end-of-document targets ignored). Validation and --eval run at step
 // 0 of a fresh run, every --val-every steps and after the last; samples every --sample-every steps and at the end;
 // checkpoints every --ckpt-every steps and after the last (with -o). A stop signal on any rank ends the loop on
 // every rank after the same step, with a checkpoint.
@@ -200,7 +206,7 @@ static void run_train(const CommT& world, const Trainer& tr, const Layout& L, co
     Batches inputs(accum, std::vector<int32_t>((size_t)B * T)), targets = inputs;
     double loss = 0, val_loss = -1;
     if (files->have_val && state->step == 0 && tc.val_every > 0) {
-        val_loss = run_validate(world, tr, L, &files->val, tc.val_batches);
+        val_loss = run_validate(world, tr, L, &files->val, tc.val_batches, tc.docs);
         if (rank0) log_val(lg, 0, val_loss);
     }
     if (has_eval && state->step == 0 && tc.val_every > 0) run_mc_eval(world, tr, L, files->eval, 0, lg, tc.eval_scores);
@@ -211,6 +217,7 @@ static void run_train(const CommT& world, const Trainer& tr, const Layout& L, co
         for (int a = 0; a < accum; a++)
             loader_batch(&files->train, state->train_sample + (uint64_t)(a * dp + L.topo.dp_rank) * B, B,
                          inputs[a].data(), targets[a].data());
+        for (int a = 0; a < accum; a++) documents_mask_loss(tc.docs, inputs[a].data(), targets[a].data(), (size_t)B * T);
         state->train_sample += (uint64_t)B * accum * dp;
         const double lr = lr_at(step, tc.steps, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         double norm = 0;
@@ -229,7 +236,7 @@ static void run_train(const CommT& world, const Trainer& tr, const Layout& L, co
         if (tr.step_done) tr.step_done(step - first_step, step + 1);
         const bool last = step + 1 == tc.steps, due = tc.val_every > 0 && ((step + 1) % tc.val_every == 0 || last);
         if (files->have_val && due) {
-            val_loss = run_validate(world, tr, L, &files->val, tc.val_batches);
+            val_loss = run_validate(world, tr, L, &files->val, tc.val_batches, tc.docs);
             if (rank0) log_val(lg, step + 1, val_loss);
         }
         if (has_eval && due) run_mc_eval(world, tr, L, files->eval, step + 1, lg, tc.eval_scores);
