@@ -14,6 +14,8 @@
 #      zero2: each rank's QK-norm weight gradient is its heads' part, summed over tp.
 #   3. a checkpoint written at tp2 pp2 dp2 zero3 resumes in one process, and a one-process
 #      checkpoint resumes at pp2 vpp2 dp2 zero3 sp, both continuing the one-process losses and norms.
+#      gpt_docs and llama_docs (packed documents: --reset-position-ids, --reset-attention-mask, and for llama
+#      --eod-mask-loss, each word a document) at tp2 sp dp2 zero2 and pp2 vpp2 dp2 zero3.
 #   4. bad layouts stop on every rank with exit status 1 and one message naming the number.
 # Runs with OMP_NUM_THREADS=1 under mpirun --oversubscribe (up to 8 ranks on 2 cores): about
 # 2.5 minutes on 2 busy cores.
@@ -67,6 +69,9 @@ run() {
     local args=(-c "$model" -b 2 -t 32 -d 512 -x "${STEPS:-10}" -v 0 -g 0 -i data/mobydick.txt -j "" -o "$d/$name")
     [ "$model" = gpt3_tiny ] && args+=(--vocab 301)
     [ "$model" = qwen3_tiny ] && args=(-c llama_tiny --qk-norm 1 "${args[@]:2}")  # Qwen3's QK-norm on llama_tiny
+    # packed documents, a word each (the space ends one): learned positions, and RoPE with the loss mask
+    [ "$model" = gpt_docs ] && args=(-c gpt3_tiny --vocab 301 "${args[@]:2}" --eod-token 32 --reset-position-ids 1 --reset-attention-mask 1)
+    [ "$model" = llama_docs ] && args=(-c llama_tiny "${args[@]:2}" --eod-token 32 --reset-position-ids 1 --reset-attention-mask 1 --eod-mask-loss 1)
     if [ "$np" = 1 ]; then timeout 300 ./train_gpt_cpu "${args[@]}" "$@" > "$d/$name.log" 2>&1
     else timeout 300 "${MPIRUN[@]}" -np "$np" ./train_gpt_cpu "${args[@]}" "$@" > "$d/$name.log" 2>&1; fi
 }
@@ -103,17 +108,23 @@ qwen3_cases=(
   "tp2|2|--tp 2"
   "tp2_sp_dp2_zero2|4|--tp 2 --sp 1 --zero 2"
 )
+# documents: positions and attention masks per document across sp, pipeline stages and ZeRO
+docs_cases=(
+  "tp2_sp_dp2_zero2|4|--tp 2 --sp 1 --zero 2"
+  "pp2_vpp2_dp2_zero3|4|--pp 2 --vpp 2 --zero 3"
+)
 extra_gpt=(
   "tp4_sp|4|--tp 4 --sp 1"
   "pp2_layout13_dp2_zero3|4|--pp 2 --layout 1,3 --zero 3"
   "dp8_zero2|8|--dp 8 --zero 2"
 )
 worst_loss=0; worst_norm=0; worst_w=0
-for model in gpt3_tiny llama_tiny qwen3_tiny; do
+for model in gpt3_tiny llama_tiny qwen3_tiny gpt_docs llama_docs; do
     run "$model.base" "$model" 1 -n 5 -v 5 --val-batches 2
     cases=("${matrix[@]}")
     [ "$model" = gpt3_tiny ] && cases+=("${extra_gpt[@]}")
     [ "$model" = qwen3_tiny ] && cases=("${qwen3_cases[@]}")
+    [ "${model%_docs}" != "$model" ] && cases=("${docs_cases[@]}")
     for c in "${cases[@]}"; do
         IFS='|' read -r name np flags <<< "$c"
         extra=(-n 5)
@@ -170,6 +181,13 @@ for b in "${bits[@]}"; do
     else echo "[FAIL] $run: the final checkpoint's bytes hash to $got, recorded $want (see the comment above: a dependence on the machine, or numerics changed on purpose)"; status=1; fi
 done
 echo "largest differences across the matrix: loss $worst_loss, gradient norm (relative) $worst_norm, final weights $worst_w"
+# the documents are on: the same model and data without them trains to other losses
+for pair in "gpt_docs gpt3_tiny" "llama_docs llama_tiny"; do
+    read -r a b <<< "$pair"
+    l=$(losses "$a.base" "$b.base")
+    if [ "$l" != missing ] && ! within "$l" 1e-3; then echo "[PASS] $a: the documents change the losses (by up to $l from $b)"
+    else echo "[FAIL] $a: losses within 1e-3 of $b without documents ($l): the switches did nothing"; status=1; fi
+done
 for model in gpt3_tiny llama_tiny; do
     l=$(losses "$model.tp2_pp2_zero1" "$model.base" 0 val_loss)
     if within "$l" $LOSS_TOL; then echo "[PASS] $model tp2 pp2: validation losses (steps 0, 5, 10) within $LOSS_TOL of one process (worst $l)"
