@@ -1073,7 +1073,7 @@ int main(int argc, char** argv) {
         if (world.size > 1)
             printf(", ranks: %d = pp %d x dp %d x tp %d%s, ZeRO %d%s", world.size, layout.topo.pp, dp, layout.topo.tp,
                    layout.sp ? " (sp)" : "", layout.zero, layout.vpp > 1 ? (", vpp " + std::to_string(layout.vpp)).c_str() : "");
-        printf("\n");
+        printf("\n%s", documents_describe(tc.docs).c_str());
     }
     Logger lg;
     run_logger_open(&lg, rank0, mc, tc, !files.resume_dir.empty(), world.size /* throughput per rank */, 0.0,

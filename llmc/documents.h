@@ -11,9 +11,11 @@
 //   pos[n]  token n's position: t - doc[n] (reset) or t
 //   documents_mark(d, inputs, B, T, doc, pos)   both arrays of a micro-batch [B,T]
 //   documents_mask_loss(d, inputs, targets, N)  --eod-mask-loss: target -1 (ignored) where the input is the eod
+//   documents_describe(d)                       the start-up line ("" when off)
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 struct Documents {
     bool reset_positions = false;  // --reset-position-ids
@@ -43,4 +45,17 @@ static inline void documents_mask_loss(const Documents& d, const int32_t* inputs
     if (!d.mask_loss) return;
     for (size_t n = 0; n < N; n++)
         if (inputs[n] == d.eod) targets[n] = -1;
+}
+
+// The run's start-up line: what the switches do ("" when all are off). MFU still counts the whole causal attention,
+// as Megatron's and the benchmark tables' figures do, though a masked row computes less of it.
+static inline std::string documents_describe(const Documents& d) {
+    if (!d.any()) return "";
+    std::string s = "documents ended by token " + std::to_string(d.eod) + ":";
+    if (d.reset_positions) s += " positions restart (--reset-position-ids);";
+    if (d.reset_mask) s += " attention within each document (--reset-attention-mask);";
+    if (d.mask_loss) s += " no loss on the end-of-document token (--eod-mask-loss);";
+    s.back() = '\n';
+    if (d.reset_mask) s += "  (MFU counts the whole causal attention, as without documents)\n";
+    return s;
 }

@@ -39,6 +39,12 @@ expect_fail "an unknown --pos names the flag and the choices" "--pos" "flag --po
 expect_fail "kv heads that do not divide heads" "--kv-heads 3" "--heads 4 is not divisible by --kv-heads 3" ./train_gpt_cpu -c llama_tiny --kv-heads 3
 expect_fail "sequence longer than the model's" "-t 4096" "flag -t 4096 exceeds the model's sequence length" ./train_gpt_cpu -t 4096
 expect_fail "total batch not a multiple of the micro-batch" "-d 100" "flag -d 100 is not a multiple" ./train_gpt_cpu "${tiny[@]}" -d 100
+# documents (llmc/documents.h): the end-of-document token in the vocabulary, or one to take from the tokenizer
+expect_fail "--eod-token outside the vocabulary names the flag" "--eod-token" "token 60000 is outside the vocabulary \[0, 50257\)" ./train_gpt_cpu "${tiny[@]}" --eod-token 60000
+expect_fail "a negative --eod-token names the flag" "--eod-token" "expects a token id >= 0, got '-3'" ./train_gpt_cpu "${tiny[@]}" --eod-token -3
+expect_fail "--reset-attention-mask 2 names the flag" "--reset-attention-mask" "expects 0 or 1, got '2'" ./train_gpt_cpu "${tiny[@]}" --reset-attention-mask 2
+expect_fail "documents on byte data without --eod-token say what to give" "--eod-token" "the byte tokenizer has none" ./train_gpt_cpu "${tiny[@]}" -i data/mobydick.txt -j "" --reset-position-ids 1
+expect_fail "documents with no tokenizer for the vocabulary say what to give" "--eod-token" "no tokenizer is known for this vocabulary" ./train_gpt_cpu "${tiny[@]}" --vocab 301 --eod-mask-loss 1
 expect_fail "missing data file names the file" "$d/nope.txt" "-i '$d/nope.txt': cannot open: No such file" ./train_gpt_cpu "${tiny[@]}" -i "$d/nope.txt"
 
 # a directory where a file is expected (fopen opens one for reading on Linux; it must not reach a read)

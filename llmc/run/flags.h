@@ -39,8 +39,9 @@ static inline void documents_resolve_eod(Documents* d, const std::string& tokeni
     if (d->any() && !given) {
         const char* need = "--reset-position-ids, --reset-attention-mask and --eod-mask-loss need an end-of-document token";
         if (tokenizer.empty() || tokenizer == "bytes")
-            die("%s: %s has none; give --eod-token N", need,
-                tokenizer.empty() ? "no tokenizer is known for this vocabulary (--tokenizer)" : "the byte tokenizer");
+            die("%s: %s; give --eod-token N", need,
+                tokenizer.empty() ? "no tokenizer is known for this vocabulary (--tokenizer) to take it from"
+                                  : "the byte tokenizer has none");
         if (tokenizer == "gpt2") d->eod = 50256;
         else if (tokenizer == "llama3") d->eod = 128001;
         else {
