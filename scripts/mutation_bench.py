@@ -56,6 +56,12 @@ CHECKS = {
     "eval": ("make -s train_gpt_cpu build/train_gpt_fp32_emu", "bash tests/t_eval.sh"),
     "ref_qwen3": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=qwen3_style bash tests/t_reference.sh"),
     "ref_baichuan2_13b": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES=baichuan2_13b_style bash tests/t_reference.sh"),
+    # packed documents: the CPU trainer against train_gpt.py's explicit mask; its layouts against one process; the
+    # emulated CUDA trainer against PyTorch
+    "ref_docs": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES='gpt3_documents llama_documents' bash tests/t_reference.sh"),
+    "parallel_docs": ("make -s train_gpt_cpu build/test_parallel build/ckpt_convert",
+                      "PAR_MODELS='gpt_docs llama_docs' bash tests/t_parallel.sh"),
+    "emu_docs": ("true", "EMU_STATES_DIR=$STATES EMU_CASES='gpt_documents llama_documents' EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "cpu_units": ("make -s test_gpt_cpu build/test_parallel", "./test_gpt_cpu units && ./build/test_parallel units"),
     # the CUDA trainer on the host emulation of CUDA (tests/t_gpu_emulated.sh): the bf16 build on the GPT
     # (LayerNorm, GELU, learned positions) or the LLaMA state (RMSNorm, SwiGLU, RoPE, GQA), the fp32 build;
@@ -114,7 +120,8 @@ CHECKS = {
 }
 
 # The states the checks read: made once from the unchanged tree.
-STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64", "llama_switches_hd64", "gpt_alibi_hd80"]
+STATE_CASES = ["gpt3_tiny_hd64", "llama_tiny_gqa_hd64", "llama_switches_hd64", "gpt_alibi_hd80", "gpt_documents",
+               "llama_documents"]
 
 
 # ------------------------------------------------------------------------------------------------

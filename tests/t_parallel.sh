@@ -17,6 +17,7 @@
 #      gpt_docs and llama_docs (packed documents: --reset-position-ids, --reset-attention-mask, and for llama
 #      --eod-mask-loss, each word a document) at tp2 sp dp2 zero2 and pp2 vpp2 dp2 zero3.
 #   4. bad layouts stop on every rank with exit status 1 and one message naming the number.
+# PAR_MODELS (scripts/mutation_bench.py): the models of 2. to run (e.g. "llama_docs"), and nothing else.
 # Runs with OMP_NUM_THREADS=1 under mpirun --oversubscribe (up to 8 ranks on 2 cores): about
 # 2.5 minutes on 2 busy cores.
 set -u
@@ -119,7 +120,7 @@ extra_gpt=(
   "dp8_zero2|8|--dp 8 --zero 2"
 )
 worst_loss=0; worst_norm=0; worst_w=0
-for model in gpt3_tiny llama_tiny qwen3_tiny gpt_docs llama_docs; do
+for model in ${PAR_MODELS:-gpt3_tiny llama_tiny qwen3_tiny gpt_docs llama_docs}; do
     run "$model.base" "$model" 1 -n 5 -v 5 --val-batches 2
     cases=("${matrix[@]}")
     [ "$model" = gpt3_tiny ] && cases+=("${extra_gpt[@]}")
@@ -181,6 +182,7 @@ for b in "${bits[@]}"; do
     else echo "[FAIL] $run: the final checkpoint's bytes hash to $got, recorded $want (see the comment above: a dependence on the machine, or numerics changed on purpose)"; status=1; fi
 done
 echo "largest differences across the matrix: loss $worst_loss, gradient norm (relative) $worst_norm, final weights $worst_w"
+if [ -n "${PAR_MODELS:-}" ]; then [ $status -eq 0 ] && rm -rf "$d"; exit $status; fi  # the matrix of those models only
 # the documents are on: the same model and data without them trains to other losses
 for pair in "gpt_docs gpt3_tiny" "llama_docs llama_tiny"; do
     read -r a b <<< "$pair"
