@@ -835,6 +835,27 @@ MUTANTS = [
      "if (dtype == CUDNN_DATA_BFLOAT16) return (float)__nv_bfloat16(v);",
      "if (dtype == CUDNN_DATA_BFLOAT16) return v * 1.01f;",
      "attention", "emulated cuDNN: bf16 tensors scaled instead of rounded"),
+    # --- packed documents (llmc/documents.h; issue 44) --------------------------------------------------------
+    ("docs_eod_starts_next", "documents", "llmc/documents.h",
+     "if (inputs[n] == d.eod) start = t + 1;",
+     "if (inputs[n] == d.eod) start = t;",
+     "ref_docs", "the end-of-document token starts the next document instead of ending its own"),
+    ("docs_no_position_reset", "documents", "llmc/documents.h",
+     "pos[n] = d.reset_positions ? t - start : t;",
+     "pos[n] = t;",
+     "ref_docs", "--reset-position-ids leaves the positions running across documents"),
+    ("docs_loss_mask_target", "documents", "llmc/documents.h",
+     "if (inputs[n] == d.eod) targets[n] = -1;",
+     "if (targets[n] == d.eod) targets[n] = -1;",
+     "ref_docs", "--eod-mask-loss drops the loss where the target, not the input, is the end-of-document token"),
+    ("docs_cpu_bwd_positions", "documents", "train_gpt_cpu.cpp",
+     "    chunk_documents(g, a, &pos);  // the positions",
+     "    // the positions",
+     "ref_docs", "the CPU backward rotates RoPE's gradient back at the unreset positions"),
+    ("docs_pp_later_stage_tokens", "documents", "train_gpt_cpu.cpp",
+     "        std::copy(inputs[mb].begin(), inputs[mb].begin() + N, a->inputs.begin());  // every chunk: its documents",
+     "        if (chunk == 0) std::copy(inputs[mb].begin(), inputs[mb].begin() + N, a->inputs.begin());",
+     "parallel_docs", "a later pipeline stage has no tokens: its layers see no document boundaries"),
 ]
 
 

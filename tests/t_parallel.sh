@@ -161,6 +161,7 @@ for model in ${PAR_MODELS:-gpt3_tiny llama_tiny qwen3_tiny gpt_docs llama_docs};
         [ -n "$w" ] && worst_w=$(larger "$worst_w" "$w")
     done
 done
+if [ -n "${PAR_MODELS:-}" ]; then [ $status -eq 0 ] && rm -rf "$d"; exit $status; fi  # the matrix of those models only
 # The same bits on any machine. The CPU trainer is built with -ffp-contract=off (a fused multiply-add only where the
 # source writes std::fma), computes its float exp and log itself (llmc/ref_ops.h exp_vec, llmc/rng.h log_pos), sums
 # over ranks in rank order (llmc/parallel/comm_mpi.h), and gives the same bits at any thread count; nothing it computes
@@ -182,7 +183,6 @@ for b in "${bits[@]}"; do
     else echo "[FAIL] $run: the final checkpoint's bytes hash to $got, recorded $want (see the comment above: a dependence on the machine, or numerics changed on purpose)"; status=1; fi
 done
 echo "largest differences across the matrix: loss $worst_loss, gradient norm (relative) $worst_norm, final weights $worst_w"
-if [ -n "${PAR_MODELS:-}" ]; then [ $status -eq 0 ] && rm -rf "$d"; exit $status; fi  # the matrix of those models only
 # the documents are on: the same model and data without them trains to other losses
 for pair in "gpt_docs gpt3_tiny" "llama_docs llama_tiny"; do
     read -r a b <<< "$pair"
