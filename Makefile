@@ -204,11 +204,12 @@ $(BUILD)/test_comm: $(COMM_NCCL_DEPS)
 # where a GPU of compute capability 8.9+ is present); the script builds its emulated twin itself
 # tests/test_attention.cu on a GPU with cuDNN's attention beside ours (the GPU kit's; tests/t_attention.sh builds its own)
 $(BUILD)/test_attention: tests/test_attention.cu tests/check.h llmc/attention.cuh llmc/attention_cudnn.cuh llmc/mma.cuh \
-        llmc/cuda_common.cuh llmc/rope_tables.h llmc/utils.h
+        llmc/attention_rowwise.cuh llmc/cuda_common.cuh llmc/packed.cuh llmc/precision.cuh llmc/ref_ops.h \
+        llmc/cpu_gemm.h llmc/json.h llmc/model_config.h llmc/rope_tables.h llmc/utils.h
 	$(NEED_NVCC)
 	$(NEED_CUDNN)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $< -o $@ $(CUDNN_LDLIBS)
+	$(NVCC) $(NVCC_FLAGS) $(CUDNN_FLAGS) $(if $(NO_OMP),,-Xcompiler -fopenmp) $< -o $@ $(CUDNN_LDLIBS) $(if $(NO_OMP),,-lgomp)
 
 $(BUILD)/test_fp8: tests/test_fp8.cu tests/check.h llmc/fp8.cuh llmc/matmul_fp8.cuh llmc/matmul.cuh llmc/cuda_common.cuh \
         llmc/packed.cuh llmc/precision.cuh llmc/utils.h

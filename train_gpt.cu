@@ -131,28 +131,32 @@ static double attention_flops(int B, int T, int H, int hd) { return 2.0 * B * H 
 
 // The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or with --attention cudnn
 // cuDNN's (llmc/attention_cudnn.cuh, a USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
-// llmc/attention_rowwise.cuh. Same layouts and meaning; g->alibi: the slopes of the H heads, or null.
+// llmc/attention_rowwise.cuh. Same layouts and meaning; g->alibi: the slopes of the H heads, or null; doc_starts(g):
+// --reset-attention-mask's first key of each query (llmc/documents.h), or null.
+static const int32_t* doc_starts(const GPT* g) { return g->docs.reset_mask ? g->io.doc : nullptr; }
+// --reset-position-ids: each token's position (llmc/documents.h), or null (t), for RoPE and the learned embedding
+static const int32_t* positions(const GPT* g) { return g->docs.reset_positions ? g->io.pos : nullptr; }
 static void attention_fwd(const GPT* g, floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd) {
     ProfScope prof(PROF_ATTN_FWD, prof_flops(attention_flops(B, T, H, hd)));
 #ifdef ENABLE_FP32
-    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi);
+    attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
 #else
 #ifdef USE_CUDNN
     if (g->attention_cudnn) return attention_cudnn_forward(out, lse, qkv, B, T, H, KV, hd, g->stream);
 #endif
-    attention_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi);
+    attention_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
 #endif
 }
 static void attention_bwd(const GPT* g, floatX* dqkv, float* dvec, const floatX* dout, const floatX* out,
                           const floatX* qkv, const float* lse, int B, int T, int H, int KV, int hd) {
     ProfScope prof(PROF_ATTN_BWD, prof_flops(2.5 * attention_flops(B, T, H, hd)));
 #ifdef ENABLE_FP32
-    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi);
+    attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
 #else
 #ifdef USE_CUDNN
     if (g->attention_cudnn) return attention_cudnn_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream);
 #endif
-    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi);
+    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
 #endif
 }
 
@@ -193,7 +197,7 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
              qk_norm_forward(la.qkv, la.qk_raw, g->P(w.q_norm_w), g->P(w.k_norm_w), N, H, KV, hd, c.norm_eps, g->stream));
     if (c.pos == POS_ROPE)
         PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
-             rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream));
+             rope_rotate_inplace(la.qkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, +1, g->stream, positions(g)));
     attention_fwd(g, la.atty, la.lse, la.qkv, B, T, H, KV, hd);
 }
 
@@ -301,11 +305,14 @@ __global__ void residual_add_kernel(floatX* dst, const floatX* a, const floatX* 
 
 // Uploads: the host's part of a micro-batch (its tokens, targets and embedding plan) in a pinned upload buffer.
 
-// int32 entries of one upload buffer: inputs, targets, embedding plan
+// int32 entries of one upload buffer: inputs, targets, document starts, positions, the tokens' and the positions'
+// embedding plans (the layout of HostIO, llmc/gpt/model.cuh)
 static size_t upload_ints(const GPT* g) {
     const int N = g->B * g->T;
-    return 2 * (size_t)N + embedding_plan_ints(N);
+    return 4 * (size_t)N + 2 * embedding_plan_ints(N);
 }
+// --reset-position-ids with learned positions: the position embedding's backward sums by the positions' plan
+static bool positions_planned(const GPT* g) { return g->docs.reset_positions && g->cfg.pos == POS_LEARNED; }
 
 // At least n pinned upload buffers. Only between steps: no queued copy may read the old ones.
 static void gpt_upload_reserve(GPT* g, int n) {
@@ -329,12 +336,25 @@ static void gpt_upload(GPT* g, int mb, const int32_t* inputs, const int32_t* tar
         if (targets && (targets[n] < -1 || targets[n] >= V)) die("target token %d out of range [-1, %d)", targets[n], V);
     }
     std::copy(inputs, inputs + N, h);
+    if (g->docs.marks()) documents_mark(g->docs, inputs, g->B, g->T, h + 2 * N, h + 3 * N);
     st.has_targets = targets != nullptr;
     st.n_valid = 0;
     if (!targets) return;
     std::copy(targets, targets + N, h + N);
     for (size_t n = 0; n < N; n++) st.n_valid += targets[n] >= 0;
-    embedding_plan_rows(inputs, (int)N, V, h + 2 * N, &st.plan_unique, &st.plan_max);
+    int32_t* plans = h + 4 * N;
+    embedding_plan_rows(inputs, (int)N, V, plans, &st.plan_unique, &st.plan_max);
+    if (positions_planned(g))
+        embedding_plan_rows(h + 3 * N, (int)N, g->T, plans + embedding_plan_ints((int)N), &st.pos_plan_unique, &st.pos_plan_max);
+}
+
+// The device copy of micro-batch mb's document starts and positions, for its backward (a pipeline stage runs other
+// micro-batches' forwards in between; the forward's copy is gpt_forward_chunk's).
+static void upload_documents(GPT* g, int mb) {
+    if (!g->docs.marks()) return;
+    const size_t N = (size_t)g->B * g->T;
+    cudaCheck(cudaMemcpyAsync(g->io.doc, g->io.h_upload + (size_t)mb * upload_ints(g) + 2 * N, 2 * N * sizeof(int32_t),
+                              cudaMemcpyHostToDevice, g->stream));
 }
 
 // The layers [*l0, *l1) of pipeline chunk `chunk` (-1: the whole model, one stage), whether it begins with the
@@ -360,7 +380,7 @@ static void gpt_forward_chunk(GPT* g, int mb, int chunk = -1, floatX* out = null
     chunk_span(g, chunk, &l0, &l1, &first, &last);
     const MicroBatchUpload& st = g->io.uploads[mb];
     const int32_t* h = g->io.h_upload + (size_t)mb * upload_ints(g);
-    cudaCheck(cudaMemcpyAsync(g->io.inputs, h, (size_t)(st.has_targets ? 2 : 1) * N * sizeof(int32_t),
+    cudaCheck(cudaMemcpyAsync(g->io.inputs, h, (size_t)(g->docs.marks() ? 4 : st.has_targets ? 2 : 1) * N * sizeof(int32_t),
                               cudaMemcpyHostToDevice, g->stream));
     g->io.n_valid = st.n_valid;
     // ZeRO 3: each bucket's weights gathered one bucket ahead (dp_params_use waits for them, dp_params_done frees it)
@@ -372,7 +392,8 @@ static void gpt_forward_chunk(GPT* g, int mb, int chunk = -1, floatX* out = null
         // rows (zeros for the other tokens; the position embedding from tp rank 0), summed over tp
         floatX* x0 = tp_part(g->tp, g->layers[0].x);
         PROF(PROF_EMB_FWD, prof_bytes((2.0 * N + T) * C * sizeof(floatX)),
-             embedding_forward(x0, g->io.inputs, g->P(t.wte), row_bias(g->tp, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl));
+             embedding_forward(x0, g->io.inputs, g->P(t.wte), row_bias(g->tp, g->P(t.wpe)), N, T, C, g->stream, g->v0, g->Vpl,
+                               positions(g)));
         tp_sum(g->tp, x0, g->layers[0].x);
         dp_params_done(g->dp, 0, g->stream);
     }
@@ -524,9 +545,12 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
     // the token rows of this micro-batch, grouped by token, for the embedding backward
     const MicroBatchUpload& st = g->io.uploads[mb];
     if (last && !st.has_targets) die("gpt_backward: the micro-batch was uploaded without targets");
-    if (first)
-        embedding_plan_upload(&g->io.plan, g->io.h_upload + (size_t)mb * upload_ints(g) + 2 * (size_t)N, st.plan_unique,
-                              st.plan_max, N, g->stream);
+    const int32_t* plans = g->io.h_upload + (size_t)mb * upload_ints(g) + 4 * (size_t)N;
+    if (first) embedding_plan_upload(&g->io.plan, plans, st.plan_unique, st.plan_max, N, g->stream);
+    if (first && positions_planned(g))
+        embedding_plan_upload(&g->io.pos_plan, plans + embedding_plan_ints(N), st.pos_plan_unique, st.pos_plan_max, N,
+                              g->stream);
+    upload_documents(g, mb);
     if (!last) {
         cudaCheck(cudaMemcpyAsync(g->scratch.dres, dx, (size_t)Nl * C * sizeof(floatX), cudaMemcpyDeviceToDevice, g->stream));
         dp_params_prefetch(g->dp, g->params, layer_bucket(g, l1 - 1));
@@ -595,7 +619,7 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
         attention_bwd(g, g->scratch.dqkv, g->scratch.dvec, g->scratch.datty, la.atty, la.qkv, la.lse, B, T, H, KV, hd);
         if (c.pos == POS_ROPE)
             PROF(PROF_ROPE, prof_bytes(2 * qk_bytes),
-                 rope_rotate_inplace(g->scratch.dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream));
+                 rope_rotate_inplace(g->scratch.dqkv, g->rope_cos, g->rope_sin, B, T, H, KV, hd, -1, g->stream, positions(g)));
         if (c.qk_norm)  // the weights' gradients: this rank's heads' part (summed over tp with the bucket)
             PROF(PROF_NORM_BWD, prof_bytes(3 * qk_bytes),
                  qk_norm_backward(g->scratch.dqkv, g->G(w.q_norm_w), g->G(w.k_norm_w), g->scratch.norm_partial, la.qk_raw,
@@ -615,9 +639,13 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
     }
     // dres = d(x[0]) = d(wte[token] + wpe[t]): this rank's vocabulary rows, from every position (gathered under SP)
     tp_gather(g->tp, g->scratch.dres, g->scratch.dres_full);
+    floatX* dwpe = row_bias_grad(g->tp, g->G(t.wpe));
     PROF(PROF_EMB_BWD, prof_bytes(3.0 * N * C * sizeof(floatX)),
-         embedding_backward(g->G(t.wte), row_bias_grad(g->tp, g->G(t.wpe)), g->scratch.dres_full, g->io.plan, N, T, C, g->stream, g->v0,
-                            g->Vpl));
+         embedding_backward(g->G(t.wte), positions_planned(g) ? nullptr : dwpe, g->scratch.dres_full, g->io.plan, N, T, C,
+                            g->stream, g->v0, g->Vpl));
+    if (positions_planned(g) && dwpe)  // dwpe[p] += the rows at position p: the same sums, grouped by position
+        PROF(PROF_EMB_BWD, prof_bytes(2.0 * N * C * sizeof(floatX)),
+             embedding_backward(dwpe, nullptr, g->scratch.dres_full, g->io.pos_plan, N, T, C, g->stream));
     if (reduce) grads_bucket_done(g, 0);
 }
 
@@ -1012,6 +1040,7 @@ static void print_run(const GPT& g, const ModelConfig& mc, const TrainConfig& tc
                "fc2's input gradient only (DGELU_BGRAD; --recompute selective recomputes the forward's act unfused)");
     else if (opt.gelu_fusion)
         printf("--gelu-fusion on changes nothing here: %s\n", mc.mlp != MLP_GELU ? "the MLP is not GELU" : "--fp8's GEMMs keep the separate GELU kernels");
+    printf("%s", documents_describe(tc.docs).c_str());
     if (r.world.size > 1 || L.zero > 0)
         printf("ranks: %d = pp %d x dp %d x tp %d%s, vpp %d, ZeRO %d; %d micro-batch chunks in flight at most on this "
                "stage; gradients reduced in fp32 over dp in %d buckets\n", r.world.size, L.topo.pp, L.topo.dp,
@@ -1034,6 +1063,9 @@ int main(int argc, char** argv) {
     stop_signals_install();             // SIGTERM / SIGINT: finish the step, checkpoint, exit 0 (llmc/run/signals.h)
     if (opt.attention_cudnn && mc.pos == POS_ALIBI)
         die("--attention cudnn: cuDNN's attention graph has no ALiBi (--pos alibi); run with --attention flash");
+    if (opt.attention_cudnn && tc.docs.reset_mask)
+        die("--attention cudnn: cuDNN's attention graph here is causal over the whole row, without documents "
+            "(--reset-attention-mask 1); run with --attention flash");
     if (run_host_mode(mc, &tc, &opt)) return 0;
     if (opt.profile > tc.steps - 1)
         die("flag --profile %d: the profile times the steps after the first, and -x %d leaves %d: give at most %d, or "
@@ -1056,6 +1088,7 @@ int main(int argc, char** argv) {
     if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
 #endif
     g.gelu_fusion = opt.gelu_fusion;
+    g.docs = tc.docs;
     // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
     fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
                    (size_t)g.B * g.T * (g.cfg.mlp == MLP_SWIGLU ? 2 : 1) * g.Fl);

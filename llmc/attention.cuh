@@ -8,22 +8,36 @@
 //   out   [B, T, H * hd]
 //   lse   [B, H, T] fp32          logsumexp of the scaled scores of each query row (natural log)
 //   dqkv  [B, T, (H + 2KV) * hd]  overwritten by the backward (every element is written)
+//   doc   [B, T] int32 or null    the first key (row index) each query sees: its document's start (below)
 // Query head h reads kv head h / group; K and V are never copied per query head.
 // ALiBi (alibi [H] fp32, the slope of each query head, or null): slope_h * (key - query) is added to the scaled
 // scores, in the forward and wherever the backward recomputes the probabilities (kernels instantiated with and
 // without it, so attention without ALiBi runs the code it ran before).
+// Documents (doc [B*T] int32 on the device, or null; llmc/documents.h, --reset-attention-mask): doc[b*T + t] is the
+// row index of the first token of token t's document, non-decreasing along each row and <= t (not checked: the
+// caller's documents_mark makes it so). Query t sees keys doc[t] <= t' <= t only; null is the plain causal mask
+// (every doc 0), and doc all zeros gives the same bits as null. Every row sees at least itself: lse stays finite.
+// Whole tiles outside every row's document are skipped: the forward and dQ kernels start their key loop at the
+// tile of doc[the block's first row] (the block's smallest), the dK/dV kernels end their query loop at the first
+// tile whose first row's document starts after the block's last key. The per-row compare (key < doc[row]: score
+// -inf, probability 0) runs only on the tiles that straddle a document start of the block's rows, under a branch
+// that is uniform over the block. doc is a runtime pointer, not a template flag like ALIBI: without it the branch
+// is never taken (the same arithmetic, so the same bits) and costs one predicate per tile, while a template bool
+// would double the instantiations (3 head dims x ALiBi x 3 kernels) and the compile time of every target.
 // Requirements (checked by the launchers): hd in {64, 80, 128}, T a multiple of 64, H % KV == 0;
 // every tensor 16-byte aligned (cudaMalloc pointers are), since tiles move in 16-byte copies.
 //
 // Launchers:
-//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null)
-//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null, version = 0)
+//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null, doc = null)
+//   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null, doc = null,
+//                      version = 0)
 //     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible. version: the dK/dV
-//     kernel, 3 or 4 (the same bits), 0 for ATT_BWD_TABLE's choice per head dim.
+//     kernel, 3 or 4 (the same bits), 0 for ATT_BWD_TABLE's choice per head dim. doc: the forward's.
 // The PTX primitives (mma.sync, ldmatrix, cp.async) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
 #pragma once
+#include <cfloat>
 #include <climits>
 #include <cstdint>
 #include <cuda_bf16.h>
@@ -66,11 +80,12 @@ static const int ATT_THREADS = 128;
 // while tile j is computed), K fragments read with ldmatrix (one instruction per two n8 tiles
 // instead of four 32-bit loads), and the longest causal tiles launched first: blocks start in order
 // of x fastest, so every head's last query tile goes out in the first wave and the short tiles fill
-// the tail. (dev/cuda/attention_forward.cu version 2 is the same without the pipeline.)
+// the tail. (dev/cuda/attention_forward.cu version 2 is the same without the pipeline.) With documents the key
+// tiles run from the one holding the block's first row's document start (kt_first) to the diagonal.
 template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi, int T, int H,
-                         int KV) {
+attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi,
+                         const int32_t* doc, int T, int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;          // shared row stride (elements)
     constexpr int KC = HD / 16;                // k-chunks of the head dim
     constexpr int NT = ATT_FWD_BN / 8;         // n8 tiles of S
@@ -90,10 +105,15 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
     const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
     const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
     const int n_kt = qt + 1;  // causal: key tiles 0..qt (BM == BN)
+    // documents: the block's rows see keys from d_first (its first row's document start, the smallest) on, so the
+    // key tiles before d_first's are skipped; the per-row mask is needed only on tiles overlapping [d_first, d_last)
+    const int32_t* drow = doc ? doc + (size_t)b * T + (size_t)qt * ATT_FWD_BM : nullptr;
+    const int d_first = doc ? drow[0] : 0, d_last = doc ? drow[ATT_FWD_BM - 1] : 0;
+    const int kt_first = d_first / ATT_FWD_BN;  // the first key tile any row of the block sees
 
     load_tile<ATT_FWD_BM, HD, ATT_THREADS>(sQ, qbase, ld);
-    load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sK, kbase, ld);
-    load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sV, vbase, ld);
+    load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sK, kbase + (size_t)kt_first * ATT_FWD_BN * ld, ld);
+    load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sV, vbase + (size_t)kt_first * ATT_FWD_BN * ld, ld);
     cp_async_commit();
 
     uint32_t qf[KC][4];
@@ -103,9 +123,11 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
     const float scale_log2 = rsqrtf((float)HD) * 1.4426950408889634f;
     const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
     const int row0 = qt * ATT_FWD_BM + warp * 16 + g;  // this thread's first query row (second: + 8)
+    // the document starts of this thread's two rows: keys before them are masked (in the tiles of doc_tile)
+    const int lo[2] = {doc ? drow[warp * 16 + g] : 0, doc ? drow[warp * 16 + g + 8] : 0};
 
-    for (int j = 0; j < n_kt; j++) {
-        const int st = j & 1;
+    for (int j = kt_first; j < n_kt; j++) {
+        const int st = (j - kt_first) & 1;
         const __nv_bfloat16* k_s = sK + st * ATT_FWD_BN * LDS;
         const __nv_bfloat16* v_s = sV + st * ATT_FWD_BN * LDS;
         if (j + 1 < n_kt) {
@@ -118,7 +140,7 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (j == 0) {
+        if (j == kt_first) {
             const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;
             for (int kc = 0; kc < KC; kc++) {
                 qf[kc][0] = lds32(qw + g * LDS + kc * 16 + 2 * q4);
@@ -140,6 +162,14 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
                 mma_bf16_16816(s[n + 1], qf[kc], kb[2], kb[3]);
             }
         }
+        // documents: keys before the row's document start get -inf, only on the tiles where some row of the block
+        // has its start (from d_first's tile up to the one before d_last; a uniform branch, never taken without doc).
+        // The bounds come from doc itself, not from the loop's start: a tile before kt_first would be left unmasked.
+        const bool doc_tile = j * ATT_FWD_BN < d_last && (j + 1) * ATT_FWD_BN > d_first;
+        if (doc_tile)
+            for (int n = 0; n < NT; n++)
+                for (int e = 0; e < 4; e++)
+                    if (j * ATT_FWD_BN + n * 8 + 2 * q4 + (e & 1) < lo[e >> 1]) s[n][e] = -INFINITY;
         // scale into the log2 domain (ALiBi: plus the head's bias); mask keys after the query on the diagonal tile
         const bool diag = (j == qt);
         float mx[2] = {-INFINITY, -INFINITY};
@@ -158,7 +188,10 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
         for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            const float m_new = fmaxf(m_row[r], mx[r]);  // finite: key 0 is visible to every row
+            // finite without documents (key 0 is visible to every row); on a document tile a row may see none of its
+            // keys (m_row and mx both -inf): -FLT_MAX then makes both exponentials below 0 instead of NaN
+            float m_new = fmaxf(m_row[r], mx[r]);
+            if (doc_tile) m_new = fmaxf(m_new, -FLT_MAX);
             corr[r] = exp2f(m_row[r] - m_new);
             m_row[r] = m_new;
             l_row[r] *= corr[r];
@@ -216,31 +249,31 @@ static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
 }
 
 template <int HD, bool ALIBI>
-static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi, int B,
-                                 int T, int H, int KV, cudaStream_t stream) {
+static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi,
+                                 const int32_t* doc, int B, int T, int H, int KV, cudaStream_t stream) {
     // Q of 64 rows plus double-buffered K and V tiles
     const size_t smem = (size_t)(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     attention_forward_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_FWD_BM), ATT_THREADS, smem, stream>>>(out, lse, qkv, alibi,
-                                                                                                   T, H, KV);
+                                                                                                   doc, T, H, KV);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HD>
-static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi, int B,
-                                 int T, int H, int KV, cudaStream_t stream) {
-    if (alibi) attention_forward_hd<HD, true>(out, lse, qkv, alibi, B, T, H, KV, stream);
-    else attention_forward_hd<HD, false>(out, lse, qkv, alibi, B, T, H, KV, stream);
+static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi,
+                                 const int32_t* doc, int B, int T, int H, int KV, cudaStream_t stream) {
+    if (alibi) attention_forward_hd<HD, true>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+    else attention_forward_hd<HD, false>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
 }
 
-// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16; alibi [H] or null.
+// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16; alibi [H] or null; doc [B*T] (device) or null.
 static void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
-                              int hd, cudaStream_t stream, const float* alibi = nullptr) {
+                              int hd, cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr) {
     attention_check_shape(B, T, H, KV, hd);
-    if (hd == 64) attention_forward_hd<64>(out, lse, qkv, alibi, B, T, H, KV, stream);
-    else if (hd == 80) attention_forward_hd<80>(out, lse, qkv, alibi, B, T, H, KV, stream);
-    else attention_forward_hd<128>(out, lse, qkv, alibi, B, T, H, KV, stream);
+    if (hd == 64) attention_forward_hd<64>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+    else if (hd == 80) attention_forward_hd<80>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+    else attention_forward_hd<128>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
 }
 
 // ---- backward --------------------------------------------------------------------------------------
@@ -268,7 +301,8 @@ __global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfl
 
 // The dK/dV work of one query tile for one warp: its 16 keys (rows kw, vw of the staged K and V, keys key0 and
 // key0 + 8 for this thread) against BM query rows from q_first (sQ, sdO: [BM][HD + ATT_PAD]; sL: lse * log2(e),
-// sD: D = rowsum(dO * O), [BM] each):
+// sD: D = rowsum(dO * O), [BM] each; sDoc: the rows' document starts [BM], read only where doc_tile, the tiles
+// where some of the block's keys lie before some row's start: there P = 0 for key < sDoc[row]):
 //   S^T = K Q^T, P^T = exp(S^T * scale (+ ALiBi's bias) - lse), dV += P^T dO, dP^T = V dO^T,
 //   dS^T = P^T (dP^T - D), dK += dS^T Q.
 // Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
@@ -276,8 +310,8 @@ __global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfl
 template <int HD, int BM, bool ALIBI>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const __nv_bfloat16* kw,
                                           const __nv_bfloat16* vw, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
-                                          const float* sL, const float* sD, int key0, int q_first, float scale_log2,
-                                          float slope_log2) {
+                                          const float* sL, const float* sD, const int32_t* sDoc, bool doc_tile,
+                                          int key0, int q_first, float scale_log2, float slope_log2) {
     constexpr int LDS = HD + ATT_PAD;
     constexpr int KC = HD / 16;
     constexpr int NQ = BM / 8;  // n8 tiles over the query tile
@@ -306,6 +340,11 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD
             mma_bf16_16816(dpt[n + 1], va, ob[2], ob[3]);
         }
     }
+    // documents: keys before the query's document start get S = -inf, so P = 0 below (a uniform branch)
+    if (doc_tile)
+        for (int n = 0; n < NQ; n++)
+            for (int e = 0; e < 4; e++)
+                if (key0 + (e >> 1) * 8 < sDoc[n * 8 + 2 * q4 + (e & 1)]) st[n][e] = -INFINITY;
     // P^T and dS^T in place (rows: keys key0, key0 + 8; columns: queries)
     for (int n = 0; n < NQ; n++)
         for (int e = 0; e < 4; e++) {
@@ -357,16 +396,32 @@ __device__ __forceinline__ void dkdv_store(__nv_bfloat16* dqkv, const float (&dk
     }
 }
 
+// Documents: the end of a dK/dV block's query tiles of BM rows (from first_qt on): the first tile whose first row's
+// document starts after the block's last key (doc is non-decreasing, so no later row sees the block), or n_qt. A
+// binary search, every thread of the block on the same addresses; first_qt's first row sees the block's first key.
+__device__ __forceinline__ int att_doc_qtile_end(const int32_t* doc, int b, int T, int BM, int first_qt, int n_qt,
+                                                 int key_last) {
+    const int32_t* drow = doc + (size_t)b * T;
+    int lo = first_qt + 1, hi = n_qt;  // the answer is in [lo, hi]
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (drow[mid * BM] > key_last) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 // Version 3. One block per (b * KV + kv head, key tile), x fastest: the first wave holds the low key tiles of
 // every head, which have the most query tiles (longest first). Each warp owns 16 keys and keeps
 // their dK and dV (16 x hd each, fp32) in registers while the block walks every query head of the
-// GQA group and every query tile at or after the key tile (dkdv_tile); dK and dV are then written once, so
-// the group's sum needs no atomics. Each query tile's Q, dO, lse and D are staged in shared memory and waited for
-// before it is computed.
+// GQA group and every query tile at or after the key tile (dkdv_tile; with documents, up to the last tile that sees
+// one of its keys); dK and dV are then written once, so the group's sum needs no atomics. Each query tile's Q, dO,
+// lse and D (and document starts) are staged in shared memory and waited for before it is computed.
 template <int HD, int BM, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                               const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
+                               const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int T,
+                               int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;
     constexpr int DT = HD / 8;
     DYNAMIC_SMEM(att_smem);
@@ -376,6 +431,7 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
     __nv_bfloat16* sdO = sQ + BM * LDS;                               // [BM][LDS]
     float* sL = reinterpret_cast<float*>(sdO + BM * LDS);             // [BM] lse * log2(e)
     float* sD = sL + BM;                                              // [BM]
+    int32_t* sDoc = reinterpret_cast<int32_t*>(sD + BM);              // [BM] document starts (only with doc)
 
     const int kt = blockIdx.y;
     const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
@@ -394,11 +450,14 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
     const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
     const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
     const int first_qt = kt * ATT_BWD_BN / BM, n_qt = T / BM;
+    // documents: the query tiles after the last that sees one of the block's keys are skipped
+    const int key_first = kt * ATT_BWD_BN, key_last = key_first + ATT_BWD_BN - 1;
+    const int qt_end = doc ? att_doc_qtile_end(doc, b, T, BM, first_qt, n_qt, key_last) : n_qt;
 
     for (int hi = 0; hi < group; hi++) {
         const int h = kh * group + hi;
         const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
-        for (int it = first_qt; it < n_qt; it++) {
+        for (int it = first_qt; it < qt_end; it++) {
             const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
             load_tile<BM, HD, ATT_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
             load_tile<BM, HD, ATT_THREADS>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
@@ -407,10 +466,15 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
                 const size_t r = ((size_t)b * H + h) * T + (size_t)it * BM + i;
                 sL[i] = lse[r] * 1.4426950408889634f;
                 sD[i] = dvec[r];
+                if (doc) sDoc[i] = doc[q_row0 + i];
             }
             cp_async_wait<0>();
             __syncthreads();
-            dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sdO, sL, sD, key0, it * BM, scale_log2, slope_log2);
+            // the per-row mask only where some row's start lies after the block's first key; its bounds come from
+            // the tile's own starts, not from qt_end: a tile past qt_end would be left unmasked
+            const bool doc_tile = doc && sDoc[BM - 1] > key_first && sDoc[0] <= key_last;
+            dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sdO, sL, sD, sDoc, doc_tile, key0, it * BM, scale_log2,
+                                     slope_log2);
             __syncthreads();  // sQ, sdO, sL, sD are overwritten by the next query tile
         }
     }
@@ -421,12 +485,13 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
 // one is computed, and its lse and D loaded into registers then, stored into the second buffer after the compute.
 // The block's query tiles, (query head of the group, query tile), are walked as one sequence, so the copy runs
 // ahead across heads too. The same arithmetic in the same order as version 3: the same bits.
-// Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM].
+// Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM] (with documents: and doc [BM]).
 template <int HD, int BM, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                        const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
-    static_assert(2 * BM <= ATT_THREADS, "one thread per lse and per D element of a tile");
+                                        const float* lse, const float* dvec, const float* alibi, const int32_t* doc,
+                                        int T, int H, int KV) {
+    static_assert(3 * BM <= ATT_THREADS, "one thread per lse, per D and per document start of a tile");
     constexpr int LDS = HD + ATT_PAD;
     constexpr int DT = HD / 8;
     constexpr int STAGE = 2 * BM * LDS;  // Q and dO of one buffer (bf16 elements)
@@ -435,6 +500,7 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
     __nv_bfloat16* sQO = sV + ATT_BWD_BN * LDS;                       // [2][Q [BM][LDS], dO [BM][LDS]]
     float* sLD = reinterpret_cast<float*>(sQO + 2 * STAGE);           // [2][lse * log2(e) [BM], D [BM]]
+    int32_t* sDocs = reinterpret_cast<int32_t*>(sLD + 4 * BM);        // [2][BM] document starts (only with doc)
 
     const int kt = blockIdx.y;
     const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
@@ -452,7 +518,11 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
     const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
     const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
-    const int first_qt = kt * ATT_BWD_BN / BM, n_it = T / BM - first_qt, n_tiles = group * n_it;
+    // documents: the query tiles after the last that sees one of the block's keys are skipped
+    const int key_first = kt * ATT_BWD_BN, key_last = key_first + ATT_BWD_BN - 1;
+    const int first_qt = kt * ATT_BWD_BN / BM;
+    const int qt_end = doc ? att_doc_qtile_end(doc, b, T, BM, first_qt, T / BM, key_last) : T / BM;
+    const int n_it = qt_end - first_qt, n_tiles = group * n_it;
 
     // tile t of the sequence: query head kh * group + t / n_it, query tile first_qt + t % n_it
     auto head_of = [&](int t) { return kh * group + t / n_it; };
@@ -475,15 +545,22 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     auto store_ld = [&](int buf, float x) {
         sLD[buf * 2 * BM + threadIdx.x] = threadIdx.x < BM ? x * 1.4426950408889634f : x;
     };
+    // documents: threads 2 BM .. 3 BM - 1 load and store the document starts of tile t's rows the same way
+    const bool doc_thread = doc && threadIdx.x >= 2 * BM && threadIdx.x < 3 * BM;
+    auto load_doc = [&](int t) { return doc[(size_t)b * T + (size_t)qtile_of(t) * BM + threadIdx.x - 2 * BM]; };
+    auto store_doc = [&](int buf, int32_t x) { sDocs[buf * BM + threadIdx.x - 2 * BM] = x; };
     copy_qo(0, 0);
     if (threadIdx.x < 2 * BM) store_ld(0, load_ld(0));
+    if (doc_thread) store_doc(0, load_doc(0));
     for (int t = 0; t < n_tiles; t++) {
         const int buf = t & 1, h = head_of(t), it = qtile_of(t);
         const bool next = t + 1 < n_tiles;
         float next_ld = 0.0f;
+        int32_t next_doc = 0;
         if (next) {
             copy_qo(t + 1, buf ^ 1);  // buffer buf ^ 1 was last read in tile t - 1, before its closing barrier
             next_ld = load_ld(t + 1);
+            if (doc_thread) next_doc = load_doc(t + 1);
             cp_async_wait<1>();       // all but tile t + 1's copy: K, V and tile t
         } else {
             cp_async_wait<0>();
@@ -492,9 +569,13 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
         const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
         const __nv_bfloat16* sQ = sQO + buf * STAGE;
         const float* sL = sLD + buf * 2 * BM;
-        dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sQ + BM * LDS, sL, sL + BM, key0, it * BM, scale_log2,
-                                 slope_log2);
+        const int32_t* sDoc = sDocs + buf * BM;
+        // as in version 3: the per-row mask only where some row's start lies after the block's first key
+        const bool doc_tile = doc && sDoc[BM - 1] > key_first && sDoc[0] <= key_last;
+        dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sQ + BM * LDS, sL, sL + BM, sDoc, doc_tile, key0, it * BM,
+                                 scale_log2, slope_log2);
         if (next && threadIdx.x < 2 * BM) store_ld(buf ^ 1, next_ld);
+        if (next && doc_thread) store_doc(buf ^ 1, next_doc);
         __syncthreads();  // buffer buf is overwritten by tile t + 2's copy; buf ^ 1's lse and D are stored
     }
     dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
@@ -502,14 +583,16 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
 
 // One block per (b * H + query head, reversed query tile), x fastest: as in the forward, every head's
 // last query tile (the most key tiles) goes out in the first wave. Q and dO of the block's 64 rows stay
-// in shared memory; K/V tiles 0..qt are double-buffered with cp.async and walked in increasing order.
+// in shared memory; K/V tiles 0..qt (with documents kt_first..qt) are double-buffered with cp.async and walked in
+// increasing order.
 // Each warp owns 16 query rows and keeps their dQ (16 x hd, fp32) in registers. Per key tile:
 //   S = Q K^T, dP = dO V^T, P = exp(S * scale (+ ALiBi's bias) - lse), dS = P (dP - D), dQ += dS K;
 // dQ is scaled and written once (bf16) into the query part of dqkv.
 template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                             const float* lse, const float* dvec, const float* alibi, int T, int H, int KV) {
+                             const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int T, int H,
+                             int KV) {
     static_assert(ATT_DQ_BM == ATT_BWD_BN, "the causal limit below assumes square tiles");
     constexpr int LDS = HD + ATT_PAD;
     constexpr int KC = HD / 16;
@@ -530,11 +613,15 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
     const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
     const int n_kt = qt + 1;  // causal: key tiles 0..qt
+    // documents, as in the forward: key tiles before d_first's skipped, the per-row mask on [d_first, d_last)'s
+    const int32_t* drow = doc ? doc + q_row0 : nullptr;
+    const int d_first = doc ? drow[0] : 0, d_last = doc ? drow[ATT_DQ_BM - 1] : 0;
+    const int kt_first = d_first / ATT_BWD_BN;  // the first key tile any row of the block sees
 
     load_tile<ATT_DQ_BM, HD, ATT_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
     load_tile<ATT_DQ_BM, HD, ATT_THREADS>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, kbase, ld);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, vbase, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, kbase + (size_t)kt_first * ATT_BWD_BN * ld, ld);
+    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, vbase + (size_t)kt_first * ATT_BWD_BN * ld, ld);
     cp_async_commit();
 
     const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
@@ -550,9 +637,10 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;   // this warp's 16 query rows (A operand rows)
     const __nv_bfloat16* ow = sdO + (warp * 16) * LDS;
+    const int lo[2] = {doc ? drow[warp * 16 + g] : 0, doc ? drow[warp * 16 + g + 8] : 0};  // the rows' doc starts
 
-    for (int j = 0; j < n_kt; j++) {
-        const int st = j & 1;
+    for (int j = kt_first; j < n_kt; j++) {
+        const int st = (j - kt_first) & 1;
         const __nv_bfloat16* k_s = sK + st * ATT_BWD_BN * LDS;
         const __nv_bfloat16* v_s = sV + st * ATT_BWD_BN * LDS;
         if (j + 1 < n_kt) {
@@ -588,6 +676,13 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
                 mma_bf16_16816(dp[n + 1], oa, vb[2], vb[3]);
             }
         }
+        // documents: keys before the row's document start get S = -inf (P = 0 below), on the tiles where some row
+        // of the block has its start (bounds from doc, not from the loop's start, as in the forward)
+        const bool doc_tile = j * ATT_BWD_BN < d_last && (j + 1) * ATT_BWD_BN > d_first;
+        if (doc_tile)
+            for (int n = 0; n < NT; n++)
+                for (int e = 0; e < 4; e++)
+                    if (j * ATT_BWD_BN + n * 8 + 2 * q4 + (e & 1) < lo[e >> 1]) s[n][e] = -INFINITY;
         // dS in place of S; keys after the query (diagonal tile only) have P = 0
         const bool diag = (j == qt);
         for (int n = 0; n < NT; n++)
@@ -625,24 +720,25 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
 
 template <int HD, bool ALIBI>
 static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                  const float* lse, const float* dvec, const float* alibi, int B, int T, int H, int KV,
-                                  cudaStream_t stream, int version) {
+                                  const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
+                                  int T, int H, int KV, cudaStream_t stream, int version) {
     // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers; version 4 holds two tiles' Q, dO, lse, D
+    // (and, with documents, the rows' document starts: shared memory that only a launch with doc asks for)
     constexpr int BM = 32;
     const int stages = version == 4 ? 2 : 1;
     const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * stages * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
-                           2 * stages * BM * sizeof(float);
+                           2 * stages * BM * sizeof(float) + (doc ? stages * BM * sizeof(int32_t) : 0);
     const dim3 grid_kv(B * KV, T / ATT_BWD_BN);
     if (version == 4) {
         cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_prefetch_kernel<HD, BM, ALIBI>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
         attention_backward_dkdv_prefetch_kernel<HD, BM, ALIBI><<<grid_kv, ATT_THREADS, smem_kv, stream>>>(
-            dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
+            dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
     } else {
         cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM, ALIBI>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
         attention_backward_dkdv_kernel<HD, BM, ALIBI><<<grid_kv, ATT_THREADS, smem_kv, stream>>>(
-            dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
+            dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
     }
     cudaCheck(cudaGetLastError());
     // dQ: Q and dO of 64 rows plus double-buffered K and V tiles
@@ -650,16 +746,16 @@ static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem_q));
     attention_backward_dq_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_DQ_BM), ATT_THREADS, smem_q, stream>>>(
-        dqkv, dout, qkv, lse, dvec, alibi, T, H, KV);
+        dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
     cudaCheck(cudaGetLastError());
 }
 
 template <int HD>
 static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                  const float* lse, const float* dvec, const float* alibi, int B, int T, int H, int KV,
-                                  cudaStream_t stream, int version) {
-    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
-    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
+                                  const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
+                                  int T, int H, int KV, cudaStream_t stream, int version) {
+    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
+    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
 }
 
 // The backward's dK/dV kernel per head dim: version 3 (attention_backward_dkdv_kernel) or 4 (its prefetching form,
@@ -677,19 +773,20 @@ static int attention_backward_version(int hd) {
     return 3;
 }
 
-// dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null.
-// Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written by one thread. version: 3 or 4
-// (the dK/dV kernel), 0 for attention_backward_version's choice.
+// dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null; doc
+// [B*T] (device) or null, the forward's. Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written
+// by one thread. version: 3 or 4 (the dK/dV kernel), 0 for attention_backward_version's choice.
 static void attention_backward(__nv_bfloat16* dqkv, float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
                                const __nv_bfloat16* qkv, const float* lse, int B, int T, int H, int KV, int hd,
-                               cudaStream_t stream, const float* alibi = nullptr, int version = 0) {
+                               cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr,
+                               int version = 0) {
     attention_check_shape(B, T, H, KV, hd);
     if (version == 0) version = attention_backward_version(hd);
     if (version != 3 && version != 4) die("attention_backward: version %d (3 or 4)", version);
     const int rows = B * T * H;
     attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dout, out, B, T, H, hd);
     cudaCheck(cudaGetLastError());
-    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
-    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
-    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, B, T, H, KV, stream, version);
+    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
+    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
+    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
 }

@@ -11,19 +11,24 @@
 //   dqkv  [B, T, (H + 2KV) * hd]  overwritten by the backward (every element is written)
 // Requirements (checked): hd <= 128 (lane l holds dims l, l + 32, l + 64, l + 96), H % KV == 0. Any T.
 // alibi [H] (or null): ALiBi's slope of each query head, slope_h * (key - query) added to every scaled score.
+// doc [B*T] int32 (or null: every doc 0, the plain causal mask): as in llmc/attention.cuh, the first key each query
+// sees, its document's start (llmc/documents.h); non-decreasing along a row, doc[b*T + t] <= t. Query t sees keys
+// doc[t] .. t: the loops below start there (and the key rows' loops stop at the first query whose document starts
+// after the key), so no key outside the document is read and no mask is needed.
 //
-// Forward, one warp per (b, h, t): online softmax over keys 0..t, o += p * v.
+// Forward, one warp per (b, h, t): online softmax over keys doc[t]..t, o += p * v.
 // Backward in two kernels, no atomics (bitwise reproducible):
-//   1. one warp per query row (b, h, t): D = dout . out; dq = scale * sum_{t2 <= t} p (dp - D) k[t2]
-//   2. one warp per key row (b, kv head, t2): for each query head of the group and each t >= t2,
+//   1. one warp per query row (b, h, t): D = dout . out; dq = scale * sum_{doc[t] <= t2 <= t} p (dp - D) k[t2]
+//   2. one warp per key row (b, kv head, t2): for each query head of the group and each t >= t2 with doc[t] <= t2,
 //      dk += scale * p (dp - D) q[t],  dv += p dout[t]
 //   with p = exp(scale * q.k (+ ALiBi's bias) - lse) recomputed from the forward's lse, dp = dout . v.
 // Each pass is O(T^2 hd) per head with no data reuse: fine for tests and references, far from the
 // tensor-core kernels' speed.
-//   attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null)
-//   attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null)
+//   attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null, doc = null)
+//   attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null, doc = null)
 #pragma once
 #include <cmath>
+#include <cstdint>
 #include <cuda_runtime.h>
 #include "llmc/cuda_common.cuh"
 #include "llmc/packed.cuh"
@@ -52,8 +57,8 @@ __device__ __forceinline__ void attention_row_store(T* p, const float* r, int la
 }
 
 template <typename T>
-__global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qkv, const float* alibi, int B, int T_,
-                                                 int H, int KV, int hd) {
+__global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qkv, const float* alibi,
+                                                 const int32_t* doc, int B, int T_, int H, int KV, int hd) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * H * T_) return;
     const int t = row % T_, h = (row / T_) % H, b = row / (T_ * H), kh = h / (H / KV);
@@ -63,7 +68,7 @@ __global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qk
     float q[4], k[4], v[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     attention_row_load(q, base + (size_t)t * ld + (size_t)h * hd, lane, hd);
     float m = -INFINITY, l = 0.0f;
-    for (int t2 = 0; t2 <= t; t2++) {
+    for (int t2 = doc ? doc[(size_t)b * T_ + t] : 0; t2 <= t; t2++) {
         attention_row_load(k, base + (size_t)t2 * ld + (size_t)(H + kh) * hd, lane, hd);
         attention_row_load(v, base + (size_t)t2 * ld + (size_t)(H + KV + kh) * hd, lane, hd);
         const float s = attention_row_dot(q, k) * scale + slope * (float)(t2 - t);
@@ -82,8 +87,8 @@ __global__ void attention_rowwise_forward_kernel(T* out, float* lse, const T* qk
 // Kernel 1 of the backward: dvec and the query part of dqkv.
 template <typename T>
 __global__ void attention_rowwise_backward_dq_kernel(T* dqkv, float* dvec, const T* dout, const T* out, const T* qkv,
-                                                     const float* lse, const float* alibi, int B, int T_, int H, int KV,
-                                                     int hd) {
+                                                     const float* lse, const float* alibi, const int32_t* doc, int B,
+                                                     int T_, int H, int KV, int hd) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * H * T_) return;
     const int t = row % T_, h = (row / T_) % H, b = row / (T_ * H), kh = h / (H / KV);
@@ -97,7 +102,8 @@ __global__ void attention_rowwise_backward_dq_kernel(T* dqkv, float* dvec, const
     const size_t stat = ((size_t)b * H + h) * T_ + t;
     const float L = lse[stat], D = attention_row_dot(dy, y);
     if (lane == 0) dvec[stat] = D;
-    for (int t2 = 0; t2 <= t; t2++) {
+    const int t2_first = doc ? doc[(size_t)b * T_ + t] : 0;  // the first key the row sees
+    for (int t2 = t2_first; t2 <= t; t2++) {
         attention_row_load(k, base + (size_t)t2 * ld + (size_t)(H + kh) * hd, lane, hd);
         attention_row_load(v, base + (size_t)t2 * ld + (size_t)(H + KV + kh) * hd, lane, hd);
         const float p = expf(attention_row_dot(q, k) * scale + slope * (float)(t2 - t) - L);
@@ -111,8 +117,8 @@ __global__ void attention_rowwise_backward_dq_kernel(T* dqkv, float* dvec, const
 // Kernel 2 of the backward: the key and value parts of dqkv; reads kernel 1's dvec.
 template <typename T>
 __global__ void attention_rowwise_backward_dkv_kernel(T* dqkv, const float* dvec, const T* dout, const T* qkv,
-                                                      const float* lse, const float* alibi, int B, int T_, int H,
-                                                      int KV, int hd) {
+                                                      const float* lse, const float* alibi, const int32_t* doc, int B,
+                                                      int T_, int H, int KV, int hd) {
     const int row = blockIdx.x * ATT_ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (row >= B * KV * T_) return;
     const int t2 = row % T_, kh = (row / T_) % KV, b = row / (T_ * KV), group = H / KV;
@@ -122,9 +128,13 @@ __global__ void attention_rowwise_backward_dkv_kernel(T* dqkv, const float* dvec
     float k[4], v[4], q[4], dy[4], dk[4] = {0.0f, 0.0f, 0.0f, 0.0f}, dv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     attention_row_load(k, base + (size_t)t2 * ld + (size_t)(H + kh) * hd, lane, hd);
     attention_row_load(v, base + (size_t)t2 * ld + (size_t)(H + KV + kh) * hd, lane, hd);
+    // the queries that see key t2: t2 up to the first whose document starts after it (doc is non-decreasing)
+    int t_end = T_;
+    if (doc)
+        for (t_end = t2 + 1; t_end < T_ && doc[(size_t)b * T_ + t_end] <= t2;) t_end++;
     for (int h = kh * group; h < (kh + 1) * group; h++) {
         const float slope = alibi ? alibi[h] : 0.0f;
-        for (int t = t2; t < T_; t++) {
+        for (int t = t2; t < t_end; t++) {
             attention_row_load(q, base + (size_t)t * ld + (size_t)h * hd, lane, hd);
             attention_row_load(dy, dout + ((size_t)b * T_ + t) * qd + (size_t)h * hd, lane, hd);
             const size_t stat = ((size_t)b * H + h) * T_ + t;
@@ -150,24 +160,24 @@ static inline void attention_rowwise_check_shape(int B, int T, int H, int KV, in
 
 template <typename T>
 static void attention_rowwise_forward(T* out, float* lse, const T* qkv, int B, int T_, int H, int KV, int hd,
-                                      cudaStream_t stream, const float* alibi = nullptr) {
+                                      cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr) {
     attention_rowwise_check_shape(B, T_, H, KV, hd);
     const size_t rows = (size_t)B * H * T_;
     attention_rowwise_forward_kernel<T><<<(unsigned)ceil_div(rows, ATT_ROW_WARPS), 32 * ATT_ROW_WARPS, 0, stream>>>(
-        out, lse, qkv, alibi, B, T_, H, KV, hd);
+        out, lse, qkv, alibi, doc, B, T_, H, KV, hd);
     cudaCheck(cudaGetLastError());
 }
 
 template <typename T>
 static void attention_rowwise_backward(T* dqkv, float* dvec, const T* dout, const T* out, const T* qkv,
                                        const float* lse, int B, int T_, int H, int KV, int hd, cudaStream_t stream,
-                                       const float* alibi = nullptr) {
+                                       const float* alibi = nullptr, const int32_t* doc = nullptr) {
     attention_rowwise_check_shape(B, T_, H, KV, hd);
     const size_t q_rows = (size_t)B * H * T_, kv_rows = (size_t)B * KV * T_;
     attention_rowwise_backward_dq_kernel<T><<<(unsigned)ceil_div(q_rows, ATT_ROW_WARPS), 32 * ATT_ROW_WARPS, 0,
-                                              stream>>>(dqkv, dvec, dout, out, qkv, lse, alibi, B, T_, H, KV, hd);
+                                              stream>>>(dqkv, dvec, dout, out, qkv, lse, alibi, doc, B, T_, H, KV, hd);
     cudaCheck(cudaGetLastError());
     attention_rowwise_backward_dkv_kernel<T><<<(unsigned)ceil_div(kv_rows, ATT_ROW_WARPS), 32 * ATT_ROW_WARPS, 0,
-                                               stream>>>(dqkv, dvec, dout, qkv, lse, alibi, B, T_, H, KV, hd);
+                                               stream>>>(dqkv, dvec, dout, qkv, lse, alibi, doc, B, T_, H, KV, hd);
     cudaCheck(cudaGetLastError());
 }

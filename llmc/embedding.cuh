@@ -1,6 +1,10 @@
 // llmc/embedding.cuh: token (+ learned position) embedding, forward and a deterministic backward. The fastest
 // versions of dev/cuda/embedding.cu.
-//   embedding_forward(out, tok, wte, wpe, N, T, C, stream)   out[N,C] = wte[tok[n]] (+ wpe[n % T]); wpe may be null
+//   embedding_forward(out, tok, wte, wpe, N, T, C, stream, v0, vl, pos)
+//       out[N,C] = wte[tok[n]] (+ wpe[pos[n]]); wpe may be null; pos [N] each token's position (llmc/documents.h),
+//       null: n % T
+//   (--reset-position-ids' dwpe: embedding_backward on a plan of the positions instead of the tokens, dwpe as the
+//   table: the same deterministic sums by position)
 //   EmbeddingPlan            the rows of each distinct token, on the device: one int32 block [3N+1] =
 //                            token [N] | offset [N+1] | rows [N] (the first unique, unique+1 and N entries used)
 //   embedding_plan_rows(tok, N, V, packed, &unique, &max_count)   the host counting sort, into that layout
@@ -30,7 +34,7 @@ static const int EMBEDDING_THREADS = 128;
 
 __global__ void embedding_forward_kernel(floatX* __restrict__ out, const int32_t* __restrict__ tok,
                                          const floatX* __restrict__ wte, const floatX* __restrict__ wpe,
-                                         int N, int T, int C, int v0, int vl) {
+                                         int N, int T, int C, int v0, int vl, const int32_t* __restrict__ pos) {
     const size_t per_row = C / 8, v = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (v >= (size_t)N * per_row) return;
     const int n = (int)(v / per_row), c = 8 * (int)(v % per_row), row = tok[n] - v0;
@@ -42,7 +46,7 @@ __global__ void embedding_forward_kernel(floatX* __restrict__ out, const int32_t
         for (int j = 0; j < 8; j++) e.v[j] = to_floatX(0.0f);
     }
     if (wpe) {
-        Pack8 p = load8(wpe + (size_t)(n % T) * C + c);
+        Pack8 p = load8(wpe + (size_t)(pos ? pos[n] : n % T) * C + c);
 #pragma unroll
         for (int j = 0; j < 8; j++) e.v[j] = to_floatX(to_float(e.v[j]) + to_float(p.v[j]));
     }
@@ -55,10 +59,11 @@ static void embedding_check_shape(const char* what, int N, int T, int C) {
 }
 
 static void embedding_forward(floatX* out, const int32_t* tok, const floatX* wte, const floatX* wpe,
-                              int N, int T, int C, cudaStream_t stream, int v0 = 0, int vl = INT_MAX) {
+                              int N, int T, int C, cudaStream_t stream, int v0 = 0, int vl = INT_MAX,
+                              const int32_t* pos = nullptr) {
     embedding_check_shape("embedding_forward", N, T, C);
     const size_t work = (size_t)N * (C / 8);
-    embedding_forward_kernel<<<(unsigned)ceil_div(work, 256), 256, 0, stream>>>(out, tok, wte, wpe, N, T, C, v0, vl);
+    embedding_forward_kernel<<<(unsigned)ceil_div(work, 256), 256, 0, stream>>>(out, tok, wte, wpe, N, T, C, v0, vl, pos);
     cudaCheck(cudaGetLastError());
 }
 

@@ -4,8 +4,9 @@
 //   rope_upload_tables(config, T, &cos, &sin)   fp32 cos, sin [T, hd/2] on the device, computed on the host by
 //                                              llmc/rope_tables.h (Llama 3.1 frequency scaling included);
 //                                              the caller frees both with cudaFree
-//   rope_rotate_inplace(qkv, cos, sin, B, T, H, KV, hd, sign, stream)
+//   rope_rotate_inplace(qkv, cos, sin, B, T, H, KV, hd, sign, stream, pos = null)
 //       qkv [B,T,(H+2KV)*hd] floatX, in place on the H q heads and KV k heads; the v heads are not touched.
+//       pos [B*T] each token's position, the row of the tables (llmc/documents.h); null: t.
 //       sign +1 is the forward rotation, -1 the backward pass (the inverse rotation: the map is orthogonal).
 //   alibi_upload_slopes(d, config, h0, n)      --pos alibi: the slopes of heads h0 .. h0 + n (llmc/rope_tables.h) to
 //                                              the device buffer d [n] fp32 (the attention kernels add the bias)
@@ -32,11 +33,12 @@ static void rope_upload_tables(const ModelConfig& c, int T, float** d_cos, float
 }
 
 __global__ void rope_rotate_kernel(floatX* __restrict__ qkv, const float* __restrict__ cosv,
-                                   const float* __restrict__ sinv, int BT, int T, int H, int KV, int hd, float sign) {
+                                   const float* __restrict__ sinv, int BT, int T, int H, int KV, int hd, float sign,
+                                   const int32_t* __restrict__ pos) {
     const int half = hd / 2, groups = half / 8;
     const int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= BT * groups) return;
-    const int bt = idx / groups, i = 8 * (idx % groups), t = bt % T;
+    const int bt = idx / groups, i = 8 * (idx % groups), t = pos ? pos[bt] : bt % T;
     const float4* cp = (const float4*)(cosv + (size_t)t * half + i);
     const float4* sp = (const float4*)(sinv + (size_t)t * half + i);
     const float4 c0 = cp[0], c1 = cp[1], s0 = sp[0], s1 = sp[1];
@@ -59,14 +61,14 @@ __global__ void rope_rotate_kernel(floatX* __restrict__ qkv, const float* __rest
 }
 
 static void rope_rotate_inplace(floatX* qkv, const float* cosv, const float* sinv, int B, int T, int H, int KV,
-                                int hd, int sign, cudaStream_t stream) {
+                                int hd, int sign, cudaStream_t stream, const int32_t* pos = nullptr) {
     if (hd % 16 != 0) die("rope_rotate_inplace: head dim %d is not a multiple of 16 (8-element vector access of each half)", hd);
     if (sign != 1 && sign != -1) die("rope_rotate_inplace: sign must be +1 (forward) or -1 (backward), got %d", sign);
     if ((long long)B * T * (hd / 16) > INT_MAX)  // one thread per (token, 8 pairs of a head): a 32-bit index
         die("rope_rotate_inplace: B*T*hd/16 = %lld threads is past the kernel's 32-bit index (at most %d): lower -b or -t",
             (long long)B * T * (hd / 16), INT_MAX);
     const int threads = 256, work = B * T * (hd / 16);
-    rope_rotate_kernel<<<(int)ceil_div(work, threads), threads, 0, stream>>>(qkv, cosv, sinv, B * T, T, H, KV, hd, (float)sign);
+    rope_rotate_kernel<<<(int)ceil_div(work, threads), threads, 0, stream>>>(qkv, cosv, sinv, B * T, T, H, KV, hd, (float)sign, pos);
     cudaCheck(cudaGetLastError());
 }
 

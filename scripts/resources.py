@@ -77,7 +77,8 @@ LAUNCHES = {
 }
 
 # Dynamic shared memory of the launches that use it (bytes; the template parameters named first), as
-# llmc/attention.cuh's attention_forward_hd and attention_backward_hd compute it.
+# llmc/attention.cuh's attention_forward_hd and attention_backward_hd compute it without documents (a launch with
+# --reset-attention-mask's doc adds BM * 4 bytes per Q/dO buffer to the two dK/dV kernels: 128 or 256 bytes).
 DYN_SMEM = {
     "attention_forward_kernel": (["HD"], "(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * 2"),
     "attention_backward_dkdv_kernel": (["HD", "BM"], "(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * 2 + 2 * BM * 4"),

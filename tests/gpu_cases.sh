@@ -3,7 +3,8 @@
 # CUDA kernels take (T = 64): the tiny presets at head dim 64 (C = 128, 2 heads; llama_switches_hd64: LLaMA with
 # Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), head dim 80 (GPT with ALiBi positions, as BLOOM
 # and Baichuan2-13B, 5 heads: slopes that are not a plain series) and 128 (GQA), and a mid-size model, gpt3_125m's
-# widths (C 768, 12 heads, GPT-2 vocabulary) with 2 layers.
+# widths (C 768, 12 heads, GPT-2 vocabulary) with 2 layers; and packed documents (train_gpt.py --eod-token: learned
+# positions, and RoPE with GQA and the loss mask), whose rows of 64 tokens hold about 4 documents each.
 # Used by tests/t_gpu.sh (on a GPU) and tests/t_gpu_emulated.sh (the kernels emulated on the CPU).
 
 # name | model flags | train_gpt.py flags
@@ -17,6 +18,8 @@ gpu_cases=(
   "gpt_alibi_hd80|-c gpt3_tiny --layers 2 --vocab 301 --embd 400 --heads 5 --kv-heads 5 --ffn 1600 --pos alibi --seq 64|--schedule cosine"
   "llama_gqa_hd128|-c llama_tiny --layers 2 --vocab 301 --embd 512 --heads 4 --kv-heads 2 --ffn 1408 --seq 64|--schedule linear --lr 3e-4"
   "gpt3_125m_2_layers|-c gpt3_125m --layers 2 --seq 64|--schedule cosine --batch 2 --accum 2"
+  "gpt_documents|-c gpt3_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 2 --seq 64|--schedule cosine --eod-token 7 --eod-frac 0.06 --reset-position-ids --reset-attention-mask"
+  "llama_documents|-c llama_tiny --layers 2 --vocab 301 --heads 2 --kv-heads 1 --seq 64|--schedule linear --eod-token 300 --eod-frac 0.06 --reset-position-ids --reset-attention-mask --eod-mask-loss"
 )
 
 # make_gpu_states DIR PYTHON [NAME...]: DIR/NAME.safetensors for the named cases (every case when none is

@@ -6,7 +6,8 @@
 # (warps run ahead in random orders, shared-memory race detector, cp.async data landing only at its wait).
 # Where a GPU is present, also built with nvcc for the Makefile's targets (sm_80, sm_90a, sm_100a) and run for
 # real; otherwise that part prints [SKIP]. The emulated build includes cuDNN's attention (llmc/attention_cudnn.cuh against
-# the emulated cuDNN of tests/cuda_emu/include/cudnn_graph.h, which interprets the graph it is given). About 40 s on 2 cores.
+# the emulated cuDNN of tests/cuda_emu/include/cudnn_graph.h, which interprets the graph it is given). Documents
+# (--reset-attention-mask's doc) for the flash kernels and llmc/attention_rowwise.cuh's. About 40 s on 2 cores.
 set -u
 d=$(pwd)/build/t_attention
 rm -rf "$d" && mkdir -p "$d"
@@ -23,7 +24,7 @@ else
         EMU_SCHED=$sched "$d/test_attention_emu" > "$d/emu_$sched.log" 2>&1 || status=1
         grep -E '^\[(PASS|FAIL)\]' "$d/emu_$sched.log" | sed "s/^\[\(PASS\|FAIL\)\] /&emulated, EMU_SCHED=$sched: /"
         # an emulation error (a race, a deadlock) ends the program before its checks: name it
-        if ! grep -q "^  attention .*hd=128 alibi" "$d/emu_$sched.log"; then
+        if ! grep -q "^  attention docs=edges .*hd=128 alibi rowwise" "$d/emu_$sched.log"; then
             echo "[FAIL] test_attention emulated, EMU_SCHED=$sched: did not finish: $(grep -m 2 -E 'EMU|error' "$d/emu_$sched.log" | tr '\n' ' ')"
             status=1
         fi
@@ -46,8 +47,8 @@ fi
 NVCC=$(command -v nvcc 2>/dev/null || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
 if ! "$NVCC" -O3 --use_fast_math -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-function \
         -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_100a,code=sm_100a \
-        --expt-relaxed-constexpr \
-        tests/test_attention.cu -o "$d/test_attention" -lcublasLt > "$d/build_gpu.log" 2>&1; then
+        --expt-relaxed-constexpr -Xcompiler -fopenmp \
+        tests/test_attention.cu -o "$d/test_attention" -lcublasLt -lgomp > "$d/build_gpu.log" 2>&1; then
     echo "[FAIL] tests/test_attention.cu builds with nvcc: $(grep -m 3 error "$d/build_gpu.log")"; exit 1
 fi
 if grep -qi warning "$d/build_gpu.log"; then
@@ -55,5 +56,5 @@ if grep -qi warning "$d/build_gpu.log"; then
 fi
 "$d/test_attention" > "$d/gpu.log" 2>&1 || status=1
 grep -E '^\[(PASS|FAIL)\]' "$d/gpu.log" | sed 's/^\[\(PASS\|FAIL\)\] /&GPU: /'
-grep -q '^  attention .*hd=128' "$d/gpu.log" || { echo "[FAIL] test_attention on the GPU did not finish: $(tail -2 "$d/gpu.log")"; status=1; }
+grep -q '^  attention docs=edges .*hd=128 alibi rowwise' "$d/gpu.log" || { echo "[FAIL] test_attention on the GPU did not finish: $(tail -2 "$d/gpu.log")"; status=1; }
 exit $status

@@ -3,7 +3,8 @@
 # g++ against the host emulation of CUDA and cuBLASLt in tests/cuda_emu (by tests/cuda_emu/build.sh; every kernel
 # runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
 # head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 (GPT
-# with ALiBi) and 128, the fp32 build on the three head-dim-64 states. The checks of test_gpt: logits, loss,
+# with ALiBi) and 128, and packed documents (learned positions; RoPE, GQA and the loss mask), the fp32 build on the
+# three head-dim-64 states. The checks of test_gpt: logits, loss,
 # gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism; and on the bf16 pass's
 # head-dim-64 states and the fp32 pass's GPT state also the resume and the ZeRO levels on one GPU (the others run
 # test_gpt's --core: those two run no kernel the other checks do not, and cost most at the larger head dims).
@@ -16,14 +17,14 @@
 # intrinsics) or speed.
 # x86-64 only (the fiber switch). About 10 minutes on 2 cores.
 # A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race streams fp32" (default all
-# four); EMU_CASES, the states of the bf16 pass (default the five above; the fp32 pass takes the
+# four); EMU_CASES, the states of the bf16 pass (default the seven above; the fp32 pass takes the
 # head-dim-64 ones among them, the race and streams passes gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
 # already holds NAME.safetensors for those cases (made from another tree), instead of making them here.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 [ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
 passes=${EMU_PASSES:-bf16 race streams fp32}
-cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 llama_switches_hd64 gpt_alibi_hd80 llama_gqa_hd128}
+cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 llama_switches_hd64 gpt_alibi_hd80 llama_gqa_hd128 gpt_documents llama_documents}
 for p in $passes; do
     case $p in bf16|race|streams|fp32) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, streams, fp32)"; exit 1 ;; esac
 done

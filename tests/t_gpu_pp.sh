@@ -22,6 +22,8 @@
 #      run's RNG through llmc/run/sampling.h); pp2 asked to sample says it samples at one rank only.
 #   7. llama_tiny with 2 layers, Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm (untied LM head on
 #      the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with --recompute full.
+#   8. packed documents (--reset-position-ids, --reset-attention-mask; llama also --eod-mask-loss): llama_tiny and
+#      gpt3_tiny at pp2 dp2 zero1 (fp32), gpt3_tiny at pp2 in bf16 (the flash attention's document mask).
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
 # rank's (rank 0 holds the first stage only: guards in the lib).
 # OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores.
@@ -124,6 +126,34 @@ build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > 
     { echo "[FAIL] --estimate-memory, llama_tiny: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
 fp32 llama_pp2_dp2_zero2 "llama_tiny with q, k, v biases, NormHead, QK-norm: pp2 dp2 zero2, --recompute full" 4 4 --pp 2 --dp 2 \
     --zero 2 --recompute full
+
+# packed documents (llmc/documents.h; each word of the text a document, the space its end): every stage marks its
+# micro-batch's documents from the tokens; a backward runs after later micro-batches' forwards (1F1B), so it takes its
+# own micro-batch's document starts again. LLaMA (RoPE, GQA 2:1, the loss mask) and GPT (learned positions) in fp32,
+# GPT in bf16 too (the flash attention's document mask).
+docs=(--eod-token 32 --reset-position-ids 1 --reset-attention-mask 1)
+for m in llama gpt; do
+    d=$top/docs_$m
+    mkdir -p "$d"
+    if [ $m = llama ]; then MODEL=(-c llama_tiny --layers 2 --heads 2 --kv-heads 1 "${docs[@]}" --eod-mask-loss 1)
+    else MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2 "${docs[@]}"); fi
+    CKPT_EVERY=1 run cpu.a4 ./train_gpt_cpu 1 4
+    if [ $rc -ne 0 ]; then echo "[FAIL] train_gpt_cpu one-process run, $m with documents: $(why cpu.a4)"; status=1; continue; fi
+    build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
+        { echo "[FAIL] --estimate-memory, $m with documents: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
+    fp32 docs_pp2_dp2 "$([ $m = gpt ] && echo gpt3 || echo llama)_tiny with documents: pp2 dp2 zero1" 4 4 --pp 2 --dp 2 --zero 1
+done
+d=$top/docs_gpt  # (the bf16 bounds are derived for the GPT-2 family: tests/weights_checks.py logit_bound)
+MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2 "${docs[@]}")
+./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1
+bf16_tolerances
+run bf16.docs_pp2 build/train_gpt_emu 2 4 --pp 2
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 gpt3_tiny with documents, pp2: exit $rc after $took s: $(why bf16.docs_pp2)"; status=1
+else
+    bf16_vs_cpu bf16.docs_pp2
+    if [ -z "$fail" ]; then echo "[PASS] bf16 gpt3_tiny with documents, pp2 (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 gpt3_tiny with documents, pp2 vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
 
 [ $status -eq 0 ] && rm -rf "$top"
 exit $status

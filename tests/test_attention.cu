@@ -20,9 +20,19 @@
 // row, where O = v_0), of the sums with |dS_j| replaced by p_j (sum_d |dO_d v_jd| + sum_d |dO_d O_d|), the
 // magnitudes the fp32 dot products dP and D round at. lse is fp32: within 2^-18 (1 + |lse|). D = rowsum(dO O)
 // comes from the kernel's own bf16 O on both sides (the backward's input).
-// ALiBi (two cases, one with slopes that are not a plain series: 6 heads): the reference adds slope_h * (key -
+// ALiBi (two causal cases, one with slopes that are not a plain series: 6 heads, and one with documents): the reference adds slope_h * (key -
 // query) to the scaled scores in double; the kernels add it in fp32 in the log2 domain, an error below 2^-22 of
 // |slope (key - query)| <= 0.5 x 192 in the exponent, far inside the fp32 part of the bounds, which stay as they are.
+// Documents (llmc/documents.h's doc, --reset-attention-mask; four cases at the end): query t sees keys doc[t] .. t.
+// The reference below takes doc too, and is itself checked against llmc/ref_ops.h's attention_forward (with doc) and
+// attention_backward in double (D from the exact O there: every element within 1e-6 of the bf16 bound). The flash
+// kernels skip the tiles outside every row's document and mask per element only on the tiles that straddle a start,
+// so the starts are put where that matters: inside tiles, on 64-row tile edges (the forward's, dQ's and dK/dV's
+// key tiles) and 32-row edges (dK/dV's query tiles), one-token documents (the row sees only itself) at an edge, at
+// t = 0, 1 and the last row, many documents of 1 to 12 tokens, rows of a batch with different documents; one
+// document per row (doc all 0) must give doc == null's bits. llmc/attention_rowwise.cuh's kernels (the fp32 build's
+// attention) run on two of the cases at the same bounds (they round less: only their outputs, to bf16 here).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -32,9 +42,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "llmc/attention.cuh"
+#include "llmc/attention_rowwise.cuh"
 #ifdef USE_CUDNN
 #include "llmc/attention_cudnn.cuh"
 #endif
+#include "llmc/ref_ops.h"
 #include "llmc/rope_tables.h"
 #include "tests/check.h"
 
@@ -78,16 +90,112 @@ static double worst_ratio(const std::vector<double>& got, const std::vector<doub
     return w;
 }
 
-// impl: 0 the flash kernels of llmc/attention.cuh, 1 cuDNN's (llmc/attention_cudnn.cuh, in a USE_CUDNN build)
-static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, int impl = 0) {
-    char name[128];
-    snprintf(name, sizeof(name), "attention%s B=%d T=%d H=%d KV=%d hd=%d%s", impl ? " cudnn" : "", B, T, H, KV, hd,
-             alibi ? " alibi" : "");
+// The reference in double: O, lse, dQ, dK, dV and, per element, the sums of |terms| of the bounds. doc [B*T] (empty:
+// causal) limits query t to keys doc[t] .. t, as llmc/ref_ops.h's attention_forward. D = rowsum(dO O) is taken from
+// D_from (the kernel's own O, the backward's input) or, when null, from the reference's own O.
+struct Reference {
+    std::vector<double> o, o_bnd, lse, lse_bnd, d, d_abs, d_f32;
+};
+static Reference reference(int B, int T, int H, int KV, int hd, const std::vector<double>& slopes,
+                           const std::vector<int32_t>& doc, const std::vector<double>& qkv,
+                           const std::vector<double>& dout, const std::vector<double>* D_from) {
+    const int W = (H + 2 * KV) * hd, group = H / KV;
+    const double scale = 1.0 / std::sqrt((double)hd), u = 1.0 / 256;
+    Reference r;
+    const size_t n_out = (size_t)B * T * H * hd, n_lse = (size_t)B * H * T, n_d = (size_t)B * T * W;
+    r.o.resize(n_out); r.o_bnd.resize(n_out); r.lse.resize(n_lse); r.lse_bnd.resize(n_lse);
+    r.d.assign(n_d, 0.0); r.d_abs.assign(n_d, 0.0); r.d_f32.assign(n_d, 0.0);
+    const double f32 = 1.0 / 4096;
+    std::vector<double> s(T), p(T), dp(T), mag(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const int kh = h / group;
+            const double* base = qkv.data() + (size_t)b * T * W;
+            auto Q = [&](int t) { return base + (size_t)t * W + h * hd; };
+            auto K = [&](int t) { return base + (size_t)t * W + (H + kh) * hd; };
+            auto V = [&](int t) { return base + (size_t)t * W + (H + KV + kh) * hd; };
+            for (int t = 0; t < T; t++) {
+                const int lo = doc.empty() ? 0 : doc[(size_t)b * T + t];  // the first key the query sees
+                double mx = -INFINITY;
+                for (int j = lo; j <= t; j++) {
+                    double a = 0;
+                    for (int d = 0; d < hd; d++) a += Q(t)[d] * K(j)[d];
+                    s[j] = a * scale + slopes[h] * (j - t);
+                    mx = std::max(mx, s[j]);
+                }
+                double l = 0;
+                for (int j = lo; j <= t; j++) l += (p[j] = std::exp(s[j] - mx));
+                for (int j = lo; j <= t; j++) p[j] /= l;
+                const size_t li = ((size_t)b * H + h) * T + t;
+                r.lse[li] = mx + std::log(l);
+                r.lse_bnd[li] = std::ldexp(1.0 + std::fabs(r.lse[li]), -18);
+                const size_t orow = ((size_t)b * T + t) * H * hd + (size_t)h * hd;
+                for (int d = 0; d < hd; d++) {
+                    double a = 0, m = 0;
+                    for (int j = lo; j <= t; j++) { a += p[j] * V(j)[d]; m += std::fabs(p[j] * V(j)[d]); }
+                    r.o[orow + d] = a;
+                    r.o_bnd[orow + d] = u * (std::fabs(a) + m) + f32 * m;
+                }
+                // backward of this row, D from the kernel's own O (the backward's input)
+                const double* dO = dout.data() + orow;
+                const double* Ok = (D_from ? D_from->data() : r.o.data()) + orow;
+                double D = 0, Dm = 0;
+                for (int d = 0; d < hd; d++) { D += dO[d] * Ok[d]; Dm += std::fabs(dO[d] * Ok[d]); }
+                for (int j = lo; j <= t; j++) {
+                    double a = 0, m = 0;
+                    for (int d = 0; d < hd; d++) { a += dO[d] * V(j)[d]; m += std::fabs(dO[d] * V(j)[d]); }
+                    dp[j] = p[j] * (a - D);  // dS
+                    mag[j] = p[j] * (m + Dm);
+                }
+                double* dq = r.d.data() + ((size_t)b * T + t) * W + h * hd;
+                double* dqa = r.d_abs.data() + ((size_t)b * T + t) * W + h * hd;
+                double* dqf = r.d_f32.data() + ((size_t)b * T + t) * W + h * hd;
+                for (int j = lo; j <= t; j++) {
+                    double* dk = r.d.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
+                    double* dka = r.d_abs.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
+                    double* dkf = r.d_f32.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
+                    double* dv = r.d.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
+                    double* dva = r.d_abs.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
+                    double* dvf = r.d_f32.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
+                    for (int d = 0; d < hd; d++) {
+                        dq[d] += dp[j] * K(j)[d] * scale;
+                        dqa[d] += std::fabs(dp[j] * K(j)[d] * scale);
+                        dqf[d] += mag[j] * std::fabs(K(j)[d] * scale);
+                        dk[d] += dp[j] * Q(t)[d] * scale;
+                        dka[d] += std::fabs(dp[j] * Q(t)[d] * scale);
+                        dkf[d] += mag[j] * std::fabs(Q(t)[d] * scale);
+                        dv[d] += p[j] * dO[d];
+                        dva[d] += std::fabs(p[j] * dO[d]);
+                        dvf[d] += std::fabs(p[j] * dO[d]);
+                    }
+                }
+            }
+        }
+    return r;
+}
+
+// bitwise equality of two downloads
+template <typename T> static size_t count_differ(const std::vector<T>& a, const std::vector<T>& b) {
+    size_t n = a.size() == b.size() ? 0 : std::max(a.size(), b.size());
+    for (size_t i = 0; i < std::min(a.size(), b.size()); i++) n += memcmp(&a[i], &b[i], sizeof(T)) != 0;
+    return n;
+}
+
+// impl: 0 the flash kernels of llmc/attention.cuh, 1 cuDNN's (llmc/attention_cudnn.cuh, in a USE_CUDNN build).
+// Documents (impl 0 only: the trainer refuses cuDNN with --reset-attention-mask): docs names the layout, doc [B*T] is
+// passed to the kernels (and to the reference); rowwise: llmc/attention_rowwise.cuh's kernels checked too, at the
+// same bounds (their backward on the flash forward's out and lse, so that D is the same as the reference's).
+static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, int impl = 0, const char* docs = nullptr,
+                      const std::vector<int32_t>& doc = {}, bool rowwise = false) {
+    char name[160];
+    snprintf(name, sizeof(name), "attention%s%s%s B=%d T=%d H=%d KV=%d hd=%d%s", impl ? " cudnn" : "",
+             docs ? " docs=" : "", docs ? docs : "", B, T, H, KV, hd, alibi ? " alibi" : "");
     const std::vector<double> slopes = alibi ? alibi_slopes(H) : std::vector<double>(H, 0.0);
     const std::vector<float> slopes_f(slopes.begin(), slopes.end());
     float* d_alibi = alibi ? upload(slopes_f) : nullptr;
+    int32_t* d_doc = doc.empty() ? nullptr : upload(doc);
     const int W = (H + 2 * KV) * hd, group = H / KV;
-    const double scale = 1.0 / std::sqrt((double)hd), u = 1.0 / 256, f32 = 1.0 / 4096;
+    const double u = 1.0 / 256, f32 = 1.0 / 4096;
     // q, k of unit variance per element give scores of standard deviation 1.5: peaked and flat rows
     const std::vector<__nv_bfloat16> qkv_h = random_bf16((size_t)B * T * W, std::sqrt(1.5));
     const std::vector<__nv_bfloat16> dout_h = random_bf16((size_t)B * T * H * hd, 1.0);
@@ -98,16 +206,17 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     cudaCheck(cudaMalloc(&d_dqkv, (size_t)B * T * W * sizeof(__nv_bfloat16)));
     cudaCheck(cudaMalloc(&d_lse, (size_t)B * H * T * sizeof(float)));
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
+    const std::string n = name;
     // dqkv is filled with NaN (0xffff) before each backward, so an element left unwritten shows
     std::vector<__nv_bfloat16> dqkv_h, dqkv4_h;
     if (impl == 0) {
         // the backward's two dK/dV kernels: version 4 (the next query tile prefetched) must give version 3's bits
-        attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi);
+        attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc);
         cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
-        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 3);
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 3);
         dqkv_h = download(d_dqkv, (size_t)B * T * W);
         cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
-        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, 4);
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 4);
         dqkv4_h = download(d_dqkv, (size_t)B * T * W);
     } else {
 #ifdef USE_CUDNN
@@ -127,108 +236,118 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     const std::vector<double> out = to_double(out_h), dqkv = to_double(dqkv_h);
     const std::vector<double> lse(lse_f.begin(), lse_f.end());
 
-    // the reference in double: O, lse, dQ, dK, dV and, per element, the sums of |terms| of the bounds
-    std::vector<double> o_ref(out.size()), o_bnd(out.size()), lse_ref(lse.size()), lse_bnd(lse.size());
-    std::vector<double> d_ref(dqkv.size(), 0.0), d_abs(dqkv.size(), 0.0), d_f32(dqkv.size(), 0.0);
-    std::vector<double> s(T), p(T), dp(T), mag(T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++) {
-            const int kh = h / group;
-            const double* base = qkv.data() + (size_t)b * T * W;
-            auto Q = [&](int t) { return base + (size_t)t * W + h * hd; };
-            auto K = [&](int t) { return base + (size_t)t * W + (H + kh) * hd; };
-            auto V = [&](int t) { return base + (size_t)t * W + (H + KV + kh) * hd; };
-            for (int t = 0; t < T; t++) {
-                double mx = -INFINITY;
-                for (int j = 0; j <= t; j++) {
-                    double a = 0;
-                    for (int d = 0; d < hd; d++) a += Q(t)[d] * K(j)[d];
-                    s[j] = a * scale + slopes[h] * (j - t);
-                    mx = std::max(mx, s[j]);
-                }
-                double l = 0;
-                for (int j = 0; j <= t; j++) l += (p[j] = std::exp(s[j] - mx));
-                for (int j = 0; j <= t; j++) p[j] /= l;
-                const size_t li = ((size_t)b * H + h) * T + t;
-                lse_ref[li] = mx + std::log(l);
-                lse_bnd[li] = std::ldexp(1.0 + std::fabs(lse_ref[li]), -18);
-                const size_t orow = ((size_t)b * T + t) * H * hd + (size_t)h * hd;
-                for (int d = 0; d < hd; d++) {
-                    double a = 0, m = 0;
-                    for (int j = 0; j <= t; j++) { a += p[j] * V(j)[d]; m += std::fabs(p[j] * V(j)[d]); }
-                    o_ref[orow + d] = a;
-                    o_bnd[orow + d] = u * (std::fabs(a) + m) + f32 * m;
-                }
-                // backward of this row, D from the kernel's own O (the backward's input)
-                const double* dO = dout.data() + orow;
-                double D = 0, Dm = 0;
-                for (int d = 0; d < hd; d++) { D += dO[d] * out[orow + d]; Dm += std::fabs(dO[d] * out[orow + d]); }
-                for (int j = 0; j <= t; j++) {
-                    double a = 0, m = 0;
-                    for (int d = 0; d < hd; d++) { a += dO[d] * V(j)[d]; m += std::fabs(dO[d] * V(j)[d]); }
-                    dp[j] = p[j] * (a - D);  // dS
-                    mag[j] = p[j] * (m + Dm);
-                }
-                double* dq = d_ref.data() + ((size_t)b * T + t) * W + h * hd;
-                double* dqa = d_abs.data() + ((size_t)b * T + t) * W + h * hd;
-                double* dqf = d_f32.data() + ((size_t)b * T + t) * W + h * hd;
-                for (int j = 0; j <= t; j++) {
-                    double* dk = d_ref.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
-                    double* dka = d_abs.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
-                    double* dkf = d_f32.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
-                    double* dv = d_ref.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
-                    double* dva = d_abs.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
-                    double* dvf = d_f32.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
-                    for (int d = 0; d < hd; d++) {
-                        dq[d] += dp[j] * K(j)[d] * scale;
-                        dqa[d] += std::fabs(dp[j] * K(j)[d] * scale);
-                        dqf[d] += mag[j] * std::fabs(K(j)[d] * scale);
-                        dk[d] += dp[j] * Q(t)[d] * scale;
-                        dka[d] += std::fabs(dp[j] * Q(t)[d] * scale);
-                        dkf[d] += mag[j] * std::fabs(Q(t)[d] * scale);
-                        dv[d] += p[j] * dO[d];
-                        dva[d] += std::fabs(p[j] * dO[d]);
-                        dvf[d] += std::fabs(p[j] * dO[d]);
-                    }
-                }
-            }
-        }
+    // one document per row (doc all 0) is the plain causal mask: the same bits as doc == null, forward and backward
+    const bool single = !doc.empty() && std::all_of(doc.begin(), doc.end(), [](int32_t x) { return x == 0; });
+    if (single) {
+        __nv_bfloat16* d_out0;
+        float* d_lse0;
+        cudaCheck(cudaMalloc(&d_out0, (size_t)B * T * H * hd * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMalloc(&d_lse0, (size_t)B * H * T * sizeof(float)));
+        attention_forward(d_out0, d_lse0, d_qkv, B, T, H, KV, hd, 0, d_alibi);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out0, d_qkv, d_lse0, B, T, H, KV, hd, 0, d_alibi, nullptr, 3);
+        const size_t differ = count_differ(download(d_out0, out_h.size()), out_h) +
+                              count_differ(download(d_lse0, lse_f.size()), lse_f) +
+                              count_differ(download(d_dqkv, dqkv_h.size()), dqkv_h);
+        check(differ == 0, n + ": doc all zeros gives doc == null's bits (out, lse, dqkv)", "%zu elements differ", differ);
+        cudaCheck(cudaFree(d_out0)); cudaCheck(cudaFree(d_lse0));
+    }
+
+    const Reference ref = reference(B, T, H, KV, hd, slopes, doc, qkv, dout, &out);
+    if (!doc.empty()) {
+        // the reference here against llmc/ref_ops.h's (in double, D from the exact O): the same documents' meaning
+        const std::vector<double> slopes_r = slopes;  // ref_ops takes real slopes or null
+        std::vector<double> o_e((size_t)B * T * H * hd), att((size_t)B * H * T * T), d_e((size_t)B * T * W);
+        attention_forward(o_e.data(), att.data(), qkv.data(), B, T, H, KV, hd, alibi ? slopes_r.data() : nullptr,
+                          doc.data());
+        attention_backward(d_e.data(), dout.data(), qkv.data(), att.data(), B, T, H, KV, hd);
+        const Reference exact = reference(B, T, H, KV, hd, slopes, doc, qkv, dout, nullptr);
+        double w = 0;
+        for (size_t i = 0; i < o_e.size(); i++)
+            w = std::max(w, std::fabs(o_e[i] - exact.o[i]) / (1e-300 + exact.o_bnd[i]));
+        for (size_t i = 0; i < d_e.size(); i++)
+            w = std::max(w, std::fabs(d_e[i] - exact.d[i]) / (1e-300 + u * exact.d_abs[i] + f32 * exact.d_f32[i]));
+        check(w < 1e-6, n + ": this test's double reference is llmc/ref_ops.h's attention with doc",
+              "difference %.3g of the bf16 bounds", w);
+    }
     std::vector<double> d_bnd(dqkv.size());
-    for (size_t i = 0; i < dqkv.size(); i++) d_bnd[i] = u * (std::fabs(d_ref[i]) + d_abs[i]) + f32 * d_f32[i];
+    for (size_t i = 0; i < dqkv.size(); i++) d_bnd[i] = u * (std::fabs(ref.d[i]) + ref.d_abs[i]) + f32 * ref.d_f32[i];
     // cuDNN with GQA rounds each query head's dK and dV to bf16 before the group's sum: one more u |x_h| per head,
     // whose sum over the group is at most u sum_j |a_j b_j|
     if (impl == 1 && group > 1)
         for (size_t i = 0; i < dqkv.size(); i++)
-            if ((int)(i % W) >= H * hd) d_bnd[i] += u * d_abs[i];
-    const double e_o = worst_ratio(out, o_ref, o_bnd), e_l = worst_ratio(lse, lse_ref, lse_bnd);
-    // the backward per part of dqkv: q, k, v columns of every row
-    std::vector<double> part[3][3];  // [q, k, v][got, want, bound]
-    for (size_t r = 0; r < (size_t)B * T; r++)
-        for (int c = 0; c < W; c++) {
-            const int k = c < H * hd ? 0 : c < (H + KV) * hd ? 1 : 2;
-            const size_t i = r * W + c;
-            part[k][0].push_back(dqkv[i]);
-            part[k][1].push_back(d_ref[i]);
-            part[k][2].push_back(d_bnd[i]);
+            if ((int)(i % W) >= H * hd) d_bnd[i] += u * ref.d_abs[i];
+    // forward and backward of one implementation against the reference: worst error / bound of out, lse, dq, dk, dv
+    auto compare = [&](const std::string& who, const std::vector<double>& got_out, const std::vector<double>& got_lse,
+                       const std::vector<double>& got_d, double* e) {
+        e[0] = worst_ratio(got_out, ref.o, ref.o_bnd);
+        e[1] = worst_ratio(got_lse, ref.lse, ref.lse_bnd);
+        check(e[0] <= 1.0, who + " forward out", "error %.3g times the bf16 bound", e[0]);
+        check(e[1] <= 1.0, who + " forward lse", "error %.3g times the bound", e[1]);
+        // the backward per part of dqkv: q, k, v columns of every row
+        std::vector<double> part[3][3];  // [q, k, v][got, want, bound]
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int c = 0; c < W; c++) {
+                const int k = c < H * hd ? 0 : c < (H + KV) * hd ? 1 : 2;
+                const size_t i = r * W + c;
+                part[k][0].push_back(got_d[i]);
+                part[k][1].push_back(ref.d[i]);
+                part[k][2].push_back(d_bnd[i]);
+            }
+        const char* parts[3] = {"dq", "dk", "dv"};
+        for (int k = 0; k < 3; k++) {
+            e[2 + k] = worst_ratio(part[k][0], part[k][1], part[k][2]);
+            check(e[2 + k] <= 1.0, who + " backward " + parts[k], "error %.3g times the bf16 bound", e[2 + k]);
         }
-    const std::string n = name;
-    check(e_o <= 1.0, n + " forward out", "error %.3g times the bf16 bound", e_o);
-    check(e_l <= 1.0, n + " forward lse", "error %.3g times the bound", e_l);
-    const char* parts[3] = {"dq", "dk", "dv"};
-    double e_b[3];
-    for (int k = 0; k < 3; k++) {
-        e_b[k] = worst_ratio(part[k][0], part[k][1], part[k][2]);
-        check(e_b[k] <= 1.0, n + " backward " + parts[k], "error %.3g times the bf16 bound", e_b[k]);
-    }
-    size_t differ = 0;
-    for (size_t i = 0; i < dqkv_h.size(); i++)
-        differ += memcmp(&dqkv_h[i], &dqkv4_h[i], sizeof(__nv_bfloat16)) != 0;
+    };
+    double e[5];
+    compare(n, out, lse, dqkv, e);
+    const size_t differ = count_differ(dqkv_h, dqkv4_h);
     check(differ == 0, n + (impl ? " backward run twice gives the same bits" : " backward version 4 (prefetching dK/dV) gives version 3's bits"),
           "%zu of %zu elements differ", differ, dqkv_h.size());
-    printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e_o, e_l, e_b[0], e_b[1], e_b[2]);
+    printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e[0], e[1], e[2], e[3], e[4]);
+    if (rowwise) {
+        // the CUDA-core kernels of the fp32 build, here on bf16 tensors; dqkv filled with NaN first, as above
+        __nv_bfloat16* d_out_r;
+        float* d_lse_r;
+        cudaCheck(cudaMalloc(&d_out_r, (size_t)B * T * H * hd * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMalloc(&d_lse_r, (size_t)B * H * T * sizeof(float)));
+        attention_rowwise_forward(d_out_r, d_lse_r, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        attention_rowwise_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc);
+        cudaCheck(cudaDeviceSynchronize());
+        const std::vector<float> lse_r = download(d_lse_r, (size_t)B * H * T);
+        compare(n + " rowwise", to_double(download(d_out_r, out_h.size())),
+                std::vector<double>(lse_r.begin(), lse_r.end()), to_double(download(d_dqkv, dqkv_h.size())), e);
+        printf("  %s rowwise: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e[0], e[1], e[2], e[3],
+               e[4]);
+        cudaCheck(cudaFree(d_out_r)); cudaCheck(cudaFree(d_lse_r));
+    }
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_dqkv));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dvec));
     if (d_alibi) cudaCheck(cudaFree(d_alibi));
+    if (d_doc) cudaCheck(cudaFree(d_doc));
+}
+
+// doc [B*T] of rows cut into documents at the given starts (ascending, after 0): doc[t] = the last start <= t
+static std::vector<int32_t> doc_from_starts(int B, int T, const std::vector<std::vector<int>>& starts) {
+    std::vector<int32_t> doc((size_t)B * T);
+    for (int b = 0; b < B; b++) {
+        size_t k = 0;
+        int32_t cur = 0;
+        for (int t = 0; t < T; t++) {
+            if (k < starts[b].size() && starts[b][k] == t) cur = starts[b][k++];
+            doc[(size_t)b * T + t] = cur;
+        }
+    }
+    return doc;
+}
+// rows of documents of random lengths 1 .. max_len (each row its own)
+static std::vector<int32_t> short_docs(int B, int T, int max_len) {
+    std::vector<std::vector<int>> starts(B);
+    for (int b = 0; b < B; b++)
+        for (int t = 1 + (int)(uniform() * max_len); t < T; t += 1 + (int)(uniform() * max_len)) starts[b].push_back(t);
+    return doc_from_starts(B, T, starts);
 }
 
 // the launcher on T = 96 (not a multiple of the 64-row tile), in a child: exit status 1, T named on stderr
@@ -284,5 +403,15 @@ int main(int argc, char** argv) {
     test_case(1, 128, 4, 2, 128, false, 1);  // GQA, head dim 128
     test_case(1, 100, 2, 1, 64, false, 1);   // a length that is no multiple of 64 (cuDNN takes any)
 #endif
+    // documents (llmc/documents.h, --reset-attention-mask): doc from each row's document starts. Flash (and rowwise in
+    // the first case) against the reference that llmc/ref_ops.h's attention with doc is checked equal to. Tiles are
+    // 64 keys (forward, dQ) and 64 keys x 32 queries (dK/dV): starts inside tiles, on 64- and 32-row edges, one-token
+    // documents (the row sees only itself) at an edge, at t = 0 and 1, and at the last row; rows of a batch differ
+    test_case(2, 256, 4, 2, 64, false, 0, "mixed",  // GQA
+              doc_from_starts(2, 256, {{37, 64, 65, 96, 150, 255}, {1, 2, 20, 128, 129, 190, 191, 192}}), true);
+    test_case(2, 192, 2, 2, 80, false, 0, "short", short_docs(2, 192, 12));  // MHA: many documents of 1 to 12 tokens
+    test_case(2, 128, 2, 1, 64, false, 0, "one", doc_from_starts(2, 128, {{}, {}}));  // MQA: one document = causal
+    test_case(1, 256, 4, 1, 128, true, 0, "edges",  // MQA, ALiBi: the bias counts from the query, not the doc start
+              doc_from_starts(1, 256, {{64, 100, 128, 129, 192, 230}}), true);
     return g_failed ? 1 : 0;
 }

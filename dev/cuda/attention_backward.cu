@@ -247,7 +247,7 @@ static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, cons
                         int KV, int hd) {
     if (version == 1) attention_rowwise_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
     else if (version == 2) attention_backward_v2(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
-    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, version);
+    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, nullptr, version);
 }
 
 // ---- host side ------------------------------------------------------------------------------------

@@ -144,12 +144,14 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         scratch(&g->alibi,              c.pos == POS_ALIBI ? g->Hl : 0),  // [Hl] --pos alibi: this rank's heads' slopes
         scratch(&g->scratch.losses,     N),                             // [N]
         scratch(&g->scratch.loss_sum,   1),                             // [1] the step's loss, summed on the device
-        scratch(&g->io.inputs,          2 * N),                         // [2,N] inputs, then targets (one upload)
+        scratch(&g->io.inputs,          4 * N),                         // [4,N] inputs, targets, document starts,
+                                                                        // positions (one upload)
         scratch(&g->scratch.gnorm,      GLOBAL_NORM_BLOCKS + 2),        // partials, then norm and clip coefficient
         scratch(&g->pp.io,              g->L.topo.pp > 1 ? g->pp.n_slots * 2 * Nl * C : 0),  // pipeline [slots,2,Nl,C]
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE cos (rope_upload_tables)
         counted(rope, sizeof(float)),                          // [T,hd/2] RoPE sin
         counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the embedding plan (embedding_plan_alloc)
+        counted(embedding_plan_ints((int)N), sizeof(int32_t)), // [3N+1] the positions' plan (documents)
         dp_buffer(&g->dp.grad32,      g->dp.n_grad32),               // fp32 gradients: [P] (ZeRO 0/1), [2,max bucket] (2/3)
         dp_buffer(&g->dp.grad_shard,  g->dp.n_grad_shard),           // [shard] fp32 reduced gradients (ZeRO 2/3)
         dp_buffer(&g->dp.gather,      g->dp.n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
@@ -446,12 +448,15 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         g->scratch.dres_full = g->scratch.dres;
     }
     g->io.targets = g->io.inputs + N;
+    g->io.doc = g->io.inputs + 2 * N;
+    g->io.pos = g->io.inputs + 3 * N;
     g->scratch.cls_panel = classifier_panel(g->Vpl, B, T);
     g->rope_cos = g->rope_sin = nullptr;
     if (c.pos == POS_ROPE) rope_upload_tables(c, T, &g->rope_cos, &g->rope_sin);
     if (c.pos == POS_ALIBI) alibi_upload_slopes(g->alibi, c, g->tp.rank * g->Hl, g->Hl);
     else g->alibi = nullptr;  // attention without ALiBi (its row of the buffer table is empty)
     embedding_plan_alloc(&g->io.plan, B * T);
+    embedding_plan_alloc(&g->io.pos_plan, B * T);
     fp8_linears_build(g->fp8, g->world, g->tp.comm, g->dp.comm);  // the three counted fp8 rows of the buffer table
     // AdamW's table: on one GPU over the floatX gradients, otherwise over the fp32 ones reduced over dp
     const DataParallel& dp = g->dp;
@@ -480,6 +485,7 @@ static void gpt_free(GPT* g) {
     dp_free(g->dp);
     pp_free(g->pp);
     embedding_plan_free(&g->io.plan);
+    embedding_plan_free(&g->io.pos_plan);
     fp8_linears_free(g->fp8);
     if (g->io.h_upload) cudaCheck(cudaFreeHost(g->io.h_upload));
     cudaCheck(cudaFreeHost(g->io.h_readback));

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <vector>
+#include "llmc/documents.h"
 #include "llmc/model_config.h"
 #include "llmc/param_table.h"
 #include "llmc/cuda_common.cuh"
@@ -71,6 +72,7 @@ struct MicroBatchUpload {
     bool has_targets = false;        // with targets, also the embedding plan
     int n_valid = 0;                 // targets >= 0
     int plan_unique = 0, plan_max = 0;
+    int pos_plan_unique = 0, pos_plan_max = 0;  // --reset-position-ids with learned positions: the positions' plan
 };
 
 // Pinned memory the device writes once per step and the host then reads.
@@ -82,13 +84,17 @@ struct StepReadback {
 // What crosses between host and device (gpt_upload, gpt_read_loss): the pinned host upload buffers (cudaMallocHost),
 // everything a micro-batch needs from the host, one buffer per micro-batch of the step, so that its copies are
 // asynchronous and no buffer is rewritten while a copy from it may still be queued (layout, int32: inputs [N] |
-// targets [N] | embedding plan [3N+1]); their device copies; the step's readback.
+// targets [N] | document starts [N] | positions [N] | embedding plan [3N+1] | the positions' plan [3N+1]); their
+// device copies; the step's readback. Documents (llmc/documents.h): doc and pos, and the positions' plan (the
+// learned position embedding's backward under --reset-position-ids), are written only when a switch asks for them.
 struct HostIO {
     int32_t* h_upload = nullptr;
     int n_uploads = 0;
     std::vector<MicroBatchUpload> uploads;  // [n_uploads] what the host knows of each buffer
     int32_t *inputs = nullptr, *targets = nullptr;  // [N] each: the micro-batch of the forward (targets < 0: no loss)
+    int32_t *doc = nullptr, *pos = nullptr;  // [N] each: its tokens' document starts and positions (documents only)
     EmbeddingPlan plan;                     // the embedding backward's plan of the micro-batch's tokens
+    EmbeddingPlan pos_plan;                 // the same of its positions (--reset-position-ids, learned positions)
     int n_valid = 0;                        // targets >= 0 in the micro-batch of the last forward
     StepReadback* h_readback = nullptr;     // pinned: the step's loss and gradient norm, read once per step
     double loss = 0;                        // mean loss of the last micro-batch read back (gpt_backward, gpt_loss)
@@ -125,6 +131,7 @@ struct GPT {
     float *rope_cos = nullptr, *rope_sin = nullptr;  // [T,hd/2] --pos rope: the rotation's tables
     float* alibi = nullptr;     // [Hl] --pos alibi: the slopes of this rank's heads (else null)
     bool attention_cudnn = false;  // --attention cudnn: cuDNN's attention instead of llmc/attention.cuh's
+    Documents docs;             // packed documents (llmc/documents.h); off: each row one causal sequence
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)
     Scratch scratch;            // the step's buffers outside the layers
