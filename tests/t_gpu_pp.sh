@@ -23,7 +23,8 @@
 #   7. llama_tiny with 2 layers, Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm (untied LM head on
 #      the last stage, RMSNorm, SwiGLU, RoPE, GQA 4:2): pp2 dp2 zero2 with --recompute full.
 #   8. packed documents (--reset-position-ids, --reset-attention-mask; llama also --eod-mask-loss): llama_tiny and
-#      gpt3_tiny at pp2 dp2 zero1 (fp32), gpt3_tiny at pp2 in bf16 (the flash attention's document mask).
+#      gpt3_tiny at pp2 dp2 zero1 and gpt3_tiny at tp2 sp dp2 zero2 (fp32), gpt3_tiny at pp2 in bf16 (the flash
+#      attention's document mask).
 # Each line gives the largest loss, gradient-norm and weight differences, and rank 0's optimizer state against one
 # rank's (rank 0 holds the first stage only: guards in the lib).
 # OMP_NUM_THREADS=1, mpirun --oversubscribe: about 4 minutes on 2 busy cores.
@@ -142,6 +143,7 @@ for m in llama gpt; do
     build/train_gpt_fp32_emu "${MODEL[@]}" -b 1 -t 64 -d 256 --estimate-memory 80 > "$d/fp32.one_rank.log" 2>&1 ||
         { echo "[FAIL] --estimate-memory, $m with documents: $(tail -1 "$d/fp32.one_rank.log")"; status=1; }
     fp32 docs_pp2_dp2 "$([ $m = gpt ] && echo gpt3 || echo llama)_tiny with documents: pp2 dp2 zero1" 4 4 --pp 2 --dp 2 --zero 1
+    [ $m = gpt ] && fp32 docs_tp2_sp_dp2 "gpt3_tiny with documents: tp2 sp dp2 zero2" 4 4 --tp 2 --sp 1 --dp 2 --zero 2
 done
 d=$top/docs_gpt  # (the bf16 bounds are derived for the GPT-2 family: tests/weights_checks.py logit_bound)
 MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2 "${docs[@]}")
