@@ -14,7 +14,8 @@
 # The emulated NCCL also compares each communicator's sequence of collectives across its ranks when the run ends
 # (tests/cuda_emu/include/nccl.h), so every run here and in the other emulated tests holds them consistent.
 # Models: heads of 64 (the bf16 attention's head dims); GPT-3 shape for the dp, tp, pp and mixed layouts, a wider one
-# for tp8 (2 layers) and dp2 tp4 pp4, LLaMA with GQA for its layouts. OMP_NUM_THREADS=1, mpirun --oversubscribe.
+# for tp8 (2 layers) and, at half its width (4 heads), dp2 tp4 pp4; LLaMA with GQA for its layouts.
+# OMP_NUM_THREADS=1, mpirun --oversubscribe.
 # A shorter run (scripts/mutation_bench.py): STREAMS_LAYOUTS, names (comma-separated) of the layouts to run;
 # STREAMS_SEEDS (the seeds of every layout, instead of the turns above); STREAMS_COMPARE=0 runs the stream mode only
 # (the checker's verdict, no comparison).
@@ -123,7 +124,7 @@ layout tp2_pp2_dp2_zero1_sp "tp2 pp2 dp2 zero1 sp" 8 4 GPT --tp 2 --pp 2 --dp 2 
 layout tp2_pp4_zero1 "TP2PP4 zero1" 8 4 GPT --tp 2 --pp 4 --zero 1
 layout tp2_pp2_vpp2_sp "tp2 pp2 vpp2 sp" 4 4 GPT --tp 2 --pp 2 --vpp 2 --sp 1
 layout tp8 "MP 1x8x1 (tp8)" 8 4 WIDE --tp 8 --layers 2
-layout dp2_tp4_pp4 "2D_PP 2x4x4 (32 ranks)" 32 4 WIDE --dp 2 --tp 4 --pp 4
+layout dp2_tp4_pp4 "2D_PP 2x4x4 (32 ranks)" 32 4 WIDE --dp 2 --tp 4 --pp 4 --embd 256 --heads 4 --kv-heads 4 --ffn 256
 layout llama_dp8_zero2 "llama GQA dp8 zero2" 8 8 LLAMA --dp 8 --zero 2
 layout llama_tp2_dp4_sp "llama GQA PP1DP4TP2 with sp" 8 8 LLAMA --tp 2 --dp 4 --sp 1
 # t_fp8_train.sh's layouts
