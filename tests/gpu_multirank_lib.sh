@@ -7,6 +7,7 @@
 # under mpirun, each layout compared with train_gpt_cpu's one-process run (cpu.aACCUM, run first) and its step 3 with
 # train_gpt_cpu continuing the layout's step-2 checkpoint. Defined here as well:
 #   bf16_tolerances, bf16_vs_cpu NAME: a bf16 run against train_gpt_cpu's one-process run cpu.a4
+#   bf16_layout NAME LABEL NP FLAGS...: the bf16 build's run bf16.NAME (4 micro-batches), one line against cpu.a4
 #   bad LABEL NP PATTERN FLAGS...: a layout that must stop with exit 1 and a message naming PATTERN
 #   resume NAME LABEL FROM CONTINUING [NP FLAGS...]: FROM's step-2 checkpoint continued (one rank by default)
 export OMP_NUM_THREADS=1
@@ -99,4 +100,14 @@ bf16_vs_cpu() {
     within "$n" "$BF16_NORM_TOL" || fail+=" gradient norms $n > $BF16_NORM_TOL;"
     [ $wok = 1 ] || fail+=" update $wout > $BF16_UPDATE_TOL;"
     figures="losses $l ($BF16_LOSS_TOL), gradient norms $n ($BF16_NORM_TOL), 4-step update per tensor $wout ($BF16_UPDATE_TOL)"
+}
+# bf16_layout NAME LABEL NP FLAGS...: bf16.NAME on NP ranks, 4 micro-batches a step, against cpu.a4 (after
+# bf16_tolerances): a [PASS] or [FAIL] line
+bf16_layout() {
+    local name=bf16.$1 label=$2 np=$3; shift 3
+    run "$name" build/train_gpt_emu "$np" 4 "$@"
+    if [ $rc -ne 0 ]; then echo "[FAIL] bf16 $label ($np ranks): exit $rc after $took s: $(why "$name")"; status=1; return; fi
+    bf16_vs_cpu "$name"
+    if [ -z "$fail" ]; then echo "[PASS] bf16 $label ($np ranks, $took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 $label vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 }
