@@ -16,12 +16,13 @@
 #                  traces; test_gpt and test_gpt_fp32 on the kit's two states; the multirank stage's runs; gpt3_1.3b
 #                  with --gelu-fusion off, then on. Files:
 #                  sprint1.log, sprint1.md, sprint1_files.tar.gz (every run's log, the cuBLASLt traces)
-#     sprint2      the second command (at most 7 minutes, budget 400 s): gpt3_1.3b and llama3.2_1b, 20 steps with
+#     sprint2      the second command (at most 8 minutes, budget 460 s): gpt3_1.3b and llama3.2_1b, 20 steps with
 #                  the step profile (SPRINT_PROFILE_FLAGS); whether fp8 runs at all (gpt3_125m --fp8 delayed -x 1)
 #                  and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on gpt3_125m; cuDNN's
 #                  attention: test_attention (its values and ours) and gpt3_1.3b with --attention cudnn and the
-#                  profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA. Files: sprint2.log,
-#                  sprint2.md, sprint2_files.tar.gz
+#                  profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA; attention with
+#                  1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log, sprint2.md,
+#                  sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
 #     probe        environment (device, driver, nvcc, NCCL location and version, MPI), ceilings (copy
 #                  bandwidth, cuBLASLt bf16/fp8 GEMM), nccl_ranks with 2 and 4 ranks on the one GPU
@@ -65,7 +66,7 @@ STAGES=(probe correct kernels bench-small bench-large torch-small torch-large fp
 SPRINT_STAGES=(sprint1 sprint2)
 STAGE_BUDGET_S=""  # --budget; else each stage's own (stage_budget)
 stage_budget() {  # the default budget of a stage, seconds
-    case $1 in sprint1) echo 370 ;; sprint2) echo 400 ;; multirank) echo 300 ;; *) echo 420 ;; esac
+    case $1 in sprint1) echo 370 ;; sprint2) echo 460 ;; multirank) echo 300 ;; *) echo 420 ;; esac
 }
 cmdline="scripts/gpu_check.sh${*:+ $*}"
 
@@ -424,24 +425,27 @@ stage_kernels() {
 # attention_sweep DIR: attention forward and backward of llmc/attention.cuh (version 3 of the dev/cuda programs) and
 # torch SDPA at head dims 64, 80, 128 and T 1024, 4096, 8192 (B*T = 16384 tokens, causal); the programs' full output
 # in DIR, their tables (ours, then SDPA's lines as comments) in DIR/table.md; sets sweep_shapes and sweep_sdpa (ran,
-# or "not run: ..."). Needs programs build/devcuda/attention_forward and attention_backward (P).
+# or "not run: ..."). Needs programs build/devcuda/attention_forward and attention_backward (P). --tiny: one shape
+# of T 128 per head dim, without the programs' fixed check matrix (the emulation's minutes), 1 sample.
 attention_sweep() {
-    local sw=$1 shapes="" bt hd h p
+    local sw=$1 shapes="" bt hd h p quick=()
     for hd in 64 80 128; do
         h=32; [ $hd = 128 ] && h=16
+        if [ $tiny = 1 ]; then shapes="$shapes,1x128x2x2x${hd}"; continue; fi
         for bt in 16x1024 4x4096 2x8192; do shapes="$shapes,${bt}x${h}x${h}x${hd}"; done
     done
     shapes=${shapes#,}
     sweep_shapes=$shapes
+    [ $tiny = 1 ] && quick=(--skip-matrix --reps 1 --warmup 0)
     rm -rf "$sw" && mkdir -p "$sw"
     # version 3 is llmc/attention.cuh's forward; the backward's versions 3 and 4 are its two dK/dV kernels (the table
     # attention_backward_version picks from); run_all.sh times every version at one shape
-    limited 120 "$(pp build/devcuda/attention_forward)" 3 --sizes "$shapes" > "$sw/attention_forward.log" 2>&1 ||
+    limited 120 "$(pp build/devcuda/attention_forward)" 3 --sizes "$shapes" "${quick[@]}" > "$sw/attention_forward.log" 2>&1 ||
         failed+=("attention_forward sweep")
     cat "$sw/attention_forward.log"
     : > "$sw/attention_backward.log"
     for v in 3 4; do
-        limited 120 "$(pp build/devcuda/attention_backward)" $v --sizes "$shapes" >> "$sw/attention_backward.log" 2>&1 ||
+        limited 120 "$(pp build/devcuda/attention_backward)" $v --sizes "$shapes" "${quick[@]}" >> "$sw/attention_backward.log" 2>&1 ||
             failed+=("attention_backward v$v sweep")
     done
     cat "$sw/attention_backward.log"
@@ -457,6 +461,29 @@ attention_sweep() {
     else sweep_sdpa="not run: $PY has no torch with CUDA"; echo "torch SDPA $sweep_sdpa"; fi
     { grep -h '^| ' "$sw/attention_forward.log" "$sw/attention_backward.log"
       sed 's/^/# /' "$sw/sdpa.log" 2>/dev/null; } > "$sw/table.md"
+}
+
+# attention_docs DIR: the forward (version 3) and the backward (version 3, ATT_BWD_TABLE's for hd 128) of
+# llmc/attention.cuh with 1, 4 and 16 equal documents per sequence (--docs 1,4,16: the document mask of
+# --reset-attention-mask, whole tiles skipped) at gpt3_1.3b's attention shape (B 8, T 2048, H 16, KV 16, hd 128: its
+# -b 8 -t 2048 benchmark), each row beside its time / the docs 1 time and the predicted fraction of the work left
+# (dev/cuda/notes_attention.md, "Documents: predicted cost": 27.3% for 4, 9.1% for 16). The fixed check matrix is
+# skipped (the sweep has just run it); the programs' documents check runs. The full output in DIR, the rows in
+# DIR/table.md; sets docs_shape. Needs programs build/devcuda/attention_forward and attention_backward (P). About
+# 10 s on an H200 (each limited to 30 s). --tiny: B 1, T 256, H 2, KV 2, hd 64, 1 sample.
+attention_docs() {
+    local dd=$1 lim=30 quick=()
+    docs_shape=8x2048x16x16x128
+    [ $tiny = 1 ] && { docs_shape=1x256x2x2x64; lim=120; quick=(--reps 1 --warmup 0); }
+    rm -rf "$dd" && mkdir -p "$dd"
+    limited $lim "$(pp build/devcuda/attention_forward)" 3 --sizes "$docs_shape" --docs 1,4,16 --skip-matrix "${quick[@]}" \
+        > "$dd/attention_forward.log" 2>&1 || failed+=("attention_forward --docs 1,4,16")
+    cat "$dd/attention_forward.log"
+    limited $lim "$(pp build/devcuda/attention_backward)" 3 --sizes "$docs_shape" --docs 1,4,16 --skip-matrix "${quick[@]}" \
+        > "$dd/attention_backward.log" 2>&1 || failed+=("attention_backward --docs 1,4,16")
+    cat "$dd/attention_backward.log"
+    # the forward's table (header, rule, rows), then the backward's rows
+    { grep -h '^| ' "$dd/attention_forward.log"; grep -h '^| ' "$dd/attention_backward.log" | tail -n +3; } > "$dd/table.md"
 }
 
 # ---- bench-*: train_gpt; torch-*: train_gpt.py --compile on the same configs
@@ -956,14 +983,16 @@ stage_sprint2() {
     section "train_gpt.py --compile, gpt3_1.3b (90 s)"
     if torch_cuda; then torch_row gpt3_1.3b "-b 8 -t 2048" "${b16s[gpt3_1.3b]:-}" "$work"; t_rows+=("$row")
     else notes+=("torch-small at gpt3_1.3b: not run: $PY has no torch with CUDA"); echo "${notes[-1]}"; fi
-    # -- attention beside SDPA (40 s)
+    # -- attention beside SDPA (40 s), then with documents (2 x 5 s, limits 2 x 30 s)
     section "attention sweep beside SDPA (40 s)"
     if programs build/devcuda/attention_forward build/devcuda/attention_backward; then
         attention_sweep "$work/attention_sweep"
         [ "$sweep_sdpa" = ran ] || notes+=("SDPA in the attention sweep: $sweep_sdpa")
+        section "attention with 1, 4 and 16 documents per sequence, gpt3_1.3b's shape (2 x 5 s)"
+        attention_docs "$work/attention_docs"
     else
-        if [ -n "$programs_dir" ]; then notes+=("attention sweep: not run: $programs_dir has no build/devcuda/attention_forward and attention_backward")
-        else notes+=("attention sweep: not run: no attention programs"); failed+=("attention programs"); fi
+        if [ -n "$programs_dir" ]; then notes+=("attention sweep and documents: not run: $programs_dir has no build/devcuda/attention_forward and attention_backward")
+        else notes+=("attention sweep and documents: not run: no attention programs"); failed+=("attention programs"); fi
         echo "${notes[-1]}"
     fi
     {
@@ -981,6 +1010,10 @@ stage_sprint2() {
             printf '%s\n' "${t_rows[@]}"; echo
         fi
         if [ -f "$work/attention_sweep/table.md" ]; then echo "## attention sweep ($sweep_shapes)"; echo; cat "$work/attention_sweep/table.md"; echo; fi
+        if [ -f "$work/attention_docs/table.md" ]; then
+            echo "## attention with documents ($docs_shape, --docs 1,4,16; predicted: notes_attention.md's tile counts)"; echo
+            cat "$work/attention_docs/table.md"; echo
+        fi
         echo "## notes"; echo
         printf -- '- %s\n' "${notes[@]}"
         echo; echo "$steps steps per run on $(data_for gpt3_1.3b)$([ $tiny = 1 ] && echo ', --tiny: tiny models of each family, not the presets')"

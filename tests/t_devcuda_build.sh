@@ -10,13 +10,64 @@
 #   - host-side harness logic (a small program compiled here): L2 rotation count, size parsing, tolerance
 #     formula and comparison, the embedding backward's counting sort, per-version seeds, AdamW step constants
 #   - run_all.sh parses (bash -n) and answers --help
+#   - the attention programs' --docs (documents per sequence): bad values (0, negative, not an integer, not dividing
+#     T) exit 1 naming --docs; built against the CPU emulation (tests/cuda_emu; --emu-build below): --docs at a tiny
+#     --sizes prints a row per documents count with its time / the docs 1 time and the predicted fraction, the
+#     documents check passes, at T 2048 the predicted fractions are dev/cuda/notes_attention.md's (27.3% of the tiles
+#     for 4 documents, 9.1% for 16), and attention_tiles replays the tile counts of that file's table
 #   - on a machine with a GPU: every program passes its own validation (--check-only at small sizes); skipped
 #     only where no GPU is present (a failing kernel on a GPU fails, never skips)
 # Takes about 20 s on 2 cores without a GPU when build/devcuda is up to date (two nvcc compiles; 70 s on a busy
-# machine), about a minute more when it must build the six programs. Without nvcc it prints [SKIP] and exits 0.
+# machine), plus about a minute for the emulated attention programs, about a minute more when it must build the six
+# programs. Without nvcc it prints [SKIP] and exits 0.
+#   tests/t_devcuda_build.sh --emu-build DIR PROGRAM...: builds those dev/cuda programs against the CPU emulation into
+#   DIR (the builds this test runs, and tests/t_gpu_sprint.sh; needs no nvcc) and exits
 set -u
 cd "$(dirname "$0")/.."
 unset MAKEFLAGS MFLAGS MAKELEVEL  # run from `make test -jN`, nested makes would warn about the jobserver
+
+# dev/cuda programs against tests/cuda_emu: tests/cuda_emu/rewrite.py copies llmc/ and tests/ into DIR/src with every
+# kernel launch rewritten, its rewrite_launches does the same for dev/cuda/ (which rewrite.py does not copy), and g++
+# builds as tests/cuda_emu/build.sh does, with a header of what dev/cuda's harness uses beyond the emulation: uint4,
+# the atomicAdd overloads of dev/cuda/ceilings.h and of the attention backward's version 2, and the L2 size attribute
+# (answered with the SM count: no buffer set is rotated).
+emu_build() {  # DIR PROGRAM...
+    local dir=$1 p rc=0; shift
+    mkdir -p "$dir" && rm -rf "$dir/src" || return 1
+    "${PYTHON:-/usr/bin/python3}" - "$dir/src" <<'PY' || return 1
+import contextlib, io, os, runpy, sys
+dst = sys.argv[1]
+sys.argv = ['tests/cuda_emu/rewrite.py', '.', dst]
+with contextlib.redirect_stdout(io.StringIO()):
+    g = runpy.run_path('tests/cuda_emu/rewrite.py')
+os.makedirs(os.path.join(dst, 'dev/cuda'), exist_ok=True)
+for f in sorted(os.listdir('dev/cuda')):
+    if f.endswith(('.h', '.cu')):
+        p = os.path.join('dev/cuda', f)
+        open(os.path.join(dst, p), 'w').write(g['rewrite_launches'](open(p).read(), p)[0])
+PY
+    cat > "$dir/src/devcuda_emu.h" <<'HDR'
+// what dev/cuda's harness uses beyond tests/cuda_emu (tests/t_devcuda_build.sh --emu-build)
+#pragma once
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+static inline float atomicAdd(float* p, float v) { const float o = *p; *p = o + v; return o; }
+static inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { const unsigned long long o = *p; *p = o + v; return o; }
+#define cudaDevAttrL2CacheSize cudaDevAttrMultiProcessorCount
+HDR
+    for p in "$@"; do
+        emu_cxx "$dir" "$dir/src/dev/cuda/$p.cu" "$dir/$p" || rc=1
+    done
+    return $rc
+}
+emu_cxx() {  # DIR SOURCE OUTPUT: one source of DIR/src against the emulation
+    "${CXX:-g++}" -I tests/cuda_emu/include -I "$1/src" -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing \
+        -Wno-unknown-pragmas -include "$1/src/devcuda_emu.h" -x c++ "$2" -o "$3"
+}
+if [ "${1:-}" = --emu-build ]; then
+    [ $# -ge 3 ] || { echo "usage: tests/t_devcuda_build.sh --emu-build DIR PROGRAM..." >&2; exit 2; }
+    shift; emu_build "$@"; exit $?
+fi
 
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
@@ -83,6 +134,18 @@ done
 [ -x "$B/norm" ] && expect_error "norm: wrong number of dims" "has 3 numbers" "$B/norm" --sizes 1x2x3
 [ -x "$B/rope" ] && expect_error "rope: head dim not a multiple of 16" "hd must be a multiple of 16" "$B/rope" --sizes 1x16x4x4x72
 [ -x "$B/adamw" ] && expect_error "adamw: C not a multiple of 64" "C must be a multiple of 64" "$B/adamw" --sizes 2x100
+for p in attention_forward attention_backward; do
+    [ -x "$B/$p" ] || continue
+    expect_error "$p: --docs 0" "--docs: '0' is not a positive integer" "$B/$p" --docs 0
+    expect_error "$p: --docs negative" "--docs: '-4' is not a positive integer" "$B/$p" --docs 1,-4
+    expect_error "$p: --docs not an integer" "--docs: '1.5' is not a positive integer" "$B/$p" --docs 1.5
+    expect_error "$p: --docs empty item" "--docs: '' is not a positive integer" "$B/$p" --docs 1,,4
+    expect_error "$p: --docs not dividing T" "--docs: 3 documents do not divide T=256" "$B/$p" --sizes 1x256x2x2x64 --docs 1,3
+    expect_error "$p: --docs without a value" "--docs needs a value" "$B/$p" --docs
+    got=$("$B/$p" --help 2>&1)
+    if echo "$got" | head -n 1 | grep -q -- "--docs LIST" && echo "$got" | grep -q -- "--skip-matrix"; then pass "$p --help: --docs and --skip-matrix"
+    else fail "$p --help" "no --docs / --skip-matrix: $(echo "$got" | head -n 1)"; fi
+done
 
 # ---- host-side harness logic
 cat > "$T/units.cu" <<'EOF'
@@ -165,6 +228,81 @@ if "$NVCC" -std=c++17 -I. -Xcompiler -Wall,-Wno-unused-function,-fopenmp "$T/uni
     [ $rc -eq 0 ] || grep -q '^\[FAIL\]' "$T/units.log" || fail "harness unit program" "exit $rc: $(tail -n 3 "$T/units.log")"
 else
     fail "compile harness unit program" "$(tail -n 5 "$T/units_build.log")"
+fi
+
+# ---- the attention programs against the CPU emulation: --docs (no GPU needed; the emulation's times are the CPU's:
+# only the rows, the checks and the predicted fractions are checked)
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "[SKIP] the attention programs in the emulation: its fiber switch is x86-64 only"
+elif ! emu_build "$T/emu" attention_forward attention_backward > "$T/emu_build.log" 2>&1; then
+    fail "attention_forward and attention_backward build against the emulation" "$(grep -m 3 error "$T/emu_build.log")"
+else
+    pass "attention_forward and attention_backward build against the emulation"
+    num='[0-9]+\.[0-9]+'
+    docs_check='documents 0,37,128,130,250 | 0,64,191: '
+    # forward, version 3: the documents check, then a row per documents count (the list in any order: timed
+    # increasing) with the ratio and the prediction (4 documents of 64 tokens at T 256: the 4 diagonal tiles of 10;
+    # visible 4 x 64 x 65 / (256 x 257))
+    f=$T/emu_forward_docs.log
+    timeout 300 "$T/emu/attention_forward" 3 --skip-matrix --sizes 1x256x2x2x64 --docs 4,1 --reps 1 --warmup 0 > "$f" 2>&1; rc=$?
+    if [ $rc = 0 ] && grep -qF "[PASS] attention_forward v3 B=2 T=256 H=4 KV=2 hd=128 $docs_check" "$f" &&
+       grep -q '^# --skip-matrix: the fixed check matrix is not run$' "$f" && ! grep -q 'T=1024' "$f" &&
+       grep -qE "^\| attention_forward \| 1x256x2x2x64 \| 1 \| 3 \| 1 \| $num \| $num \| $num \| 1\.000 \| 1\.000 \| 1\.000 \|$" "$f" &&
+       grep -qE "^\| attention_forward \| 1x256x2x2x64 \| 4 \| 3 \| 1 \| $num \| $num \| $num \| $num \| 0\.400 \| 0\.253 \|$" "$f" &&
+       [ "$(grep -c '^| attention_forward |' "$f")" = 2 ]; then
+        pass "attention_forward 3 --docs 4,1 (emulated): the documents check, rows docs 1 then 4 with ms / docs 1, predicted 0.400"
+    else fail "attention_forward --docs 4,1 (emulated)" "exit $rc: $(grep -E '^\||FAIL|error' "$f" | head -n 6 | tr '\n' ' ')"; fi
+    # backward, version 3: the forward, the backward and both per documents count
+    f=$T/emu_backward_docs.log
+    timeout 300 "$T/emu/attention_backward" 3 --skip-matrix --sizes 1x256x2x2x64 --docs 1,4 --reps 1 --warmup 0 > "$f" 2>&1; rc=$?
+    rows='^\| attention(_forward \(llmc\)|_backward| forward \+ backward) \| 1x256x2x2x64'
+    if [ $rc = 0 ] && grep -qF "[PASS] attention_backward v3 B=2 T=256 H=4 KV=2 hd=128 $docs_check" "$f" &&
+       [ "$(grep -cE "$rows \| 1 \| 3 \| 1 \| $num \| $num \| $num \| 1\.000 \| 1\.000 \| 1\.000 \|$" "$f")" = 3 ] &&
+       [ "$(grep -cE "$rows \| 4 \| 3 \| 1 \| $num \| $num \| $num \| $num \| 0\.400 \| 0\.253 \|$" "$f")" = 3 ]; then
+        pass "attention_backward 3 --docs 1,4 (emulated): the documents check; forward, backward and both for docs 1 and 4"
+    else fail "attention_backward --docs 1,4 (emulated)" "exit $rc: $(grep -E '^\||FAIL|error' "$f" | head -n 8 | tr '\n' ' ')"; fi
+    # without --docs: the table these programs always printed (run_all.sh and gpu_check.sh's sweep read it)
+    f=$T/emu_forward_plain.log
+    timeout 300 "$T/emu/attention_forward" 3 --skip-matrix --sizes 1x128x2x2x64 --reps 1 --warmup 0 > "$f" 2>&1; rc=$?
+    if [ $rc = 0 ] && grep -qx '| kernel | size BxTxHxKVxhd | version | sets | ms | TFLOP/s | % of 400 target |' "$f" &&
+       grep -qE "^\| attention_forward \| 1x128x2x2x64 \| 3 \| 1 \| $num \| $num \| $num \|$" "$f"; then
+        pass "attention_forward without --docs (emulated): the table's columns unchanged"
+    else fail "attention_forward without --docs (emulated)" "exit $rc: $(grep -E '^\||error' "$f" | head -n 4 | tr '\n' ' ')"; fi
+    # the prediction at notes_attention.md's T 2048: 144 of 528 tiles for 4 documents, 48 for 16
+    f=$T/emu_forward_2048.log
+    timeout 300 "$T/emu/attention_forward" 3 --skip-matrix --sizes 1x2048x1x1x64 --docs 1,4,16 --reps 1 --warmup 0 > "$f" 2>&1
+    got=$(grep -E '^\| attention_forward \| 1x2048x1x1x64 \|' "$f" | awk -F' [|] ' '{ printf "%s:%s ", $3, $10 }')
+    [ "$got" = "1:1.000 4:0.273 16:0.091 " ] && pass "attention_forward --docs 1,4,16 at T 2048 (emulated): predicted 1.000, 0.273, 0.091 (notes_attention.md)" \
+        || fail "attention_forward --docs 1,4,16 at T 2048 (emulated)" "docs:predicted '$got'; $(grep -m 2 error "$f")"
+    # the tile counts of notes_attention.md's table, starts inside tiles included (attention_tiles, on the host)
+    cat > "$T/emu/src/tiles.cu" <<'SRC'
+#include "dev/cuda/attention_cases.h"
+int main() {
+    // notes_attention.md, "Documents: predicted cost", T 2048: documents, every start moved this far into its tile
+    // (the first document then starts at that offset, after a 32-token tail), forward / dQ tiles, dK/dV tiles
+    const int rows[6][4] = {{1, 0, 528, 1056}, {4, 0, 144, 288}, {16, 0, 48, 96},
+                            {1, 32, 528, 1056}, {4, 32, 168, 312}, {16, 32, 78, 126}};
+    int bad = 0;
+    for (const auto& r : rows) {
+        std::vector<int> starts = {0};
+        for (int k = 0; k < r[0]; k++)
+            if (k * (2048 / r[0]) + r[1] > 0) starts.push_back(k * (2048 / r[0]) + r[1]);
+        const std::vector<int32_t> doc = documents_from_starts(2048, {starts});
+        const AttentionTiles n = attention_tiles(doc.data(), 1, 2048);
+        const bool ok = n.fwd == r[2] && n.dkdv == r[3];
+        printf("[%s] attention_tiles at T 2048: %d documents, starts moved %d: %.0f and %.0f tiles (notes_attention.md: %d and %d)\n",
+               ok ? "PASS" : "FAIL", r[0], r[1], n.fwd, n.dkdv, r[2], r[3]);
+        bad += !ok;
+    }
+    return bad ? 1 : 0;
+}
+SRC
+    if emu_cxx "$T/emu" "$T/emu/src/tiles.cu" "$T/emu/tiles" > "$T/emu_tiles_build.log" 2>&1; then
+        "$T/emu/tiles" > "$T/emu_tiles.log" 2>&1; rc=$?
+        cat "$T/emu_tiles.log"
+        fails=$((fails + $(grep -c '^\[FAIL\]' "$T/emu_tiles.log")))
+        [ $rc -eq 0 ] || grep -q '^\[FAIL\]' "$T/emu_tiles.log" || fail "attention_tiles program" "exit $rc: $(tail -n 3 "$T/emu_tiles.log")"
+    else fail "attention_tiles program builds" "$(grep -m 3 error "$T/emu_tiles_build.log")"; fi
 fi
 
 # ---- the run-all script

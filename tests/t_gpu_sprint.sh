@@ -2,7 +2,9 @@
 # tests/t_gpu_sprint.sh: scripts/gpu_check.sh sprint (sprint1 then sprint2; the multirank runs are sprint1's last item)
 # end to end on the CPU, so that no minute of a GPU goes to plumbing. The programs are the builds against the emulation
 # (--programs: train_gpt -> build/train_gpt_emu, test_gpt -> build/test_gpt_emu, build/fp8_gemm -> build/fp8_gemm_emu,
-# and the fp32 builds), every run shrunk (--tiny), nvidia-smi a fake that reports an H100 (as tests/t_gpu_kit.sh's),
+# the fp32 builds, and build/devcuda/attention_forward and attention_backward built here by
+# tests/t_devcuda_build.sh --emu-build), every run shrunk (--tiny), nvidia-smi a fake that reports an H100 (as
+# tests/t_gpu_kit.sh's),
 # EMU_DEVICES=1 (one emulated GPU: the ranks share it as on the GPU machine, so the launch must give each its own
 # NCCL_HOSTID), the states a kit of this checkout's sources holding the two tiny ones (make build/gpukit/states/made).
 #   - the command exits 0 and writes 6 files (at most 8 come back from the GPU machine): sprint1.log, sprint1.md,
@@ -14,10 +16,12 @@
 #     here) and --resume auto bitwise equal to the uninterrupted run; the two GELU rows (--gelu-fusion off and on)
 #   - the launch: mpirun with a per-rank NCCL_HOSTID (the commands in the tar)
 #   - sprint2.md: both bf16 rows with tokens/s, the fp8 rows and the loss rule, cuDNN's attention (test_attention
-#     against the emulated cuDNN passed, a gpt3_1.3b --attention cudnn row), torch and the attention sweep "not run:";
-#     sprint2.log: the step profile's table after each bf16 run
+#     against the emulated cuDNN passed, a gpt3_1.3b --attention cudnn row), torch and SDPA "not run:", the attention
+#     sweep's table (--tiny: T 128, one shape per head dim) and the attention with documents' (--docs 1,4,16: the
+#     forward's three rows, the backward's nine, with ms / docs 1 and the predicted fraction; its two logs in
+#     sprint2_files.tar.gz); sprint2.log: the step profile's table after each bf16 run
 #   - bad input: --programs naming no directory, or one without the programs, exit 1 / a missing program, named
-# About 4-5 minutes on 2 busy cores, most of it the multirank runs (10 launches of 2-8 emulated ranks).
+# About 5 minutes on 2 busy cores, most of it the multirank runs (10 launches of 2-8 emulated ranks).
 set -u
 cd "$(dirname "$0")/.."
 unset MAKEFLAGS MFLAGS MAKELEVEL
@@ -53,6 +57,12 @@ if bash tests/cuda_emu/build.sh tests/test_attention.cu "$T/test_attention_emu" 
         -Wno-unknown-pragmas -I"$(pwd)" -DUSE_CUDNN > "$T/test_attention_build.log" 2>&1; then
     ln -s "$(pwd)/$T/test_attention_emu" "$P/build/test_attention"
 else fail "tests/test_attention.cu builds against the emulation" "$(grep -m 3 error "$T/test_attention_build.log")"; fi
+# the attention programs of dev/cuda (the sweep, the documents runs) against the emulation
+mkdir -p "$P/build/devcuda"
+if bash tests/t_devcuda_build.sh --emu-build "$T/devcuda_emu" attention_forward attention_backward > "$T/devcuda_build.log" 2>&1; then
+    ln -s "$(pwd)/$T/devcuda_emu/attention_forward" "$P/build/devcuda/attention_forward"
+    ln -s "$(pwd)/$T/devcuda_emu/attention_backward" "$P/build/devcuda/attention_backward"
+else fail "dev/cuda attention programs build against the emulation" "$(grep -m 3 error "$T/devcuda_build.log")"; fi
 # a kit of these sources with the two tiny states (what make gpu-kit carries of them)
 K=$T/kit
 mkdir -p "$K/states"
@@ -144,9 +154,35 @@ n=$(grep -c "^profile of steps 2-3 of this run (the 2 after the first), rank 0's
     || fail "sprint2 step profile" "$n profile tables in sprint2.log"
 grep -qE '^- fp8 delayed against bf16 on gpt3_125m, 4 steps: mean relative loss difference from step 2 [0-9.e-]+ ' "$m" \
     && pass "sprint2.md: FlagPerf's loss rule computed" || fail "sprint2.md loss rule" "$(grep -m1 'fp8' "$m")"
-if grep -q '^- torch-small at gpt3_1.3b: not run: .* has no torch with CUDA' "$m" && grep -q '^- attention sweep: not run: ' "$m"; then
-    pass "sprint2.md: torch and the attention sweep: not run, said why"
+if grep -q '^- torch-small at gpt3_1.3b: not run: .* has no torch with CUDA' "$m" &&
+   grep -q '^- SDPA in the attention sweep: not run: .* has no torch with CUDA' "$m" && ! grep -q '^- attention sweep and documents: not run' "$m"; then
+    pass "sprint2.md: torch and SDPA: not run, said why"
 else fail "sprint2.md not-run notes" "$(grep '^- ' "$m" | tr '\n' ' ')"; fi
+# the attention sweep (--tiny: T 128, one shape per head dim), then with 1, 4 and 16 documents at T 256
+num='[0-9]+\.[0-9]+'
+nf=$(grep -cE "^\| attention_forward \| 1x128x2x2x(64|80|128) \| 3 \| 1 \| $num \|" "$m")
+nb=$(grep -cE "^\| attention_backward \| 1x128x2x2x(64|80|128) \| [34] \| 1 \| $num \|" "$m")
+grep -q '^## attention sweep (1x128x2x2x64,1x128x2x2x80,1x128x2x2x128)$' "$m" && [ "$nf" = 3 ] && [ "$nb" = 6 ] \
+    && pass "sprint2.md: the attention sweep's table (forward at 3 shapes, backward versions 3 and 4)" \
+    || fail "sprint2.md attention sweep" "$nf forward, $nb backward rows: $(grep -A3 '^## attention sweep' "$m" | tr '\n' ' ')"
+rows() { grep -E "^\| $1 \| 1x256x2x2x64 \| $2 \| 3 \| 1 \| $num \| $num \| $num \| $3 \| $4 \| $5 \|$" "$6" | wc -l; }
+tar -xzf "$O/sprint2_files.tar.gz" -C "$T" 2>/dev/null
+d=$T/sprint2/attention_docs
+ok=1
+for k in "1 1\.000 1\.000 1\.000" "4 $num 0\.400 0\.253" "16 $num 0\.400 0\.066"; do
+    read -r n r pr vis <<< "$k"
+    for w in "attention_forward" "attention_forward \(llmc\)" "attention_backward" "attention forward \+ backward"; do
+        [ "$(rows "$w" "$n" "$r" "$pr" "$vis" "$m")" = 1 ] || { ok=0; echo "  sprint2.md: no single row '$w' docs $n"; }
+    done
+    [ "$(rows "attention_forward" "$n" "$r" "$pr" "$vis" "$d/attention_forward.log")" = 1 ] || { ok=0; echo "  $d/attention_forward.log: no docs $n row"; }
+    [ "$(rows "attention_backward" "$n" "$r" "$pr" "$vis" "$d/attention_backward.log")" = 1 ] || { ok=0; echo "  $d/attention_backward.log: no docs $n row"; }
+done
+if [ $ok = 1 ] && grep -q '^## attention with documents (1x256x2x2x64, --docs 1,4,16; ' "$m" &&
+   grep -q '^\[PASS\] attention_forward v3 B=2 T=256 H=4 KV=2 hd=128 documents ' "$d/attention_forward.log" &&
+   grep -q '^\[PASS\] attention_backward v3 B=2 T=256 H=4 KV=2 hd=128 documents ' "$d/attention_backward.log" &&
+   grep -qF -- "--docs 1,4,16 --skip-matrix --reps 1 --warmup 0   (limit " "$O/sprint2.log"; then
+    pass "sprint2: attention with 1, 4 and 16 documents: both logs (sprint2_files.tar.gz) and sprint2.md hold every docs row, ratio and prediction"
+else fail "sprint2 attention with documents" "$(grep -A4 '^## attention with documents' "$m" | tr '\n' ' ')"; fi
 
 echo "gpu sprint: $fails failed ($((SECONDS - t0)) s)"
 [ $fails -eq 0 ] && rm -rf "$T"

@@ -20,8 +20,13 @@
 // the forward's two; the recomputation of S is counted, as FlashAttention-2 counts it). Version 3 does
 // two more (S and dP again in the dQ kernel); they are not counted, so its TFLOP/s compare as time.
 // Tolerance (notes_attention.md): per part q, k, v: |d - ref| <= 4u * max|ref part| + 4u * |ref|, u = 2^-8.
-// Usage: attention_backward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N] [--help]
-// The checks (fixed shapes above) always run; --sizes sets the timed shapes (default 4x4096x32x32x128).
+// Usage: attention_backward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N]
+//                           [--docs LIST] [--skip-matrix] [--help]
+// The checks always run: the fixed shapes above (unless --skip-matrix), then the documents check (versions 1, 3 and 4);
+// --sizes sets the timed shapes (default 4x4096x32x32x128). --docs 1,4,16 times each shape with 1, 4 and 16 equal
+// documents per sequence (llmc/attention.cuh's doc; the backward after the forward with the same documents), each row
+// beside its time / the docs 1 time and the predicted fraction (dev/cuda/attention_cases.h); e.g.
+// attention_backward 3 --sizes 8x2048x16x16x128 --docs 1,4,16.
 // Harness: dev/cuda/common.h (command line, inputs, device buffer sets, timing); rows report TFLOP/s.
 #include "dev/cuda/attention_cases.h"
 #include "dev/cuda/common.h"
@@ -242,12 +247,15 @@ static void attention_backward_v2(__nv_bfloat16* dqkv, const Scratch& s, const _
     cudaCheck(cudaGetLastError());
 }
 
+// doc [B*T] (device) or null, the forward's: versions 1, 3 and 4 take documents, version 2 does not (the caller never
+// passes it one)
+static bool takes_doc(int version) { return version != 2; }
 static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
                         const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T, int H,
-                        int KV, int hd) {
-    if (version == 1) attention_rowwise_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0);
+                        int KV, int hd, const int32_t* doc = nullptr) {
+    if (version == 1) attention_rowwise_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, doc);
     else if (version == 2) attention_backward_v2(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
-    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, nullptr, version);
+    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, doc, version);
 }
 
 // ---- host side ------------------------------------------------------------------------------------
@@ -287,15 +295,16 @@ static Buffers buffers_at(const DeviceSets& sets, int i, const Offsets& o) {
             {sets.ptr<float>(i, o.dq_accum), sets.ptr<float>(i, o.dvec)}};
 }
 
-// One check on fresh inputs; prints one [PASS] / [FAIL] line with the worst error of dq, dk, dv.
-static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t case_index) {
+// One check on fresh inputs; prints one [PASS] / [FAIL] line with the worst error of dq, dk, dv. doc [B*T] (host) or
+// null: query t sees keys doc[t]..t, in the forward, the backward and the reference.
+static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t case_index, const int32_t* doc) {
     const size_t n_qkv = (size_t)B * T * (H + 2 * KV) * hd, n_q = (size_t)B * T * H * hd;
     std::vector<float> qkv_f, dout_f;
     fill_uniform(&qkv_f, n_qkv, seed_for("attention_backward", version, 2 * case_index), -1.0f, 1.0f);
     fill_uniform(&dout_f, n_q, seed_for("attention_backward", version, 2 * case_index + 1), -1.0f, 1.0f);
     std::vector<bf16> qkv_h = to_bf16(&qkv_f), dout_h = to_bf16(&dout_f);
     std::vector<float> ref_out(n_q), ref_att((size_t)B * H * T * T), ref_d(n_qkv);
-    attention_forward(ref_out.data(), ref_att.data(), qkv_f.data(), B, T, H, KV, hd);
+    attention_forward(ref_out.data(), ref_att.data(), qkv_f.data(), B, T, H, KV, hd, (const float*)nullptr, doc);
     attention_backward(ref_d.data(), dout_f.data(), qkv_f.data(), ref_att.data(), B, T, H, KV, hd);
 
     const Offsets o = offsets_for(B, T, H, KV, hd);
@@ -309,11 +318,13 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
     cudaCheck(cudaMemcpy(d.qkv, qkv_h.data(), n_qkv * sizeof(bf16), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d.dout, dout_h.data(), n_q * sizeof(bf16), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemset(d.dqkv, 0xff, n_qkv * sizeof(bf16)));  // NaN: unwritten gradients fail
-    attention_forward(d.out, d.lse, d.qkv, B, T, H, KV, hd, 0);
-    run_version(version, d.dqkv, d.s, d.dout, d.out, d.qkv, d.lse, B, T, H, KV, hd);
+    int32_t* d_doc = doc ? upload(std::vector<int32_t>(doc, doc + (size_t)B * T)) : nullptr;
+    attention_forward(d.out, d.lse, d.qkv, B, T, H, KV, hd, 0, nullptr, d_doc);
+    run_version(version, d.dqkv, d.s, d.dout, d.out, d.qkv, d.lse, B, T, H, KV, hd, d_doc);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<bf16> got = download(d.dqkv, n_qkv);
     device_sets_free(&one);
+    if (d_doc) cudaCheck(cudaFree(d_doc));
 
     // per part of each token row: q [0, qd), k [qd, qd + kvd), v [qd + kvd, qd + 2 kvd);
     // |d - ref| <= 4u max|ref part| + 4u |ref| (notes_attention.md)
@@ -338,28 +349,30 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
         detail += buf;
         ok = ok && bad == 0;
     }
-    printf("[%s] attention_backward v%d B=%d T=%d H=%d KV=%d hd=%d:%s\n", ok ? "PASS" : "FAIL", version, B, T, H, KV, hd,
+    printf("[%s] attention_backward v%d B=%d T=%d H=%d KV=%d hd=%d%s:%s\n", ok ? "PASS" : "FAIL", version, B, T, H, KV, hd,
+           doc ? (" documents " + documents_label(std::vector<int32_t>(doc, doc + (size_t)B * T), B, T)).c_str() : "",
            detail.c_str());
     return ok;
 }
 
 int main(int argc, char** argv) {
-    Args a = attention_parse_args(argc, argv,
+    AttentionArgs a = attention_parse_args(argc, argv,
                         "  Causal GQA flash-attention backward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32,\n"
                         "  atomics for dK/dV), 2 FA2 (tensor cores, dK/dV in registers per key tile, dQ by fp32 atomics),\n"
                         "  3 llmc/attention.cuh (version 2 with a separate dQ kernel: no atomics, bitwise reproducible),\n"
                         "  4 version 3 with the next query tile prefetched in the dK/dV kernel (version 3's bits).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the llmc forward, each backward version and both together at the --sizes shapes\n"
-                        "  (forward 4*B*H*T*T*hd/2 FLOP, backward 2.5x that; target 400 TFLOP/s).\n",
+                        "  (forward 4*B*H*T*T*hd/2 FLOP, backward 2.5x that; target 400 TFLOP/s). The documents check:\n"
+                        "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1, 3 and 4).\n",
                                  N_VERSIONS);
     cuda_require_device();
     print_device_info(0);
 
     int failures = attention_check_all(a, N_VERSIONS, check_shape);
+    failures += attention_check_docs(a, N_VERSIONS, takes_doc, check_shape);
     if (!a.check_only) {
-        printf("| kernel | size BxTxHxKVxhd | version | sets | ms | TFLOP/s | %% of %.0f target |\n", TARGET_TFLOPS);
-        printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+        attention_table_header(a, TARGET_TFLOPS);
         for (const std::vector<long>& s : a.sizes) {
             const int B = (int)s[0], T = (int)s[1], H = (int)s[2], KV = (int)s[3], hd = (int)s[4];
             const size_t n_qkv = (size_t)B * T * (H + 2 * KV) * hd, n_q = (size_t)B * T * H * hd;
@@ -372,27 +385,38 @@ int main(int argc, char** argv) {
             device_sets_upload(sets, o.qkv, qkv_h.data(), n_qkv * sizeof(bf16));
             device_sets_upload(sets, o.dout, dout_h.data(), n_q * sizeof(bf16));
             const double fwd_flops = 4.0 * B * H * (double)T * T * hd / 2.0, bwd_flops = 2.5 * fwd_flops;
-            auto row = [&](const char* what, int v, double ms, double flops) {
-                const double tflops = flops / (ms * 1e-3) / 1e12;
-                printf("| %s | %dx%dx%dx%dx%d | %d | %d | %.3f | %.1f | %.1f |\n", what, B, T, H, KV, hd, v, sets.count, ms,
-                       tflops, 100.0 * tflops / TARGET_TFLOPS);
-                fflush(stdout);
-            };
-            const double fwd_ms = time_kernel(a, sets, 0, [&](int i) {
-                Buffers d = buffers_at(sets, i, o);
-                attention_forward(d.out, d.lse, d.qkv, B, T, H, KV, hd, 0);
-            });
-            row("attention_forward (llmc)", 3, fwd_ms, fwd_flops);
-            for (int v = 1; v <= N_VERSIONS; v++) {
-                if (a.version && v != a.version) continue;
-                Args av = a;
-                if (v == 1) { av.warmup = std::min(a.warmup, 1); av.reps = std::min(a.reps, 3); }  // slow CUDA-core version
-                const double ms = time_kernel(av, sets, 0, [&](int i) {
+            // docs 1 times per row kind (forward, then backward and both per version), for the ratio column
+            double fwd_ms1 = -1;
+            std::vector<double> bwd_ms1(N_VERSIONS + 1, -1.0), both_ms1(N_VERSIONS + 1, -1.0);
+            // documents counts in increasing order: the forward (timed on every set, so each set's out and lse are
+            // this documents count's when the backward is timed), then each backward version with the same doc
+            for (int n : a.docs) {
+                const std::vector<int32_t> doc = equal_documents(B, T, n);
+                int32_t* d_doc = n > 1 ? upload(doc) : nullptr;  // read-only, shared by the sets; docs 1: null
+                const AttentionPrediction p = attention_predict(n > 1 ? doc.data() : nullptr, B, T);
+                const double fwd_ms = time_kernel(a, sets, 0, [&](int i) {
                     Buffers d = buffers_at(sets, i, o);
-                    run_version(v, d.dqkv, d.s, d.dout, d.out, d.qkv, d.lse, B, T, H, KV, hd);
+                    attention_forward(d.out, d.lse, d.qkv, B, T, H, KV, hd, 0, nullptr, d_doc);
                 });
-                row("attention_backward", v, ms, bwd_flops);
-                row("attention forward + backward", v, fwd_ms + ms, fwd_flops + bwd_flops);
+                if (n == 1) fwd_ms1 = fwd_ms;
+                attention_row(a, "attention_forward (llmc)", s, n, 3, sets.count, fwd_ms, fwd_flops, p.visible, fwd_ms1,
+                              p.fwd, TARGET_TFLOPS);
+                for (int v = 1; v <= N_VERSIONS; v++) {
+                    if ((a.version && v != a.version) || (n > 1 && !takes_doc(v))) continue;
+                    Args av = a;
+                    if (v == 1) { av.warmup = std::min(a.warmup, 1); av.reps = std::min(a.reps, 3); }  // slow CUDA-core version
+                    const double ms = time_kernel(av, sets, 0, [&](int i) {
+                        Buffers d = buffers_at(sets, i, o);
+                        run_version(v, d.dqkv, d.s, d.dout, d.out, d.qkv, d.lse, B, T, H, KV, hd, d_doc);
+                    });
+                    if (n == 1) { bwd_ms1[v] = ms; both_ms1[v] = fwd_ms + ms; }
+                    // version 1's loops visit exactly the visible keys (its forward + backward is the rowwise backward's)
+                    attention_row(a, "attention_backward", s, n, v, sets.count, ms, bwd_flops, p.visible, bwd_ms1[v],
+                                  v == 1 ? p.visible : p.bwd, TARGET_TFLOPS);
+                    attention_row(a, "attention forward + backward", s, n, v, sets.count, fwd_ms + ms, fwd_flops + bwd_flops,
+                                  p.visible, both_ms1[v], v == 1 ? p.visible : p.fwd_bwd, TARGET_TFLOPS);
+                }
+                if (d_doc) cudaCheck(cudaFree(d_doc));
             }
             device_sets_free(&sets);
         }

@@ -12,8 +12,12 @@
 // FLOPs (causal, forward): 4 * B * H * T * T * hd / 2 (two matmuls of 2*T*T*hd, half the scores).
 // Tolerances (notes_attention.md): |out - ref| <= 3u * max|v| + 2u * |ref| with u = 2^-8,
 // |lse - ref| <= 3e-4 + 2e-5 |ref|.
-// Usage: attention_forward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N] [--help]
-// The checks (fixed shapes above) always run; --sizes sets the timed shapes (default 4x4096x32x32x128).
+// Usage: attention_forward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N]
+//                          [--docs LIST] [--skip-matrix] [--help]
+// The checks always run: the fixed shapes above (unless --skip-matrix), then the documents check (versions 1 and 3);
+// --sizes sets the timed shapes (default 4x4096x32x32x128). --docs 1,4,16 times each shape with 1, 4 and 16 equal
+// documents per sequence (llmc/attention.cuh's doc), each row beside its time / the docs 1 time and the predicted
+// fraction (dev/cuda/attention_cases.h); e.g. attention_forward 3 --sizes 8x2048x16x16x128 --docs 1,4,16.
 // Harness: dev/cuda/common.h (command line, inputs, device buffer sets, timing); rows report TFLOP/s.
 #include "dev/cuda/attention_cases.h"
 #include "dev/cuda/common.h"
@@ -168,11 +172,13 @@ static void attention_forward_v2(__nv_bfloat16* out, float* lse, const __nv_bflo
     else attention_forward_v2_hd<128>(out, lse, qkv, B, T, H, KV, stream);
 }
 
+// doc [B*T] (device) or null: versions 1 and 3 take documents, version 2 does not (the caller never passes it one)
+static bool takes_doc(int version) { return version != 2; }
 static void run_version(int version, __nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
-                        int KV, int hd) {
-    if (version == 1) attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, 0);
+                        int KV, int hd, const int32_t* doc = nullptr) {
+    if (version == 1) attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, 0, nullptr, doc);
     else if (version == 2) attention_forward_v2(out, lse, qkv, B, T, H, KV, hd, 0);
-    else attention_forward(out, lse, qkv, B, T, H, KV, hd, 0);
+    else attention_forward(out, lse, qkv, B, T, H, KV, hd, 0, nullptr, doc);
 }
 
 // ---- host side ------------------------------------------------------------------------------------
@@ -180,24 +186,26 @@ static void run_version(int version, __nv_bfloat16* out, float* lse, const __nv_
 static const int N_VERSIONS = 3;
 static const double TARGET_TFLOPS = 400.0;
 
-// One check on fresh inputs; prints one [PASS] / [FAIL] line.
-static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t case_index) {
+// One check on fresh inputs; prints one [PASS] / [FAIL] line. doc [B*T] (host) or null: query t sees keys
+// doc[t]..t, in the reference too.
+static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t case_index, const int32_t* doc) {
     const size_t n_qkv = (size_t)B * T * (H + 2 * KV) * hd, n_out = (size_t)B * T * H * hd, n_lse = (size_t)B * H * T;
     std::vector<float> qkv_f;
     fill_uniform(&qkv_f, n_qkv, seed_for("attention_forward", version, case_index), -1.0f, 1.0f);
     std::vector<bf16> qkv_h = to_bf16(&qkv_f);
     std::vector<float> ref_out(n_out), ref_att((size_t)B * H * T * T), ref_lse(n_lse);
-    attention_forward(ref_out.data(), ref_att.data(), qkv_f.data(), B, T, H, KV, hd);
-    // reference logsumexp of the scaled scores, in double
+    attention_forward(ref_out.data(), ref_att.data(), qkv_f.data(), B, T, H, KV, hd, (const float*)nullptr, doc);
+    // reference logsumexp of the scaled scores over the keys each query sees, in double
     const size_t ld = (size_t)(H + 2 * KV) * hd;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
                 const float* q = &qkv_f[((size_t)b * T + t) * ld + h * hd];
+                const int lo = doc ? doc[(size_t)b * T + t] : 0;
                 std::vector<double> sc(t + 1);
                 double mx = -1e300;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float* k = &qkv_f[((size_t)b * T + t2) * ld + (size_t)(H + h / (H / KV)) * hd];
                     double d = 0;
                     for (int i = 0; i < hd; i++) d += (double)q[i] * k[i];
@@ -205,20 +213,22 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
                     mx = std::max(mx, sc[t2]);
                 }
                 double sum = 0;
-                for (int t2 = 0; t2 <= t; t2++) sum += std::exp(sc[t2] - mx);
+                for (int t2 = lo; t2 <= t; t2++) sum += std::exp(sc[t2] - mx);
                 ref_lse[((size_t)b * H + h) * T + t] = (float)(mx + std::log(sum));
             }
     bf16* d_qkv = upload(qkv_h);
+    int32_t* d_doc = doc ? upload(std::vector<int32_t>(doc, doc + (size_t)B * T)) : nullptr;
     bf16* d_out;
     float* d_lse;
     cudaCheck(cudaMalloc(&d_out, n_out * sizeof(bf16)));
     cudaCheck(cudaMalloc(&d_lse, n_lse * sizeof(float)));
     cudaCheck(cudaMemset(d_out, 0xff, n_out * sizeof(bf16)));  // NaN: an unwritten output fails
-    run_version(version, d_out, d_lse, d_qkv, B, T, H, KV, hd);
+    run_version(version, d_out, d_lse, d_qkv, B, T, H, KV, hd, d_doc);
     cudaCheck(cudaDeviceSynchronize());
     std::vector<bf16> out_h = download(d_out, n_out);
     std::vector<float> lse_h = download(d_lse, n_lse);
     cudaCheck(cudaFree(d_qkv));
+    if (d_doc) cudaCheck(cudaFree(d_doc));
     cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_lse));
     // |out - ref| <= 3u max|v| + 2u |ref| (|v| <= 1 here); |lse - ref| <= 3e-4 + 2e-5 |ref| (notes_attention.md)
@@ -234,26 +244,28 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
         if (!(err <= 3e-4 + 2e-5 * std::fabs(ref_lse[i]))) bad++;
         worst_lse = std::max(worst_lse, std::isnan(err) ? INFINITY : err);
     }
-    printf("[%s] attention_forward v%d B=%d T=%d H=%d KV=%d hd=%d: max |out err| %.2e, max |lse err| %.2e%s\n",
-           bad ? "FAIL" : "PASS", version, B, T, H, KV, hd, worst_out, worst_lse,
-           bad ? " (elements beyond tolerance)" : "");
+    printf("[%s] attention_forward v%d B=%d T=%d H=%d KV=%d hd=%d%s: max |out err| %.2e, max |lse err| %.2e%s\n",
+           bad ? "FAIL" : "PASS", version, B, T, H, KV, hd,
+           doc ? (" documents " + documents_label(std::vector<int32_t>(doc, doc + (size_t)B * T), B, T)).c_str() : "",
+           worst_out, worst_lse, bad ? " (elements beyond tolerance)" : "");
     return bad == 0;
 }
 
 int main(int argc, char** argv) {
-    Args a = attention_parse_args(argc, argv,
+    AttentionArgs a = attention_parse_args(argc, argv,
                         "  Causal GQA flash-attention forward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32),\n"
                         "  2 tensor cores + online softmax, 3 llmc/attention.cuh (cp.async double buffering, ldmatrix).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
-                        "  times the --sizes shapes (TFLOP/s = 4*B*H*T*T*hd/2 / time; target 400).\n",
+                        "  times the --sizes shapes (TFLOP/s = 4*B*H*T*T*hd/2 / time; target 400). The documents check:\n"
+                        "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1 and 3).\n",
                                  N_VERSIONS);
     cuda_require_device();
     print_device_info(0);
 
     int failures = attention_check_all(a, N_VERSIONS, check_shape);
+    failures += attention_check_docs(a, N_VERSIONS, takes_doc, check_shape);
     if (!a.check_only) {
-        printf("| kernel | size BxTxHxKVxhd | version | sets | ms | TFLOP/s | %% of %.0f target |\n", TARGET_TFLOPS);
-        printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+        attention_table_header(a, TARGET_TFLOPS);
         for (const std::vector<long>& s : a.sizes) {
             const int B = (int)s[0], T = (int)s[1], H = (int)s[2], KV = (int)s[3], hd = (int)s[4];
             const size_t n_qkv = (size_t)B * T * (H + 2 * KV) * hd, n_out = (size_t)B * T * H * hd;
@@ -266,19 +278,33 @@ int main(int argc, char** argv) {
             std::vector<bf16> qkv_h = to_bf16(&qkv_f);
             device_sets_upload(sets, o_qkv, qkv_h.data(), n_qkv * sizeof(bf16));
             const double flops = 4.0 * B * H * (double)T * T * hd / 2.0;
+            // each documents count's doc array, uploaded once (read-only, shared by the sets); docs 1: null
+            std::vector<int32_t*> d_docs;
+            std::vector<AttentionPrediction> pred;
+            for (int n : a.docs) {
+                const std::vector<int32_t> doc = equal_documents(B, T, n);
+                d_docs.push_back(n > 1 ? upload(doc) : nullptr);
+                pred.push_back(attention_predict(n > 1 ? doc.data() : nullptr, B, T));
+            }
             for (int v = 1; v <= N_VERSIONS; v++) {
                 if (a.version && v != a.version) continue;
                 Args av = a;
                 if (v == 1) { av.warmup = std::min(a.warmup, 1); av.reps = std::min(a.reps, 3); }  // slow CUDA-core version
-                const double ms = time_kernel(av, sets, 0, [&](int i) {
-                    run_version(v, sets.ptr<bf16>(i, o_out), sets.ptr<float>(i, o_lse), sets.ptr<bf16>(i, o_qkv), B, T, H,
-                                KV, hd);
-                });
-                const double tflops = flops / (ms * 1e-3) / 1e12;
-                printf("| attention_forward | %dx%dx%dx%dx%d | %d | %d | %.3f | %.1f | %.1f |\n", B, T, H, KV, hd, v,
-                       sets.count, ms, tflops, 100.0 * tflops / TARGET_TFLOPS);
-                fflush(stdout);
+                double ms_docs1 = -1;
+                for (size_t k = 0; k < a.docs.size(); k++) {
+                    if (a.docs[k] > 1 && !takes_doc(v)) continue;
+                    const int32_t* d_doc = d_docs[k];
+                    const double ms = time_kernel(av, sets, 0, [&](int i) {
+                        run_version(v, sets.ptr<bf16>(i, o_out), sets.ptr<float>(i, o_lse), sets.ptr<bf16>(i, o_qkv), B, T,
+                                    H, KV, hd, d_doc);
+                    });
+                    if (a.docs[k] == 1) ms_docs1 = ms;
+                    attention_row(a, "attention_forward", s, a.docs[k], v, sets.count, ms, flops, pred[k].visible, ms_docs1,
+                                  v == 1 ? pred[k].visible : pred[k].fwd, TARGET_TFLOPS);
+                }
             }
+            for (int32_t* d : d_docs)
+                if (d) cudaCheck(cudaFree(d));
             device_sets_free(&sets);
         }
     }

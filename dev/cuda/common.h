@@ -1,5 +1,6 @@
 // dev/cuda/common.h: the harness every dev/cuda program shares.
-//   Args, parse_args       [version] [--check-only] [--sizes LIST] [--reps N] [--warmup N] [--help]
+//   Args, parse_args       [version] [--check-only] [--sizes LIST] [--reps N] [--warmup N] [--help], and a
+//                          program's own flags (ExtraFlags: dev/cuda/attention_cases.h's --docs, --skip-matrix)
 //   host_uniform, to_bf16  random inputs (counter-based, so every version gets its own fresh inputs)
 //   Layout, DeviceSets     one "set" of device buffers per launch, several sets rotated while timing
 //   time_kernel            CUDA-event timing after warm-up, median of many runs, rotating the sets
@@ -34,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 #include <cuda_bf16.h>
@@ -61,19 +63,30 @@ struct Args {
     int reps = 30;
 };
 
+// A program's own flags beyond the common ones (dev/cuda/attention_cases.h's): parse_args offers each argument it
+// does not know to take(flag, value) first, which returns whether it took it (value() consumes and returns the
+// argument after the flag, or stops with an error when there is none); synopsis goes into the usage line
+// (" [--docs LIST]"), help after the common flags' lines.
+struct ExtraFlags {
+    const char* synopsis;
+    const char* help;
+    std::function<bool(const char* flag, const std::function<const char*()>& value)> take;
+};
+
 static void print_usage(FILE* out, const char* prog, const char* about, const char* sizes_help, const char* default_sizes,
-                        int versions) {
+                        int versions, const ExtraFlags* extra = nullptr) {
     fprintf(out,
-            "usage: %s [version] [--check-only] [--sizes LIST] [--reps N] [--warmup N] [--help]\n"
+            "usage: %s [version] [--check-only] [--sizes LIST] [--reps N] [--warmup N]%s [--help]\n"
             "%s"
             "  version        1..%d runs that version of every kernel in this program (default: all versions)\n"
             "  --check-only   validate against the CPU reference, skip timing\n"
             "  --sizes LIST   comma-separated problem sizes, each %s (default %s)\n"
             "  --reps N       timed samples, median reported (default 30)\n"
             "  --warmup N     untimed samples before timing (default 5)\n"
+            "%s"
             "  --help         this text\n"
             "Needs an NVIDIA GPU; prints one markdown table row per kernel, version and size.\n",
-            prog, about, versions, sizes_help, default_sizes);
+            prog, extra ? extra->synopsis : "", about, versions, sizes_help, default_sizes, extra ? extra->help : "");
 }
 
 // "16384x2048,16384x4096" -> {{16384, 2048}, {16384, 4096}}; every size must have `dims` positive numbers.
@@ -105,9 +118,10 @@ static std::vector<std::vector<long>> parse_sizes(const char* s, int dims, const
     return out;
 }
 
-// Parses the common command line and answers --help (no GPU needed: bench_start requires one).
+// Parses the common command line (and the program's own flags, extra) and answers --help (no GPU needed:
+// bench_start requires one).
 static Args parse_args(int argc, char** argv, const char* about, const char* sizes_help, const char* default_sizes,
-                       int dims, int versions) {
+                       int dims, int versions, const ExtraFlags* extra = nullptr) {
     Args a;
     a.prog = argv[0];
     const char* sizes = default_sizes;
@@ -117,12 +131,13 @@ static Args parse_args(int argc, char** argv, const char* about, const char* siz
             if (i + 1 >= argc) die("%s needs a value (see %s --help)", s, a.prog);
             return argv[++i];
         };
-        if (!strcmp(s, "--help") || !strcmp(s, "-h")) { print_usage(stdout, a.prog, about, sizes_help, default_sizes, versions); exit(0); }
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) { print_usage(stdout, a.prog, about, sizes_help, default_sizes, versions, extra); exit(0); }
         else if (!strcmp(s, "--check-only")) a.check_only = true;
         else if (!strcmp(s, "--sizes")) sizes = value();
         else if (!strcmp(s, "--reps")) a.reps = (int)parse_long("--reps", value(), 1, 100000);
         else if (!strcmp(s, "--warmup")) a.warmup = (int)parse_long("--warmup", value(), 0, 100000);
         else if (s[0] != '-' && a.version == 0) a.version = (int)parse_long("version", s, 1, versions);
+        else if (extra && extra->take(s, value)) {}
         else die("unknown argument '%s' (see %s --help)", s, a.prog);
     }
     a.sizes = parse_sizes(sizes, dims, sizes_help);
