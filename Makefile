@@ -498,7 +498,8 @@ GPU_KIT ?= gpukit
 # gradients and update, in fp32): the head-dim-64 ones 10-11 MB, gpt_alibi_hd80 90 MB, llama_gqa_hd128 150 MB,
 # gpt3_125m_2_layers (53M parameters) 1.3 GB. Two tiny states (GPT and LLaMA with GQA, 21 MB) travel in
 # the kit, well inside the 64 MiB the kit and the tree may use; the others take seconds to minutes there
-GPU_KIT_DEVICE_STATES := llama32_style_hd64 flagperf_style_hd64 gpt_rope_mqa_hd64 gpt_alibi_hd80 llama_gqa_hd128 gpt3_125m_2_layers
+GPU_KIT_DEVICE_STATES := llama32_style_hd64 flagperf_style_hd64 gpt_rope_mqa_hd64 gpt_alibi_hd80 llama_gqa_hd128 gpt3_125m_2_layers \
+                         gpt_documents llama_documents
 # train_gpt_cpu for the GPU machine's CPU: no -march=native (any x86-64-v3 CPU), no MPI (none there)
 GPU_KIT_CXXFLAGS := -O3 -march=x86-64-v3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -fopenmp
 
