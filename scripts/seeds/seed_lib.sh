@@ -163,7 +163,7 @@ if [ ! -s "$ref/metrics.jsonl" ] || [ "$(grep -c '"loss"' "$ref/metrics.jsonl")"
         seed_die "the one-process reference run failed: $(tail -2 "$ref.log")"
 fi
 run=build/seeds_tiny/$SEED_NAME
-rm -rf "$run" && mkdir -p "$(dirname "$run")"
+rm -rf "$run" "$run.at2" && mkdir -p "$(dirname "$run")"  # (a .at2 left by an earlier run would be resumed from)
 echo "  tiny: ${tiny_model[*]}, tp $tp pp $pp dp $dp ZeRO $SEED_ZERO sp $seed_sp on $tiny_world ranks, -b 2 -t 32 -d 512, 3 steps" \
      "(fp32, no recompute: the CPU trainer's)"
 if [ "$tiny_world" = 1 ]; then
