@@ -567,6 +567,13 @@ const int32_t* chunk_documents(GPT<real>* g, const ChunkActs<real>* a, const int
     return g->docs.reset_mask ? g->doc.data() : nullptr;
 }
 
+// The position of this rank's row n of a micro-batch of B x T (SP: its slice of T / tp tokens of each sequence): t,
+// or pos[b*T + t] when the positions restart per document.
+static inline int local_row_pos(const Layout& L, int T, const int32_t* pos, int n) {
+    const int Tl = L.sp ? T / L.topo.tp : T, t = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
+    return pos ? pos[(size_t)(n / Tl) * T + t] : t;
+}
+
 // Forward of chunk a->chunk on a->inputs (its tokens) and a->layers[0].x (received, but for the first chunk); the last
 // chunk computes logits and, with targets, the mean loss.
 template <typename real>
@@ -581,11 +588,6 @@ void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
     const int l0 = L.chunk_first[chunk], l1 = L.chunk_first[chunk + 1], last = (int)L.chunk_first.size() - 2;
     const int32_t* pos = nullptr;
     const int32_t* doc = chunk_documents(g, a, &pos);
-    // the position of local row n (SP: this rank's slice of the sequence)
-    auto row_pos = [&](int n) {
-        const int t = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
-        return pos ? pos[(size_t)(n / Tl) * T + t] : t;
-    };
 
     if (chunk == 0) {
         // vocabulary-parallel embedding: a token outside this rank's rows gives zeros, the sum over
@@ -603,7 +605,7 @@ void gpt_forward_chunk(GPT<real>* g, ChunkActs<real>* a) {
         real* x0 = a->layers[0].x.data();
 #pragma omp parallel for schedule(static)
         for (int n = 0; n < Nl; n++) {
-            const int p = row_pos(n);
+            const int p = local_row_pos(L, T, pos, n);
             for (int ch = 0; ch < C; ch++) x0[(size_t)n * C + ch] = x[(size_t)n * C + ch] + (wpe ? wpe[(size_t)p * C + ch] : (real)0);
         }
         dp_params_done(g, b);
@@ -757,11 +759,7 @@ void gpt_backward_chunk(GPT<real>* g, ChunkActs<real>* a, double loss_scale) {
                 if (v >= 0 && v < Vpl) dwte[(size_t)v * C + ch] += dy[(size_t)n * C + ch];
             }
             if (dwpe)
-                for (int n = 0; n < Nl; n++) {
-                    const int t = L.topo.tp_rank * (L.sp ? Tl : 0) + n % Tl;
-                    const int p = pos ? pos[(size_t)(n / Tl) * T + t] : t;
-                    dwpe[(size_t)p * C + ch] += g->dres[(size_t)n * C + ch];
-                }
+                for (int n = 0; n < Nl; n++) dwpe[(size_t)local_row_pos(L, T, pos, n) * C + ch] += g->dres[(size_t)n * C + ch];
         }
     } else {
         std::copy(g->dres.begin(), g->dres.end(), a->dx.begin());
