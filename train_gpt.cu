@@ -688,16 +688,16 @@ static void gpt_fold_head_grad(GPT* g) {
 // The step's pre-clip global gradient norm and clip coefficient into g->scratch.gnorm[GLOBAL_NORM_BLOCKS + 0, 1]: on one GPU
 // over the floatX gradients, the head gradient first joining them; on several ranks over the fp32 gradients reduced
 // over dp (dp_grad_norm, llmc/gpt/data_parallel.cuh). Only enqueues.
-static void gpt_grad_norm(GPT* g, const TrainConfig& tc) {
+static void gpt_grad_norm(GPT* g, const TrainConfig& tc, double loss_scale) {
     float* out = g->scratch.gnorm + GLOBAL_NORM_BLOCKS;  // [norm, clip coefficient]
     // the bytes read: the fp32 reduced gradients this rank counts, or the floatX ones and the head's fp32 gradient folded in
     const double head = (double)g->Vpl * g->cfg.n_embd;
     ProfScope prof(PROF_GRAD_NORM, prof_bytes(g->dp.parallel ? 4.0 * g->dp.shard  // about P / dp per rank
                                                              : (double)g->table.total * sizeof(floatX) +
                                                                    head * (4 + 2 * sizeof(floatX))));
-    if (g->dp.parallel) return dp_grad_norm(g->dp, g->world, g->stream, out, tc.grad_clip);
+    if (g->dp.parallel) return dp_grad_norm(g->dp, g->world, g->stream, out, tc.grad_clip, 1.0 / loss_scale);
     gpt_fold_head_grad(g);
-    global_norm(out, g->scratch.gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream);
+    global_norm(out, g->scratch.gnorm, g->grads, g->table.total, (float)tc.grad_clip, g->stream, (float)(1.0 / loss_scale));
 }
 
 // AdamW for 1-based update t with gpt_grad_norm's clip coefficient (one GPU: on every weight; data parallel: on the
@@ -725,11 +725,11 @@ static void pp_bind(GPT* g, int s, int chunk) {
 }
 
 // This stage's schedule over the n_mb micro-batches uploaded into buffers 0 .. n_mb-1: training (backward, each
-// micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/run/guard.h's test hooks), the gradients
-// accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head(mb)
+// micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/run/guard.h's test hooks), the gradients by
+// the loss scale S as well (llmc/loss_scale.h) and accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head(mb)
 // (validation: its loss). Only enqueues work, but for the groups' waits.
 static void gpt_pipeline(GPT* g, int n_mb, bool backward, double scale, const std::function<void(int mb)>& head,
-                         TestCorrupt mb0 = {}) {
+                         TestCorrupt mb0 = {}, double S = 1.0) {
     PpChunks fn;
     fn.forward = [&](int mb, int chunk, int s) {
         pp_bind(g, s, chunk);
@@ -737,7 +737,7 @@ static void gpt_pipeline(GPT* g, int n_mb, bool backward, double scale, const st
     };
     fn.backward = [&](int mb, int chunk, int s) {
         pp_bind(g, s, chunk);
-        gpt_backward_chunk(g, mb, scale * mb0.grad_of(mb), scale * mb0.loss_of(mb), false, chunk, pp_dout(g->pp, s));
+        gpt_backward_chunk(g, mb, S * scale * mb0.grad_of(mb), scale * mb0.loss_of(mb), false, chunk, pp_dout(g->pp, s));
     };
     fn.head = head;
     fn.input = [&](int s) { return g->acts[(size_t)s * g->pp.slot_layers].x; };
@@ -756,6 +756,7 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
                          const TrainState& st, TestCorrupt mb0, double* norm_out, GuardVerdict* verdict) {
     const int accum = (int)inputs.size();
     const double scale = 1.0 / ((double)accum * g->L.topo.dp);  // each micro-batch's share of the step's mean
+    const double S = st.loss_scale.scale;  // the backward's loss scale (llmc/loss_scale.h): the gradients times S
     gpt_upload_reserve(g, accum);  // the previous step's synchronisation below has drained every copy
     gpt_zero_grad(g);
     cudaCheck(cudaMemsetAsync(g->scratch.loss_sum, 0, sizeof(double), g->stream));
@@ -764,17 +765,17 @@ static double train_step(GPT* g, const std::vector<std::vector<int32_t>>& inputs
     // asynchronous copies from pinned memory and its loss is summed on the device.
     if (g->L.topo.pp > 1) {
         for (int a = 0; a < accum; a++) gpt_upload(g, a, inputs[a].data(), targets[a].data());
-        gpt_pipeline(g, accum, true, scale, nullptr, mb0);
+        gpt_pipeline(g, accum, true, scale, nullptr, mb0, S);
         for (int b = (int)g->dp.buckets.size() - 1; b >= 0; b--) grads_bucket_done(g, b);  // head, layers, embeddings
     } else {
         for (int a = 0; a < accum; a++) {
             gpt_upload(g, a, inputs[a].data(), targets[a].data());
             gpt_forward_chunk(g, a);
-            gpt_backward_chunk(g, a, scale * mb0.grad_of(a), scale * mb0.loss_of(a),
+            gpt_backward_chunk(g, a, S * scale * mb0.grad_of(a), scale * mb0.loss_of(a),
                                 g->dp.parallel && a == accum - 1);
         }
     }
-    gpt_grad_norm(g, tc);
+    gpt_grad_norm(g, tc, S);  // the unscaled gradients' norm, and 1 / S in the optimizer's gradient scale
     cudaCheck(cudaMemcpyAsync(&g->io.h_readback->norm, g->scratch.gnorm + GLOBAL_NORM_BLOCKS, sizeof(float), cudaMemcpyDeviceToHost,
                               g->stream));
     double loss = gpt_read_loss(g);  // waits for the stream

@@ -802,7 +802,7 @@ void gpt_backward(GPT<real>* g, double loss_scale) {
 // backward (training) or forward only (validation), run by pp_run_stage (llmc/parallel/pp_exec.h) through the
 // callbacks below. Sends do not block (their buffers wait in `sends` until the end); receives
 // do. Each micro-batch's loss and loss scale are 1 / loss_div, the first one's also multiplied by mb0's
-// (llmc/run/test_hooks.h). Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
+// (llmc/run/test_hooks.h), the loss scale also by S (llmc/loss_scale.h: the gradients come out S times the true ones). Returns this rank's sum of micro-batch losses / loss_div (non-zero only on the last stage).
 // row_losses (forward only, --eval): [n_mb * B], each row's summed per-token loss, filled on the last stage.
 
 template <typename real>
@@ -814,7 +814,7 @@ struct PendingSend {
 template <typename real>
 double gpt_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs, const std::vector<std::vector<int32_t>>& targets,
                    int n_mb, int B, int T, bool backward, int loss_div, TestCorrupt mb0 = {},
-                   std::vector<double>* row_losses = nullptr) {
+                   std::vector<double>* row_losses = nullptr, double S = 1.0) {
     const Layout& L = g->L;
     const Comm& pp = g->cm.pp;
     const int n_chunks = L.n_chunks(), last = n_chunks - 1, N = B * T;
@@ -852,7 +852,7 @@ double gpt_pipeline(GPT<real>* g, const std::vector<std::vector<int32_t>>& input
         ChunkActs<real>* a = live.at({mb, chunk});
         comm_recv(pp, a->dx.data(), a->dx.size(), peer, tag);
     };
-    cb.backward = [&](int mb, int chunk) { gpt_backward_chunk(g, live.at({mb, chunk}), mb0.grad_of(mb) / loss_div); };
+    cb.backward = [&](int mb, int chunk) { gpt_backward_chunk(g, live.at({mb, chunk}), S * mb0.grad_of(mb) / loss_div); };
     cb.send_grad = [&](int mb, int chunk, int peer, int tag) { send(live.at({mb, chunk})->dx, peer, tag); };
     pp_run_stage(L.topo.pp, L.vpp, L.topo.pp_rank, n_mb, backward, cb);
     for (std::unique_ptr<PendingSend<real>>& s : sends) {
@@ -933,16 +933,17 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     const Layout& L = g->L;
     gpt_zero_grad(g);
     const int accum = (int)inputs.size();
-    double loss = gpt_pipeline(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0);
+    const double S = st.loss_scale.scale;  // the backward's loss scale (llmc/loss_scale.h): the gradients times S
+    double loss = gpt_pipeline(g, inputs, targets, accum, B, T, true, accum * L.topo.dp, mb0, nullptr, S);
     grads_reduce_all(g);
     // the loss: summed over dp from one rank of each last-stage tp group
     if (!layout_counts_loss(L)) loss = 0;
     comm_host_sum(g->cm.world, &loss, 1);
-    double norm = grad_norm(g);
+    double norm = grad_norm(g) / S;  // the unscaled gradients' norm
     // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/run/guard.h)
     *verdict = guard_verdict(tc, st, loss, norm);
-    // the clipping coefficient of torch.nn.utils.clip_grad_norm_ (llmc/grad_clip.h)
-    if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, clip_coef(norm, tc.grad_clip));
+    // the clipping coefficient of torch.nn.utils.clip_grad_norm_ (llmc/grad_clip.h), and 1 / S
+    if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, clip_coef(norm, tc.grad_clip) / S);
     *norm_out = norm;
     return loss;
 }

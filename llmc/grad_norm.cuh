@@ -1,8 +1,10 @@
 // llmc/grad_norm.cuh: the global gradient L2 norm and the clipping coefficient, deterministic. The fastest
 // version of dev/cuda/global_norm.cu.
-//   global_norm(out, partial, grads, n, clip, stream)   grads [n] bf16 or fp32 (the flat gradient buffer)
-//       out[0] = sqrt(sum of grads^2), out[1] = min(1, clip / (norm + 1e-6)) (1 when clip <= 0), as
-//       torch.nn.utils.clip_grad_norm_ (clip_coef, llmc/grad_clip.h); AdamW reads out + 1 as its grad scale.
+//   global_norm(out, partial, grads, n, clip, stream, inv_scale)   grads [n] bf16 or fp32 (the flat gradient buffer),
+//       the true gradients times the loss scale S = 1 / inv_scale (llmc/loss_scale.h; default 1: none)
+//       out[0] = norm = sqrt(sum of grads^2) / S, out[1] = min(1, clip / (norm + 1e-6)) / S (1 / S when clip <= 0),
+//       as torch.nn.utils.clip_grad_norm_ (clip_coef, llmc/grad_clip.h) of the unscaled gradients; AdamW reads
+//       out + 1 as its grad scale.
 //       partial: GLOBAL_NORM_BLOCKS floats of scratch.
 // Deterministic: the partition is fixed (GLOBAL_NORM_BLOCKS blocks of GLOBAL_NORM_THREADS threads whatever the
 // GPU; thread j of the grid sums 8-element vectors j, j + G, j + 2G, ... in order), each block reduces its
@@ -69,23 +71,25 @@ __global__ void __launch_bounds__(GLOBAL_NORM_THREADS) global_norm_partial_kerne
 }
 
 // one block: each thread sums GLOBAL_NORM_BLOCKS / GLOBAL_NORM_THREADS partials in order, then the block tree
-__global__ void global_norm_final_kernel(float* __restrict__ out, const float* __restrict__ partial, float clip) {
+__global__ void global_norm_final_kernel(float* __restrict__ out, const float* __restrict__ partial, float clip,
+                                         float inv_scale) {
     float s = 0.0f;
     for (int i = threadIdx.x; i < GLOBAL_NORM_BLOCKS; i += GLOBAL_NORM_THREADS) s += partial[i];
     float tot = block_sum_fixed(s);
     if (threadIdx.x == 0) {
-        float norm = sqrtf(tot);
+        float norm = sqrtf(tot) * inv_scale;
         out[0] = norm;
-        out[1] = clip_coef(norm, clip);
+        out[1] = clip_coef(norm, clip) * inv_scale;
     }
 }
 
 template <typename T>
-static void global_norm(float* out, float* partial, const T* grads, size_t n, float clip, cudaStream_t stream) {
+static void global_norm(float* out, float* partial, const T* grads, size_t n, float clip, cudaStream_t stream,
+                        float inv_scale = 1.0f) {
     if (n == 0) die("global_norm: empty gradient buffer");
     if (((uintptr_t)grads & 15) != 0) die("global_norm: the gradient buffer is not 16-byte aligned");
     global_norm_partial_kernel<T><<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, stream>>>(partial, grads, n);
     cudaCheck(cudaGetLastError());
-    global_norm_final_kernel<<<1, GLOBAL_NORM_THREADS, 0, stream>>>(out, partial, clip);
+    global_norm_final_kernel<<<1, GLOBAL_NORM_THREADS, 0, stream>>>(out, partial, clip, inv_scale);
     cudaCheck(cudaGetLastError());
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include "llmc/documents.h"
+#include "llmc/loss_scale.h"
 #include "llmc/lr_schedule.h"
 
 struct TrainConfig {
@@ -63,4 +64,5 @@ struct TrainConfig {
     int skip_limit = 5;              // --skip-limit: skipped updates in a row before the run ends
     double spike_z = 0;              // --spike-z: skip a loss this many standard deviations above the window's mean; 0 off
     int spike_window = 100;          // --spike-window: accepted losses the spike guard looks at
+    LossScaling loss_scaling;        // --loss-scale and the dynamic scale's flags (llmc/loss_scale.h)
 };

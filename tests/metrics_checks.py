@@ -19,6 +19,13 @@
 #                                            norm, or with Z > 0 a loss above mean + Z sd of the last W
 #                                            accepted losses once W are there; and the skipped steps are
 #                                            exactly SKIPS ("3,4" or "none"). Prints the verdicts
+#   loss_scale A.jsonl SCALE INIT WINDOW HYST MIN SKIPS
+#                                            the loss scale (llmc/loss_scale.h) as Megatron-LM's rule, replayed
+#                                            here on the logged norms (an overflow: a null norm): SCALE "dynamic"
+#                                            (from INIT; WINDOW, HYST, MIN) or a static number; each step's logged
+#                                            loss_scale is the rule's after that step, a null norm under a finite
+#                                            loss is skipped as "overflow", and the skipped steps are exactly
+#                                            SKIPS. Prints the scales
 import json, math, re, sys
 
 
@@ -115,8 +122,39 @@ def guard(pa, z, w, skips):
     return 0
 
 
+def loss_scale(pa, mode, init, window, hyst, lo, skips):
+    dynamic = mode == "dynamic"
+    scale = float(init) if dynamic else float(mode)
+    window, hyst, lo = int(window), int(hyst), float(lo)
+    want = set() if skips == "none" else {int(x) for x in skips.split(",")}
+    try:
+        rows = [r for r in (json.loads(line) for line in open(pa)) if "loss" in r]
+    except (OSError, ValueError) as e:
+        print(f"cannot read {pa}: {e}"); return 1
+    clean, tracker, skipped, bad, seen = 0, hyst, set(), [], []
+    for r in rows:
+        overflow = r["grad_norm"] is None
+        verdict = "non-finite" if r["loss"] is None else "overflow" if overflow else None
+        if dynamic and overflow:
+            clean, tracker = 0, tracker - 1
+            if tracker <= 0: scale = max(scale / 2, lo)
+        elif dynamic:
+            clean += 1
+            if clean == window: clean, tracker, scale = 0, hyst, scale * 2
+        if verdict: skipped.add(r["step"])
+        if r.get("skipped") != verdict: bad.append(f"step {r['step']}: logged skip {r.get('skipped')}, the rule says {verdict}")
+        if r.get("loss_scale") != scale: bad.append(f"step {r['step']}: logged scale {r.get('loss_scale')}, the rule says {scale:g}")
+        seen.append(f"{scale:g}")
+    if not rows: print(f"no steps in {pa}"); return 1
+    if bad: print("; ".join(bad[:4])); return 1
+    if skipped != want: print(f"skipped steps {sorted(skipped)}, expected {sorted(want)}"); return 1
+    print(f"scales {' '.join(seen)}, skipped {sorted(skipped) or 'none'} as the rule says")
+    return 0
+
+
 commands = {"diff": diff, "within": within, "max": larger, "half_of": half_of,
-            "less_than_fraction": less_than_fraction, "falls": falls, "summary": summary, "guard": guard}
+            "less_than_fraction": less_than_fraction, "falls": falls, "summary": summary, "guard": guard,
+            "loss_scale": loss_scale}
 if len(sys.argv) < 2 or sys.argv[1] not in commands:
     sys.exit(f"tests/metrics_checks.py: unknown command; one of {', '.join(commands)}")
 sys.exit(commands[sys.argv[1]](*sys.argv[2:]))

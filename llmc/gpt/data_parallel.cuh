@@ -143,12 +143,13 @@ __global__ void sum_partials_kernel(double* sum, const double* partial, int n) {
     sum[0] = s;
 }
 
-// out[0] = sqrt(sumsq[0]), out[1] = the clipping coefficient clip_coef (llmc/grad_clip.h) in fp64, as the CPU
-// trainer's, then stored as fp32 (AdamW reads out + 1 as its grad scale). One thread.
-__global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double clip) {
-    const double norm = sqrt(sumsq[0]);
+// out[0] = sqrt(sumsq[0]) / S, out[1] = the clipping coefficient clip_coef (llmc/grad_clip.h) of that norm, over S, in
+// fp64, as the CPU trainer's, then stored as fp32 (AdamW reads out + 1 as its grad scale). S: the loss scale
+// (llmc/loss_scale.h; 1: none), inv_scale = 1 / S. One thread.
+__global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double clip, double inv_scale) {
+    const double norm = sqrt(sumsq[0]) * inv_scale;
     out[0] = (float)norm;
-    out[1] = (float)clip_coef(norm, clip);
+    out[1] = (float)(clip_coef(norm, clip) * inv_scale);
 }
 
 
@@ -221,8 +222,9 @@ static floatX* dp_weights(const DataParallel& dp, floatX* params, const ParamTab
 
 // Several ranks: out[0, 1] = the pre-clip global norm and clip coefficient of the fp32 reduced gradients, once
 // dp.comm.stream has reduced every bucket: the norm over the ranges this rank counts (fp64, layout_norm_ranges), summed
-// over every rank of world (dp shards, tp slices and stages). Only enqueues, on the compute stream.
-static void dp_grad_norm(DataParallel& dp, const Comm& world, cudaStream_t stream, float* out, double clip) {
+// over every rank of world (dp shards, tp slices and stages), of gradients scaled by the loss scale 1 / inv_scale. Only
+// enqueues, on the compute stream.
+static void dp_grad_norm(DataParallel& dp, const Comm& world, cudaStream_t stream, float* out, double clip, double inv_scale) {
     cudaCheck(cudaEventRecord(dp.ev_comm, dp.comm.stream));
     PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_comm, 0)));
     const float* grads = dp.zero >= 2 ? dp.grad_shard : dp.grad32;
@@ -238,7 +240,7 @@ static void dp_grad_norm(DataParallel& dp, const Comm& world, cudaStream_t strea
     comm_all_reduce_sum(world, sumsq, 1);
     cudaCheck(cudaEventRecord(dp.ev_comm, world.stream));
     PROF(PROF_DP_WAIT, ProfWork(), cudaCheck(cudaStreamWaitEvent(stream, dp.ev_comm, 0)));
-    clip_from_sumsq_kernel<<<1, 1, 0, stream>>>(out, sumsq, clip);
+    clip_from_sumsq_kernel<<<1, 1, 0, stream>>>(out, sumsq, clip, inv_scale);
     cudaCheck(cudaGetLastError());
 }
 

@@ -35,6 +35,7 @@
 #include <vector>
 #include "llmc/model_config.h"
 #include "llmc/json.h"
+#include "llmc/loss_scale.h"
 #include "llmc/param_table.h"
 #include "llmc/parallel/tp.h"
 #include "llmc/run/safetensors.h"
@@ -49,6 +50,7 @@ struct TrainState {
     int skipped = 0;              // updates skipped so far (AdamW's step count is step - skipped)
     int skips_in_a_row = 0;       // of which at the end, in a row
     std::vector<double> loss_window;  // the last accepted losses (the spike guard's window)
+    LossScaleState loss_scale;    // the loss scale now (llmc/loss_scale.h); written with a dynamic scale only
 };
 
 // fp8 delayed scaling's state (train_gpt.cu --fp8 delayed, docs/fp8.md): the values of llmc/fp8.cuh's Fp8Meta of the
@@ -173,6 +175,20 @@ static inline std::string ckpt_parse_state(const char* text, size_t len, TrainSt
     s->rng = rv;
     s->skipped = sk ? (int)sk->num : 0;
     s->skips_in_a_row = row ? (int)row->num : 0;
+    // the dynamic loss scale (absent: the run had none; llmc/loss_scale.h)
+    s->loss_scale = LossScaleState();
+    if (const Json* ls = st.get("loss_scale")) {
+        const Json* sc = ls->kind == Json::OBJ ? ls->get("scale") : nullptr;
+        const Json* cl = ls->kind == Json::OBJ ? ls->get("clean") : nullptr;
+        const Json* hy = ls->kind == Json::OBJ ? ls->get("hysteresis") : nullptr;
+        auto int_ok = [](const Json* j, double lo) { return j && j->kind == Json::NUM && j->num >= lo && j->num < 2147483648.0 && j->num == (double)(int)j->num; };
+        if (!sc || sc->kind != Json::NUM || !(sc->num > 0) || !std::isfinite(sc->num) || !int_ok(cl, 0) || !int_ok(hy, -2147483647.0))
+            return "loss_scale is not {\"scale\": a number above 0, \"clean\": an integer >= 0, \"hysteresis\": an integer}";
+        s->loss_scale.dynamic = true;
+        s->loss_scale.scale = sc->num;
+        s->loss_scale.clean = (int)cl->num;
+        s->loss_scale.hysteresis = (int)hy->num;
+    }
     return "";
 }
 
@@ -238,16 +254,21 @@ static inline void ckpt_remove(const std::string& dir) {
 
 // state.json's text.
 static inline std::string ckpt_state_json(const ModelConfig& c, const TrainState& s, const Fp8State* fp8) {
-    std::string window;
-    for (double x : s.loss_window) {
+    auto exact = [](double x) {  // a resumed run's window and scale are this one's
         char b[32];
-        snprintf(b, sizeof(b), "%.17g", x);  // exact: a resumed run's window is this one's
-        window += (window.empty() ? "" : ",") + std::string(b);
-    }
+        snprintf(b, sizeof(b), "%.17g", x);
+        return std::string(b);
+    };
+    std::string window;
+    for (double x : s.loss_window) window += (window.empty() ? "" : ",") + exact(x);
     const bool with_fp8 = fp8 && fp8->history > 0;
     return "{\"step\":" + std::to_string(s.step) + ",\"train_sample\":" + std::to_string(s.train_sample) +
            ",\"rng\":\"" + std::to_string(s.rng) + "\",\"skipped\":" + std::to_string(s.skipped) +
            ",\"skips_in_a_row\":" + std::to_string(s.skips_in_a_row) + ",\"loss_window\":[" + window + "]" +
+           (s.loss_scale.dynamic ? ",\"loss_scale\":{\"scale\":" + exact(s.loss_scale.scale) + ",\"clean\":" +
+                                        std::to_string(s.loss_scale.clean) + ",\"hysteresis\":" +
+                                        std::to_string(s.loss_scale.hysteresis) + "}"
+                                  : std::string()) +
            (with_fp8 ? ",\"fp8\":{\"history\":" + std::to_string(fp8->history) + ",\"pos\":" + std::to_string(fp8->pos) + "}"
                      : std::string()) +
            ",\"config\":" + config_to_json(c) + "}\n";

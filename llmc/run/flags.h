@@ -94,6 +94,9 @@ static inline void print_usage(const char* prog) {
            "                       end the run (default 5)\n"
            "  --spike-z Z          also skip a loss Z standard deviations above the mean of the last\n"
            "                       --spike-window N accepted losses (default 0: off; window 100)\n"
+           "  --loss-scale S|dynamic  the loss times S in the backward, gradients times 1/S (default 1: none);\n"
+           "                       dynamic: Megatron's rule, --initial-loss-scale F (2^32) --loss-scale-window N\n"
+           "                       (1000) --hysteresis N (2) --min-loss-scale F (1); an overflow skips the step\n"
            "  -v N                 validation every N steps (default 50)  --val-batches N (default 10)\n"
            "  --eval FILE          multiple-choice accuracy every -v steps and at the end: HellaSwag's jsonl\n"
            "                       (ctx, endings, label; tokenized by --tokenizer) or llm.c's eval .bin\n"
@@ -206,6 +209,11 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
             if (!(x > 0) || !(x <= hi)) die("flag %s expects %s above 0 and at most %g, got '%s'", a.c_str(), unit, hi, v);
             return x;
         };
+        auto as_scale = [&]() -> double {  // a loss scale: a finite number above 0
+            double x = as_f();
+            if (!(x > 0) || !std::isfinite(x)) die("flag %s expects a number above 0, got '%s'", a.c_str(), v);
+            return x;
+        };
         auto as_bool = [&]() -> bool {
             std::string s = v;
             if (s == "1" || s == "true") return true;
@@ -281,6 +289,20 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         else if (a == "--skip-limit") { long x = as_int(); if (x < 0 || x > 1000000) die("flag --skip-limit expects 0 to 1000000, got '%s'", v); tc->skip_limit = (int)x; }
         else if (a == "--spike-z") { tc->spike_z = as_f(); if (!(tc->spike_z >= 0) || !std::isfinite(tc->spike_z)) die("flag --spike-z expects a number >= 0 (0: off), got '%s'", v); }
         else if (a == "--spike-window") tc->spike_window = as_pos();
+        else if (a == "--loss-scale") {
+            tc->loss_scaling.dynamic = s == "dynamic";
+            if (!tc->loss_scaling.dynamic) {
+                char* end = nullptr;
+                const double x = strtod(v, &end);
+                if (!*v || *end || !(x > 0) || !std::isfinite(x))
+                    die("flag --loss-scale expects a number above 0 (1: none) or 'dynamic', got '%s'", v);
+                tc->loss_scaling.scale = x;
+            }
+        }
+        else if (a == "--initial-loss-scale") tc->loss_scaling.initial = as_scale();
+        else if (a == "--min-loss-scale") tc->loss_scaling.min_scale = as_scale();
+        else if (a == "--loss-scale-window") tc->loss_scaling.window = as_pos();
+        else if (a == "--hysteresis") tc->loss_scaling.hysteresis = as_pos();
         else if (a == "-v") { long x = as_int(); if (x < 0) die("flag -v must be >= 0"); tc->val_every = (int)x; }
         else if (a == "--val-batches") tc->val_batches = as_pos();
         else if (a == "--reset-position-ids") tc->docs.reset_positions = as_bool();
@@ -343,6 +365,8 @@ static inline void parse_args(int argc, char** argv, ModelConfig* mc, TrainConfi
         tc->tokenizer = ends_with(tc->train_data, ".txt") ? "bytes" : mc->vocab_size == 50257 ? "gpt2" : mc->vocab_size == 128256 ? "llama3" : "";
     }
     documents_resolve_eod(&tc->docs, tc->tokenizer, mc->vocab_size);
+    if (tc->loss_scaling.dynamic && tc->loss_scaling.min_scale > tc->loss_scaling.initial)
+        die("flag --min-loss-scale %g exceeds --initial-loss-scale %g", tc->loss_scaling.min_scale, tc->loss_scaling.initial);
     if (tc->T == 0) tc->T = mc->seq_len;
     if (tc->T > mc->seq_len) die("flag -t %d exceeds the model's sequence length %d (raise --seq)", tc->T, mc->seq_len);
     if (tc->min_lr < 0) tc->min_lr = tc->lr / 10.0;

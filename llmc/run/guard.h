@@ -3,6 +3,8 @@
 // already agreed by every rank: the loss summed over the ranks that count it, the norm over every gradient range)
 // decide whether the update happens:
 //   non-finite   a NaN or inf loss or norm (a corrupt batch, an overflow): the update is skipped
+//   overflow     under loss scaling (--loss-scale, llmc/loss_scale.h), a finite loss with a non-finite norm: skipped
+//                too; while a dynamic scale can still go lower it does not count toward --skip-limit
 //   spike        with --spike-z Z > 0: a loss more than Z standard deviations above the mean of the last
 //                --spike-window accepted losses (acting once the window is full) is skipped too
 // A skipped step leaves the weights, the AdamW moments and AdamW's step count as they were; the data and the
@@ -18,13 +20,16 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
-#include "llmc/run/flags.h"
+#include "llmc/train_config.h"
 #include "llmc/run/checkpoint.h"
 #include "llmc/utils.h"
 
-enum GuardVerdict { GUARD_UPDATE = 0, GUARD_NONFINITE = 1, GUARD_SPIKE = 2 };
+// overflow: a finite loss and a non-finite gradient norm under loss scaling (llmc/loss_scale.h)
+enum GuardVerdict { GUARD_UPDATE = 0, GUARD_NONFINITE = 1, GUARD_SPIKE = 2, GUARD_OVERFLOW = 3 };
 
-static inline const char* guard_name(int v) { return v == GUARD_NONFINITE ? "non-finite" : v == GUARD_SPIKE ? "loss spike" : "update"; }
+static inline const char* guard_name(int v) {
+    return v == GUARD_NONFINITE ? "non-finite" : v == GUARD_SPIKE ? "loss spike" : v == GUARD_OVERFLOW ? "overflow" : "update";
+}
 
 // The mean and standard deviation of the window (population).
 static inline void guard_window_stats(const std::vector<double>& w, double* mean, double* sd) {
@@ -37,7 +42,8 @@ static inline void guard_window_stats(const std::vector<double>& w, double* mean
 
 // Whether step's update happens, from its agreed loss and pre-clip gradient norm.
 static inline GuardVerdict guard_verdict(const TrainConfig& tc, const TrainState& s, double loss, double norm) {
-    if (!std::isfinite(loss) || !std::isfinite(norm)) return GUARD_NONFINITE;
+    if (!std::isfinite(loss)) return GUARD_NONFINITE;
+    if (!std::isfinite(norm)) return tc.loss_scaling.on() ? GUARD_OVERFLOW : GUARD_NONFINITE;
     if (tc.spike_z > 0 && (int)s.loss_window.size() == tc.spike_window) {
         double mean, sd;
         guard_window_stats(s.loss_window, &mean, &sd);
@@ -58,6 +64,9 @@ static inline bool guard_record(const TrainConfig& tc, TrainState* s, GuardVerdi
         return true;
     }
     s->skipped++;
+    // an overflow that the dynamic scale lowers itself for is no sign of divergence (Megatron-LM skips those without
+    // a limit): it neither counts toward --skip-limit nor ends a run of skips
+    if (v == GUARD_OVERFLOW && loss_scale_can_lower(tc.loss_scaling, s->loss_scale)) return true;
     s->skips_in_a_row++;
     if (s->skips_in_a_row <= tc.skip_limit) return true;
     char b[256];

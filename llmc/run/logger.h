@@ -17,6 +17,7 @@
 #include "llmc/model_config.h"
 #include "llmc/flops.h"
 #include "llmc/utils.h"
+#include "llmc/run/guard.h"
 
 // harness formats, a bit mask (--log-format)
 enum { LOG_MEGATRON = 1, LOG_FLAGPERF = 2, LOG_PADDLE = 4 };
@@ -55,6 +56,7 @@ struct Logger {
     std::vector<double> rank_bytes;  // measured bytes per rank (log_memory), for the summary
     double t_start_ms = 0;         // wall clock at logger_open, for end-to-end time
     double eval_acc = -1, eval_acc_norm = -1;  // the last --eval's accuracies (-1: none ran), for the summary
+    bool loss_scaling = false;     // --loss-scale other than 1: the step line and metrics.jsonl show the scale
 };
 
 static inline double wall_ms() {
@@ -125,25 +127,29 @@ static inline double logger_mfu(const Logger* lg, double tok_s, double flops_per
     return lg->peak_flops > 0 ? tok_s * flops_per_token / lg->peak_flops : 0.0;
 }
 
-// skip: the numerics guard's verdict (llmc/run/guard.h: 0 updated, 1 non-finite, 2 loss spike; a skipped step says so).
-static inline void log_step(Logger* lg, int step, int steps, double loss, double lr, double gnorm, double ms, int skip = 0) {
+// skip: the numerics guard's verdict (llmc/run/guard.h: 0 updated, 1 non-finite, 2 loss spike, 3 overflow; a skipped
+// step says so). loss_scale: the loss scale after this step (llmc/loss_scale.h; 1: none).
+static inline void log_step(Logger* lg, int step, int steps, double loss, double lr, double gnorm, double ms, int skip = 0,
+                            double loss_scale = 1.0) {
     double tok_s = lg->tokens_per_step / (ms / 1000.0) / lg->n_devices;
     double tflops = tok_s * lg->flops_per_token / 1e12;
     lg->step_ms.push_back(ms);
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.3f TFLOP/s", step, steps, loss, lr,
            gnorm, ms, tok_s, tflops);
     if (lg->peak_flops > 0) printf(" | MFU %.1f%%", 100.0 * tflops * 1e12 / lg->peak_flops);
-    if (skip) printf(" | update skipped (%s)", skip == 1 ? "non-finite" : "loss spike");
+    if (lg->loss_scaling) printf(" | loss scale %.1f", loss_scale);
+    if (skip) printf(" | update skipped (%s)", guard_name(skip));
     printf("\n");
     lg->step_tok_s.push_back(tok_s);
     const long long gbs = lg->seq_len > 0 ? (long long)llround(lg->tokens_per_step / lg->seq_len) : 0;
     if (lg->formats & LOG_MEGATRON) {
-        // Megatron-LM's training_log (loss scale 1: nothing scales the loss; skipped and NaN iterations of this step)
+        // Megatron-LM's training_log: the loss scale after the step, this step's skipped iteration (any skipped update)
+        // and NaN iteration (a loss that is not finite)
         printf(" iteration %8d/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f |", step, steps,
                gbs * step, ms);
         printf(" learning rate: %.6E | global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |"
                " number of skipped iterations: %3d | number of nan iterations: %3d |\n",
-               lr, gbs, loss, 1.0, gnorm, skip ? 1 : 0, std::isfinite(loss) && std::isfinite(gnorm) ? 0 : 1);
+               lr, gbs, loss, loss_scale, gnorm, skip ? 1 : 0, std::isfinite(loss) ? 0 : 1);
     }
     if (lg->formats & LOG_FLAGPERF) {
         char v[512];
@@ -156,9 +162,10 @@ static inline void log_step(Logger* lg, int step, int steps, double loss, double
     fflush(stdout);
     if (lg->jsonl) {
         // (a non-finite loss or norm is written as null: NaN is not JSON)
-        fprintf(lg->jsonl, "{\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.4f,\"tokens_per_s\":%.2f%s}\n",
-                step, json_num(loss).c_str(), lr, json_num(gnorm).c_str(), ms, tok_s,
-                skip ? (skip == 1 ? ",\"skipped\":\"non-finite\"" : ",\"skipped\":\"loss spike\"") : "");
+        const std::string scale = lg->loss_scaling ? ",\"loss_scale\":" + json_num(loss_scale) : "";
+        const std::string skipped = skip ? ",\"skipped\":\"" + std::string(guard_name(skip)) + "\"" : "";
+        fprintf(lg->jsonl, "{\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.4f,\"tokens_per_s\":%.2f%s%s}\n",
+                step, json_num(loss).c_str(), lr, json_num(gnorm).c_str(), ms, tok_s, scale.c_str(), skipped.c_str());
         fflush(lg->jsonl);
     }
 }

@@ -183,6 +183,7 @@ static inline void run_logger_open(Logger* lg, bool rank0, const ModelConfig& mc
     lg->tokens_per_step = (double)tc.total_batch;
     lg->flops_per_token = model_flops_per_token(mc, tc.T);
     lg->peak_flops = peak_flops;
+    lg->loss_scaling = tc.loss_scaling.on();
     lg->n_devices = n_devices;
     lg->formats = tc.log_formats;
     lg->seq_len = tc.T;
@@ -211,6 +212,7 @@ static void run_train(const CommT& world, const Trainer& tr, const Layout& L, co
     }
     if (has_eval && state->step == 0 && tc.val_every > 0) run_mc_eval(world, tr, L, files->eval, 0, lg, tc.eval_scores);
     const int first_step = state->step;
+    loss_scale_begin(tc.loss_scaling, &state->loss_scale);  // a fresh or static scale, or the checkpoint's
     const TestHooks hooks = test_hooks_read(mc.vocab_size);  // tests only (llmc/run/test_hooks.h)
     for (int step = state->step; step < tc.steps; step++) {
         const double t0 = now_ms();
@@ -227,9 +229,11 @@ static void run_train(const CommT& world, const Trainer& tr, const Layout& L, co
         loss = tr.step(inputs, targets, step, lr, mb0, &norm, &verdict);
         const double ms = tr.step_end ? tr.step_end(t0) : now_ms() - t0;
         state->step = step + 1;
-        if (rank0) log_step(lg, step + 1, tc.steps, loss, lr, norm, ms, verdict);
         std::string why;
-        if (!guard_record(tc, state, verdict, loss, step + 1, &why)) {
+        const bool go_on = guard_record(tc, state, verdict, loss, step + 1, &why);
+        loss_scale_update(tc.loss_scaling, &state->loss_scale, !std::isfinite(norm));  // after the guard: it reads the step's scale
+        if (rank0) log_step(lg, step + 1, tc.steps, loss, lr, norm, ms, verdict, state->loss_scale.scale);
+        if (!go_on) {
             if (rank0) log_failed(lg, mc);
             die("%s", why.c_str());
         }
