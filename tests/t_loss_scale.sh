@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Loss scaling (llmc/loss_scale.h: --loss-scale S|dynamic, Megatron-LM's rule) in both trainers. The oracles:
+#   - the run without a scale: a power-of-two scale multiplies and divides exactly, so without an overflow the scaled
+#     run's weights and moments are bit-identical to the unscaled run's (the CPU trainer, and train_gpt.cu's bf16
+#     and fp32 builds on emulated GPUs), while a dynamic scale grows every step;
+#   - Megatron's rule replayed in Python on the logged norms (tests/metrics_checks.py loss_scale): every step's
+#     logged scale, and exactly the overflowed steps skipped;
+#   - the checkpoints before and after a skipped step (bit-identical weights and moments), and the uninterrupted run
+#     for a resume across a change of the scale.
+# An overflow is forced by the test hook LLMC_TEST_NAN_GRAD_STEPS (llmc/run/test_hooks.h: NaN gradients under a
+# finite loss, what an fp16 backward's overflow gives).
+#   1. train_gpt_cpu: bit-identity under a static and a growing dynamic scale; one overflow at hysteresis 1 (the scale
+#      halves, one step skipped); overflows at steps 3-9 at hysteresis 2 with --skip-limit 2 (no stop: the scale
+#      lowers itself), the same under a static scale and at the floor (both stop: those count); resume across a
+#      change of the scale; dp 2, tp 2 and pp 2 (mpirun): the same decisions and scales as one process.
+#   2. train_gpt.cu on emulated GPUs (fp32 and bf16 at one GPU; bf16 at dp 2 zero 1, tp 2, pp 2): an overflow skipped
+#      and the scale lowered, and the run bit-identical to the one without a scale.
+#   3. bad flags and a bad loss_scale in a checkpoint stop with exit 1 naming the flag or the file.
+# About 60 s on 2 cores.
+set -u
+d=build/t_loss_scale
+rm -rf "$d" && mkdir -p "$d"
+status=0
+export OMP_NUM_THREADS=1
+PY=/usr/bin/python3
+pass() { echo "[PASS] $1"; }
+fail() { echo "[FAIL] $1"; status=1; }
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+base=(-c gpt3_tiny --vocab 301 -b 2 -t 32 -d 128 -v 0 -g 0 -i data/mobydick.txt -j "" -n 1 --keep 99)
+ck() { echo "$d/$1/ckpt_$(printf %08d "$2")"; }
+# same_ck A B: checkpoints A and B (of one layout) hold bit-identical weights and moments: every shard's .bin
+same_ck() {
+    local f n=0
+    for f in "$1"/shard_*.bin; do cmp -s "$f" "$2/$(basename "$f")" || return 1; n=$((n + 1)); done
+    [ $n -gt 0 ] && [ $n = "$(ls "$2"/shard_*.bin | wc -l)" ]
+}
+# replay NAME SCALE INIT WINDOW HYST MIN SKIPS: Megatron's rule replayed on NAME's metrics; sets out
+replay() { local n=$1; shift; out=$($PY tests/metrics_checks.py loss_scale "$d/$n/metrics.jsonl" "$@"); }
+# same_curve A B LAST [SKIP]: A's and B's losses (steps 1..LAST) and norms (but at step SKIP, where both are NaN) are
+# equal (as printed: %.9g)
+same_curve() {
+    local a=$d/$1/metrics.jsonl b=$d/$2/metrics.jsonl skip=${4:-0}
+    [ "$($PY tests/metrics_checks.py diff "$a" "$b" 1 loss 0 "$3")" = 0 ] || return 1
+    if [ "$skip" = 0 ]; then [ "$($PY tests/metrics_checks.py diff "$a" "$b" 1 grad_norm 0 "$3")" = 0 ]
+    else [ "$($PY tests/metrics_checks.py diff "$a" "$b" 1 grad_norm 0 $((skip - 1)))" = 0 ] &&
+        [ "$($PY tests/metrics_checks.py diff "$a" "$b" $((skip + 1)) grad_norm 0 "$3")" = 0 ]; fi
+}
+
+# 1. the CPU trainer
+timeout 120 ./train_gpt_cpu "${base[@]}" -x 5 -o "$d/none" > "$d/none.log" 2>&1
+r0=$?
+timeout 120 ./train_gpt_cpu "${base[@]}" -x 5 -o "$d/static" --loss-scale 1024 > "$d/static.log" 2>&1
+r1=$?
+timeout 120 ./train_gpt_cpu "${base[@]}" -x 5 -o "$d/grow" --loss-scale dynamic --initial-loss-scale 65536 --loss-scale-window 1 > "$d/grow.log" 2>&1
+r2=$?
+if [ $r0$r1$r2 = 000 ] && same_ck "$(ck none 5)" "$(ck static 5)" && same_ck "$(ck none 5)" "$(ck grow 5)" &&
+   same_curve none static 5 && same_curve none grow 5 && replay grow dynamic 65536 1 2 1 none; then
+    pass "train_gpt_cpu: --loss-scale 1024 and a dynamic scale doubling every step ($out): losses, norms and step 5's weights and moments bit-identical to the run without a scale"
+else fail "train_gpt_cpu: scaled runs against the unscaled: exits $r0 $r1 $r2, ${out:-}"; fi
+
+LLMC_TEST_NAN_GRAD_STEPS=3 timeout 120 ./train_gpt_cpu "${base[@]}" -x 5 -o "$d/one" --loss-scale dynamic \
+    --initial-loss-scale 1024 --hysteresis 1 --log-format megatron > "$d/one.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && replay one dynamic 1024 1000 1 1 3 && same_ck "$(ck one 2)" "$(ck one 3)" &&
+   grep -q '"skipped":1,' "$(ck one 5)/state.json" && grep -q '"loss_scale":{"scale":512,' "$(ck one 5)/state.json" &&
+   grep -q 'iteration        3/.*loss scale: 512.0 .*number of skipped iterations:   1 | number of nan iterations:   0' "$d/one.log" &&
+   grep -q 'step     3/5 .*loss scale 512.0 | update skipped (overflow)' "$d/one.log"; then
+    pass "train_gpt_cpu: an overflow at step 3, hysteresis 1: $out; step 3 left the weights and moments bit-identical; state.json and Megatron's line count one skip and scale 512"
+else fail "train_gpt_cpu: one overflow: exit $rc, ${out:-}, $(grep -m1 error "$d/one.log")"; fi
+
+# overflows at 3-4 (the second halves), growth at 6 (the hysteresis count restored), overflows at 7-11
+LLMC_TEST_NAN_GRAD_STEPS=3,4,7,8,9,10,11 timeout 120 ./train_gpt_cpu "${base[@]}" -x 12 -o "$d/run" --loss-scale dynamic \
+    --initial-loss-scale 1024 --loss-scale-window 2 --skip-limit 2 > "$d/run.log" 2>&1
+rc=$?
+if [ $rc = 0 ] && replay run dynamic 1024 2 2 1 3,4,7,8,9,10,11 && same_ck "$(ck run 6)" "$(ck run 11)"; then
+    pass "train_gpt_cpu: overflows at steps 3-4 and 7-11, hysteresis 2, window 2, --skip-limit 2: no stop (the scale lowers itself): $out"
+else fail "train_gpt_cpu: a run of overflows: exit $rc, ${out:-}, $(grep -m1 error "$d/run.log")"; fi
+for v in "fixed --loss-scale 1024" "floor --loss-scale dynamic --initial-loss-scale 4 --min-loss-scale 4"; do
+    name=${v%% *}
+    # shellcheck disable=SC2086
+    LLMC_TEST_NAN_GRAD_STEPS=3,4,5 timeout 120 ./train_gpt_cpu "${base[@]}" -x 6 -o "$d/$name" ${v#* } --skip-limit 2 > "$d/$name.log" 2>&1
+    rc=$?
+    if [ $rc = 1 ] && grep -q "step 5: 3 updates in a row skipped (the last: overflow" "$d/$name.log" && [ -f "$(ck "$name" 4)/DONE" ] &&
+       [ ! -e "$(ck "$name" 5)" ]; then
+        pass "train_gpt_cpu: overflows at steps 3-5 under a $name scale, --skip-limit 2: exit 1 at step 5 (a scale that cannot go lower counts its overflows)"
+    else fail "train_gpt_cpu: overflows under a $name scale: exit $rc, $(grep -m1 error "$d/$name.log")"; fi
+done
+
+# resume across changes of the scale: overflow at 3 (halved), growth at 5 and 7 (window 2); resumed from step 4
+sc=(--loss-scale dynamic --initial-loss-scale 1024 --loss-scale-window 2 --hysteresis 1)
+LLMC_TEST_NAN_GRAD_STEPS=3 timeout 120 ./train_gpt_cpu "${base[@]}" -x 8 -o "$d/whole" "${sc[@]}" > "$d/whole.log" 2>&1
+r1=$?
+mkdir -p "$d/resumed" && cp -r "$(ck whole 4)" "$d/resumed/"
+timeout 120 ./train_gpt_cpu "${base[@]}" -x 8 -o "$d/resumed" "${sc[@]}" --resume auto > "$d/resumed.log" 2>&1
+r2=$?
+st() { grep -o '"loss_scale":{[^}]*}' "$(ck "$1" 8)/state.json"; }
+if [ $r1$r2 = 00 ] && replay whole dynamic 1024 2 1 1 3 && same_ck "$(ck whole 8)" "$(ck resumed 8)" && [ -n "$(st whole)" ] &&
+   [ "$(st whole)" = "$(st resumed)" ] && [ "$(grep '"step":[5-8],' "$d/whole/metrics.jsonl" | grep -o '"loss_scale":[0-9.e+]*')" = \
+   "$(grep '"step":[5-8],' "$d/resumed/metrics.jsonl" | grep -o '"loss_scale":[0-9.e+]*')" ]; then
+    pass "train_gpt_cpu: resumed from step 4 (scale $(grep -o '"scale":[0-9]*' "$(ck whole 4)/state.json"), mid-window): steps 5-8's scales, state.json's $(st whole) and the weights bit-identical to the uninterrupted run's"
+else fail "train_gpt_cpu: resume across a scale change: exits $r1 $r2, ${out:-}, $(grep -m1 error "$d/resumed.log")"; fi
+
+# every layout: the one-process run's decisions and scales, its losses to t_parallel's tolerance
+LLMC_TEST_NAN_GRAD_STEPS=3 timeout 120 ./train_gpt_cpu "${base[@]}" -x 4 -o "$d/p1" "${sc[@]}" > "$d/p1.log" 2>&1
+for layout in "dp 2" "tp 2" "pp 2"; do
+    name=mpi_${layout/ /}
+    LLMC_TEST_NAN_GRAD_STEPS=3 timeout 120 "${MPIRUN[@]}" -np 2 -x LLMC_TEST_NAN_GRAD_STEPS ./train_gpt_cpu "${base[@]}" -x 4 \
+        --${layout/ / } "${sc[@]}" -o "$d/$name" > "$d/$name.log" 2>&1
+    rc=$?
+    worst=$($PY tests/metrics_checks.py diff "$d/p1/metrics.jsonl" "$d/$name/metrics.jsonl" 1 loss 1 4)
+    if [ $rc = 0 ] && replay "$name" dynamic 1024 2 1 1 3 && same_ck "$(ck "$name" 2)" "$(ck "$name" 3)" &&
+       $PY tests/metrics_checks.py within "$worst" 1e-5; then
+        pass "train_gpt_cpu --$layout (2 ranks): an overflow at step 3: $out, weights unchanged; losses within $worst of one process"
+    else fail "train_gpt_cpu --$layout: exit $rc, ${out:-}, loss difference ${worst:-}, $(grep -m1 error "$d/$name.log")"; fi
+done
+
+# 2. the CUDA trainer on emulated GPUs (head dim 64, T 64: the attention kernels' shapes)
+ebase=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2 -b 1 -t 64 -d 64 -v 0 -g 0 -i data/mobydick.txt -j "" -n 1 --keep 99)
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "[SKIP] train_gpt: the CUDA emulation's fiber switch is x86-64 only"
+elif ! make -s build/train_gpt_emu build/train_gpt_fp32_emu > "$d/build_emu.log" 2>&1; then
+    fail "build/train_gpt_emu and build/train_gpt_fp32_emu build: $(grep -m 3 error "$d/build_emu.log")"
+else
+    # each layout: the run without a scale and the scaled one (doubling on every clean step), an overflow at step 2 in
+    # both (skipped by both: the guard's non-finite rule, the scale's overflow); bit-identical after step 3
+    sc1=(--loss-scale dynamic --initial-loss-scale 1024 --loss-scale-window 1 --hysteresis 1)
+    for layout in "fp32" "bf16" "bf16 --dp 2 --zero 1" "bf16 --tp 2" "bf16 --pp 2"; do
+        b=${layout%% *}
+        bin=build/train_gpt_emu
+        [ $b = fp32 ] && bin=build/train_gpt_fp32_emu
+        lf=()
+        run=(timeout 300 $bin)
+        if [ "$layout" != "$b" ]; then
+            # shellcheck disable=SC2206
+            lf=(-d 128 ${layout#* })
+            run=(timeout 300 "${MPIRUN[@]}" -np 2 -x LLMC_TEST_NAN_GRAD_STEPS -x EMU_NCCL_TIMEOUT $bin)
+        fi
+        name=cuda_${layout// /}
+        LLMC_TEST_NAN_GRAD_STEPS=2 EMU_NCCL_TIMEOUT=60 "${run[@]}" "${ebase[@]}" "${lf[@]}" -x 3 -o "$d/${name}_none" > "$d/${name}_none.log" 2>&1
+        r1=$?
+        LLMC_TEST_NAN_GRAD_STEPS=2 EMU_NCCL_TIMEOUT=60 "${run[@]}" "${ebase[@]}" "${lf[@]}" -x 3 -o "$d/$name" "${sc1[@]}" > "$d/$name.log" 2>&1
+        r2=$?
+        if [ $r1$r2 = 00 ] && replay "$name" dynamic 1024 1 1 1 2 && same_ck "$(ck "$name" 1)" "$(ck "$name" 2)" &&
+           same_ck "$(ck "${name}_none" 3)" "$(ck "$name" 3)" && same_curve "${name}_none" "$name" 3 2; then
+            pass "train_gpt ($layout, emulated GPUs): an overflow at step 2: $out, weights and moments unchanged by it; losses, norms and step 3's weights and moments bit-identical to the run without a scale"
+        else fail "train_gpt ($layout): exits $r1 $r2, ${out:-}, $(grep -m1 error "$d/$name.log")"; fi
+    done
+fi
+
+# 3. bad flags, a bad checkpoint
+for bad in "--loss-scale 0" "--loss-scale -2" "--loss-scale nan" "--loss-scale inf" "--loss-scale dyn" "--initial-loss-scale 0" \
+           "--min-loss-scale -1" "--hysteresis 0" "--loss-scale-window 0" "--loss-scale dynamic --initial-loss-scale 4 --min-loss-scale 8"; do
+    # shellcheck disable=SC2086
+    out=$(timeout 60 ./train_gpt_cpu "${base[@]}" -x 1 -o "" $bad 2>&1)
+    rc=$?
+    flag=
+    for w in $bad; do case $w in --*) flag=$w ;; esac; done  # the last flag named
+    if [ $rc = 1 ] && grep -q -- "flag $flag" <<< "$out" && ! grep -q "^step" <<< "$out"; then pass "$bad: exit 1 naming the flag: $(grep -m1 -- "$flag" <<< "$out" | cut -c1-110)"
+    else fail "$bad: exit $rc, $(head -c 200 <<< "$out")"; fi
+done
+mkdir -p "$d/badsrc" "$d/badck"
+cp -r "$(ck whole 4)" "$d/badsrc/"
+$PY - "$(ck badsrc 4)" <<'EOF'
+import sys, re
+p = sys.argv[1] + "/state.json"
+s = open(p).read()
+open(p, "w").write(re.sub(r'"loss_scale":\{"scale":[^,]*', '"loss_scale":{"scale":-1', s))
+EOF
+# the hashes renewed, so that only the value is wrong
+$PY tests/ckpt_edit.py "$(ck badsrc 4)" "$(ck badck 4)" > "$d/badck_edit.log" 2>&1
+out=$(timeout 60 ./train_gpt_cpu "${base[@]}" -x 5 -o "$d/badck" "${sc[@]}" --resume auto 2>&1)
+rc=$?
+if [ $rc = 1 ] && grep -q "state.json.*loss_scale" <<< "$out" && ! grep -q "^step" <<< "$out"; then
+    pass "a checkpoint whose loss_scale is -1: exit 1 naming state.json: $(grep -m1 loss_scale <<< "$out" | cut -c1-140)"
+else fail "a bad loss_scale in a checkpoint: exit $rc, $(tail -c 300 <<< "$out")"; fi
+
+[ $status = 0 ] && rm -rf "$d"
+exit $status
