@@ -148,7 +148,7 @@ static void test_optimizer(GPT* g, const RefState& ref, const ParamTable& table,
         cudaCheck(cudaMemcpy(g->grads, gx.data(), table.total * sizeof(floatX), cudaMemcpyHostToDevice));
         const double lr = lr_at(s, ref.S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         lr_sum += lr;
-        gpt_grad_norm(g, tc);
+        gpt_grad_norm(g, tc, 1.0);  // no loss scale
         gpt_update(g, s + 1, lr, tc);
     }
     gpt_get_weights(g, &fin, nullptr, nullptr);
