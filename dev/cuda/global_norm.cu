@@ -29,7 +29,7 @@ static void norm_launch(int version, float* out, float* partial, const T* g, siz
     if (version == 1) {
         global_norm_v1_kernel<T><<<GLOBAL_NORM_BLOCKS, GLOBAL_NORM_THREADS, 0, st>>>(partial, g, n);
         cudaCheck(cudaGetLastError());
-        global_norm_final_kernel<<<1, GLOBAL_NORM_THREADS, 0, st>>>(out, partial, CLIP);
+        global_norm_final_kernel<<<1, GLOBAL_NORM_THREADS, 0, st>>>(out, partial, CLIP, 1.0f);
     } else {
         global_norm(out, partial, g, n, CLIP, st);
     }
