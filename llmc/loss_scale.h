@@ -15,6 +15,7 @@
 //             scale halves, not below M (so after the first H - 1 overflows every further one halves it, until a
 //             growth restores the count)
 //   clean     the clean count grows by one; at N, it restarts, the hysteresis count is back to H and the scale doubles
+//             (Megatron tests == N; at or past N is the same but for a run resumed with a window shorter than its count)
 // The scale, both counts and the scale each log line prints are those after this update (Megatron prints the scale
 // after its optimizer step). They are part of a checkpoint (llmc/run/checkpoint.h), so a resumed run scales as the
 // uninterrupted one.
@@ -69,7 +70,7 @@ static inline void loss_scale_update(const LossScaling& c, LossScaleState* s, bo
         if (s->hysteresis <= 0) s->scale = std::max(s->scale * 0.5, c.min_scale);
         return;
     }
-    if (++s->clean == c.window) {
+    if (++s->clean >= c.window) {  // at or past: a run resumed with a shorter window grows at once
         s->clean = 0;
         s->hysteresis = c.hysteresis;
         s->scale *= 2.0;

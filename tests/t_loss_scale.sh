@@ -36,7 +36,7 @@ same_ck() {
     [ $n -gt 0 ] && [ $n = "$(ls "$2"/shard_*.bin | wc -l)" ]
 }
 # replay NAME SCALE INIT WINDOW HYST MIN SKIPS: Megatron's rule replayed on NAME's metrics; sets out
-replay() { local n=$1; shift; out=$($PY tests/metrics_checks.py loss_scale "$d/$n/metrics.jsonl" "$@"); }
+replay() { local n=$1; shift; out=; out=$($PY tests/metrics_checks.py loss_scale "$d/$n/metrics.jsonl" "$@"); }
 # same_curve A B LAST [SKIP]: A's and B's losses (steps 1..LAST) and norms (but at step SKIP, where both are NaN) are
 # equal (as printed: %.9g)
 same_curve() {
@@ -98,8 +98,20 @@ st() { grep -o '"loss_scale":{[^}]*}' "$(ck "$1" 8)/state.json"; }
 if [ $r1$r2 = 00 ] && replay whole dynamic 1024 2 1 1 3 && same_ck "$(ck whole 8)" "$(ck resumed 8)" && [ -n "$(st whole)" ] &&
    [ "$(st whole)" = "$(st resumed)" ] && [ "$(grep '"step":[5-8],' "$d/whole/metrics.jsonl" | grep -o '"loss_scale":[0-9.e+]*')" = \
    "$(grep '"step":[5-8],' "$d/resumed/metrics.jsonl" | grep -o '"loss_scale":[0-9.e+]*')" ]; then
-    pass "train_gpt_cpu: resumed from step 4 (scale $(grep -o '"scale":[0-9]*' "$(ck whole 4)/state.json"), mid-window): steps 5-8's scales, state.json's $(st whole) and the weights bit-identical to the uninterrupted run's"
+    pass "train_gpt_cpu: resumed from step 4 (scale $(grep -o '"scale":[0-9]*' "$(ck whole 4)/state.json" | cut -d: -f2), mid-window): steps 5-8's scales, state.json's $(st whole) and the weights bit-identical to the uninterrupted run's"
 else fail "train_gpt_cpu: resume across a scale change: exits $r1 $r2, ${out:-}, $(grep -m1 error "$d/resumed.log")"; fi
+
+# resumed with a shorter window than its clean count (1 against step 4's count of 1): it doubles at the next clean step
+mkdir -p "$d/shorter" && cp -r "$(ck whole 4)" "$d/shorter/"
+timeout 120 ./train_gpt_cpu "${base[@]}" -x 6 -o "$d/shorter" --loss-scale dynamic --initial-loss-scale 1024 --loss-scale-window 1 \
+    --hysteresis 1 --resume auto > "$d/shorter.log" 2>&1
+rc=$?
+s4=$(grep -o '"scale":[0-9]*' "$(ck whole 4)/state.json" | cut -d: -f2)
+s5=$(grep '"step":5,' "$d/shorter/metrics.jsonl" | grep -o '"loss_scale":[0-9]*' | cut -d: -f2)
+s6=$(grep '"step":6,' "$d/shorter/metrics.jsonl" | grep -o '"loss_scale":[0-9]*' | cut -d: -f2)
+if [ $rc = 0 ] && [ -n "$s4" ] && [ "${s5:-}" = $((s4 * 2)) ] && [ "${s6:-}" = $((s4 * 4)) ]; then
+    pass "train_gpt_cpu: resumed at step 4 (scale $s4, 1 clean step) with --loss-scale-window 1: $s5 after step 5, $s6 after step 6"
+else fail "train_gpt_cpu: resumed with a shorter window: exit $rc, scale ${s4:-?} then ${s5:-?}, ${s6:-?}, $(grep -m1 error "$d/shorter.log")"; fi
 
 # every layout: the one-process run's decisions and scales, its losses to t_parallel's tolerance
 LLMC_TEST_NAN_GRAD_STEPS=3 timeout 120 ./train_gpt_cpu "${base[@]}" -x 4 -o "$d/p1" "${sc[@]}" > "$d/p1.log" 2>&1
