@@ -726,8 +726,8 @@ static void pp_bind(GPT* g, int s, int chunk) {
 
 // This stage's schedule over the n_mb micro-batches uploaded into buffers 0 .. n_mb-1: training (backward, each
 // micro-batch's loss scaled by `scale`, the first one's also by mb0 (llmc/run/guard.h's test hooks), the gradients by
-// the loss scale S as well (llmc/loss_scale.h) and accumulated, not reduced) or forward only; after the forward of the last chunk of a micro-batch, head(mb)
-// (validation: its loss). Only enqueues work, but for the groups' waits.
+// the loss scale S as well (llmc/loss_scale.h) and accumulated, not reduced) or forward only; after the forward of the
+// last chunk of a micro-batch, head(mb) (validation: its loss). Only enqueues work, but for the groups' waits.
 static void gpt_pipeline(GPT* g, int n_mb, bool backward, double scale, const std::function<void(int mb)>& head,
                          TestCorrupt mb0 = {}, double S = 1.0) {
     PpChunks fn;

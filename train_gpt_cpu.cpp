@@ -939,11 +939,13 @@ double train_step(GPT<real>* g, const std::vector<std::vector<int32_t>>& inputs,
     // the loss: summed over dp from one rank of each last-stage tp group
     if (!layout_counts_loss(L)) loss = 0;
     comm_host_sum(g->cm.world, &loss, 1);
-    double norm = grad_norm(g) / S;  // the unscaled gradients' norm
+    // the true gradients' norm, and the optimizer's factor: the clipping coefficient of torch.nn.utils.clip_grad_norm_
+    // times 1 / S (llmc/grad_clip.h)
+    double norm;
+    const double coef = unscaled_clip(grad_norm(g), tc.grad_clip, 1.0 / S, &norm);
     // the loss and the norm are the same on every rank, so is the guard's verdict (llmc/run/guard.h)
     *verdict = guard_verdict(tc, st, loss, norm);
-    // the clipping coefficient of torch.nn.utils.clip_grad_norm_ (llmc/grad_clip.h), and 1 / S
-    if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, clip_coef(norm, tc.grad_clip) / S);
+    if (*verdict == GUARD_UPDATE) adamw_update(g, guard_adam_step(st, step), lr, tc, coef);
     *norm_out = norm;
     return loss;
 }

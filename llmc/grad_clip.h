@@ -19,3 +19,12 @@ HOST_DEVICE inline T clip_coef(T norm, T clip) {
     const T c = clip / (norm + (T)1e-6);
     return c < (T)1 ? c : (T)1;  // NaN: 1
 }
+
+// Under loss scaling (llmc/loss_scale.h) the gradients are S times the true ones, inv_scale = 1 / S: *norm = the true
+// gradients' norm from the scaled ones' raw_norm; returns the optimizer's factor for the scaled gradients, clip_coef
+// of the true norm times 1 / S. inv_scale 1: clip_coef of raw_norm.
+template <typename T>
+HOST_DEVICE inline T unscaled_clip(T raw_norm, T clip, T inv_scale, T* norm) {
+    *norm = raw_norm * inv_scale;
+    return clip_coef(*norm, clip) * inv_scale;
+}

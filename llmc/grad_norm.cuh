@@ -77,9 +77,9 @@ __global__ void global_norm_final_kernel(float* __restrict__ out, const float* _
     for (int i = threadIdx.x; i < GLOBAL_NORM_BLOCKS; i += GLOBAL_NORM_THREADS) s += partial[i];
     float tot = block_sum_fixed(s);
     if (threadIdx.x == 0) {
-        float norm = sqrtf(tot) * inv_scale;
+        float norm;
+        out[1] = unscaled_clip(sqrtf(tot), clip, inv_scale, &norm);
         out[0] = norm;
-        out[1] = clip_coef(norm, clip) * inv_scale;
     }
 }
 

@@ -143,13 +143,13 @@ __global__ void sum_partials_kernel(double* sum, const double* partial, int n) {
     sum[0] = s;
 }
 
-// out[0] = sqrt(sumsq[0]) / S, out[1] = the clipping coefficient clip_coef (llmc/grad_clip.h) of that norm, over S, in
-// fp64, as the CPU trainer's, then stored as fp32 (AdamW reads out + 1 as its grad scale). S: the loss scale
+// out[0] = sqrt(sumsq[0]) / S, out[1] = the clipping coefficient clip_coef of that norm, over S (unscaled_clip,
+// llmc/grad_clip.h), in fp64, as the CPU trainer's, then stored as fp32 (AdamW reads out + 1 as its grad scale). S: the loss scale
 // (llmc/loss_scale.h; 1: none), inv_scale = 1 / S. One thread.
 __global__ void clip_from_sumsq_kernel(float* out, const double* sumsq, double clip, double inv_scale) {
-    const double norm = sqrt(sumsq[0]) * inv_scale;
+    double norm;
+    out[1] = (float)unscaled_clip(sqrt(sumsq[0]), clip, inv_scale, &norm);
     out[0] = (float)norm;
-    out[1] = (float)(clip_coef(norm, clip) * inv_scale);
 }
 
 
