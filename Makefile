@@ -10,6 +10,8 @@
 #   make test_gpt          GPU tests against the PyTorch reference states (tests/t_gpu.sh runs them)
 #   make train_gpt_fp32 test_gpt_fp32   the same two built with -DENABLE_FP32 (floatX = float), for tight
 #                          tests; `make train_gpt PRECISION=FP32` builds the fp32 trainer under the usual name
+#   make train_gpt_fp16 test_gpt_fp16   the same two built with -DENABLE_FP16 (floatX = half, trained under a loss
+#                          scale: docs/flags.md); `make train_gpt PRECISION=FP16` under the usual name
 # Test programs:
 #   make test_gpt_cpu      the CPU trainer's unit tests (tests/t_cpu_units.sh)
 #   make build/test_datasets build/test_parallel build/test_comm_mpi build/test_tokenizer   unit-test programs `make test` runs
@@ -36,7 +38,8 @@
 #   make test-quick        the tests that take seconds, for development (QUICK_TESTS below)
 #   make coverage          the suite with every emulated program built for gcov: the device code's coverage
 #   make build/test_comm_emu   tests/test_comm.cu against the emulated CUDA runtime and NCCL (tests/t_comm.sh)
-#   make build/train_gpt_emu build/train_gpt_fp32_emu   train_gpt.cu's main against the emulated CUDA and NCCL
+#   make build/train_gpt_emu build/train_gpt_fp32_emu build/train_gpt_fp16_emu   train_gpt.cu's main against the
+#                          emulated CUDA and NCCL
 #                          (tests/cuda_emu), for mpirun on the CPU (tests/t_gpu_multirank.sh, t_gpu_tp.sh, t_gpu_pp.sh);
 #                          every emulated build, these and the tests' own, is tests/cuda_emu/build.sh
 #   make fuzz_datasets     libFuzzer targets of the data set parsers (clang), not part of `make test`:
@@ -52,7 +55,7 @@
 #                          states), assembles it with its MANIFEST and prints both; fails over 64 MiB
 #                          (scripts/gpu_lib.sh describes its layout, docs/gpu.md the plan that uses it)
 #   make clean
-# Variables: PRECISION=BF16|FP32 (CUDA), USE_CUDNN=1 (train_gpt with --attention cudnn), NO_MPI=1, NO_NCCL=1, NO_OMP=1,
+# Variables: PRECISION=BF16|FP16|FP32 (CUDA), USE_CUDNN=1 (train_gpt with --attention cudnn), NO_MPI=1, NO_NCCL=1, NO_OMP=1,
 # CUDA_HOME, NCCL_HOME, CUDNN_HOME, BUILD=build.
 
 CXX ?= g++
@@ -92,6 +95,10 @@ NVCC_LDLIBS := -lcublas -lcublasLt
 PRECISION ?= BF16
 ifeq ($(PRECISION),FP32)
   NVCC_FLAGS += -DENABLE_FP32
+else ifeq ($(PRECISION),FP16)
+  NVCC_FLAGS += -DENABLE_FP16
+else ifneq ($(PRECISION),BF16)
+  $(error PRECISION=$(PRECISION): the CUDA trainer builds BF16 (the default), FP16 or FP32)
 endif
 # cuDNN, for --attention cudnn (llmc/attention_cudnn.cuh): USE_CUDNN=1 builds train_gpt with it; $(BUILD)/train_gpt_cudnn
 # always does. Headers and library from CUDNN_HOME, the CUDA install, or Python's nvidia.cudnn wheel (which ships only
@@ -164,6 +171,14 @@ train_gpt_fp32: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
 test_gpt_fp32: test_gpt.cu train_gpt.cu tests/check.h $(HEADERS) $(CUDA_HEADERS)
 	$(NEED_NVCC)
 	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP32 $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+
+train_gpt_fp16: train_gpt.cu $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
+
+test_gpt_fp16: test_gpt.cu train_gpt.cu tests/check.h $(HEADERS) $(CUDA_HEADERS)
+	$(NEED_NVCC)
+	$(NVCC) $(NVCC_FLAGS) -DENABLE_FP16 $(TRAIN_GPT_FLAGS) $< -o $@ $(TRAIN_GPT_LIBS)
 
 # ---- test programs -----------------------------------------------------------------------------
 test_gpt_cpu: test_gpt_cpu.cpp train_gpt_cpu.cpp tests/check.h $(HEADERS)
@@ -306,10 +321,10 @@ $(BUILD)/nccl_ranks: dev/probe/nccl_ranks.cu $(PROBE_DEPS)
 # build, but the fuzzers and the sanitized copies
 ALL_TEST_DEPS := train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/ckpt_convert $(BUILD)/test_datasets $(BUILD)/test_parallel $(BUILD)/test_comm_mpi \
                  $(BUILD)/test_tokenizer $(BUILD)/test_launch \
-                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu) \
-                 $(BUILD)/test_gpt_emu $(BUILD)/test_gpt_fp32_emu $(BUILD)/fp8_gemm_emu $(BUILD)/gpukit/states/made
+                 $(if $(MPI_CFLAGS),$(BUILD)/test_comm_emu $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_fp16_emu \
+                 $(BUILD)/train_gpt_streams_emu) $(BUILD)/test_gpt_emu $(BUILD)/test_gpt_fp32_emu $(BUILD)/fp8_gemm_emu $(BUILD)/gpukit/states/made
 ifneq ($(NVCC),)
-  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
+  ALL_TEST_DEPS += train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_fp16 test_gpt_fp16 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
                    $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks $(BUILD)/test_comm) gpu-kit $(RESOURCE_LOGS)
 endif
 # the tests that take seconds (t_attention, t_matmul_emulated and t_widths about half a minute each on 2 cores)
@@ -337,7 +352,7 @@ test-quick: train_gpt_cpu test_gpt_cpu $(BUILD)/prepare $(BUILD)/test_datasets $
 # programs and processes: lines and branches of train_gpt.cu and of each header under llmc/, the kernels' lines, and
 # every line never executed ($(BUILD)/coverage/unexecuted.txt). The instrumented programs are deleted afterwards, so
 # the next build makes them plain.
-EMU_PROGRAMS := $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_streams_emu $(BUILD)/test_comm_emu
+EMU_PROGRAMS := $(BUILD)/train_gpt_emu $(BUILD)/train_gpt_fp32_emu $(BUILD)/train_gpt_fp16_emu $(BUILD)/train_gpt_streams_emu $(BUILD)/test_comm_emu
 COVERAGE_TESTS = $(basename $(notdir $(shell grep -l -e '_emu' -e 'cuda_emu/build.sh' tests/t_*.sh)))
 coverage: deps
 	rm -rf $(BUILD)/coverage $(BUILD)/coverage_logs $(EMU_PROGRAMS)
@@ -365,8 +380,8 @@ $(BUILD)/test_comm_emu: $(COMM_NCCL_DEPS) $(EMU_DEPS)
 
 # tests/t_gpu_multirank.sh and tests/t_gpu_pp.sh: train_gpt.cu's own main built with g++ against the emulated CUDA
 # runtime, cuBLASLt and NCCL (tests/cuda_emu), as the nvcc build with NCCL is (-DUSE_NCCL; MPI's headers and library
-# serve only the emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build
-# and the fp32 one (-DENABLE_FP32), each from its own rewritten copy of the sources ($@_src).
+# serve only the emulated NCCL, not -DUSE_MPI): each process one emulated GPU, several under mpirun. The bf16 build,
+# the fp32 one (-DENABLE_FP32) and the fp16 one (-DENABLE_FP16), each from its own rewritten copy of the sources ($@_src).
 EMU_TRAIN_FLAGS := -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter \
                    -Wno-unused-function -Wno-unknown-pragmas -DUSE_NCCL -DUSE_CUDNN
 $(BUILD)/train_gpt_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
@@ -377,13 +392,20 @@ $(BUILD)/train_gpt_fp32_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
 	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) -DENABLE_FP32 $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
 
+$(BUILD)/train_gpt_fp16_emu: train_gpt.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	@test -n "$(MPI_CFLAGS)" || { echo "error: $@ needs MPI (mpicxx on PATH, NO_MPI unset) for the emulated NCCL"; exit 1; }
+	$(EMU_BUILD) train_gpt.cu $@ $(EMU_TRAIN_FLAGS) -DENABLE_FP16 $(filter-out -DUSE_MPI,$(MPI_CFLAGS)) -- $(MPI_LIBS)
+
 # tests/t_gpu_sprint.sh: what scripts/gpu_check.sh sprint runs on a GPU, built against the emulation for its run on the
-# CPU (gpu_check.sh --programs): test_gpt.cu (bf16 and fp32, as tests/t_gpu_emulated.sh builds them) and the fp8 probe
+# CPU (gpu_check.sh --programs): test_gpt.cu (bf16, fp32 and fp16, as tests/t_gpu_emulated.sh builds them) and the fp8 probe
 $(BUILD)/test_gpt_emu: test_gpt.cu train_gpt.cu tests/check.h tests/ref_state.h $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	$(EMU_BUILD) test_gpt.cu $@ -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I.
 
 $(BUILD)/test_gpt_fp32_emu: test_gpt.cu train_gpt.cu tests/check.h tests/ref_state.h $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	$(EMU_BUILD) test_gpt.cu $@ -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I. -DENABLE_FP32
+
+$(BUILD)/test_gpt_fp16_emu: test_gpt.cu train_gpt.cu tests/check.h tests/ref_state.h $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
+	$(EMU_BUILD) test_gpt.cu $@ -std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I. -DENABLE_FP16
 
 $(BUILD)/fp8_gemm_emu: dev/probe/fp8_gemm.cu $(HEADERS) $(CUDA_HEADERS) $(EMU_DEPS)
 	$(EMU_BUILD) dev/probe/fp8_gemm.cu $@ -std=c++17 -O1 -fopenmp -pthread -fno-strict-aliasing -Wall -Wextra \
@@ -531,4 +553,4 @@ gpu-kit: $(GPU_KIT_PROGRAMS) $(BUILD)/gpukit/states/made
 	    --cudnn "$(CUDNN_HOME)"
 
 clean:
-	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt train_gpt_fp32 test_gpt_fp32
+	rm -rf $(BUILD) train_gpt_cpu test_gpt_cpu train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_fp16 test_gpt_fp16

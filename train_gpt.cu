@@ -1,8 +1,8 @@
 // train_gpt.cu: the CUDA trainer of GPT-3 and LLaMA models, read top to bottom as the one-GPU story: the model
 // (struct GPT, in llmc/gpt/model.cuh), one layer's forward, the classifier, the backward, the update, train_step,
 // generate and main; the model, flags, checkpoints and logs of train_gpt_cpu.cpp and train_gpt.py; bf16 weights and
-// activations, fp32 accumulation, master weights and AdamW moments (make PRECISION=FP32: floatX = float, for tight
-// tests). Read train_gpt.py's model first, then docs/reading.md. Each parallel axis is a header of its own, with its
+// activations, fp32 accumulation, master weights and AdamW moments (make PRECISION=FP16: floatX = half, under a loss
+// scale; make PRECISION=FP32: floatX = float, for tight tests). Read train_gpt.py's model first, then docs/reading.md. Each parallel axis is a header of its own, with its
 // state and its work: llmc/gpt/tensor_parallel.cuh (--tp, --sp), data_parallel.cuh (--dp, --zero 0-3), pipeline.cuh
 // (--pp, --vpp), fp8_linear.cuh (--fp8). On one GPU each axis reduces to nothing: one rank is the trainer told here.
 // memory.cuh holds the buffer table, the memory estimate and gpt_build, weights.cuh the weights in and out,
@@ -33,10 +33,11 @@
 #ifdef ENABLE_FP32
 #include "llmc/attention_rowwise.cuh"  // fp32 build: CUDA-core attention, one warp per row
 #else
-#include "llmc/attention.cuh"          // bf16: flash attention on tensor cores
-#ifdef USE_CUDNN
-#include "llmc/attention_cudnn.cuh"    // --attention cudnn: cuDNN's (make train_gpt USE_CUDNN=1)
+#include "llmc/attention.cuh"          // bf16 and fp16: flash attention on tensor cores
 #endif
+#if defined(USE_CUDNN) && !defined(ENABLE_FP32) && !defined(ENABLE_FP16)
+#define CUDNN_ATTENTION                // --attention cudnn: cuDNN's (make train_gpt USE_CUDNN=1, the bf16 build)
+#include "llmc/attention_cudnn.cuh"
 #endif
 #include "llmc/classifier.cuh"
 #include "llmc/embedding.cuh"
@@ -129,8 +130,8 @@ static void grads_bucket_done(GPT* g, int b) {
 // times this (five products: the scores again, dV, dP, dQ, dK).
 static double attention_flops(int B, int T, int H, int hd) { return 2.0 * B * H * (double)T * T * hd; }
 
-// The attention of the build: flash attention on bf16 tensor cores (llmc/attention.cuh), or with --attention cudnn
-// cuDNN's (llmc/attention_cudnn.cuh, a USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
+// The attention of the build: flash attention on bf16 or fp16 tensor cores (llmc/attention.cuh), or with --attention
+// cudnn cuDNN's (llmc/attention_cudnn.cuh, a bf16 USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
 // llmc/attention_rowwise.cuh. Same layouts and meaning; g->alibi: the slopes of the H heads, or null; doc_starts(g):
 // --reset-attention-mask's first key of each query (llmc/documents.h), or null.
 static const int32_t* doc_starts(const GPT* g) { return g->docs.reset_mask ? g->io.doc : nullptr; }
@@ -141,7 +142,7 @@ static void attention_fwd(const GPT* g, floatX* out, float* lse, const floatX* q
 #ifdef ENABLE_FP32
     attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
 #else
-#ifdef USE_CUDNN
+#ifdef CUDNN_ATTENTION
     if (g->attention_cudnn) return attention_cudnn_forward(out, lse, qkv, B, T, H, KV, hd, g->stream);
 #endif
     attention_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
@@ -153,7 +154,7 @@ static void attention_bwd(const GPT* g, floatX* dqkv, float* dvec, const floatX*
 #ifdef ENABLE_FP32
     attention_rowwise_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
 #else
-#ifdef USE_CUDNN
+#ifdef CUDNN_ATTENTION
     if (g->attention_cudnn) return attention_cudnn_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream);
 #endif
     attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
@@ -857,8 +858,8 @@ static void gpt_forward_batches(GPT* g, const Batches& in, const Batches& tg, do
     fp8_step_end(g->fp8, g->stream, false);
 }
 
-// Dense bf16 peak of the device from its name (docs/design.md section 7); 0 when unknown, and in the fp32 test
-// build (no MFU printed).
+// Dense bf16 peak of the device from its name (docs/design.md section 7; fp16's is the same); 0 when unknown, and in
+// the fp32 test build (no MFU printed).
 static double device_peak_flops(const char* name) {
     if (std::string(PRECISION_NAME) == "fp32") return 0.0;
     std::string n = name;
@@ -1057,6 +1058,9 @@ int main(int argc, char** argv) {
     std::vector<char*> rest = parse_cuda_flags(argc, argv, &opt);
     ModelConfig mc;
     TrainConfig tc;
+#ifdef ENABLE_FP16
+    tc.loss_scaling.dynamic = true;  // fp16 trains under the dynamic loss scale unless --loss-scale says otherwise (Megatron's --fp16)
+#endif
     parse_args((int)rest.size(), rest.data(), &mc, &tc);
     config_finalize(mc, tc.tp);  // the vocabulary padded to a multiple of 128 * tp
     comm_set_timeout(tc.comm_timeout);  // a collective stuck longer than this ends every rank (--comm-timeout)
@@ -1084,7 +1088,7 @@ int main(int argc, char** argv) {
     GPT g;
     gpt_build(&g, mc, tc.B, tc.T, opt.recompute, opt.bf16_moments, (float)tc.weight_decay, &layout, &rs.comms, rs.accum,
               opt.fp8);
-#if defined(USE_CUDNN) && !defined(ENABLE_FP32)
+#ifdef CUDNN_ATTENTION
     g.attention_cudnn = opt.attention_cudnn;  // its plans built now (cuDNN compiles their kernels: seconds)
     if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
 #endif

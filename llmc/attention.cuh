@@ -1,5 +1,5 @@
-// llmc/attention.cuh: causal flash attention with GQA, forward and backward, bf16 in and out,
-// fp32 softmax statistics, tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate). The T x T
+// llmc/attention.cuh: causal flash attention with GQA, forward and backward, floatX (bf16, or fp16 in the fp16 build)
+// in and out, fp32 softmax statistics, tensor cores (mma.sync m16n8k16 bf16 or f16, fp32 accumulate). The T x T
 // score matrix is never stored: the forward keeps one logsumexp per query row, and the backward
 // recomputes the probabilities from it (the FlashAttention-2 structure).
 //
@@ -40,17 +40,29 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include "llmc/cuda_common.cuh"
 #include "llmc/mma.cuh"
+#include "llmc/precision.cuh"
 #include "llmc/utils.h"
+
+static_assert(sizeof(floatX) == 2, "llmc/attention.cuh: tensor-core attention of the bf16 and fp16 builds (the fp32 "
+                                   "build has llmc/attention_rowwise.cuh)");
 
 // ---- tile helpers (the PTX primitives are in llmc/mma.cuh) ----------------------------------------
 
-// two fp32 -> one bf16x2 register (lo in the low half): fp32 accumulators reused as an a fragment
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+// d[16x8] += a[16x16] * b[16x8] in floatX, fp32 accumulate
+__device__ __forceinline__ void mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+#ifdef ENABLE_FP16
+    mma_f16_16816(d, a, b0, b1);
+#else
+    mma_bf16_16816(d, a, b0, b1);
+#endif
+}
+
+// two fp32 -> one floatX2 register (lo in the low half): fp32 accumulators reused as an a fragment
+__device__ __forceinline__ uint32_t pack_x2(float lo, float hi) {
+    floatX2 v = to_floatX2(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
@@ -58,7 +70,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // stride HD + ATT_PAD, 16 bytes per thread and step, by cp.async (the caller commits and waits).
 static const int ATT_PAD = 8;  // 16 bytes of padding per shared row: conflict-free fragment loads
 template <int ROWS, int HD, int THREADS>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* smem, const __nv_bfloat16* gmem, size_t ld) {
+__device__ __forceinline__ void load_tile(floatX* smem, const floatX* gmem, size_t ld) {
     constexpr int CHUNKS = HD / 8;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
         const int r = c / CHUNKS, col = (c % CHUNKS) * 8;
@@ -84,16 +96,16 @@ static const int ATT_THREADS = 128;
 // tiles run from the one holding the block's first row's document start (kt_first) to the diagonal.
 template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi,
+attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const float* alibi,
                          const int32_t* doc, int T, int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;          // shared row stride (elements)
     constexpr int KC = HD / 16;                // k-chunks of the head dim
     constexpr int NT = ATT_FWD_BN / 8;         // n8 tiles of S
     constexpr int DT = HD / 8;                 // n8 tiles of O
     DYNAMIC_SMEM(att_smem);
-    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);   // [BM][LDS]
-    __nv_bfloat16* sK = sQ + ATT_FWD_BM * LDS;                          // [2][BN][LDS]
-    __nv_bfloat16* sV = sK + 2 * ATT_FWD_BN * LDS;                      // [2][BN][LDS]
+    floatX* sQ = reinterpret_cast<floatX*>(att_smem);   // [BM][LDS]
+    floatX* sK = sQ + ATT_FWD_BM * LDS;                          // [2][BN][LDS]
+    floatX* sV = sK + 2 * ATT_FWD_BN * LDS;                      // [2][BN][LDS]
 
     const int n_qt = T / ATT_FWD_BM;
     const int qt = n_qt - 1 - (int)blockIdx.y;  // longest first
@@ -101,9 +113,9 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
     const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
     const size_t ld = (size_t)(H + 2 * KV) * HD;
-    const __nv_bfloat16* qbase = qkv + ((size_t)b * T + (size_t)qt * ATT_FWD_BM) * ld + h * HD;
-    const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
-    const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const floatX* qbase = qkv + ((size_t)b * T + (size_t)qt * ATT_FWD_BM) * ld + h * HD;
+    const floatX* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const floatX* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
     const int n_kt = qt + 1;  // causal: key tiles 0..qt (BM == BN)
     // documents: the block's rows see keys from d_first (its first row's document start, the smallest) on, so the
     // key tiles before d_first's are skipped; the per-row mask is needed only on tiles overlapping [d_first, d_last)
@@ -128,8 +140,8 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
 
     for (int j = kt_first; j < n_kt; j++) {
         const int st = (j - kt_first) & 1;
-        const __nv_bfloat16* k_s = sK + st * ATT_FWD_BN * LDS;
-        const __nv_bfloat16* v_s = sV + st * ATT_FWD_BN * LDS;
+        const floatX* k_s = sK + st * ATT_FWD_BN * LDS;
+        const floatX* v_s = sV + st * ATT_FWD_BN * LDS;
         if (j + 1 < n_kt) {
             const size_t off = (size_t)(j + 1) * ATT_FWD_BN * ld;
             load_tile<ATT_FWD_BN, HD, ATT_THREADS>(sK + (st ^ 1) * ATT_FWD_BN * LDS, kbase + off, ld);
@@ -141,7 +153,7 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
         }
         __syncthreads();
         if (j == kt_first) {
-            const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;
+            const floatX* qw = sQ + (warp * 16) * LDS;
             for (int kc = 0; kc < KC; kc++) {
                 qf[kc][0] = lds32(qw + g * LDS + kc * 16 + 2 * q4);
                 qf[kc][1] = lds32(qw + (g + 8) * LDS + kc * 16 + 2 * q4);
@@ -154,12 +166,12 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
         for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
         // tiles: (keys n*8.., dims kc*16), (same keys, dims +8), (keys +8, dims kc*16), (keys +8, dims +8)
         for (int n = 0; n < NT; n += 2) {
-            const __nv_bfloat16* kr = k_s + (n * 8 + (mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
+            const floatX* kr = k_s + (n * 8 + (mat >> 1) * 8 + r8) * LDS + (mat & 1) * 8;
             for (int kc = 0; kc < KC; kc++) {
                 uint32_t kb[4];
                 ldmatrix_x4(kb, kr + kc * 16);
-                mma_bf16_16816(s[n], qf[kc], kb[0], kb[1]);
-                mma_bf16_16816(s[n + 1], qf[kc], kb[2], kb[3]);
+                mma_16816(s[n], qf[kc], kb[0], kb[1]);
+                mma_16816(s[n + 1], qf[kc], kb[2], kb[3]);
             }
         }
         // documents: keys before the row's document start get -inf, only on the tiles where some row of the block
@@ -208,14 +220,14 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
         }
         // O += P V: the S accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c
         for (int c = 0; c < ATT_FWD_BN / 16; c++) {
-            uint32_t pa[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
-                              pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
-            const __nv_bfloat16* vr = v_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+            uint32_t pa[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
+                              pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            const floatX* vr = v_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
             for (int d = 0; d < DT; d += 2) {
                 uint32_t vb[4];
                 ldmatrix_x4_trans(vb, vr + d * 8);
-                mma_bf16_16816(o[d], pa, vb[0], vb[1]);
-                mma_bf16_16816(o[d + 1], pa, vb[2], vb[3]);
+                mma_16816(o[d], pa, vb[0], vb[1]);
+                mma_16816(o[d + 1], pa, vb[2], vb[3]);
             }
         }
         __syncthreads();  // the next iteration overwrites a buffer read here
@@ -229,10 +241,10 @@ attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qk
     const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
     for (int r = 0; r < 2; r++) {
         const int row = row0 + r * 8;
-        __nv_bfloat16* orow = out + ((size_t)b * T + row) * H * HD + h * HD + 2 * q4;
+        floatX* orow = out + ((size_t)b * T + row) * H * HD + h * HD + 2 * q4;
         for (int d = 0; d < DT; d++)
-            *reinterpret_cast<__nv_bfloat162*>(orow + d * 8) =
-                __floats2bfloat162_rn(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+            *reinterpret_cast<floatX2*>(orow + d * 8) =
+                to_floatX2(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
         if (q4 == 0) lse[((size_t)b * H + h) * T + row] = (m_row[r] + __log2f(l_row[r])) * 0.6931471805599453f;
     }
 }
@@ -249,10 +261,10 @@ static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
 }
 
 template <int HD, bool ALIBI>
-static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi,
+static void attention_forward_hd(floatX* out, float* lse, const floatX* qkv, const float* alibi,
                                  const int32_t* doc, int B, int T, int H, int KV, cudaStream_t stream) {
     // Q of 64 rows plus double-buffered K and V tiles
-    const size_t smem = (size_t)(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    const size_t smem = (size_t)(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * sizeof(floatX);
     cudaCheck(cudaFuncSetAttribute(attention_forward_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
     attention_forward_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_FWD_BM), ATT_THREADS, smem, stream>>>(out, lse, qkv, alibi,
@@ -261,14 +273,14 @@ static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bflo
 }
 
 template <int HD>
-static void attention_forward_hd(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, const float* alibi,
+static void attention_forward_hd(floatX* out, float* lse, const floatX* qkv, const float* alibi,
                                  const int32_t* doc, int B, int T, int H, int KV, cudaStream_t stream) {
     if (alibi) attention_forward_hd<HD, true>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
     else attention_forward_hd<HD, false>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
 }
 
-// out [B,T,H*hd] bf16, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] bf16; alibi [H] or null; doc [B*T] (device) or null.
-static void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H, int KV,
+// out [B,T,H*hd] floatX, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] floatX; alibi [H] or null; doc [B*T] (device) or null.
+static void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV,
                               int hd, cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr) {
     attention_check_shape(B, T, H, KV, hd);
     if (hd == 64) attention_forward_hd<64>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
@@ -287,14 +299,14 @@ static const int ATT_BWD_BN = 64;  // keys per tile (the dK/dV block's 4 warps x
 static const int ATT_DQ_BM = 64;   // query rows per dQ block: 4 warps x 16
 
 // dvec[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (fp32), the D of dS = P (dP - D). One warp per (b, t, h).
-__global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
+__global__ void attention_backward_preprocess_kernel(float* dvec, const floatX* dout, const floatX* out,
                                                      int B, int T, int H, int hd) {
     const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
     if (warp >= B * T * H) return;
     const int h = warp % H, t = (warp / H) % T, b = warp / (H * T);
     const size_t off = (size_t)warp * hd;  // [B,T,H,hd] row of this (b, t, h)
     float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
+    for (int d = lane; d < hd; d += 32) acc += to_float(dout[off + d]) * to_float(out[off + d]);
     for (int m = 16; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
     if (lane == 0) dvec[((size_t)b * H + h) * T + t] = acc;
 }
@@ -308,8 +320,8 @@ __global__ void attention_backward_preprocess_kernel(float* dvec, const __nv_bfl
 // Every fragment comes from shared memory by ldmatrix (transposed where the operand is stored
 // [k][n]); rows are padded by 16 bytes, so the eight rows of each 8x8 tile hit distinct banks.
 template <int HD, int BM, bool ALIBI>
-__device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const __nv_bfloat16* kw,
-                                          const __nv_bfloat16* vw, const __nv_bfloat16* sQ, const __nv_bfloat16* sdO,
+__device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const floatX* kw,
+                                          const floatX* vw, const floatX* sQ, const floatX* sdO,
                                           const float* sL, const float* sD, const int32_t* sDoc, bool doc_tile,
                                           int key0, int q_first, float scale_log2, float slope_log2) {
     constexpr int LDS = HD + ATT_PAD;
@@ -334,10 +346,10 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD
             uint32_t qb[4], ob[4];
             ldmatrix_x4(qb, sQ + b_off);
             ldmatrix_x4(ob, sdO + b_off);
-            mma_bf16_16816(st[n], ka, qb[0], qb[1]);
-            mma_bf16_16816(st[n + 1], ka, qb[2], qb[3]);
-            mma_bf16_16816(dpt[n], va, ob[0], ob[1]);
-            mma_bf16_16816(dpt[n + 1], va, ob[2], ob[3]);
+            mma_16816(st[n], ka, qb[0], qb[1]);
+            mma_16816(st[n + 1], ka, qb[2], qb[3]);
+            mma_16816(dpt[n], va, ob[0], ob[1]);
+            mma_16816(dpt[n + 1], va, ob[2], ob[3]);
         }
     }
     // documents: keys before the query's document start get S = -inf, so P = 0 below (a uniform branch)
@@ -358,40 +370,40 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD
         }
     // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
     for (int c = 0; c < BM / 16; c++) {
-        uint32_t pa[4] = {pack_bf16x2(st[2 * c][0], st[2 * c][1]), pack_bf16x2(st[2 * c][2], st[2 * c][3]),
-                          pack_bf16x2(st[2 * c + 1][0], st[2 * c + 1][1]),
-                          pack_bf16x2(st[2 * c + 1][2], st[2 * c + 1][3])};
-        uint32_t sa[4] = {pack_bf16x2(dpt[2 * c][0], dpt[2 * c][1]), pack_bf16x2(dpt[2 * c][2], dpt[2 * c][3]),
-                          pack_bf16x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
-                          pack_bf16x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
+        uint32_t pa[4] = {pack_x2(st[2 * c][0], st[2 * c][1]), pack_x2(st[2 * c][2], st[2 * c][3]),
+                          pack_x2(st[2 * c + 1][0], st[2 * c + 1][1]),
+                          pack_x2(st[2 * c + 1][2], st[2 * c + 1][3])};
+        uint32_t sa[4] = {pack_x2(dpt[2 * c][0], dpt[2 * c][1]), pack_x2(dpt[2 * c][2], dpt[2 * c][3]),
+                          pack_x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
+                          pack_x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
         const int row = c * 16 + (mat & 1) * 8 + r8;
         for (int d = 0; d < DT; d += 2) {
             uint32_t ob[4], qb[4];
             ldmatrix_x4_trans(ob, sdO + row * LDS + d * 8 + (mat >> 1) * 8);
             ldmatrix_x4_trans(qb, sQ + row * LDS + d * 8 + (mat >> 1) * 8);
-            mma_bf16_16816(dv[d], pa, ob[0], ob[1]);
-            mma_bf16_16816(dv[d + 1], pa, ob[2], ob[3]);
-            mma_bf16_16816(dk[d], sa, qb[0], qb[1]);
-            mma_bf16_16816(dk[d + 1], sa, qb[2], qb[3]);
+            mma_16816(dv[d], pa, ob[0], ob[1]);
+            mma_16816(dv[d + 1], pa, ob[2], ob[3]);
+            mma_16816(dk[d], sa, qb[0], qb[1]);
+            mma_16816(dk[d + 1], sa, qb[2], qb[3]);
         }
     }
 }
 
 // dK (scaled) and dV of this warp's 16 keys (this thread's: key0 and key0 + 8) into dqkv.
 template <int HD>
-__device__ __forceinline__ void dkdv_store(__nv_bfloat16* dqkv, const float (&dk)[HD / 8][4],
+__device__ __forceinline__ void dkdv_store(floatX* dqkv, const float (&dk)[HD / 8][4],
                                            const float (&dv)[HD / 8][4], int b, int T, int H, int KV, int kh, int key0,
                                            float scale) {
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const int q4 = threadIdx.x % 4;
     for (int r = 0; r < 2; r++) {
         const size_t row = (size_t)b * T + key0 + r * 8;
-        __nv_bfloat16* dkr = dqkv + row * ld + (size_t)(H + kh) * HD + 2 * q4;
-        __nv_bfloat16* dvr = dqkv + row * ld + (size_t)(H + KV + kh) * HD + 2 * q4;
+        floatX* dkr = dqkv + row * ld + (size_t)(H + kh) * HD + 2 * q4;
+        floatX* dvr = dqkv + row * ld + (size_t)(H + KV + kh) * HD + 2 * q4;
         for (int d = 0; d < HD / 8; d++) {
-            *reinterpret_cast<__nv_bfloat162*>(dkr + d * 8) =
-                __floats2bfloat162_rn(dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(dvr + d * 8) = __floats2bfloat162_rn(dv[d][2 * r], dv[d][2 * r + 1]);
+            *reinterpret_cast<floatX2*>(dkr + d * 8) =
+                to_floatX2(dk[d][2 * r] * scale, dk[d][2 * r + 1] * scale);
+            *reinterpret_cast<floatX2*>(dvr + d * 8) = to_floatX2(dv[d][2 * r], dv[d][2 * r + 1]);
         }
     }
 }
@@ -419,16 +431,16 @@ __device__ __forceinline__ int att_doc_qtile_end(const int32_t* doc, int b, int 
 // lse and D (and document starts) are staged in shared memory and waited for before it is computed.
 template <int HD, int BM, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int T,
                                int H, int KV) {
     constexpr int LDS = HD + ATT_PAD;
     constexpr int DT = HD / 8;
     DYNAMIC_SMEM(att_smem);
-    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
-    __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
-    __nv_bfloat16* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
-    __nv_bfloat16* sdO = sQ + BM * LDS;                               // [BM][LDS]
+    floatX* sK = reinterpret_cast<floatX*>(att_smem);  // [BN][LDS]
+    floatX* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
+    floatX* sQ = sV + ATT_BWD_BN * LDS;                        // [BM][LDS]
+    floatX* sdO = sQ + BM * LDS;                               // [BM][LDS]
     float* sL = reinterpret_cast<float*>(sdO + BM * LDS);             // [BM] lse * log2(e)
     float* sD = sL + BM;                                              // [BM]
     int32_t* sDoc = reinterpret_cast<int32_t*>(sD + BM);              // [BM] document starts (only with doc)
@@ -447,8 +459,8 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
     for (int d = 0; d < DT; d++)
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
-    const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
-    const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
+    const floatX* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
+    const floatX* vw = sV + (warp * 16) * LDS;
     const int first_qt = kt * ATT_BWD_BN / BM, n_qt = T / BM;
     // documents: the query tiles after the last that sees one of the block's keys are skipped
     const int key_first = kt * ATT_BWD_BN, key_last = key_first + ATT_BWD_BN - 1;
@@ -488,17 +500,17 @@ attention_backward_dkdv_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, c
 // Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM] (with documents: and doc [BM]).
 template <int HD, int BM, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                         const float* lse, const float* dvec, const float* alibi, const int32_t* doc,
                                         int T, int H, int KV) {
     static_assert(3 * BM <= ATT_THREADS, "one thread per lse, per D and per document start of a tile");
     constexpr int LDS = HD + ATT_PAD;
     constexpr int DT = HD / 8;
-    constexpr int STAGE = 2 * BM * LDS;  // Q and dO of one buffer (bf16 elements)
+    constexpr int STAGE = 2 * BM * LDS;  // Q and dO of one buffer (floatX elements)
     DYNAMIC_SMEM(att_smem);
-    __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BN][LDS]
-    __nv_bfloat16* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
-    __nv_bfloat16* sQO = sV + ATT_BWD_BN * LDS;                       // [2][Q [BM][LDS], dO [BM][LDS]]
+    floatX* sK = reinterpret_cast<floatX*>(att_smem);  // [BN][LDS]
+    floatX* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
+    floatX* sQO = sV + ATT_BWD_BN * LDS;                       // [2][Q [BM][LDS], dO [BM][LDS]]
     float* sLD = reinterpret_cast<float*>(sQO + 2 * STAGE);           // [2][lse * log2(e) [BM], D [BM]]
     int32_t* sDocs = reinterpret_cast<int32_t*>(sLD + 4 * BM);        // [2][BM] document starts (only with doc)
 
@@ -516,8 +528,8 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
     for (int d = 0; d < DT; d++)
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
-    const __nv_bfloat16* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
-    const __nv_bfloat16* vw = sV + (warp * 16) * LDS;
+    const floatX* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
+    const floatX* vw = sV + (warp * 16) * LDS;
     // documents: the query tiles after the last that sees one of the block's keys are skipped
     const int key_first = kt * ATT_BWD_BN, key_last = key_first + ATT_BWD_BN - 1;
     const int first_qt = kt * ATT_BWD_BN / BM;
@@ -567,7 +579,7 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
         }
         __syncthreads();
         const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
-        const __nv_bfloat16* sQ = sQO + buf * STAGE;
+        const floatX* sQ = sQO + buf * STAGE;
         const float* sL = sLD + buf * 2 * BM;
         const int32_t* sDoc = sDocs + buf * BM;
         // as in version 3: the per-row mask only where some row's start lies after the block's first key
@@ -587,10 +599,10 @@ attention_backward_dkdv_prefetch_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16
 // increasing order.
 // Each warp owns 16 query rows and keeps their dQ (16 x hd, fp32) in registers. Per key tile:
 //   S = Q K^T, dP = dO V^T, P = exp(S * scale (+ ALiBi's bias) - lse), dS = P (dP - D), dQ += dS K;
-// dQ is scaled and written once (bf16) into the query part of dqkv.
+// dQ is scaled and written once (floatX) into the query part of dqkv.
 template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
-attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
                              const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int T, int H,
                              int KV) {
     static_assert(ATT_DQ_BM == ATT_BWD_BN, "the causal limit below assumes square tiles");
@@ -599,10 +611,10 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     constexpr int NT = ATT_BWD_BN / 8;  // n8 tiles of S and dP (keys)
     constexpr int DT = HD / 8;          // n8 tiles of dQ
     DYNAMIC_SMEM(att_smem);
-    __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(att_smem);  // [BM][LDS]
-    __nv_bfloat16* sdO = sQ + ATT_DQ_BM * LDS;                        // [BM][LDS]
-    __nv_bfloat16* sK = sdO + ATT_DQ_BM * LDS;                        // [2][BN][LDS]
-    __nv_bfloat16* sV = sK + 2 * ATT_BWD_BN * LDS;                    // [2][BN][LDS]
+    floatX* sQ = reinterpret_cast<floatX*>(att_smem);  // [BM][LDS]
+    floatX* sdO = sQ + ATT_DQ_BM * LDS;                        // [BM][LDS]
+    floatX* sK = sdO + ATT_DQ_BM * LDS;                        // [2][BN][LDS]
+    floatX* sV = sK + 2 * ATT_BWD_BN * LDS;                    // [2][BN][LDS]
 
     const int qt = T / ATT_DQ_BM - 1 - (int)blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);
@@ -610,8 +622,8 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const size_t q_row0 = (size_t)b * T + (size_t)qt * ATT_DQ_BM;
-    const __nv_bfloat16* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
-    const __nv_bfloat16* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const floatX* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const floatX* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
     const int n_kt = qt + 1;  // causal: key tiles 0..qt
     // documents, as in the forward: key tiles before d_first's skipped, the per-row mask on [d_first, d_last)'s
     const int32_t* drow = doc ? doc + q_row0 : nullptr;
@@ -635,14 +647,14 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
     }
     float dq[DT][4];
     for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
-    const __nv_bfloat16* qw = sQ + (warp * 16) * LDS;   // this warp's 16 query rows (A operand rows)
-    const __nv_bfloat16* ow = sdO + (warp * 16) * LDS;
+    const floatX* qw = sQ + (warp * 16) * LDS;   // this warp's 16 query rows (A operand rows)
+    const floatX* ow = sdO + (warp * 16) * LDS;
     const int lo[2] = {doc ? drow[warp * 16 + g] : 0, doc ? drow[warp * 16 + g + 8] : 0};  // the rows' doc starts
 
     for (int j = kt_first; j < n_kt; j++) {
         const int st = (j - kt_first) & 1;
-        const __nv_bfloat16* k_s = sK + st * ATT_BWD_BN * LDS;
-        const __nv_bfloat16* v_s = sV + st * ATT_BWD_BN * LDS;
+        const floatX* k_s = sK + st * ATT_BWD_BN * LDS;
+        const floatX* v_s = sV + st * ATT_BWD_BN * LDS;
         if (j + 1 < n_kt) {
             const size_t off = (size_t)(j + 1) * ATT_BWD_BN * ld;
             load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK + (st ^ 1) * ATT_BWD_BN * LDS, kbase + off, ld);
@@ -670,10 +682,10 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
                 uint32_t kb[4], vb[4];
                 ldmatrix_x4(kb, k_s + b_off);
                 ldmatrix_x4(vb, v_s + b_off);
-                mma_bf16_16816(s[n], qa, kb[0], kb[1]);
-                mma_bf16_16816(s[n + 1], qa, kb[2], kb[3]);
-                mma_bf16_16816(dp[n], oa, vb[0], vb[1]);
-                mma_bf16_16816(dp[n + 1], oa, vb[2], vb[3]);
+                mma_16816(s[n], qa, kb[0], kb[1]);
+                mma_16816(s[n + 1], qa, kb[2], kb[3]);
+                mma_16816(dp[n], oa, vb[0], vb[1]);
+                mma_16816(dp[n + 1], oa, vb[2], vb[3]);
             }
         }
         // documents: keys before the row's document start get S = -inf (P = 0 below), on the tiles where some row
@@ -697,36 +709,36 @@ attention_backward_dq_kernel(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, con
         // dQ += dS K: the accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c (keys
         // c*16..); B[k = key][n = dim] = K row-major, so transposed ldmatrix
         for (int c = 0; c < ATT_BWD_BN / 16; c++) {
-            uint32_t da[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
-                              pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
-            const __nv_bfloat16* kr = k_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+            uint32_t da[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
+                              pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            const floatX* kr = k_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
             for (int d = 0; d < DT; d += 2) {
                 uint32_t kb[4];
                 ldmatrix_x4_trans(kb, kr + d * 8);
-                mma_bf16_16816(dq[d], da, kb[0], kb[1]);
-                mma_bf16_16816(dq[d + 1], da, kb[2], kb[3]);
+                mma_16816(dq[d], da, kb[0], kb[1]);
+                mma_16816(dq[d + 1], da, kb[2], kb[3]);
             }
         }
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
 
     for (int r = 0; r < 2; r++) {
-        __nv_bfloat16* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
+        floatX* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
         for (int d = 0; d < DT; d++)
-            *reinterpret_cast<__nv_bfloat162*>(dqr + d * 8) =
-                __floats2bfloat162_rn(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
+            *reinterpret_cast<floatX2*>(dqr + d * 8) =
+                to_floatX2(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
     }
 }
 
 template <int HD, bool ALIBI>
-static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
                                   int T, int H, int KV, cudaStream_t stream, int version) {
     // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers; version 4 holds two tiles' Q, dO, lse, D
     // (and, with documents, the rows' document starts: shared memory that only a launch with doc asks for)
     constexpr int BM = 32;
     const int stages = version == 4 ? 2 : 1;
-    const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * stages * BM) * (HD + ATT_PAD) * sizeof(__nv_bfloat16) +
+    const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * stages * BM) * (HD + ATT_PAD) * sizeof(floatX) +
                            2 * stages * BM * sizeof(float) + (doc ? stages * BM * sizeof(int32_t) : 0);
     const dim3 grid_kv(B * KV, T / ATT_BWD_BN);
     if (version == 4) {
@@ -742,7 +754,7 @@ static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout
     }
     cudaCheck(cudaGetLastError());
     // dQ: Q and dO of 64 rows plus double-buffered K and V tiles
-    const size_t smem_q = (size_t)(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * sizeof(__nv_bfloat16);
+    const size_t smem_q = (size_t)(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * sizeof(floatX);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem_q));
     attention_backward_dq_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_DQ_BM), ATT_THREADS, smem_q, stream>>>(
@@ -751,7 +763,7 @@ static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout
 }
 
 template <int HD>
-static void attention_backward_hd(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
                                   int T, int H, int KV, cudaStream_t stream, int version) {
     if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
@@ -776,8 +788,8 @@ static int attention_backward_version(int hd) {
 // dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null; doc
 // [B*T] (device) or null, the forward's. Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written
 // by one thread. version: 3 or 4 (the dK/dV kernel), 0 for attention_backward_version's choice.
-static void attention_backward(__nv_bfloat16* dqkv, float* dvec, const __nv_bfloat16* dout, const __nv_bfloat16* out,
-                               const __nv_bfloat16* qkv, const float* lse, int B, int T, int H, int KV, int hd,
+static void attention_backward(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out,
+                               const floatX* qkv, const float* lse, int B, int T, int H, int KV, int hd,
                                cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr,
                                int version = 0) {
     attention_check_shape(B, T, H, KV, hd);

@@ -87,10 +87,10 @@ static inline Fp8Recipe fp8_recipe_parse(const char* value) {
 }
 
 // Dies unless this build and GPU can run the fp8 path: cuBLASLt's fp8 GEMMs need compute capability 8.9 (Ada)
-// or newer (Hopper: 9.0), and the fp8 GEMMs write bf16, so the fp32 build (ENABLE_FP32) has no fp8 path.
+// or newer (Hopper: 9.0), and the fp8 GEMMs write bf16, so the fp32 and fp16 builds have no fp8 path.
 static inline void fp8_require_device() {
-#ifdef ENABLE_FP32
-    die("--fp8 needs the bf16 build (this binary was built with PRECISION=FP32); run with --fp8 none");
+#if defined(ENABLE_FP32) || defined(ENABLE_FP16)
+    die("--fp8 needs the bf16 build (this binary was built with PRECISION=%s); run with --fp8 none", PRECISION_UPPER);
 #endif
     cuda_require_device();
     int dev = 0;

@@ -42,6 +42,7 @@
 #include <vector>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "llmc/cuda_common.cuh"
 #include "llmc/packed.cuh"
 #include "llmc/precision.cuh"
@@ -109,12 +110,14 @@ static inline void matmul_free(MatmulContext* ctx) {
 // cuBLASLt's name for the element type behind an output pointer.
 static inline cudaDataType_t cublaslt_type(const float*) { return CUDA_R_32F; }
 static inline cudaDataType_t cublaslt_type(const __nv_bfloat16*) { return CUDA_R_16BF; }
+static inline cudaDataType_t cublaslt_type(const __half*) { return CUDA_R_16F; }
 
 static inline const char* cuda_type_name(cudaDataType_t t) {
     switch (t) {
         case CUDA_R_8F_E4M3: return "E4M3";
         case CUDA_R_8F_E5M2: return "E5M2";
         case CUDA_R_16BF: return "bf16";
+        case CUDA_R_16F: return "fp16";
         case CUDA_R_32F: return "fp32";
         default: return "an unknown type";
     }

@@ -1,15 +1,16 @@
 // llmc/mma.cuh: the inline-PTX primitives of the tensor-core kernels (llmc/attention.cuh), in one header, and
 // the declaration of a kernel's dynamic shared memory:
 //   mma_bf16_16816(d, a, b0, b1)     d[16x8] += a[16x16] * b[16x8], bf16 in, fp32 accumulate (mma.sync m16n8k16)
-//   ldmatrix_x4(r, row)              four 8x8 bf16 tiles from shared memory, one fragment register each
+//   mma_f16_16816(d, a, b0, b1)      the same with fp16 in (the fp16 build's)
+//   ldmatrix_x4(r, row)              four 8x8 tiles of 16-bit values from shared memory, one fragment register each
 //   ldmatrix_x4_trans(r, row)        the same, each tile transposed
-//   lds32(p)                         one 32-bit shared-memory load (two bf16: a fragment register)
+//   lds32(p)                         one 32-bit shared-memory load (two 16-bit values: a fragment register)
 //   cp_async16(smem, gmem)           16-byte global -> shared copy that bypasses the registers (cp.async)
 //   cp_async_commit()                closes this thread's group of cp.async copies
 //   cp_async_wait<N>()               waits until at most the newest N groups of this thread are in flight
 //   DYNAMIC_SMEM(name);              declares unsigned char name[]: the block's dynamic shared memory, 16-byte aligned
-// Fragment layouts (PTX ISA, m16n8k16 with .bf16), with g = lane / 4 and q = lane % 4; each 32-bit register
-// holds two bf16, the lower index in the low half:
+// Fragment layouts (PTX ISA, m16n8k16 with .bf16 or .f16: the same), with g = lane / 4 and q = lane % 4; each 32-bit
+// register holds two 16-bit values, the lower index in the low half:
 //   a[4] of A[16][16] (row-major): a0 (row g, cols 2q, 2q+1) a1 (row g+8, cols 2q..) a2 (row g, cols 2q+8..)
 //                                  a3 (row g+8, cols 2q+8..)
 //   b0, b1 of B[16][8] (k x n):    b0 (rows 2q, 2q+1, col g) b1 (rows 2q+8, 2q+9, col g)
@@ -24,7 +25,6 @@
 // before this one; only nvcc reads this one (the check below names a wrong include order).
 #pragma once
 #include <cstdint>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #ifndef __CUDACC__
@@ -40,15 +40,22 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const uint32_t* a, uint
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// the same, a and b holding fp16 pairs
+__device__ __forceinline__ void mma_f16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // r[4]: four 8x8 tiles; smem_row: this lane's row address (layouts above)
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* smem_row) {
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem_row) {
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* smem_row) {
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem_row) {
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -56,11 +63,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat
 }
 
 // p: a shared-memory address, 4-byte aligned
-__device__ __forceinline__ uint32_t lds32(const __nv_bfloat16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t lds32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // 16 bytes, both addresses 16-byte aligned; the data is in shared memory after this thread's
 // cp_async_wait retires the copy's group (and visible to other threads after the next __syncthreads).
-__device__ __forceinline__ void cp_async16(__nv_bfloat16* smem, const __nv_bfloat16* gmem) {
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
     uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(addr), "l"(gmem));
 }

@@ -7,7 +7,8 @@
 # Where a GPU is present, also built with nvcc for the Makefile's targets (sm_80, sm_90a, sm_100a) and run for
 # real; otherwise that part prints [SKIP]. The emulated build includes cuDNN's attention (llmc/attention_cudnn.cuh against
 # the emulated cuDNN of tests/cuda_emu/include/cudnn_graph.h, which interprets the graph it is given). Documents
-# (--reset-attention-mask's doc) for the flash kernels and llmc/attention_rowwise.cuh's. About 40 s on 2 cores.
+# (--reset-attention-mask's doc) for the flash kernels and llmc/attention_rowwise.cuh's. Then the fp16 build's kernels
+# (-DENABLE_FP16), emulated, default schedule. About 60 s on 2 cores.
 set -u
 d=$(pwd)/build/t_attention
 rm -rf "$d" && mkdir -p "$d"
@@ -38,6 +39,18 @@ else
     if [ $rc = 1 ] && grep -q "cuDNN 91900 has no engine for the attention graph (forward, B 1 T 128 H 4 KV 2 hd 64): EMU cuDNN: no engine" "$d/no_engine.log"; then
         echo "[PASS] cuDNN attention: no engine for the graph stops with exit 1 and cuDNN's reason"
     else echo "[FAIL] cuDNN attention with EMU_DNN_NO_ENGINE=1: exit $rc: $(head -c 300 "$d/no_engine.log")"; status=1; fi
+    # the fp16 build's kernels (-DENABLE_FP16: mma.sync .f16), every case at fp16's bounds, the default schedule
+    if ! bash tests/cuda_emu/build.sh tests/test_attention.cu "$d/test_attention_fp16_emu" \
+            -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)" -DENABLE_FP16 > "$d/build_emu_fp16.log" 2>&1; then
+        echo "[FAIL] tests/test_attention.cu builds against the emulation (fp16): $(grep -m 3 error "$d/build_emu_fp16.log")"; status=1
+    else
+        "$d/test_attention_fp16_emu" > "$d/emu_fp16.log" 2>&1 || status=1
+        grep -E '^\[(PASS|FAIL)\]' "$d/emu_fp16.log" | sed "s/^\[\(PASS\|FAIL\)\] /&emulated, fp16: /"
+        if ! grep -q "^  attention docs=edges .*hd=128 alibi rowwise" "$d/emu_fp16.log"; then
+            echo "[FAIL] test_attention emulated, fp16: did not finish: $(grep -m 2 -E 'EMU|error' "$d/emu_fp16.log" | tr '\n' ' ')"
+            status=1
+        fi
+    fi
 fi
 
 if ! { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }; then

@@ -4,7 +4,8 @@
 # runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
 # head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 (GPT
 # with ALiBi) and 128, and packed documents (learned positions; RoPE, GQA and the loss mask), the fp32 build on the
-# three head-dim-64 states. The checks of test_gpt: logits, loss,
+# three head-dim-64 states, the fp16 build (-DENABLE_FP16) on them too (every check on gpt3_tiny_hd64, --core on the
+# other two; its attention at head dims 80 and 128 is tests/t_attention.sh's). The checks of test_gpt: logits, loss,
 # gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism; and on the bf16 pass's
 # head-dim-64 states and the fp32 pass's GPT state also the resume and the ZeRO levels on one GPU (the others run
 # test_gpt's --core: those two run no kernel the other checks do not, and cost most at the larger head dims).
@@ -16,17 +17,17 @@
 # trainer's logic against PyTorch, not the GPU's arithmetic (exact host math instead of fast-math
 # intrinsics) or speed.
 # x86-64 only (the fiber switch). About 10 minutes on 2 cores.
-# A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race streams fp32" (default all
-# four); EMU_CASES, the states of the bf16 pass (default the seven above; the fp32 pass takes the
-# head-dim-64 ones among them, the race and streams passes gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
+# A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race streams fp32 fp16" (default
+# all five); EMU_CASES, the states of the bf16 pass (default the seven above; the fp32 pass takes the
+# head-dim-64 ones among them, the fp16 pass too, the race and streams passes gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
 # already holds NAME.safetensors for those cases (made from another tree), instead of making them here.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 [ -x ./train_gpt_cpu ] || { echo "[FAIL] ./train_gpt_cpu is not built: run make train_gpt_cpu"; exit 1; }
-passes=${EMU_PASSES:-bf16 race streams fp32}
+passes=${EMU_PASSES:-bf16 race streams fp32 fp16}
 cases=${EMU_CASES:-gpt3_tiny_hd64 llama_tiny_gqa_hd64 llama_switches_hd64 gpt_alibi_hd80 llama_gqa_hd128 gpt_documents llama_documents}
 for p in $passes; do
-    case $p in bf16|race|streams|fp32) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, streams, fp32)"; exit 1 ;; esac
+    case $p in bf16|race|streams|fp32|fp16) ;; *) echo "[FAIL] EMU_PASSES: unknown pass '$p' (bf16, race, streams, fp32, fp16)"; exit 1 ;; esac
 done
 has() { case " $1 " in *" $2 "*) return 0 ;; esac; return 1; }
 d=$(pwd)/build/t_gpu_emulated
@@ -38,12 +39,14 @@ flags=(-std=c++17 -O2 -fopenmp -pthread -fno-strict-aliasing -Wno-unknown-pragma
 builds=()
 { has "$passes" bf16 || has "$passes" race; } && builds+=(bf16)
 has "$passes" fp32 && builds+=(fp32)
+has "$passes" fp16 && builds+=(fp16)
 has "$passes" streams && builds+=(streams)
 pids=()
 for b in "${builds[@]}"; do
     case $b in
         bf16) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_emu" "${flags[@]}" > "$d/build_bf16.log" 2>&1 & ;;
         fp32) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_fp32_emu" "${flags[@]}" -DENABLE_FP32 > "$d/build_fp32.log" 2>&1 & ;;
+        fp16) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_fp16_emu" "${flags[@]}" -DENABLE_FP16 > "$d/build_fp16.log" 2>&1 & ;;
         streams) bash tests/cuda_emu/build.sh test_gpt.cu "$d/test_gpt_streams_emu" "${flags[@]}" -DEMU_STREAMS > "$d/build_streams.log" 2>&1 & ;;
     esac
     pids+=($!)
@@ -71,6 +74,7 @@ fi
 fp32_states=()
 race_state=""
 bf16_args=() bf16_core=() fp32_args=() fp32_core=()  # test_gpt's arguments: every check, then --core states
+# (the fp16 pass takes the fp32 pass's states and arguments)
 for f in "${bf16_states[@]}"; do
     case $f in */gpt3_tiny_hd64.safetensors|*/llama_tiny_gqa_hd64.safetensors|*/llama_switches_hd64.safetensors) fp32_states+=("$f") ;; esac
     case $f in */gpt3_tiny_hd64.safetensors) race_state=$f ;; esac
@@ -113,5 +117,9 @@ fi
 if has "$passes" fp32; then
     if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp32.log" "" "$d/test_gpt_fp32_emu" ref "${fp32_args[@]}"
     else echo "[FAIL] the fp32 pass runs on the head-dim-64 states, which EMU_CASES does not name"; status=1; fi
+fi
+if has "$passes" fp16; then
+    if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp16.log" "" "$d/test_gpt_fp16_emu" ref "${fp32_args[@]}"
+    else echo "[FAIL] the fp16 pass runs on the head-dim-64 states, which EMU_CASES does not name"; status=1; fi
 fi
 exit $status

@@ -15,6 +15,8 @@
 #      change of the scale; dp 2, tp 2 and pp 2 (mpirun): the same decisions and scales as one process.
 #   2. train_gpt.cu on emulated GPUs (fp32 and bf16 at one GPU; bf16 at dp 2 zero 1, tp 2, pp 2): an overflow skipped
 #      and the scale lowered, and the run bit-identical to the one without a scale.
+#   2b. the fp16 build on emulated GPUs: the forced overflow at one GPU, dp 2 zero 1, tp 2 and pp 2; its default
+#      dynamic scale from 2^32, whose real overflows skip the first steps until the halved scale fits.
 #   3. bad flags and a bad loss_scale in a checkpoint stop with exit 1 naming the flag or the file.
 # About 60 s on 2 cores.
 set -u
@@ -158,6 +160,44 @@ else
             pass "train_gpt ($layout, emulated GPUs): an overflow at step 2: $out, weights and moments unchanged by it; losses, norms and step 3's weights and moments bit-identical to the run without a scale"
         else fail "train_gpt ($layout): exits $r1 $r2, ${out:-}, $(grep -m1 error "$d/$name.log")"; fi
     done
+fi
+
+# 2b. the fp16 build (make PRECISION=FP16) on emulated GPUs: the forced overflow in every layout (scale halved, exactly
+# that step skipped, the weights and moments unchanged by it); then the real thing: by default the fp16 build trains
+# under the dynamic scale from 2^32, whose first backwards overflow fp16 (the gradient of the loss alone is 2^32 / N):
+# those steps are skipped while Megatron's rule (hysteresis 2) halves the scale, until a step's gradients are finite
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "[SKIP] train_gpt fp16: the CUDA emulation's fiber switch is x86-64 only"
+elif ! make -s build/train_gpt_fp16_emu > "$d/build_emu16.log" 2>&1; then
+    fail "build/train_gpt_fp16_emu builds: $(grep -m 3 error "$d/build_emu16.log")"
+else
+    for layout in "fp16" "fp16 --dp 2 --zero 1" "fp16 --tp 2" "fp16 --pp 2"; do
+        lf=()
+        run=(timeout 300 build/train_gpt_fp16_emu)
+        if [ "$layout" != fp16 ]; then
+            # shellcheck disable=SC2206
+            lf=(-d 128 ${layout#* })
+            run=(timeout 300 "${MPIRUN[@]}" -np 2 -x LLMC_TEST_NAN_GRAD_STEPS -x EMU_NCCL_TIMEOUT build/train_gpt_fp16_emu)
+        fi
+        name=cuda16_${layout// /}
+        LLMC_TEST_NAN_GRAD_STEPS=2 EMU_NCCL_TIMEOUT=60 "${run[@]}" "${ebase[@]}" "${lf[@]}" -x 3 -o "$d/$name" "${sc1[@]}" > "$d/$name.log" 2>&1
+        rc=$?
+        if [ $rc = 0 ] && replay "$name" dynamic 1024 1 1 1 2 && same_ck "$(ck "$name" 1)" "$(ck "$name" 2)" &&
+           ! same_ck "$(ck "$name" 2)" "$(ck "$name" 3)"; then
+            pass "train_gpt ($layout, emulated GPUs): an overflow at step 2: $out, weights and moments unchanged by it, changed by step 3"
+        else fail "train_gpt ($layout): exit $rc, ${out:-}, $(grep -m1 error "$d/$name.log")"; fi
+    done
+    timeout 300 build/train_gpt_fp16_emu "${ebase[@]}" -x 24 -o "$d/fp16_default" > "$d/fp16_default.log" 2>&1
+    rc=$?
+    m=$d/fp16_default/metrics.jsonl
+    skips=$(grep '"skipped":"overflow"' "$m" 2>/dev/null | grep -o '"step":[0-9]*' | cut -d: -f2 | paste -sd,)
+    k=$(grep -c '"skipped":"overflow"' "$m" 2>/dev/null)
+    # the skipped steps are the first k, k > 2 (2^32 overflows); the scale after them and the rule replayed; the last loss finite
+    if [ $rc = 0 ] && [ "${k:-0}" -gt 2 ] && [ "$k" -lt 24 ] && [ "$skips" = "$(seq -s, 1 "$k")" ] &&
+       replay fp16_default dynamic 4294967296 1000 2 1 "$skips" && grep -q '^step    24/24 .*loss scale' "$d/fp16_default.log" &&
+       [ "$($PY tests/metrics_checks.py diff "$m" "$m" 24 loss 0 24)" = 0 ]; then  # step 24's loss there and finite
+        pass "train_gpt fp16 (emulated GPU), default scaling: steps 1-$k overflow at 2^32 and are skipped ($out), step $((k + 1)) on train with finite gradients"
+    else fail "train_gpt fp16 default scaling: exit $rc, skipped ${skips:-none}, ${out:-}, $(grep -m1 error "$d/fp16_default.log")"; fi
 fi
 
 # 3. bad flags, a bad checkpoint

@@ -1,6 +1,7 @@
 // tests/test_attention.cu: the tensor-core flash attention of llmc/attention.cuh (the bf16 kernels the trainer
 // runs) against attention in double precision computed on the host from the same bf16 inputs, forward (out,
-// lse) and backward (dq, dk, dv), per element at a tolerance set by the kernels' bf16 roundings (below).
+// lse) and backward (dq, dk, dv), per element at a tolerance set by the kernels' bf16 roundings (below). Built with
+// -DENABLE_FP16, the same checks of the fp16 kernels (floatX = half: inputs fp16 numbers, u = 2^-11; no cuDNN).
 // Shapes: head dims 64, 80 and 128; GQA and MQA; odd and even numbers of 64-row tiles (the pipelined kernels
 // alternate two buffers); batch 2. The kernels take only T a multiple of 64 (the trainer refuses other
 // lengths at -t): a child process checks that the launcher refuses T = 96 with exit status 1 and a message
@@ -50,6 +51,15 @@
 #include "llmc/rope_tables.h"
 #include "tests/check.h"
 
+// floatX's unit roundoff (bf16 keeps 8 significant bits, fp16 11) and its subnormal floor: a rounding moves x by at
+// most U_X |x| + ETA_X, ETA_X half the spacing of the smallest numbers (fp16: 2^-25, below 2^-14 its numbers are
+// multiples of 2^-24; bf16's, 2^-134, is left out). The probabilities and dS of rows with a peaked softmax lie there.
+#ifdef ENABLE_FP16
+static const double U_X = 1.0 / 2048, ETA_X = 1.0 / 33554432;
+#else
+static const double U_X = 1.0 / 256, ETA_X = 0.0;
+#endif
+
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static double uniform() {  // [0, 1)
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
@@ -57,14 +67,14 @@ static double uniform() {  // [0, 1)
 }
 static double normal() { return std::sqrt(-2.0 * std::log(1.0 - uniform())) * std::cos(6.283185307179586 * uniform()); }
 
-static std::vector<__nv_bfloat16> random_bf16(size_t n, double scale) {
-    std::vector<__nv_bfloat16> h(n);
-    for (size_t i = 0; i < n; i++) h[i] = __float2bfloat16((float)(scale * normal()));
+static std::vector<floatX> random_x(size_t n, double scale) {
+    std::vector<floatX> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = to_floatX((float)(scale * normal()));
     return h;
 }
-static std::vector<double> to_double(const std::vector<__nv_bfloat16>& h) {
+static std::vector<double> to_double(const std::vector<floatX>& h) {
     std::vector<double> d(h.size());
-    for (size_t i = 0; i < h.size(); i++) d[i] = (double)__bfloat162float(h[i]);
+    for (size_t i = 0; i < h.size(); i++) d[i] = (double)to_float(h[i]);
     return d;
 }
 template <typename T> static T* upload(const std::vector<T>& h) {
@@ -94,17 +104,17 @@ static double worst_ratio(const std::vector<double>& got, const std::vector<doub
 // causal) limits query t to keys doc[t] .. t, as llmc/ref_ops.h's attention_forward. D = rowsum(dO O) is taken from
 // D_from (the kernel's own O, the backward's input) or, when null, from the reference's own O.
 struct Reference {
-    std::vector<double> o, o_bnd, lse, lse_bnd, d, d_abs, d_f32;
+    std::vector<double> o, o_bnd, lse, lse_bnd, d, d_abs, d_f32, d_eta;  // d_eta: sum_j |b_j| (the floor's factor)
 };
 static Reference reference(int B, int T, int H, int KV, int hd, const std::vector<double>& slopes,
                            const std::vector<int32_t>& doc, const std::vector<double>& qkv,
                            const std::vector<double>& dout, const std::vector<double>* D_from) {
     const int W = (H + 2 * KV) * hd, group = H / KV;
-    const double scale = 1.0 / std::sqrt((double)hd), u = 1.0 / 256;
+    const double scale = 1.0 / std::sqrt((double)hd), u = U_X;
     Reference r;
     const size_t n_out = (size_t)B * T * H * hd, n_lse = (size_t)B * H * T, n_d = (size_t)B * T * W;
     r.o.resize(n_out); r.o_bnd.resize(n_out); r.lse.resize(n_lse); r.lse_bnd.resize(n_lse);
-    r.d.assign(n_d, 0.0); r.d_abs.assign(n_d, 0.0); r.d_f32.assign(n_d, 0.0);
+    r.d.assign(n_d, 0.0); r.d_abs.assign(n_d, 0.0); r.d_f32.assign(n_d, 0.0); r.d_eta.assign(n_d, 0.0);
     const double f32 = 1.0 / 4096;
     std::vector<double> s(T), p(T), dp(T), mag(T);
     for (int b = 0; b < B; b++)
@@ -131,10 +141,10 @@ static Reference reference(int B, int T, int H, int KV, int hd, const std::vecto
                 r.lse_bnd[li] = std::ldexp(1.0 + std::fabs(r.lse[li]), -18);
                 const size_t orow = ((size_t)b * T + t) * H * hd + (size_t)h * hd;
                 for (int d = 0; d < hd; d++) {
-                    double a = 0, m = 0;
-                    for (int j = lo; j <= t; j++) { a += p[j] * V(j)[d]; m += std::fabs(p[j] * V(j)[d]); }
+                    double a = 0, m = 0, mv = 0;
+                    for (int j = lo; j <= t; j++) { a += p[j] * V(j)[d]; m += std::fabs(p[j] * V(j)[d]); mv += std::fabs(V(j)[d]); }
                     r.o[orow + d] = a;
-                    r.o_bnd[orow + d] = u * (std::fabs(a) + m) + f32 * m;
+                    r.o_bnd[orow + d] = u * (std::fabs(a) + m) + f32 * m + ETA_X * (mv + 1);
                 }
                 // backward of this row, D from the kernel's own O (the backward's input)
                 const double* dO = dout.data() + orow;
@@ -150,23 +160,29 @@ static Reference reference(int B, int T, int H, int KV, int hd, const std::vecto
                 double* dq = r.d.data() + ((size_t)b * T + t) * W + h * hd;
                 double* dqa = r.d_abs.data() + ((size_t)b * T + t) * W + h * hd;
                 double* dqf = r.d_f32.data() + ((size_t)b * T + t) * W + h * hd;
+                double* dqe = r.d_eta.data() + ((size_t)b * T + t) * W + h * hd;
                 for (int j = lo; j <= t; j++) {
                     double* dk = r.d.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
                     double* dka = r.d_abs.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
                     double* dkf = r.d_f32.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
+                    double* dke = r.d_eta.data() + ((size_t)b * T + j) * W + (H + kh) * hd;
                     double* dv = r.d.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
                     double* dva = r.d_abs.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
                     double* dvf = r.d_f32.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
+                    double* dve = r.d_eta.data() + ((size_t)b * T + j) * W + (H + KV + kh) * hd;
                     for (int d = 0; d < hd; d++) {
                         dq[d] += dp[j] * K(j)[d] * scale;
                         dqa[d] += std::fabs(dp[j] * K(j)[d] * scale);
                         dqf[d] += mag[j] * std::fabs(K(j)[d] * scale);
+                        dqe[d] += std::fabs(K(j)[d] * scale);
                         dk[d] += dp[j] * Q(t)[d] * scale;
                         dka[d] += std::fabs(dp[j] * Q(t)[d] * scale);
                         dkf[d] += mag[j] * std::fabs(Q(t)[d] * scale);
+                        dke[d] += std::fabs(Q(t)[d] * scale);
                         dv[d] += p[j] * dO[d];
                         dva[d] += std::fabs(p[j] * dO[d]);
                         dvf[d] += std::fabs(p[j] * dO[d]);
+                        dve[d] += std::fabs(dO[d]);
                     }
                 }
             }
@@ -195,43 +211,43 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     float* d_alibi = alibi ? upload(slopes_f) : nullptr;
     int32_t* d_doc = doc.empty() ? nullptr : upload(doc);
     const int W = (H + 2 * KV) * hd, group = H / KV;
-    const double u = 1.0 / 256, f32 = 1.0 / 4096;
+    const double u = U_X, f32 = 1.0 / 4096;
     // q, k of unit variance per element give scores of standard deviation 1.5: peaked and flat rows
-    const std::vector<__nv_bfloat16> qkv_h = random_bf16((size_t)B * T * W, std::sqrt(1.5));
-    const std::vector<__nv_bfloat16> dout_h = random_bf16((size_t)B * T * H * hd, 1.0);
+    const std::vector<floatX> qkv_h = random_x((size_t)B * T * W, std::sqrt(1.5));
+    const std::vector<floatX> dout_h = random_x((size_t)B * T * H * hd, 1.0);
     const std::vector<double> qkv = to_double(qkv_h), dout = to_double(dout_h);
-    __nv_bfloat16 *d_qkv = upload(qkv_h), *d_dout = upload(dout_h), *d_out, *d_dqkv;
+    floatX *d_qkv = upload(qkv_h), *d_dout = upload(dout_h), *d_out, *d_dqkv;
     float *d_lse, *d_dvec;
-    cudaCheck(cudaMalloc(&d_out, (size_t)B * T * H * hd * sizeof(__nv_bfloat16)));
-    cudaCheck(cudaMalloc(&d_dqkv, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&d_out, (size_t)B * T * H * hd * sizeof(floatX)));
+    cudaCheck(cudaMalloc(&d_dqkv, (size_t)B * T * W * sizeof(floatX)));
     cudaCheck(cudaMalloc(&d_lse, (size_t)B * H * T * sizeof(float)));
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
     const std::string n = name;
     // dqkv is filled with NaN (0xffff) before each backward, so an element left unwritten shows
-    std::vector<__nv_bfloat16> dqkv_h, dqkv4_h;
+    std::vector<floatX> dqkv_h, dqkv4_h;
     if (impl == 0) {
         // the backward's two dK/dV kernels: version 4 (the next query tile prefetched) must give version 3's bits
         attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc);
-        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 3);
         dqkv_h = download(d_dqkv, (size_t)B * T * W);
-        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 4);
         dqkv4_h = download(d_dqkv, (size_t)B * T * W);
     } else {
 #ifdef USE_CUDNN
         // cuDNN's deterministic backward, run twice: the same bits
         attention_cudnn_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0);
-        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_cudnn_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0);
         dqkv_h = download(d_dqkv, (size_t)B * T * W);
-        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_cudnn_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0);
         dqkv4_h = download(d_dqkv, (size_t)B * T * W);
 #endif
     }
     cudaCheck(cudaDeviceSynchronize());
-    const std::vector<__nv_bfloat16> out_h = download(d_out, (size_t)B * T * H * hd);
+    const std::vector<floatX> out_h = download(d_out, (size_t)B * T * H * hd);
     const std::vector<float> lse_f = download(d_lse, (size_t)B * H * T);
     const std::vector<double> out = to_double(out_h), dqkv = to_double(dqkv_h);
     const std::vector<double> lse(lse_f.begin(), lse_f.end());
@@ -239,12 +255,12 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     // one document per row (doc all 0) is the plain causal mask: the same bits as doc == null, forward and backward
     const bool single = !doc.empty() && std::all_of(doc.begin(), doc.end(), [](int32_t x) { return x == 0; });
     if (single) {
-        __nv_bfloat16* d_out0;
+        floatX* d_out0;
         float* d_lse0;
-        cudaCheck(cudaMalloc(&d_out0, (size_t)B * T * H * hd * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMalloc(&d_out0, (size_t)B * T * H * hd * sizeof(floatX)));
         cudaCheck(cudaMalloc(&d_lse0, (size_t)B * H * T * sizeof(float)));
         attention_forward(d_out0, d_lse0, d_qkv, B, T, H, KV, hd, 0, d_alibi);
-        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_backward(d_dqkv, d_dvec, d_dout, d_out0, d_qkv, d_lse0, B, T, H, KV, hd, 0, d_alibi, nullptr, 3);
         const size_t differ = count_differ(download(d_out0, out_h.size()), out_h) +
                               count_differ(download(d_lse0, lse_f.size()), lse_f) +
@@ -271,7 +287,8 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
               "difference %.3g of the bf16 bounds", w);
     }
     std::vector<double> d_bnd(dqkv.size());
-    for (size_t i = 0; i < dqkv.size(); i++) d_bnd[i] = u * (std::fabs(ref.d[i]) + ref.d_abs[i]) + f32 * ref.d_f32[i];
+    for (size_t i = 0; i < dqkv.size(); i++)
+        d_bnd[i] = u * (std::fabs(ref.d[i]) + ref.d_abs[i]) + f32 * ref.d_f32[i] + ETA_X * (ref.d_eta[i] + 1);
     // cuDNN with GQA rounds each query head's dK and dV to bf16 before the group's sum: one more u |x_h| per head,
     // whose sum over the group is at most u sum_j |a_j b_j|
     if (impl == 1 && group > 1)
@@ -282,7 +299,7 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
                        const std::vector<double>& got_d, double* e) {
         e[0] = worst_ratio(got_out, ref.o, ref.o_bnd);
         e[1] = worst_ratio(got_lse, ref.lse, ref.lse_bnd);
-        check(e[0] <= 1.0, who + " forward out", "error %.3g times the bf16 bound", e[0]);
+        check(e[0] <= 1.0, who + " forward out", "error %.3g times the bound", e[0]);
         check(e[1] <= 1.0, who + " forward lse", "error %.3g times the bound", e[1]);
         // the backward per part of dqkv: q, k, v columns of every row
         std::vector<double> part[3][3];  // [q, k, v][got, want, bound]
@@ -297,7 +314,7 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
         const char* parts[3] = {"dq", "dk", "dv"};
         for (int k = 0; k < 3; k++) {
             e[2 + k] = worst_ratio(part[k][0], part[k][1], part[k][2]);
-            check(e[2 + k] <= 1.0, who + " backward " + parts[k], "error %.3g times the bf16 bound", e[2 + k]);
+            check(e[2 + k] <= 1.0, who + " backward " + parts[k], "error %.3g times the bound", e[2 + k]);
         }
     };
     double e[5];
@@ -308,12 +325,12 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e[0], e[1], e[2], e[3], e[4]);
     if (rowwise) {
         // the CUDA-core kernels of the fp32 build, here on bf16 tensors; dqkv filled with NaN first, as above
-        __nv_bfloat16* d_out_r;
+        floatX* d_out_r;
         float* d_lse_r;
-        cudaCheck(cudaMalloc(&d_out_r, (size_t)B * T * H * hd * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMalloc(&d_out_r, (size_t)B * T * H * hd * sizeof(floatX)));
         cudaCheck(cudaMalloc(&d_lse_r, (size_t)B * H * T * sizeof(float)));
         attention_rowwise_forward(d_out_r, d_lse_r, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc);
-        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(__nv_bfloat16)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_rowwise_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc);
         cudaCheck(cudaDeviceSynchronize());
         const std::vector<float> lse_r = download(d_lse_r, (size_t)B * H * T);

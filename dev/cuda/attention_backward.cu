@@ -148,12 +148,12 @@ attention_backward_v2_kernel(__nv_bfloat16* dqkv, float* dq_accum, const __nv_bf
                 }
             // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
             for (int c = 0; c < BM / 16; c++) {
-                uint32_t pa[4] = {pack_bf16x2(st[2 * c][0], st[2 * c][1]), pack_bf16x2(st[2 * c][2], st[2 * c][3]),
-                                  pack_bf16x2(st[2 * c + 1][0], st[2 * c + 1][1]),
-                                  pack_bf16x2(st[2 * c + 1][2], st[2 * c + 1][3])};
-                uint32_t sa[4] = {pack_bf16x2(dpt[2 * c][0], dpt[2 * c][1]), pack_bf16x2(dpt[2 * c][2], dpt[2 * c][3]),
-                                  pack_bf16x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
-                                  pack_bf16x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
+                uint32_t pa[4] = {pack_x2(st[2 * c][0], st[2 * c][1]), pack_x2(st[2 * c][2], st[2 * c][3]),
+                                  pack_x2(st[2 * c + 1][0], st[2 * c + 1][1]),
+                                  pack_x2(st[2 * c + 1][2], st[2 * c + 1][3])};
+                uint32_t sa[4] = {pack_x2(dpt[2 * c][0], dpt[2 * c][1]), pack_x2(dpt[2 * c][2], dpt[2 * c][3]),
+                                  pack_x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]),
+                                  pack_x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3])};
                 const int row = c * 16 + (mat & 1) * 8 + r8;
                 for (int d = 0; d < DT; d += 2) {
                     uint32_t ob[4], qb[4];

@@ -126,8 +126,8 @@ attention_forward_v2_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16*
         }
         // O += P V: the S accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c
         for (int c = 0; c < ATT_FWD_BN / 16; c++) {
-            uint32_t pa[4] = {pack_bf16x2(s[2 * c][0], s[2 * c][1]), pack_bf16x2(s[2 * c][2], s[2 * c][3]),
-                              pack_bf16x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_bf16x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            uint32_t pa[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
+                              pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
             const __nv_bfloat16* vr = sV + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
             for (int d = 0; d < DT; d += 2) {
                 uint32_t vb[4];

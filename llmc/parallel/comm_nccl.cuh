@@ -28,6 +28,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include "llmc/parallel/comm_timeout.h"
 #include "llmc/utils.h"
 #include "llmc/cuda_common.cuh"
@@ -56,6 +58,7 @@ struct CommRequest {
 template <typename T> static inline ncclDataType_t nccl_type();
 template <> inline ncclDataType_t nccl_type<float>() { return ncclFloat; }
 template <> inline ncclDataType_t nccl_type<__nv_bfloat16>() { return ncclBfloat16; }
+template <> inline ncclDataType_t nccl_type<__half>() { return ncclHalf; }
 template <> inline ncclDataType_t nccl_type<double>() { return ncclDouble; }
 
 // every Comm made, world first, for comm_finalize; the world's rank names group members

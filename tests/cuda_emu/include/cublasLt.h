@@ -214,8 +214,9 @@ static inline cublasStatus_t emu_lt_check(cublasLtMatmulDesc_t d, cublasLtMatrix
     } else if (d->a_scale || d->b_scale || d->amax_d) {
         fprintf(stderr, "EMU cuBLASLt: A/B scale or amax-D pointers on a GEMM without fp8 operands\n");
         return CUBLAS_STATUS_INVALID_VALUE;
-    } else if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_32F) ||
-               (dd->type != CUDA_R_16BF && dd->type != CUDA_R_32F)) {
+    } else if (a->type != b->type || (a->type != CUDA_R_16BF && a->type != CUDA_R_16F && a->type != CUDA_R_32F) ||
+               (dd->type != CUDA_R_16BF && dd->type != CUDA_R_16F && dd->type != CUDA_R_32F) ||
+               (a->type != CUDA_R_32F && dd->type != CUDA_R_32F && a->type != dd->type)) {
         fprintf(stderr, "EMU cuBLASLt: unsupported types A %d B %d D %d\n", a->type, b->type, dd->type);
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
@@ -297,7 +298,7 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
     cublasStatus_t s = emu_lt_check(d, a, b, c, dd, &M, &N, &K);
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     for (int i = 0; i < 4; i++)
-        if (p->align[i] < 4 && !(i < 2 && a->type == CUDA_R_16BF && p->align[i] >= 2) && !(i < 2 && emu_lt_is_fp8(a->type))) {
+        if (p->align[i] < 4 && !(i < 2 && (a->type == CUDA_R_16BF || a->type == CUDA_R_16F) && p->align[i] >= 2) && !(i < 2 && emu_lt_is_fp8(a->type))) {
             fprintf(stderr, "EMU cuBLASLt: alignment preference %u of operand %d is below the element size\n", p->align[i], i);
         }
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
@@ -334,10 +335,12 @@ static inline bool emu_lt_refused(const EmuLtDesc* d, const cublasLtMatmulAlgo_t
 static inline float emu_ld(const void* p, cudaDataType_t t, size_t i) {
     if (t == CUDA_R_8F_E4M3) return (float)((const __nv_fp8_e4m3*)p)[i];
     if (t == CUDA_R_8F_E5M2) return (float)((const __nv_fp8_e5m2*)p)[i];
+    if (t == CUDA_R_16F) return (float)((const __half*)p)[i];
     return t == CUDA_R_16BF ? (float)((const __nv_bfloat16*)p)[i] : ((const float*)p)[i];
 }
 static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
     if (t == CUDA_R_16BF) ((__nv_bfloat16*)p)[i] = __nv_bfloat16(v);
+    else if (t == CUDA_R_16F) ((__half*)p)[i] = __half(v);
     else ((float*)p)[i] = v;
 }
 
@@ -409,7 +412,8 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
 // The GELU epilogues' aux matrix [M, N] at its leading dimension lies inside the allocation its pointer is in (a GPU
 // would fault, or read or write another buffer); a pointer cudaMalloc did not return (a test's own) is not checked.
 static inline bool emu_lt_aux_fits(const EmuLtDesc* d, cudaDataType_t dt, int M, int N) {
-    const size_t elem = (d->aux_type_set ? d->aux_type : dt) == CUDA_R_16BF ? 2 : 4;
+    const cudaDataType_t at = d->aux_type_set ? d->aux_type : dt;
+    const size_t elem = at == CUDA_R_16BF || at == CUDA_R_16F ? 2 : 4;
     const char* p = (const char*)d->aux;
     const size_t bytes = ((size_t)(N - 1) * (size_t)d->aux_ld + (size_t)M) * elem;
     for (const auto& a : g_emu_allocs) {

@@ -98,6 +98,47 @@ static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(
 static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
 
+// ---------------------------------------------------------------- fp16 (IEEE binary16: 5 exponent bits, 10 fraction bits)
+// float -> half rounds to nearest even, with subnormals (multiples of 2^-24 below 2^-14) and overflow to infinity at
+// 65520 and beyond, as the GPU's cvt.rn.f16.f32 does
+static inline uint16_t emu_f2h_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    uint32_t a = u & 0x7fffffff;
+    if (a > 0x7f800000) return sign | 0x7e00;  // NaN stays NaN
+    if (a < 0x38800000) {                      // |f| < 2^-14: a subnormal half (or zero, or the smallest normal)
+        float af;
+        memcpy(&af, &a, 4);
+        return sign | (uint16_t)std::nearbyint(af * 16777216.0f);  // in units of 2^-24, ties to even
+    }
+    a += 0xfff + ((a >> 13) & 1);            // round the fraction to 10 bits, ties to even
+    if (a >= 0x47800000) return sign | 0x7c00;  // 2^16 or more after rounding: infinity
+    return sign | (uint16_t)((a - 0x38000000) >> 13);  // rebias the exponent from 127 to 15
+}
+static inline float emu_h2f(uint16_t h) {
+    const uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 0) return s ? -std::ldexp((float)m, -24) : std::ldexp((float)m, -24);
+    const uint32_t u = e == 31 ? s | 0x7f800000 | (m << 13) : s | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+struct __half {
+    uint16_t __x;
+    __half() = default;
+    __half(float f) : __x(emu_f2h_bits(f)) {}
+    __half(double f) : __x(emu_f2h_bits((float)f)) {}
+    __half(int f) : __x(emu_f2h_bits((float)f)) {}
+    operator float() const { return emu_h2f(__x); }
+};
+struct __half2 { __half x, y; };
+typedef __half half;
+static inline __half __float2half(float f) { return __half(f); }
+static inline __half __float2half_rn(float f) { return __half(f); }
+static inline float __half2float(__half h) { return (float)h; }
+static inline __half2 __floats2half2_rn(float a, float b) { return {__half(a), __half(b)}; }
+
 // math intrinsics: exact host versions (the GPU build's --use_fast_math uses approximations), except tanhf
 static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline float emu_expf(float x) { return std::exp(x); }

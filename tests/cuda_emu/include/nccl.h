@@ -20,7 +20,7 @@
 // bf16 sums: real NCCL adds bf16 values in fp32 and rounds to bf16 after each addition along its ring or
 // tree, in an order its algorithm picks; here the values are summed in fp32 in rank order and rounded
 // once, which differs from a GPU by at most a few bf16 ulps for more than 2 ranks (max is exact in both).
-// Types: float, bfloat16 and double (what the trainer moves). Counts up to INT_MAX elements (MPI's int
+// Types: float, bfloat16, half and double (what the trainer moves). Counts up to INT_MAX elements (MPI's int
 // counts; the call fails with a message above that).
 // Device memory, as real NCCL takes it: each communicator charges the emulated device (cuda_emu.h's EMU_DEVICE_MIB)
 // EMU_NCCL_INIT_MIB MiB when ncclCommInitRank or ncclCommSplit makes it, and EMU_NCCL_USE_MIB more at its first
@@ -48,7 +48,7 @@ typedef enum {
     ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
     ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7
 } ncclResult_t;
-typedef enum { ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
+typedef enum { ncclFloat16 = 6, ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 #define NCCL_UNIQUE_ID_BYTES 128
 #define NCCL_SPLIT_NOCOLOR -1
@@ -249,19 +249,27 @@ static inline ncclResult_t emu_nccl_check_args(const char* what, size_t count, n
         return emu_nccl_fail(ncclInvalidArgument, "%s: %zu elements: the emulation's counts stop at INT_MAX / 8", what, count);
     return ncclSuccess;
 }
-static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclBfloat16 ? 2 : t == ncclFloat ? 4 : 8; }
-// the type MPI reduces in: fp32 for fp32 and bf16, fp64 for fp64
+static inline size_t emu_nccl_size(ncclDataType_t t) { return t == ncclBfloat16 || t == ncclHalf ? 2 : t == ncclFloat ? 4 : 8; }
+// the type MPI reduces in: fp32 for fp32, bf16 and fp16, fp64 for fp64
 static inline MPI_Datatype emu_nccl_wide(ncclDataType_t t) { return t == ncclDouble ? MPI_DOUBLE : MPI_FLOAT; }
 static inline size_t emu_nccl_wide_size(ncclDataType_t t) { return t == ncclDouble ? 8 : 4; }
 static inline void emu_nccl_widen(const void* src, char* dst, size_t n, ncclDataType_t t) {
+    if (t == ncclHalf) {
+        for (size_t i = 0; i < n; i++) ((float*)dst)[i] = (float)((const __half*)src)[i];
+        return;
+    }
     if (t != ncclBfloat16) { memcpy(dst, src, n * emu_nccl_size(t)); return; }
     for (size_t i = 0; i < n; i++) ((float*)dst)[i] = (float)((const __nv_bfloat16*)src)[i];
 }
 static inline void emu_nccl_narrow(const char* src, void* dst, size_t n, ncclDataType_t t) {
+    if (t == ncclHalf) {
+        for (size_t i = 0; i < n; i++) ((__half*)dst)[i] = __half(((const float*)src)[i]);
+        return;
+    }
     if (t != ncclBfloat16) { memcpy(dst, src, n * emu_nccl_size(t)); return; }
     for (size_t i = 0; i < n; i++) ((__nv_bfloat16*)dst)[i] = __nv_bfloat16(((const float*)src)[i]);
 }
-static inline bool emu_nccl_type_ok(ncclDataType_t t) { return t == ncclFloat || t == ncclDouble || t == ncclBfloat16; }
+static inline bool emu_nccl_type_ok(ncclDataType_t t) { return t == ncclFloat || t == ncclDouble || t == ncclBfloat16 || t == ncclHalf; }
 
 // ---------------------------------------------------------------- communicators
 static inline const char* ncclGetErrorString(ncclResult_t r) {

@@ -1,6 +1,6 @@
 // tests/cuda_emu/include/llmc/mma.cuh: the emulation's llmc/mma.cuh, the same functions and macro on the host
 // (llmc/mma.cuh lists them and documents the fragment layouts these follow):
-//   mma_bf16_16816, ldmatrix_x4, ldmatrix_x4_trans   warp collectives: each lane deposits its registers or row
+//   mma_bf16_16816, mma_f16_16816, ldmatrix_x4, ldmatrix_x4_trans   warp collectives: each lane deposits its registers or row
 //       address in the warp's exchange area, waits for the whole warp (an emulation error where lanes have
 //       returned), and reads back its own result
 //   lds32                                            a 32-bit load, seen by the race detector as a read
@@ -21,8 +21,9 @@
 
 static inline uint16_t emu_half(uint32_t r, int hi) { return hi ? (uint16_t)(r >> 16) : (uint16_t)(r & 0xffff); }
 static inline float emu_bf(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
-// d[4] += A[16x16] B[16x8], fragments as documented in llmc/mma.cuh (PTX ISA m16n8k16 layouts)
-static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+// d[4] += A[16x16] B[16x8], fragments as documented in llmc/mma.cuh (PTX ISA m16n8k16 layouts); elem turns one
+// 16-bit value into fp32 (bf16 or fp16)
+static inline void emu_mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, float (*elem)(uint16_t)) {
     EmuWarpData& w = g_emu.wd[emu_tid() / 32];
     const int l = emu_tid() % 32;
     for (int i = 0; i < 4; i++) w.u[l][i] = a[i];
@@ -30,9 +31,9 @@ static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint
     w.u[l][5] = b1;
     emu_warp_sync_checked();
     // A: a0 (row g, cols 2q..2q+1) a1 (row g+8) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..)
-    auto A = [&](int r, int c) { return emu_bf(emu_half(w.u[(r % 8) * 4 + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)], c % 2)); };
+    auto A = [&](int r, int c) { return elem(emu_half(w.u[(r % 8) * 4 + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)], c % 2)); };
     // B: b0 (rows 2q..2q+1, col g) b1 (rows 2q+8..)
-    auto B = [&](int k, int n) { return emu_bf(emu_half(w.u[n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2)); };
+    auto B = [&](int k, int n) { return elem(emu_half(w.u[n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2)); };
     const int g = l / 4, q = l % 4;
     float out[4];
     for (int e = 0; e < 4; e++) {
@@ -44,9 +45,11 @@ static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint
     emu_warp_sync_checked();
     for (int e = 0; e < 4; e++) d[e] = out[e];
 }
+static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma_16816(d, a, b0, b1, emu_bf); }
+static inline void mma_f16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma_16816(d, a, b0, b1, emu_h2f); }
 // lane l gives the address of row l % 8 of tile l / 8. Plain: r[i] = (row g; cols 2q, 2q+1) of tile i.
 // Transposed: r[i] = (rows 2q, 2q+1; col g) of tile i.
-static inline void emu_ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row, bool trans) {
+static inline void emu_ldmatrix_x4(uint32_t* r, const void* row, bool trans) {
     EmuWarpData& w = g_emu.wd[emu_tid() / 32];
     const int l = emu_tid() % 32;
     if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
@@ -56,19 +59,18 @@ static inline void emu_ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row, bool t
     const int g = l / 4, q = l % 4;
     uint32_t o[4];
     for (int i = 0; i < 4; i++) {
-        // the two bf16 of register i: (row g; cols 2q, 2q+1), or transposed (rows 2q, 2q+1; col g)
-        const __nv_bfloat16* lo = trans ? (const __nv_bfloat16*)w.addr[8 * i + 2 * q] + g
-                                        : (const __nv_bfloat16*)w.addr[8 * i + g] + 2 * q;
-        const __nv_bfloat16* hi = trans ? (const __nv_bfloat16*)w.addr[8 * i + 2 * q + 1] + g : lo + 1;
-        o[i] = (uint32_t)lo->__x | ((uint32_t)hi->__x << 16);
+        // the two 16-bit values of register i: (row g; cols 2q, 2q+1), or transposed (rows 2q, 2q+1; col g)
+        const uint16_t* lo = trans ? (const uint16_t*)w.addr[8 * i + 2 * q] + g : (const uint16_t*)w.addr[8 * i + g] + 2 * q;
+        const uint16_t* hi = trans ? (const uint16_t*)w.addr[8 * i + 2 * q + 1] + g : lo + 1;
+        o[i] = (uint32_t)*lo | ((uint32_t)*hi << 16);
     }
     emu_warp_sync_checked();
     for (int i = 0; i < 4; i++) r[i] = o[i];
 }
-static inline void ldmatrix_x4(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, false); }
-static inline void ldmatrix_x4_trans(uint32_t* r, const __nv_bfloat16* row) { emu_ldmatrix_x4(r, row, true); }
+static inline void ldmatrix_x4(uint32_t* r, const void* row) { emu_ldmatrix_x4(r, row, false); }
+static inline void ldmatrix_x4_trans(uint32_t* r, const void* row) { emu_ldmatrix_x4(r, row, true); }
 // cp.async: the destination poisoned now, the data delivered when the group retires (cp_async_wait)
-static inline void cp_async16(__nv_bfloat16* s, const __nv_bfloat16* g) {
+static inline void cp_async16(void* s, const void* g) {
     if (((uintptr_t)s & 15) || ((uintptr_t)g & 15)) emu_error("cp.async 16 with a misaligned address");
     EmuCpAsync c;
     c.dst = (unsigned char*)s;
@@ -101,7 +103,7 @@ template <int N> static inline void cp_async_wait() {
     q.resize(k);
 }
 // 32-bit shared load: one fragment register, watched by the race detector
-static inline uint32_t lds32(const __nv_bfloat16* p) {
+static inline uint32_t lds32(const void* p) {
     emu_shadow_access(p, 4, false, false);
     uint32_t v;
     memcpy(&v, p, 4);
