@@ -63,11 +63,12 @@ static inline double wall_ms() {
     return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// "%.9g", or null when not finite (JSON has no NaN)
-static inline std::string json_num(double x) {
+// "%.9g" (digits significant digits: 17 for a value that must read back exact, the loss scale), or null when not
+// finite (JSON has no NaN)
+static inline std::string json_num(double x, int digits = 9) {
     if (!std::isfinite(x)) return "null";
-    char b[32];
-    snprintf(b, sizeof(b), "%.9g", x);
+    char b[40];
+    snprintf(b, sizeof(b), "%.*g", digits, x);
     return b;
 }
 
@@ -162,7 +163,7 @@ static inline void log_step(Logger* lg, int step, int steps, double loss, double
     fflush(stdout);
     if (lg->jsonl) {
         // (a non-finite loss or norm is written as null: NaN is not JSON)
-        const std::string scale = lg->loss_scaling ? ",\"loss_scale\":" + json_num(loss_scale) : "";
+        const std::string scale = lg->loss_scaling ? ",\"loss_scale\":" + json_num(loss_scale, 17) : "";
         const std::string skipped = skip ? ",\"skipped\":\"" + std::string(guard_name(skip)) + "\"" : "";
         fprintf(lg->jsonl, "{\"step\":%d,\"loss\":%s,\"lr\":%.9g,\"grad_norm\":%s,\"ms\":%.4f,\"tokens_per_s\":%.2f%s%s}\n",
                 step, json_num(loss).c_str(), lr, json_num(gnorm).c_str(), ms, tok_s, scale.c_str(), skipped.c_str());

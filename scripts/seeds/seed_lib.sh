@@ -21,7 +21,8 @@
 #   SEED_NAME SEED_SOURCE SEED_GPU (A100|H100|V100) SEED_MODEL (a preset) SEED_MODEL_FLAGS (switch overrides)
 #   SEED_FAMILY (gpt3|flagperf_llama3|llama2|qwen|baichuan2|baichuan2_13b: the shrunk model of --tiny)
 #   SEED_TP SEED_PP SEED_DP SEED_ZERO SEED_SP SEED_MICRO SEED_ACCUM SEED_SEQ SEED_GLOBAL (sequences per step)
-#   SEED_PRECISION SEED_RECOMPUTE (none|selective|full) SEED_PUB_TOKS (tokens/s/GPU) or SEED_PUB_MS (ms per
+#   SEED_PRECISION (bf16, fp16: --run uses ./train_gpt_fp16, or "bf16 + fp8") SEED_LOSS_SCALE (fp16 rows: the dynamic
+#   scale's start, --initial-loss-scale; unset: Megatron's 2^32) SEED_RECOMPUTE (none|selective|full) SEED_PUB_TOKS (tokens/s/GPU) or SEED_PUB_MS (ms per
 #   iteration: tokens/s/GPU is derived), SEED_PUB_MEM (as published), SEED_NOTE (assumptions, optional)
 #   SEED_SKIP: a reason the row cannot be expressed (no preset): every mode prints [SKIP] and exits 0
 set -u
@@ -117,15 +118,23 @@ if [ "$seed_mode" = run ]; then
              "for rows spanning nodes set SEED_HOSTFILE to an mpirun hostfile. Without GPUs use the default mode (the plan) or --tiny." >&2
         exit 1
     fi
-    [ -x ./train_gpt ] || seed_die "./train_gpt is not built (run: make train_gpt)"
+    # the row's precision: fp16 rows train in the fp16 build under the dynamic loss scale (from SEED_LOSS_SCALE)
+    seed_trainer=./train_gpt seed_prec=()
+    if [ "$SEED_PRECISION" = fp16 ]; then
+        seed_trainer=./train_gpt_fp16
+        seed_prec=(--loss-scale dynamic)
+        [ -n "${SEED_LOSS_SCALE:-}" ] && seed_prec+=(--initial-loss-scale "$SEED_LOSS_SCALE")
+    elif [ "$SEED_PRECISION" != bf16 ]; then
+        echo "  note: this run is bf16; the row's $SEED_PRECISION is not reproduced"
+    fi
+    [ -x $seed_trainer ] || seed_die "$seed_trainer is not built (run: make ${seed_trainer#./})"
     command -v mpirun > /dev/null || seed_die "mpirun not found (bash scripts/install_deps.sh)"
-    [ "$SEED_PRECISION" = bf16 ] || echo "  note: the CUDA trainer runs bf16; the row's $SEED_PRECISION is not reproduced"
     dir=out/seeds/$SEED_NAME
     mkdir -p out/seeds || seed_die "cannot create out/seeds"
     set -o pipefail
     hosts=()
     [ -n "${SEED_HOSTFILE:-}" ] && hosts=(--hostfile "$SEED_HOSTFILE")
-    mpirun "${hosts[@]}" -np "$seed_world" ./train_gpt "${seed_model[@]}" "${seed_layout[@]}" "${seed_batch[@]}" --recompute "$SEED_RECOMPUTE" \
+    mpirun "${hosts[@]}" -np "$seed_world" $seed_trainer "${seed_model[@]}" "${seed_layout[@]}" "${seed_batch[@]}" "${seed_prec[@]}" --recompute "$SEED_RECOMPUTE" \
         -x "${SEED_STEPS:-30}" -v 0 -g 0 -o "$dir" --log-format megatron,flagperf,paddle 2>&1 | tee "$dir.log" || seed_die "the run failed (log: $dir.log)"
     /usr/bin/python3 - "$dir/summary.json" "$SEED_NAME" "$seed_pub_tok_text" "$SEED_PUB_MEM" <<'EOF' || seed_die "no summary.json in $dir"
 import json, sys
