@@ -2,7 +2,8 @@
 // (struct GPT, in llmc/gpt/model.cuh), one layer's forward, the classifier, the backward, the update, train_step,
 // generate and main; the model, flags, checkpoints and logs of train_gpt_cpu.cpp and train_gpt.py; bf16 weights and
 // activations, fp32 accumulation, master weights and AdamW moments (make PRECISION=FP16: floatX = half, under a loss
-// scale; make PRECISION=FP32: floatX = float, for tight tests). Read train_gpt.py's model first, then docs/reading.md. Each parallel axis is a header of its own, with its
+// scale; make PRECISION=FP32: floatX = float, for tight tests). Read train_gpt.py's model first, then
+// docs/reading.md. Each parallel axis is a header of its own, with its
 // state and its work: llmc/gpt/tensor_parallel.cuh (--tp, --sp), data_parallel.cuh (--dp, --zero 0-3), pipeline.cuh
 // (--pp, --vpp), fp8_linear.cuh (--fp8). On one GPU each axis reduces to nothing: one rank is the trainer told here.
 // memory.cuh holds the buffer table, the memory estimate and gpt_build, weights.cuh the weights in and out,

@@ -11,6 +11,7 @@
 //                              can agree on its amax in between (train_gpt.cu's tensor-parallel slices, ZeRO-3 shards)
 //   fp8_dequantize             fp8 -> bf16 or fp32 (q * scale_inv), for checks
 //   fp8_update_delayed         delayed scaling: the amax history and the scales after a step
+//   fp8_require_build()        dies unless this is the bf16 build (the fp8 GEMMs write bf16)
 //   fp8_require_device()       dies unless the GPU runs fp8 GEMMs (compute capability 8.9 or newer, bf16 build)
 //
 // Convention (TransformerEngine's): q = fp8(x * scale), x ~ q * scale_inv, scale_inv = 1 / scale; the GEMM's
@@ -86,12 +87,17 @@ static inline Fp8Recipe fp8_recipe_parse(const char* value) {
     die("--fp8 must be none, delayed or current (got '%s')", value);
 }
 
-// Dies unless this build and GPU can run the fp8 path: cuBLASLt's fp8 GEMMs need compute capability 8.9 (Ada)
-// or newer (Hopper: 9.0), and the fp8 GEMMs write bf16, so the fp32 and fp16 builds have no fp8 path.
-static inline void fp8_require_device() {
+// Dies unless this build can run the fp8 path: the fp8 GEMMs write bf16, so the fp32 and fp16 builds have none.
+static inline void fp8_require_build() {
 #if defined(ENABLE_FP32) || defined(ENABLE_FP16)
     die("--fp8 needs the bf16 build (this binary was built with PRECISION=%s); run with --fp8 none", PRECISION_UPPER);
 #endif
+}
+
+// Dies unless this build and GPU can run the fp8 path: cuBLASLt's fp8 GEMMs need compute capability 8.9 (Ada)
+// or newer (Hopper: 9.0).
+static inline void fp8_require_device() {
+    fp8_require_build();
     cuda_require_device();
     int dev = 0;
     cudaCheck(cudaGetDevice(&dev));

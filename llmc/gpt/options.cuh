@@ -150,9 +150,8 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         die("flag --fp8-history sets delayed scaling's amax history: it needs --fp8 delayed");
     if (margin_given && o->fp8.recipe == FP8_NONE) die("flag --fp8-margin needs --fp8 delayed or current");
     if (!o->ceilings.empty() && o->profile == 0) die("flag --ceilings sets the ceilings of the step profile: it needs --profile N");
+    if (o->fp8.recipe != FP8_NONE) fp8_require_build();
 #if defined(ENABLE_FP32) || defined(ENABLE_FP16)
-    if (o->fp8.recipe != FP8_NONE)
-        die("--fp8 needs the bf16 build (this binary was built with PRECISION=%s); run with --fp8 none", PRECISION_UPPER);
     if (o->attention_cudnn)
         die("--attention cudnn needs the bf16 build (this binary was built with PRECISION=%s)", PRECISION_UPPER);
 #elif !defined(USE_CUDNN)
