@@ -525,7 +525,7 @@ GPU_KIT_DEVICE_STATES := llama32_style_hd64 flagperf_style_hd64 gpt_rope_mqa_hd6
 # train_gpt_cpu for the GPU machine's CPU: no -march=native (any x86-64-v3 CPU), no MPI (none there)
 GPU_KIT_CXXFLAGS := -O3 -march=x86-64-v3 -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -I. -fopenmp
 
-GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
+GPU_KIT_PROGRAMS := train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_fp16 test_gpt_fp16 devcuda $(BUILD)/ceilings $(BUILD)/fp8_gemm $(BUILD)/test_fp8 \
                     $(if $(NCCL_LDLIBS),$(BUILD)/nccl_ranks) $(BUILD)/gpukit/train_gpt_cpu $(BUILD)/gpukit/ckpt_convert \
                     $(if $(CUDNN_HOME),$(BUILD)/train_gpt_cudnn $(BUILD)/test_attention)
 

@@ -13,21 +13,21 @@
 #     sprint1      the short session's first command (at most 6.5 minutes, budget 370 s): the environment; the fp8
 #                  probe build/fp8_gemm under cuBLASLt's log with the default libraries, with PyTorch's cuBLASLt first,
 #                  and --trainer; PyTorch's control dev/probe/fp8_torch.py and dev/probe/lt_trace.py on the two
-#                  traces; test_gpt and test_gpt_fp32 on the kit's two states; the multirank stage's runs; gpt3_1.3b
-#                  with --gelu-fusion off, then on. Files:
+#                  traces; test_gpt, test_gpt_fp32 and test_gpt_fp16 on the kit's two states; the multirank stage's
+#                  runs; gpt3_1.3b with --gelu-fusion off, then on. Files:
 #                  sprint1.log, sprint1.md, sprint1_files.tar.gz (every run's log, the cuBLASLt traces)
 #     sprint2      the second command (at most 8 minutes, budget 460 s): gpt3_1.3b and llama3.2_1b, 20 steps with
-#                  the step profile (SPRINT_PROFILE_FLAGS); whether fp8 runs at all (gpt3_125m --fp8 delayed -x 1)
-#                  and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on gpt3_125m; cuDNN's
-#                  attention: test_attention (its values and ours) and gpt3_1.3b with --attention cudnn and the
+#                  the step profile (SPRINT_PROFILE_FLAGS); gpt3_1.3b in the fp16 build; whether fp8 runs at all
+#                  (gpt3_125m --fp8 delayed -x 1) and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss
+#                  rule on gpt3_125m; cuDNN's attention: test_attention (its values and ours) and gpt3_1.3b with --attention cudnn and the
 #                  profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA; attention with
 #                  1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log, sprint2.md,
 #                  sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
 #     probe        environment (device, driver, nvcc, NCCL location and version, MPI), ceilings (copy
 #                  bandwidth, cuBLASLt bf16/fp8 GEMM), nccl_ranks with 2 and 4 ranks on the one GPU
-#     correct      test_gpt and test_gpt_fp32 on every reference state of tests/gpu_cases.sh (the kit's, the
-#                  others made here on all cores, overlapped with the tests), compute-sanitizer memcheck and
+#     correct      test_gpt, test_gpt_fp32 and test_gpt_fp16 on every reference state of tests/gpu_cases.sh (the
+#                  kit's, the others made here on all cores, overlapped with the tests), compute-sanitizer memcheck and
 #                  racecheck of test_gpt on one tiny state
 #     kernels      dev/cuda/run_all.sh: every dev/cuda kernel's table, attention beside torch SDPA; then
 #                  attention forward and backward, ours and SDPA, at head dims 64, 80, 128 and T 1k-8k
@@ -315,7 +315,7 @@ sanitizer() {  # the path of compute-sanitizer: the toolkit's bin, PATH, or a ve
 # ---- correct: test_gpt on every reference state, the sanitizers on one
 stage_correct() {
     section "programs"
-    programs train_gpt_cpu test_gpt test_gpt_fp32 || { failed+=("programs"); return; }
+    programs train_gpt_cpu test_gpt test_gpt_fp32 test_gpt_fp16 || { failed+=("programs"); return; }
     section "reference states (tests/gpu_cases.sh)"
     source tests/gpu_cases.sh
     local d=build/gpu_states c name names=() pids=() i
@@ -333,7 +333,7 @@ stage_correct() {
             pids+=($!); echo "  $name: being made (train_gpt_cpu --export-init, train_gpt.py --ref)"
         fi
     done
-    local tiny="" rows=() r1 r2 st
+    local tiny="" rows=() r1 r2 r3 st
     for i in "${!names[@]}"; do
         name=${names[$i]}
         if [ "${pids[$i]}" != 0 ]; then
@@ -344,25 +344,28 @@ stage_correct() {
         fi
         st=$d/$name.safetensors
         if [ ! -f "$st" ]; then
-            failed+=("state $name"); rows+=("| $name | no state | no state |"); continue
+            failed+=("state $name"); rows+=("| $name | no state | no state | no state |"); continue
         fi
         section "test_gpt on $name"
         limited 150 ./test_gpt ref "$st" > "$d/$name.bf16.log" 2>&1; r1=$?
         cat "$d/$name.bf16.log"
         limited 150 ./test_gpt_fp32 ref "$st" > "$d/$name.fp32.log" 2>&1; r2=$?
         cat "$d/$name.fp32.log"
+        limited 150 ./test_gpt_fp16 ref "$st" > "$d/$name.fp16.log" 2>&1; r3=$?
+        cat "$d/$name.fp16.log"
         [ $r1 = 0 ] || failed+=("test_gpt $name")
         [ $r2 = 0 ] || failed+=("test_gpt_fp32 $name")
-        rows+=("| $name | $(counts "$d/$name.bf16.log" $r1) | $(counts "$d/$name.fp32.log" $r2) |")
+        [ $r3 = 0 ] || failed+=("test_gpt_fp16 $name")
+        rows+=("| $name | $(counts "$d/$name.bf16.log" $r1) | $(counts "$d/$name.fp32.log" $r2) | $(counts "$d/$name.fp16.log" $r3) |")
         if [ -z "$tiny" ]; then  # the sanitizers on the first state, while the larger ones are being made
             tiny=$name
-            sanitize memcheck "$st"; rows+=("| compute-sanitizer memcheck, $name | $sanitize_result | |")
-            sanitize racecheck "$st"; rows+=("| compute-sanitizer racecheck, $name | $sanitize_result | |")
+            sanitize memcheck "$st"; rows+=("| compute-sanitizer memcheck, $name | $sanitize_result | | |")
+            sanitize racecheck "$st"; rows+=("| compute-sanitizer racecheck, $name | $sanitize_result | | |")
         fi
     done
     {
-        echo "| reference state | test_gpt (bf16) | test_gpt_fp32 |"
-        echo "| --- | --- | --- |"
+        echo "| reference state | test_gpt (bf16) | test_gpt_fp32 | test_gpt_fp16 |"
+        echo "| --- | --- | --- | --- |"
         printf '%s\n' "${rows[@]}"
     } > "$out/correct.md"
     section "summary table ($out/correct.md)"
@@ -760,7 +763,7 @@ multirank_checks() {  # multirank_checks DIR: every run in DIR; the lines in DIR
         fail=""; guards bf16.dp2_zero3 2 4 bf16.one_rank --zero 3
         if [ -z "$fail" ]; then say "[PASS] bf16 dp2 zero3 ($took s) ran as its layout: $mem"
         else say "[FAIL] bf16 dp2 zero3 ran as its layout:$fail"; fi
-        chk bf16_pair bf16.dp2_zero3 bf16.one_rank "$bf16"
+        chk half_pair bf16.dp2_zero3 bf16.one_rank "$bf16"
         run bf16.dp2_zero3_again "$bf16" 2 4 --dp 2 --zero 3
         if [ $rc -ne 0 ]; then say "[FAIL] bf16 dp2 zero3, second run: exit $rc: $(why bf16.dp2_zero3_again)"
         else chk same_bits bf16.dp2_zero3_again bf16.dp2_zero3 "bf16 dp2 zero3 run twice"; fi
@@ -824,7 +827,9 @@ stage_sprint1() {
     section "environment (5 s)"
     env_table | tee "$work/environment.txt"
     section "programs (5-10 s from the kit)"
-    programs train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 build/fp8_gemm build/ckpt_convert || failed+=("programs")
+    # shellcheck disable=SC2046
+    programs train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 $([ $tiny = 0 ] && echo test_gpt_fp16) build/fp8_gemm \
+        build/ckpt_convert || failed+=("programs")
     # -- fp8: why cuBLASLt refuses, ours beside PyTorch's call (30-40 s)
     local fp8args=() cublas lt_ours=$work/cublaslt_fp8_gemm_default.log lt_torch=$work/cublaslt_torch.log rc note
     [ $tiny = 1 ] && fp8args=(--m 64 --n 32 --k 64)
@@ -856,9 +861,9 @@ stage_sprint1() {
     echo "lt_trace.py: $note"
     fp8_rows+=("| dev/probe/lt_trace.py | $note | - | - |")
     # -- test_gpt on the kit's two states (4 runs of 5-10 s)
-    section "test_gpt and test_gpt_fp32 on the kit's states (30-40 s)"
+    section "test_gpt, test_gpt_fp32 and test_gpt_fp16 on the kit's states (45-60 s)"
     source tests/gpu_cases.sh
-    local sd=$work/states name st r1 r2 test_rows=()
+    local sd=$work/states name st r1 r2 r3 test_rows=()
     mkdir -p "$sd"
     for name in gpt3_tiny_hd64 llama_tiny_gqa_hd64; do
         st=$sd/$name.safetensors
@@ -868,9 +873,9 @@ stage_sprint1() {
             limited 120 bash -c 'source tests/gpu_cases.sh && make_gpu_states "$@"' _ "$sd" "$PY" "$name" > "$sd/$name.make.log" 2>&1
             cat "$sd/$name.make.log"
         fi
-        if [ ! -f "$st" ]; then failed+=("state $name"); test_rows+=("| $name | no state | no state |"); continue; fi
+        if [ ! -f "$st" ]; then failed+=("state $name"); test_rows+=("| $name | no state | no state | no state |"); continue; fi
         # --tiny (the emulation, 1-3 minutes a run): test_gpt on the GPT state only (t_gpu_emulated runs the rest)
-        r1=skip; r2=skip
+        r1=skip; r2=skip; r3=skip
         if [ $tiny = 0 ] || [ $name = gpt3_tiny_hd64 ]; then
             limited $([ $tiny = 1 ] && echo 400 || echo 90) "$(pp test_gpt)" ref "$st" > "$sd/$name.bf16.log" 2>&1; r1=$?
             grep -E '^\[(PASS|FAIL)\]|error' "$sd/$name.bf16.log"
@@ -878,10 +883,13 @@ stage_sprint1() {
         if [ $tiny = 0 ]; then
             limited 90 "$(pp test_gpt_fp32)" ref "$st" > "$sd/$name.fp32.log" 2>&1; r2=$?
             grep -E '^\[(PASS|FAIL)\]|error' "$sd/$name.fp32.log"
+            limited 90 "$(pp test_gpt_fp16)" ref "$st" > "$sd/$name.fp16.log" 2>&1; r3=$?
+            grep -E '^\[(PASS|FAIL)\]|error' "$sd/$name.fp16.log"
         fi
         case $r1 in 0|skip) ;; *) failed+=("test_gpt $name") ;; esac
         case $r2 in 0|skip) ;; *) failed+=("test_gpt_fp32 $name") ;; esac
-        test_rows+=("| $name | $(tcounts "$sd/$name.bf16.log" $r1) | $(tcounts "$sd/$name.fp32.log" $r2) |")
+        case $r3 in 0|skip) ;; *) failed+=("test_gpt_fp16 $name") ;; esac
+        test_rows+=("| $name | $(tcounts "$sd/$name.bf16.log" $r1) | $(tcounts "$sd/$name.fp32.log" $r2) | $(tcounts "$sd/$name.fp16.log" $r3) |")
         rm -f "$st"
     done
     # -- every layout on the one GPU (about 3.5 minutes)
@@ -905,7 +913,7 @@ stage_sprint1() {
         echo "| run | result | table | cuBLASLt log |"; echo "| --- | --- | --- | --- |"
         printf '%s\n' "${fp8_rows[@]}"; echo
         echo "## test_gpt on the kit's states"; echo
-        echo "| reference state | test_gpt (bf16) | test_gpt_fp32 |"; echo "| --- | --- | --- |"
+        echo "| reference state | test_gpt (bf16) | test_gpt_fp32 | test_gpt_fp16 |"; echo "| --- | --- | --- | --- |"
         printf '%s\n' "${test_rows[@]}"; echo
         cat "$work/multirank/summary.md"; echo
         echo "## GELU in the epilogue (--gelu-fusion)"; echo
@@ -935,6 +943,15 @@ stage_sprint2() {
         bench_row "$preset" "$flags" "$work/$preset.bf16.log" 120 "${prof[@]}"
         rows+=("$row"); b16s[$preset]=$tok
     done
+    # -- fp16 (make PRECISION=FP16; the dynamic loss scale from 1024, as the FlagPerf GPT-3 rows): the first benchmark (15 s)
+    IFS='|' read -r preset flags <<< "${sprint_bench[0]}"
+    section "train_gpt_fp16 $preset $flags --loss-scale dynamic --initial-loss-scale 1024: $steps steps (15 s)"
+    if programs train_gpt_fp16; then
+        bench_prog=train_gpt_fp16 bench_row "$preset" "$flags" "$work/$preset.fp16.log" 120 --loss-scale dynamic \
+            --initial-loss-scale 1024
+        rows+=("${row/| $flags |/| $flags, fp16 build, loss scale from 1024 |}")
+        notes+=("fp16 $preset: $(grep -c '^step .*update skipped' "$work/$preset.fp16.log") of $steps steps skipped; last step: $(grep '^step ' "$work/$preset.fp16.log" | tail -n 1 | grep -o 'loss [0-9.na]* |.*loss scale [0-9.]*' | cut -c1-200)")
+    else notes+=("fp16: not run: no train_gpt_fp16 (kit or make)"); failed+=("programs"); fi
     # -- fp8: only where the trainer's start-up check of its fp8 GEMMs passes (10 s), then 2 x 15 s and the loss rule
     section "fp8 at start-up: train_gpt gpt3_125m --fp8 delayed -x 1 (10 s)"
     # shellcheck disable=SC2046

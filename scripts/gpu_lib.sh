@@ -20,7 +20,7 @@ devcuda_programs() {  # dev/cuda/Makefile's PROGRAMS, as make reads them (one li
 
 kit_placements() {  # prints "KITPATH|CHECKOUTPATH" for every program and data file a kit can hold (.gz: compressed)
     local p
-    for p in train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_cpu; do echo "bin/$p.gz|$p"; done
+    for p in train_gpt test_gpt train_gpt_fp32 test_gpt_fp32 train_gpt_fp16 test_gpt_fp16 train_gpt_cpu; do echo "bin/$p.gz|$p"; done
     for p in $(devcuda_programs); do echo "devcuda/$p.gz|build/devcuda/$p"; done
     for p in ceilings nccl_ranks fp8_gemm; do echo "probe/$p.gz|build/$p"; done
     echo "bin/ckpt_convert.gz|build/ckpt_convert"

@@ -16,7 +16,7 @@
 #   run NAME PROGRAM NP ACCUM FLAGS...   STEPS steps into $d/NAME; sets rc and took
 #   why, diff_of, within, weights, ckpt, opt_bytes, guards   the comparisons
 #   fp32 NAME LABEL NP ACCUM FLAGS...    one fp32 layout against mr_ref's run (losses, step-1 and step-3 norms, weights)
-#   bf16_pair NAME ONE [PROGRAM]         a bf16 layout against the bf16 one-rank run ONE (the pair tolerances); with
+#   half_pair NAME ONE [PROGRAM]         a 16-bit layout against its build's one-rank run ONE (pair_tolerances); with
 #                                        PROGRAM, step 3 too, against PROGRAM at one rank resumed from NAME's step 2
 #   same_bits A B                        two runs of one build and layout equal bit for bit (metrics, final state)
 # Every function prints one "[PASS] ..." or "[FAIL] ..." line per check and sets status=1 on a failure.
@@ -28,12 +28,16 @@ WEIGHT_TOL=1e-3
 LR=1e-3            # the trainers' default -l, which these runs keep: no AdamW step moves an element further
 WEIGHT_STEP_TOL=0.5
 norm_tol_1() { awk -v n="$1" 'BEGIN { printf "%.3g", sqrt(n) * 2^-24 }'; }  # N tokens per step
-# bf16 layout against the bf16 one-rank run (n = 4 micro-batches): step-1 loss n 2^-24, gradient norm 2 n 2^-8
-# (relative), 4-step update per tensor 4 times that (tests/t_gpu_multirank.sh's header)
+# a 16-bit layout against the same build's one-rank run (n = 4 micro-batches): step-1 loss n 2^-24, gradient norm 2 n u
+# (relative; u = 2^-8 in bf16, 2^-11 in fp16), 4-step update per tensor 4 times that (tests/t_gpu_multirank.sh's
+# header). pair_tolerances U sets them for u = 1 / U; bf16's are the default.
 N_MICRO=4
 PAIR_LOSS_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.3g", n * 2^-24 }')
-PAIR_NORM_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.4g", 2 * n / 256 }')
-PAIR_UPDATE_TOL=$(awk -v n=$N_MICRO 'BEGIN { printf "%.4g", 4 * 2 * n / 256 }')
+pair_tolerances() {
+    PAIR_NORM_TOL=$(awk -v n=$N_MICRO -v U="$1" 'BEGIN { printf "%.4g", 2 * n / U }')
+    PAIR_UPDATE_TOL=$(awk -v n=$N_MICRO -v U="$1" 'BEGIN { printf "%.4g", 4 * 2 * n / U }')
+}
+pair_tolerances 256
 
 # run NAME PROGRAM NP ACCUM FLAGS...: STEPS steps of ACCUM micro-batches of -b 1 -t MR_T into $d/NAME (checkpoints at
 # steps 2 and 4, every step with CKPT_EVERY=1), log $d/NAME.log, the command in $d/NAME.cmd; sets rc and took (seconds).
@@ -156,12 +160,12 @@ fp32() {
     else echo "[FAIL] fp32 $label ($ranks):$fail ($figures)"; status=1; fi
 }
 
-# bf16_pair NAME ONE [PROGRAM]: the bf16 layout NAME against the bf16 one-rank run ONE, which runs the same kernels on the
-# same bf16 weights: step 1's loss within PAIR_LOSS_TOL and gradient norm within PAIR_NORM_TOL (relative); the 4-step
+# half_pair NAME ONE [PROGRAM]: the 16-bit layout NAME against the one-rank run ONE of its build, which runs the same
+# kernels on the same 16-bit weights (the tolerances of pair_tolerances' last call): step 1's loss within PAIR_LOSS_TOL and gradient norm within PAIR_NORM_TOL (relative); the 4-step
 # update per tensor from the initial weights ($d/init.safetensors) within PAIR_UPDATE_TOL. With PROGRAM: step 3's loss and gradient norm against PROGRAM
 # at one rank continuing NAME's step-2 checkpoint, within the step-1 tolerances (the same weights, the sums reordered).
 # Sets fail and figures, prints the line. (metrics.jsonl holds the printed digits: "bitwise" there is to those digits.)
-bf16_pair() {
+half_pair() {
     local name=$1 one=$2 prog=${3:-} l1 n1 l3="" n3=""
     fail=""
     l1=$(diff_of "$name" "$one" 1 loss 1 1)
@@ -182,8 +186,8 @@ bf16_pair() {
         within "$n3" "$PAIR_NORM_TOL" || fail+=" step-3 gradient norm from the layout's step-2 weights $n3 > $PAIR_NORM_TOL;"
         figures+="; step 3 from the layout's own step 2: loss $l3, gradient norm $n3"
     fi
-    if [ -z "$fail" ]; then echo "[PASS] bf16 $name equals the bf16 one-rank run up to its gradient roundings: $figures"
-    else echo "[FAIL] bf16 $name vs the bf16 one-rank run:$fail ($figures)"; status=1; fi
+    if [ -z "$fail" ]; then echo "[PASS] $name equals the one-rank run $one up to its gradient roundings: $figures"
+    else echo "[FAIL] $name vs the one-rank run $one:$fail ($figures)"; status=1; fi
 }
 
 # same_bits A B LABEL [FIRST]: runs A and B (one build, one layout) equal bit for bit: every step's loss and gradient norm

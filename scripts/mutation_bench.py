@@ -102,7 +102,8 @@ CHECKS = {
     # train_gpt --fp8 on emulated GPUs: against bf16, its checkpointed state, resume, layouts
     "fp8_train": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_fp8_train.sh"),
     # data parallel of the CUDA trainer on emulated GPUs, bad layouts and rank counts
-    "gpu_multirank": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu", "bash tests/t_gpu_multirank.sh"),
+    "gpu_multirank": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu build/train_gpt_fp16_emu",
+                      "bash tests/t_gpu_multirank.sh"),
     # scripts/gpu_check.sh sprint (its multirank runs among them) against the emulation, --programs --tiny
     "gpu_sprint": ("make -s train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu build/test_gpt_emu "
                    "build/test_gpt_fp32_emu build/fp8_gemm_emu build/gpukit/states/made", "bash tests/t_gpu_sprint.sh"),
@@ -609,7 +610,7 @@ MUTANTS = [
      "loss_scale", "the fp16 build trains without a loss scale unless --loss-scale is given (not Megatron's --fp16)"),
     ("f16_nccl_type", "parallel", "llmc/parallel/comm_nccl.cuh",
      "inline ncclDataType_t nccl_type<__half>() { return ncclHalf; }", "inline ncclDataType_t nccl_type<__half>() { return ncclBfloat16; }",
-     "loss_scale", "the fp16 build's collectives on floatX tensors move them as bf16"),
+     "gpu_multirank", "the fp16 build's collectives on floatX tensors move them as bf16"),
     ("f16_emu_subnormal", "emulation", "tests/cuda_emu/include/cuda_emu.h",
      "return sign | (uint16_t)std::nearbyint(af * 16777216.0f);", "return sign;",
      "attention", "the emulation's float -> half flushes fp16's subnormals to zero (the GPU keeps them)"),

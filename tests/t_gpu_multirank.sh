@@ -13,7 +13,8 @@
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other; one rank with --attention cudnn
-#      against the CPU run (its losses' distance to our own attention's run printed).
+#      against the CPU run (its losses' distance to our own attention's run printed). The fp16 build likewise (static
+#      loss scale 1024), and tp2 against the CPU run.
 #   3b. --recompute auto at one rank on an emulated device that only selective's estimate fits: it picks selective and
 #      trains; --recompute none there stops with the estimate's message.
 #   4. bad layouts stop with exit status 1 and a message naming the flag: 3 ranks for --dp 2, -d 192 (3 micro-batches)
@@ -39,15 +40,18 @@
 #   element-wise metric of tests/t_parallel.sh (max |a-b| / (max |b| + 1e-3) <= 1e-3) measures that one element and
 #   not the layout. Resumed runs continue the same build, and their weights and moments keep the element-wise metric
 #   (WEIGHT_TOL = 1e-3).
-# Tolerances, bf16 against the fp32 CPU run: tests/test_gpt.cu's chain at L = 2 layers, tol_logits = (3 + 5L) 2^-8 of the
-# largest logit (the roundings on a path through the model), gradients 2 tol_logits (norms, relative), losses 2 x 2
-# tol_logits x max |logit| absolute (the loss moves at most twice a logit's error, doubled for the drift over the steps;
-# max |logit| bounded from the CPU run's weights at every step, tests/weights_checks.py logit_bound), and each tensor's
-# 4-step update within 4 x 2 tol_logits (relative L2). These are worst-case bounds, loose (observed 100x inside); the
-# layout is held tighter against the bf16 one-rank run, which runs the same kernels on the same bf16 weights:
+# Tolerances, bf16 against the fp32 CPU run: tests/test_gpt.cu's chain at L = 2 layers, tol_logits = (3 + 5L) u of the
+# largest logit, u = 2^-8 (the roundings on a path through the model), gradients 2 tol_logits (norms, relative),
+# losses 2 x 2 tol_logits x max |logit| absolute (the loss moves at most twice a logit's error, doubled for the drift
+# over the steps; max |logit| bounded from the CPU run's weights at every step, tests/weights_checks.py logit_bound),
+# and each tensor's 4-step update within 4 x 2 tol_logits (relative L2). These are worst-case bounds, loose (observed
+# 100x inside); the fp16 build takes u = 2^-11, here and in the pair bounds below, but for this update bound (measured
+# 0.041 in fp16, 0.084 in bf16: AdamW turns an element's near-zero gradient into a step of about lr whatever its
+# rounding, tests/gpu_multirank_lib.sh). The layout is held tighter against the bf16 one-rank run, which runs the same
+# kernels on the same bf16 weights:
 #   step 1's loss is the same micro-batch losses summed in another order: n 2^-24 relative (n = 4 micro-batches);
 #   step 1's gradient norm: one rank rounds its bf16 gradient sum n times, dp at most n/dp + 1 times, so the gradients
-#   differ by at most 2 n 2^-8 (test_gpt.cu's accumulation bound), relative; the final update per tensor within 4 times
+#   differ by at most 2 n u (test_gpt.cu's accumulation bound), relative; the final update per tensor within 4 times
 #   that (test_gpt.cu's factor from gradients to the AdamW update). Two one-rank bf16 runs that differ only in where
 #   the gradient sums round (-b 2 and -b 4 against -b 1, the same samples) stay at 6e-5 (norm) and 0.023 (update).
 # What train_gpt reads and writes here: the flags --dp N --zero Z (as train_gpt_cpu's) and -b -t -d -x -v -g -i -j -n
@@ -160,11 +164,11 @@ resume fp32.resume_cpu_zero3 "fp32: train_gpt_cpu's dp2 zero3 step-2 checkpoint 
     cpu.dp2_zero3 cpu.dp2_zero3
 
 # bf16: against the CPU run (test_gpt.cu's chain) and the layout against the bf16 one-rank run
-bf16_tolerances
+half_tolerances bf16
 run bf16.one_rank build/train_gpt_emu 1 4
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 one rank: exit $rc: $(why bf16.one_rank)"; status=1
 else
-    bf16_vs_cpu bf16.one_rank
+    half_vs_cpu bf16.one_rank
     if [ -z "$fail" ]; then echo "[PASS] bf16 one rank, no mpirun ($took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 one rank vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 fi
@@ -175,7 +179,7 @@ if [ $rc -ne 0 ]; then echo "[FAIL] bf16 --attention cudnn: exit $rc: $(why bf16
 elif ! grep -q "^attention: cuDNN 91900's flash attention (--attention cudnn)" "$d/bf16.cudnn.log"; then
     echo "[FAIL] bf16 --attention cudnn: no line saying cuDNN's attention runs: $(why bf16.cudnn)"; status=1
 else
-    bf16_vs_cpu bf16.cudnn
+    half_vs_cpu bf16.cudnn
     [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of bf16.cudnn bf16.one_rank 1 loss 0)"
     if [ -z "$fail" ]; then echo "[PASS] bf16 --attention cudnn, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 --attention cudnn vs the fp32 one-process run:$fail ($figures)"; status=1; fi
@@ -183,13 +187,31 @@ fi
 run bf16.dp2_zero3 build/train_gpt_emu 2 4 --dp 2 --zero 3
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 dp2 zero3 (2 ranks): exit $rc after $took s: $(why bf16.dp2_zero3)"; status=1
 else
-    bf16_vs_cpu bf16.dp2_zero3
+    half_vs_cpu bf16.dp2_zero3
     guards bf16.dp2_zero3 2 4 bf16.one_rank --zero 3
     figures+="; $mem"
     if [ -z "$fail" ]; then echo "[PASS] bf16 dp2 zero3 (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 dp2 zero3 vs the fp32 one-process run:$fail ($figures)"; status=1; fi
-    [ -f "$d/bf16.one_rank/metrics.jsonl" ] && bf16_pair bf16.dp2_zero3 bf16.one_rank
+    [ -f "$d/bf16.one_rank/metrics.jsonl" ] && half_pair bf16.dp2_zero3 bf16.one_rank
 fi
+# fp16 (make PRECISION=FP16): the same chain with fp16's u = 2^-11 (8x tighter), under a static loss scale of 1024
+# (Paddle's; the build's default, the dynamic scale from 2^32, skips these runs' steps): one rank against the CPU run;
+# dp2 zero3 (gradients reduced, weights gathered in fp16) against it and against the fp16 one-rank run; tp2 (the
+# activations' all-reduces in fp16) against it
+if make -s build/train_gpt_fp16_emu > "$d/build_fp16.log" 2>&1; then
+    half_tolerances fp16
+    for layout in "one_rank 1" "dp2_zero3 2 --dp 2 --zero 3" "tp2 2 --tp 2"; do
+        # shellcheck disable=SC2086
+        set -- $layout
+        name=fp16.$1 np=$2; shift 2
+        run "$name" build/train_gpt_fp16_emu "$np" 4 --loss-scale 1024 "$@"
+        if [ $rc -ne 0 ]; then echo "[FAIL] $name ($np ranks): exit $rc after $took s: $(why "$name")"; status=1; continue; fi
+        half_vs_cpu "$name"
+        if [ -z "$fail" ]; then echo "[PASS] $name ($np ranks, $took s) within fp16 of the fp32 one-process run: $figures"
+        else echo "[FAIL] $name vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+    done
+    [ -f "$d/fp16.one_rank/metrics.jsonl" ] && [ -f "$d/fp16.dp2_zero3/metrics.jsonl" ] && half_pair fp16.dp2_zero3 fp16.one_rank
+else echo "[FAIL] build/train_gpt_fp16_emu builds: $(grep -m 3 error "$d/build_fp16.log")"; status=1; fi
 # Device memory that runs out as a GPU's does (tests/cuda_emu: EMU_DEVICE_MIB, and NCCL's buffers, EMU_NCCL_INIT_MIB
 # when a communicator is made and EMU_NCCL_USE_MIB at its first operation). Two ranks hold one communicator in every
 # layout (a group of both ranks is the world's), so a layout needs its estimate (the plan's row less its nccl column)

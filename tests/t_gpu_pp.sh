@@ -66,7 +66,7 @@ resume fp32.resume_pp2_at_1 "fp32: pp2's step-2 checkpoint resumed at one rank" 
 resume fp32.resume_1_at_pp2 "fp32: the one-rank step-2 checkpoint resumed at pp2" fp32.one_rank fp32.one_rank 2 --pp 2
 
 # bf16: pp2 against the fp32 CPU run
-bf16_tolerances
+half_tolerances bf16
 bf16_layout pp2 pp2 2 --pp 2
 bad "--pp 3 with 2 layers" 3 "--pp 3" --pp 3
 
@@ -142,7 +142,7 @@ done
 d=$top/docs_gpt  # (the bf16 bounds are derived for the GPT-2 family: tests/weights_checks.py logit_bound)
 MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2 "${docs[@]}")
 ./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1
-bf16_tolerances
+half_tolerances bf16
 bf16_layout docs_pp2 "gpt3_tiny with documents, pp2" 2 --pp 2
 
 [ $status -eq 0 ] && rm -rf "$top"

@@ -15,7 +15,8 @@
 #     ended by the emulation's timeout (EMU_NCCL_TIMEOUT: its NCCL waits inside the call, so --comm-timeout cannot fire
 #     here) and --resume auto bitwise equal to the uninterrupted run; the two GELU rows (--gelu-fusion off and on)
 #   - the launch: mpirun with a per-rank NCCL_HOSTID (the commands in the tar)
-#   - sprint2.md: both bf16 rows with tokens/s, the fp8 rows and the loss rule, cuDNN's attention (test_attention
+#   - sprint2.md: both bf16 rows with tokens/s, the fp16 row (no step skipped, the scale in the note), the fp8 rows
+#     and the loss rule, cuDNN's attention (test_attention
 #     against the emulated cuDNN passed, a gpt3_1.3b --attention cudnn row), torch and SDPA "not run:", the attention
 #     sweep's table (--tiny: T 128, one shape per head dim) and the attention with documents' (--docs 1,4,16: the
 #     forward's three rows, the backward's nine, with ms / docs 1 and the predicted fraction; its two logs in
@@ -37,8 +38,8 @@ pass() { echo "[PASS] $1"; }
 fail() { echo "[FAIL] $1: $2"; fails=$((fails + 1)); }
 
 t0=$SECONDS
-progs=(train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu build/test_gpt_emu build/test_gpt_fp32_emu
-       build/fp8_gemm_emu build/gpukit/states/made)
+progs=(train_gpt_cpu build/ckpt_convert build/train_gpt_emu build/train_gpt_fp32_emu build/train_gpt_fp16_emu build/test_gpt_emu
+       build/test_gpt_fp32_emu build/fp8_gemm_emu build/gpukit/states/made)
 if make -s "${progs[@]}" > "$T/make.log" 2>&1; then pass "the emulated programs and the kit's states are built ($((SECONDS - t0)) s)"
 else fail "make ${progs[*]}" "$(grep -m 3 -E 'error|Error' "$T/make.log")"; echo "gpu sprint: $fails failed"; exit 1; fi
 
@@ -47,6 +48,7 @@ P=$(pwd)/$T/programs
 mkdir -p "$P/build"
 ln -s "$(pwd)/build/train_gpt_emu" "$P/train_gpt"
 ln -s "$(pwd)/build/train_gpt_fp32_emu" "$P/train_gpt_fp32"
+ln -s "$(pwd)/build/train_gpt_fp16_emu" "$P/train_gpt_fp16"
 ln -s "$(pwd)/build/test_gpt_emu" "$P/test_gpt"
 ln -s "$(pwd)/build/test_gpt_fp32_emu" "$P/test_gpt_fp32"
 ln -s "$(pwd)/build/fp8_gemm_emu" "$P/build/fp8_gemm"
@@ -142,6 +144,10 @@ m=$O/sprint2.md
 n=$(grep -cE '^\| (gpt3_1.3b|llama3.2_1b) \| -b [48] -t 2048 \| [0-9]+ \|' "$m")
 [ "$n" = 4 ] && pass "sprint2.md: bf16 and fp8 delayed rows with tokens/s on both models" \
     || fail "sprint2.md rows" "$n rows: $(grep -E '^\| (gpt3|llama)' "$m" | tr '\n' ' ')"
+if grep -qE '^\| gpt3_1.3b \| -b 8 -t 2048, fp16 build, loss scale from 1024 \| [0-9]+ \|' "$m" &&
+   grep -qE '^- fp16 gpt3_1.3b: 0 of 3 steps skipped; last step: loss [0-9.]+ \|.*\| loss scale 1024.0$' "$m"; then
+    pass "sprint2.md: gpt3_1.3b in the fp16 build, tokens/s, no step skipped, the loss scale: $(grep -m1 '^- fp16' "$m")"
+else fail "sprint2.md fp16 row" "$(grep -E 'fp16' "$m" | tr '\n' ' ')"; fi
 if grep -qE '^\| gpt3_1.3b \| -b 8 -t 2048 --attention cudnn \| [0-9]+ \|' "$m" &&
    grep -qE '^- test_attention on this GPU \(exit 0\): [1-9][0-9]* passed, 0 failed$' "$m" &&
    grep -q "^attention: cuDNN 91900's flash attention (--attention cudnn)" "$O/sprint2.log"; then

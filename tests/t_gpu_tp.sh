@@ -27,7 +27,7 @@
 #      as 3., and within the fusion's tolerances of tp2 sp off. The tolerances are test_gpt.cu's (test_gelu_fusion):
 #      the runs differ in 2 of the (3 + 5L) roundings of a layer's forward path (act: gelu of the fp32 pre-activation
 #      rounded once against gelu of fc1 rounded, then rounded) and 1 of the backward's (dact is not rounded), so the
-#      losses within 2L / (3 + 5L) of 3.'s BF16_LOSS_TOL (doubled there for the steps' drift) and the gradient norms
+#      losses within 2L / (3 + 5L) of 3.'s HALF_LOSS_TOL (doubled there for the steps' drift) and the gradient norms
 #      within (4L + L) 2^-8.
 # Tolerances and the guards (the job ran as its layout: the config table's row, one metrics.jsonl, optimizer state per
 # rank below one rank's) are tests/gpu_multirank_lib.sh's, derived in tests/t_gpu_multirank.sh's header; tensor
@@ -65,17 +65,17 @@ resume fp32.resume_tp2_at_1 "fp32: tp2's step-2 checkpoint resumed at one rank" 
 resume fp32.resume_1_at_tp2 "fp32: the one-rank step-2 checkpoint resumed at tp2 sp" fp32.one_rank fp32.one_rank 2 --tp 2 --sp 1
 
 # 3. bf16 tp2 sp against the fp32 CPU run
-bf16_tolerances
+half_tolerances bf16
 run bf16.tp2_sp build/train_gpt_emu 2 4 --tp 2 --sp 1
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 tp2 sp (2 ranks): exit $rc after $took s: $(why bf16.tp2_sp)"; status=1
 else
-    bf16_vs_cpu bf16.tp2_sp
+    half_vs_cpu bf16.tp2_sp
     if [ -z "$fail" ]; then echo "[PASS] bf16 tp2 sp (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 tp2 sp vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 fi
 
 # 8. --gelu-fusion on against off, one rank and tp2 sp (bf16; the lib's MODEL is GELU with biases, L = 2)
-FUSION_LOSS_TOL=$(awk -v t="$BF16_LOSS_TOL" 'BEGIN { printf "%.4g", t * 2 * 2 / (3 + 5 * 2) }')
+FUSION_LOSS_TOL=$(awk -v t="$HALF_LOSS_TOL" 'BEGIN { printf "%.4g", t * 2 * 2 / (3 + 5 * 2) }')
 FUSION_NORM_TOL=$(awk 'BEGIN { printf "%.4g", (4 * 2 + 2) / 256 }')
 # fusion_pair ON OFF LABEL: run ON (--gelu-fusion on) against OFF (off, the same layout)
 fusion_pair() {
@@ -106,7 +106,7 @@ fi
 run bf16.tp2_sp_gelu build/train_gpt_emu 2 4 --tp 2 --sp 1 --gelu-fusion on
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 tp2 sp --gelu-fusion on (2 ranks): exit $rc: $(why bf16.tp2_sp_gelu)"; status=1
 else
-    bf16_vs_cpu bf16.tp2_sp_gelu
+    half_vs_cpu bf16.tp2_sp_gelu
     if [ -z "$fail" ]; then echo "[PASS] bf16 tp2 sp --gelu-fusion on (2 ranks, $took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 tp2 sp --gelu-fusion on vs the fp32 one-process run:$fail ($figures)"; status=1; fi
     fusion_pair bf16.tp2_sp_gelu bf16.tp2_sp "bf16 tp2 sp --gelu-fusion on"
