@@ -36,8 +36,8 @@
 #else
 #include "llmc/attention.cuh"          // bf16 and fp16: flash attention on tensor cores
 #endif
-#if defined(USE_CUDNN) && !defined(ENABLE_FP32) && !defined(ENABLE_FP16)
-#define CUDNN_ATTENTION                // --attention cudnn: cuDNN's (make train_gpt USE_CUDNN=1, the bf16 build)
+#if defined(USE_CUDNN) && !defined(ENABLE_FP32)
+#define CUDNN_ATTENTION                // --attention cudnn: cuDNN's (make train_gpt USE_CUDNN=1; bf16 or fp16)
 #include "llmc/attention_cudnn.cuh"
 #endif
 #include "llmc/classifier.cuh"

@@ -1,6 +1,6 @@
 // llmc/attention_cudnn.cuh: causal attention with GQA through cuDNN's flash attention (`make train_gpt USE_CUDNN=1`,
-// then `--attention cudnn`), forward and backward, bf16 in and out, fp32 statistics. The same layouts and meaning as
-// llmc/attention.cuh, so the trainer swaps one for the other:
+// then `--attention cudnn`), forward and backward, floatX in and out (bf16, or fp16 in the fp16 build), fp32
+// statistics. The same layouts and meaning as llmc/attention.cuh, so the trainer swaps one for the other:
 //   qkv   [B, T, (H + 2KV) * hd]  per token: H query heads, then KV key heads, then KV value heads
 //   out   [B, T, H * hd]
 //   lse   [B, H, T] fp32          logsumexp of the scaled, masked scores of each query row (natural log): cuDNN's
@@ -19,19 +19,19 @@
 // Forward, per (batch, head), T x T intermediates never stored (fp32 unless named):
 //   S = Q K^T; S1 = S * scale; keep = row >= col; S2 = keep ? S1 : -inf      (the causal mask, top-left aligned)
 //   M = rowmax(S2); E = exp(S2 - M); L = rowsum(E); stats = M + log L        (lse, fp32 [B, H, T, 1])
-//   P = E / L (bf16); O = P V
+//   P = E / L (floatX); O = P V
 // Backward (P recomputed from the stats, no atomics: the dQ product is not accumulated across key blocks, so the
 // result is bitwise reproducible; cuDNN's workspace for that is about B * H * T^2 * 2 bytes):
 //   Dsum = rowsum(dO * O)                                                    (dvec)
 //   P = exp(keep ? S1 - stats : -inf); dV = P^T dO; dP = dO V^T; dS = P * (dP - Dsum) * scale
-//   dK = dS^T Q; dQ = dS K                 with GQA, dV and dK per query head (bf16), then summed over the group
+//   dK = dS^T Q; dQ = dS K                 with GQA, dV and dK per query head (floatX), then summed over the group
 //
 // Calls:
 //   attention_cudnn_forward(out, lse, qkv, B, T, H, KV, hd, stream)
 //   attention_cudnn_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream)
 // The first call of a shape builds its plan (cuDNN compiles its kernel: seconds) and grows the one device workspace
 // the plans share; attention_cudnn_prepare(B, T, H, KV, hd) does both before the first step and prints them. Needs
-// an sm_80+ GPU, hd a multiple of 8 up to 128, bf16; no ALiBi. cuDNN's own reasons for a refusal are printed with
+// an sm_80+ GPU, hd a multiple of 8 up to 128, a 16-bit floatX; no ALiBi. cuDNN's own reasons for a refusal are printed with
 // CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr.
 #pragma once
 #include <array>
@@ -39,14 +39,22 @@
 #include <cstdint>
 #include <cstdio>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn_graph.h>
 #include <initializer_list>
 #include <map>
+#include <type_traits>
 #include <utility>
 #include <vector>
 #include "llmc/cuda_common.cuh"
+#include "llmc/precision.cuh"
 #include "llmc/utils.h"
+
+#ifdef ENABLE_FP32
+#error "llmc/attention_cudnn.cuh: cuDNN's flash attention takes bf16 or fp16, not the fp32 build's floatX"
+#endif
+static const cudnnDataType_t CUDNN_FLOATX = std::is_same<floatX, __half>::value ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
 
 static void cudnn_check(cudnnStatus_t s, const char* what, const char* file, int line) {
     if (s == CUDNN_STATUS_SUCCESS) return;
@@ -210,11 +218,11 @@ static cudnnBackendDescriptor_t cudnn_causal_mask(CudnnGraph* g, const CudnnShap
 static CudnnGraph cudnn_forward_graph(int B, int T, int H, int KV, int hd) {
     CudnnGraph g;
     const CudnnShapes s(B, T, H, KV, hd);
-    const cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
-    cudnnBackendDescriptor_t Q = cudnn_tensor(&g, UID_Q, BF, s.q, s.q_st);
-    cudnnBackendDescriptor_t Kt = cudnn_tensor(&g, UID_K, BF, s.kvt, s.kvt_st);
-    cudnnBackendDescriptor_t V = cudnn_tensor(&g, UID_V, BF, s.kv, s.kv_st);
-    cudnnBackendDescriptor_t O = cudnn_tensor(&g, UID_O, BF, s.o, s.o_st);
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT, X = CUDNN_FLOATX;
+    cudnnBackendDescriptor_t Q = cudnn_tensor(&g, UID_Q, X, s.q, s.q_st);
+    cudnnBackendDescriptor_t Kt = cudnn_tensor(&g, UID_K, X, s.kvt, s.kvt_st);
+    cudnnBackendDescriptor_t V = cudnn_tensor(&g, UID_V, X, s.kv, s.kv_st);
+    cudnnBackendDescriptor_t O = cudnn_tensor(&g, UID_O, X, s.o, s.o_st);
     cudnnBackendDescriptor_t stats = cudnn_tensor(&g, UID_STATS, F, s.stats, s.stats_st);
     cudnnBackendDescriptor_t scale = cudnn_tensor(&g, UID_SCALE, F, s.one, s.one, true);
     cudnnBackendDescriptor_t neg_inf = cudnn_tensor(&g, UID_NEG_INF, F, s.one, s.one, true);
@@ -231,7 +239,7 @@ static CudnnGraph cudnn_forward_graph(int B, int T, int H, int KV, int hd) {
     cudnn_reduction(&g, CUDNN_REDUCE_TENSOR_ADD, L, E);
     cudnn_pointwise(&g, CUDNN_POINTWISE_LOG, logL, L);
     cudnn_pointwise(&g, CUDNN_POINTWISE_ADD, stats, M, logL);
-    cudnnBackendDescriptor_t P = cudnn_tensor(&g, 0, BF, s.tt, s.tt_st);  // bf16: the second product's input type
+    cudnnBackendDescriptor_t P = cudnn_tensor(&g, 0, X, s.tt, s.tt_st);  // floatX: the second product's input type
     cudnn_pointwise(&g, CUDNN_POINTWISE_DIV, P, E, L);
     cudnn_matmul(&g, O, P, V);
     return g;
@@ -240,17 +248,17 @@ static CudnnGraph cudnn_forward_graph(int B, int T, int H, int KV, int hd) {
 static CudnnGraph cudnn_backward_graph(int B, int T, int H, int KV, int hd) {
     CudnnGraph g;
     const CudnnShapes s(B, T, H, KV, hd);
-    const cudnnDataType_t F = CUDNN_DATA_FLOAT, BF = CUDNN_DATA_BFLOAT16;
+    const cudnnDataType_t F = CUDNN_DATA_FLOAT, X = CUDNN_FLOATX;
     const bool gqa = KV != H;
-    cudnnBackendDescriptor_t Q = cudnn_tensor(&g, UID_Q, BF, s.q, s.q_st);
-    cudnnBackendDescriptor_t Kt = cudnn_tensor(&g, UID_K, BF, s.kvt, s.kvt_st);
-    cudnnBackendDescriptor_t Vt = cudnn_tensor(&g, UID_V, BF, s.kvt, s.kvt_st);
-    cudnnBackendDescriptor_t O = cudnn_tensor(&g, UID_O, BF, s.o, s.o_st);
-    cudnnBackendDescriptor_t dO = cudnn_tensor(&g, UID_DO, BF, s.o, s.o_st);
+    cudnnBackendDescriptor_t Q = cudnn_tensor(&g, UID_Q, X, s.q, s.q_st);
+    cudnnBackendDescriptor_t Kt = cudnn_tensor(&g, UID_K, X, s.kvt, s.kvt_st);
+    cudnnBackendDescriptor_t Vt = cudnn_tensor(&g, UID_V, X, s.kvt, s.kvt_st);
+    cudnnBackendDescriptor_t O = cudnn_tensor(&g, UID_O, X, s.o, s.o_st);
+    cudnnBackendDescriptor_t dO = cudnn_tensor(&g, UID_DO, X, s.o, s.o_st);
     cudnnBackendDescriptor_t stats = cudnn_tensor(&g, UID_STATS, F, s.stats, s.stats_st);
-    cudnnBackendDescriptor_t dQ = cudnn_tensor(&g, UID_DQ, BF, s.q, s.q_st);
-    cudnnBackendDescriptor_t dK = cudnn_tensor(&g, UID_DK, BF, s.kv, s.kv_st);
-    cudnnBackendDescriptor_t dV = cudnn_tensor(&g, UID_DV, BF, s.kv, s.kv_st);
+    cudnnBackendDescriptor_t dQ = cudnn_tensor(&g, UID_DQ, X, s.q, s.q_st);
+    cudnnBackendDescriptor_t dK = cudnn_tensor(&g, UID_DK, X, s.kv, s.kv_st);
+    cudnnBackendDescriptor_t dV = cudnn_tensor(&g, UID_DV, X, s.kv, s.kv_st);
     cudnnBackendDescriptor_t scale = cudnn_tensor(&g, UID_SCALE, F, s.one, s.one, true);
     cudnnBackendDescriptor_t one = cudnn_tensor(&g, UID_ONE, F, s.one, s.one, true);
     cudnnBackendDescriptor_t neg_inf = cudnn_tensor(&g, UID_NEG_INF, F, s.one, s.one, true);
@@ -269,13 +277,13 @@ static CudnnGraph cudnn_backward_graph(int B, int T, int H, int KV, int hd) {
     cudnn_pointwise(&g, CUDNN_POINTWISE_SUB, S2, S1, stats);
     cudnnBackendDescriptor_t S3 = cudnn_causal_mask(&g, s, S2, neg_inf);
     cudnn_pointwise(&g, CUDNN_POINTWISE_EXP, P, S3);
-    // out [B, KV, T, hd] = x^T y for x [B, H, T, T] (described transposed, in bf16) and y [B, H, T, hd]; with GQA per
-    // query head in bf16, then summed over the heads of each kv head
+    // out [B, KV, T, hd] = x^T y for x [B, H, T, T] (described transposed, in floatX) and y [B, H, T, hd]; with GQA per
+    // query head in floatX, then summed over the heads of each kv head
     auto kv_grad = [&](cudnnBackendDescriptor_t out, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-        cudnnBackendDescriptor_t xt = cudnn_tensor(&g, 0, BF, s.tt, s.ttt_st);
+        cudnnBackendDescriptor_t xt = cudnn_tensor(&g, 0, X, s.tt, s.ttt_st);
         cudnn_reshape(&g, xt, x);
         if (!gqa) return cudnn_matmul(&g, out, xt, y);
-        cudnnBackendDescriptor_t per_head = cudnn_tensor(&g, 0, BF, s.o, s.qf_st);
+        cudnnBackendDescriptor_t per_head = cudnn_tensor(&g, 0, X, s.o, s.qf_st);
         cudnn_matmul(&g, per_head, xt, y);
         cudnn_reduction(&g, CUDNN_REDUCE_TENSOR_ADD, out, per_head);
     };
@@ -389,8 +397,8 @@ static void cudnn_run(const CudnnPlan& p, const std::vector<int64_t>& uids, std:
     cudnnCheck(cudnnBackendDestroyDescriptor(pack), "destroying the variant pack");
 }
 
-static void attention_cudnn_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
-                                    int KV, int hd, cudaStream_t stream) {
+static void attention_cudnn_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV, int hd,
+                                    cudaStream_t stream) {
     const CudnnPlan& p = cudnn_plan(false, B, T, H, KV, hd);
     float scale = 1.0f / sqrtf((float)hd), neg_inf = -INFINITY;
     void* q = (void*)qkv;
@@ -400,9 +408,8 @@ static void attention_cudnn_forward(__nv_bfloat16* out, float* lse, const __nv_b
               {q, k, v, out, lse, &scale, &neg_inf}, stream);
 }
 
-static void attention_cudnn_backward(__nv_bfloat16* dqkv, float* dvec, const __nv_bfloat16* dout,
-                                     const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T,
-                                     int H, int KV, int hd, cudaStream_t stream) {
+static void attention_cudnn_backward(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out, const floatX* qkv,
+                                     const float* lse, int B, int T, int H, int KV, int hd, cudaStream_t stream) {
     const CudnnPlan& p = cudnn_plan(true, B, T, H, KV, hd);
     float scale = 1.0f / sqrtf((float)hd), one = 1.0f, neg_inf = -INFINITY;
     const size_t ko = (size_t)H * hd, vo = (size_t)(H + KV) * hd;  // the column offsets of K and V in a token's row

@@ -41,7 +41,7 @@ else
     else echo "[FAIL] cuDNN attention with EMU_DNN_NO_ENGINE=1: exit $rc: $(head -c 300 "$d/no_engine.log")"; status=1; fi
     # the fp16 build's kernels (-DENABLE_FP16: mma.sync .f16), every case at fp16's bounds, the default schedule
     if ! bash tests/cuda_emu/build.sh tests/test_attention.cu "$d/test_attention_fp16_emu" \
-            -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)" -DENABLE_FP16 > "$d/build_emu_fp16.log" 2>&1; then
+            -std=c++17 -O2 -pthread -fno-strict-aliasing -Wno-unknown-pragmas -I"$(pwd)" -DENABLE_FP16 -DUSE_CUDNN > "$d/build_emu_fp16.log" 2>&1; then
         echo "[FAIL] tests/test_attention.cu builds against the emulation (fp16): $(grep -m 3 error "$d/build_emu_fp16.log")"; status=1
     else
         "$d/test_attention_fp16_emu" > "$d/emu_fp16.log" 2>&1 || status=1

@@ -195,12 +195,12 @@ else
     [ -f "$d/bf16.one_rank/metrics.jsonl" ] && half_pair bf16.dp2_zero3 bf16.one_rank
 fi
 # fp16 (make PRECISION=FP16): the same chain with fp16's u = 2^-11 (8x tighter), under a static loss scale of 1024
-# (Paddle's; the build's default, the dynamic scale from 2^32, skips these runs' steps): one rank against the CPU run;
-# dp2 zero3 (gradients reduced, weights gathered in fp16) against it and against the fp16 one-rank run; tp2 (the
+# (Paddle's; the build's default, the dynamic scale from 2^32, skips these runs' steps): one rank, with our attention
+# and with cuDNN's, against the CPU run; dp2 zero3 (gradients reduced, weights gathered in fp16) against it and against the fp16 one-rank run; tp2 (the
 # activations' all-reduces in fp16) against it
 if make -s build/train_gpt_fp16_emu > "$d/build_fp16.log" 2>&1; then
     half_tolerances fp16
-    for layout in "one_rank 1" "dp2_zero3 2 --dp 2 --zero 3" "tp2 2 --tp 2"; do
+    for layout in "one_rank 1" "cudnn 1 --attention cudnn" "dp2_zero3 2 --dp 2 --zero 3" "tp2 2 --tp 2"; do
         # shellcheck disable=SC2086
         set -- $layout
         name=fp16.$1 np=$2; shift 2

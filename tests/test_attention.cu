@@ -1,7 +1,7 @@
 // tests/test_attention.cu: the tensor-core flash attention of llmc/attention.cuh (the bf16 kernels the trainer
 // runs) against attention in double precision computed on the host from the same bf16 inputs, forward (out,
 // lse) and backward (dq, dk, dv), per element at a tolerance set by the kernels' bf16 roundings (below). Built with
-// -DENABLE_FP16, the same checks of the fp16 kernels (floatX = half: inputs fp16 numbers, u = 2^-11; no cuDNN).
+// -DENABLE_FP16, the same checks of the fp16 kernels (floatX = half: inputs fp16 numbers, u = 2^-11; cuDNN's in fp16 with USE_CUDNN).
 // Shapes: head dims 64, 80 and 128; GQA and MQA; odd and even numbers of 64-row tiles (the pipelined kernels
 // alternate two buffers); batch 2. The kernels take only T a multiple of 64 (the trainer refuses other
 // lengths at -t): a child process checks that the launcher refuses T = 96 with exit status 1 and a message

@@ -72,7 +72,7 @@ static void print_cuda_usage() {
            "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
            "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n"
            "  --attention flash|cudnn   the attention kernels: flash, our own (llmc/attention.cuh, the default), or\n"
-           "                       cudnn, cuDNN's (a build with `make train_gpt USE_CUDNN=1`; bf16, no ALiBi)\n"
+           "                       cudnn, cuDNN's (a build with `make train_gpt USE_CUDNN=1`; bf16 or fp16, no ALiBi)\n"
            "  --nccl-mem GIB       device memory the plan leaves to each NCCL communicator of a rank (default %g;\n"
            "                       NCCL_NVLS_ENABLE=0 makes NCCL take far less on NVSwitch machines: docs/plan.md)\n"
            "  --profile N          time every kernel class (each linear's forward, dgrad and wgrad, the LM head,\n"
@@ -151,9 +151,10 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
     if (margin_given && o->fp8.recipe == FP8_NONE) die("flag --fp8-margin needs --fp8 delayed or current");
     if (!o->ceilings.empty() && o->profile == 0) die("flag --ceilings sets the ceilings of the step profile: it needs --profile N");
     if (o->fp8.recipe != FP8_NONE) fp8_require_build();
-#if defined(ENABLE_FP32) || defined(ENABLE_FP16)
+#if defined(ENABLE_FP32)
     if (o->attention_cudnn)
-        die("--attention cudnn needs the bf16 build (this binary was built with PRECISION=%s)", PRECISION_UPPER);
+        die("--attention cudnn needs a 16-bit build, bf16 or fp16 (this binary was built with PRECISION=%s)",
+            PRECISION_UPPER);
 #elif !defined(USE_CUDNN)
     if (o->attention_cudnn)
         die("--attention cudnn: this train_gpt was built without cuDNN; build it with `make train_gpt USE_CUDNN=1`");

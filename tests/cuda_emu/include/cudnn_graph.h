@@ -4,11 +4,12 @@
 // whose inner dimensions meet, reductions to extent 1 or to a divisor), and the operation graph is then:
 //   - matched, as cuDNN's fused attention engines match it: the heuristic offers engine configurations only for the
 //     graphs of a causal attention forward and of its deterministic backward (with or without GQA), named by their
-//     operations in order and each one's output type (EMU_DNN_PATTERNS below), with bf16 inputs and outputs, a head dim
-//     that is a multiple of 8 up to 128, and every operand's innermost dimension contiguous; any other graph gets no
+//     operations in order and each one's output type (EMU_DNN_PATTERNS below), with bf16 inputs and outputs, or fp16
+//     ones (the same pattern with every bf16 tensor fp16; never the two mixed), a head dim that is a multiple of 8 up
+//     to 128, and every operand's innermost dimension contiguous; any other graph gets no
 //     configuration, and a message for cudnnGetLastErrorString saying why;
 //   - executed by an interpreter: each operation on the host in fp32 on whole tensors (the T x T intermediates
-//     stored), every output rounded to its tensor's type (bf16 where the graph says bf16), the device tensors read and
+//     stored), every output rounded to its tensor's type (bf16 or fp16 where the graph says so), the device tensors read and
 //     written through their strides. So a graph that means something else than attention computes something else,
 //     and tests/test_attention.cu compares the result with the CPU reference.
 // The variant pack must hold every non-virtual tensor of the graph once and nothing else; each device pointer must lie
@@ -36,7 +37,10 @@ typedef enum {
     CUDNN_STATUS_INTERNAL_ERROR = 4000,
     CUDNN_STATUS_EXECUTION_FAILED = 5000
 } cudnnStatus_t;
-typedef enum { CUDNN_DATA_FLOAT = 0, CUDNN_DATA_INT32 = 4, CUDNN_DATA_BFLOAT16 = 9, CUDNN_DATA_BOOLEAN = 11 } cudnnDataType_t;
+typedef enum {
+    CUDNN_DATA_FLOAT = 0, CUDNN_DATA_HALF = 2, CUDNN_DATA_INT32 = 4, CUDNN_DATA_BFLOAT16 = 9, CUDNN_DATA_BOOLEAN = 11
+} cudnnDataType_t;
+static inline bool emu_dnn_16bit(int dtype) { return dtype == CUDNN_DATA_BFLOAT16 || dtype == CUDNN_DATA_HALF; }
 typedef enum { CUDNN_REDUCE_TENSOR_ADD = 0, CUDNN_REDUCE_TENSOR_MAX = 3 } cudnnReduceTensorOp_t;
 typedef enum {
     CUDNN_POINTWISE_ADD = 0,
@@ -358,7 +362,8 @@ static inline std::string emu_dnn_op_name(const EmuDnnOp& o) {
         default: n = "pointwise" + std::to_string(o.mode);
     }
     const int t = o.y->dtype;
-    return n + ":" + (t == CUDNN_DATA_FLOAT ? "f" : t == CUDNN_DATA_BFLOAT16 ? "b" : t == CUDNN_DATA_INT32 ? "i" : "?");
+    return n + ":" + (t == CUDNN_DATA_FLOAT ? "f" : t == CUDNN_DATA_BFLOAT16 ? "b" : t == CUDNN_DATA_HALF ? "h"
+                      : t == CUDNN_DATA_INT32 ? "i" : "?");
 }
 
 // The graphs the fused attention engines run: a causal forward with statistics, the deterministic backward, the
@@ -392,7 +397,8 @@ static inline cudnnStatus_t emu_dnn_finalize_tensor(EmuDnnDesc* e) {
     if (dims->i.size() != st->i.size()) return emu_dnn_fail(CUDNN_STATUS_BAD_PARAM, "a tensor's dimensions and strides differ in count");
     for (size_t k = 0; k < dims->i.size(); k++)
         if (dims->i[k] < 1 || st->i[k] < 1) return emu_dnn_fail(CUDNN_STATUS_BAD_PARAM, "a tensor's dimensions and strides must be >= 1");
-    if (dt->i[0] != CUDNN_DATA_FLOAT && dt->i[0] != CUDNN_DATA_BFLOAT16 && dt->i[0] != CUDNN_DATA_INT32 && dt->i[0] != CUDNN_DATA_BOOLEAN)
+    if (dt->i[0] != CUDNN_DATA_FLOAT && !emu_dnn_16bit((int)dt->i[0]) && dt->i[0] != CUDNN_DATA_INT32 &&
+        dt->i[0] != CUDNN_DATA_BOOLEAN)
         return emu_dnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "data type " + std::to_string(dt->i[0]) + " is not emulated");
     e->dtype = (int)dt->i[0];
     e->dims = dims->i;
@@ -494,8 +500,12 @@ static inline cudnnStatus_t emu_dnn_finalize_graph(EmuDnnDesc* e) {
 
 // Whether an attention engine takes graph g (EMU_DNN_PATTERNS and the constraints above); why not in *why.
 static inline bool emu_dnn_engine_takes(const EmuDnnDesc* g, std::string* why) {
+    // an fp16 graph is a bf16 pattern with every "b" an "h" (a graph with both is no pattern)
+    std::string as_bf16 = g->pattern;
+    if (as_bf16.find(":b") == std::string::npos)
+        for (size_t at = as_bf16.find(":h"); at != std::string::npos; at = as_bf16.find(":h", at)) as_bf16[at + 1] = 'b';
     bool known = false;
-    for (const auto& p : EMU_DNN_PATTERNS) known = known || g->pattern == p[1];
+    for (const auto& p : EMU_DNN_PATTERNS) known = known || as_bf16 == p[1];
     if (!known) {
         *why = "no engine for the graph \"" + g->pattern + "\"";
         return false;
@@ -518,7 +528,7 @@ static inline bool emu_dnn_engine_takes(const EmuDnnDesc* g, std::string* why) {
                 return false;
             }
             const int64_t hd = t->strides[3] == 1 ? t->dims[3] : t->dims[2];
-            if (t->dtype == CUDNN_DATA_BFLOAT16 && (hd % 8 != 0 || hd > 128)) {
+            if (emu_dnn_16bit(t->dtype) && (hd % 8 != 0 || hd > 128)) {
                 *why = "head dim " + std::to_string(hd) + " (multiples of 8 up to 128)";
                 return false;
             }
@@ -624,6 +634,7 @@ static inline void emu_dnn_index(const EmuDnnDesc* t, int64_t i, int64_t* idx) {
 }
 static inline float emu_dnn_round(int dtype, float v) {
     if (dtype == CUDNN_DATA_BFLOAT16) return (float)__nv_bfloat16(v);
+    if (dtype == CUDNN_DATA_HALF) return (float)__half(v);
     if (dtype == CUDNN_DATA_INT32) return (float)(int32_t)v;
     if (dtype == CUDNN_DATA_BOOLEAN) return v != 0.0f ? 1.0f : 0.0f;
     return v;
@@ -639,7 +650,7 @@ static inline float emu_dnn_bcast(const EmuDnnValues& vals, const EmuDnnDesc* x,
 static inline size_t emu_dnn_extent(const EmuDnnDesc* t) {
     int64_t last = 0;
     for (size_t k = 0; k < t->dims.size(); k++) last += (t->dims[k] - 1) * t->strides[k];
-    return (size_t)(last + 1) * (t->dtype == CUDNN_DATA_BFLOAT16 ? 2 : 4);
+    return (size_t)(last + 1) * (emu_dnn_16bit(t->dtype) ? 2 : 4);
 }
 
 static inline void emu_dnn_run_op(EmuDnnValues& vals, const EmuDnnOp& o) {
@@ -700,7 +711,7 @@ static inline void emu_dnn_run_op(EmuDnnValues& vals, const EmuDnnOp& o) {
         for (int64_t i = 0; i < n; i++) out[(size_t)i] = emu_dnn_round(y->dtype, acc[(size_t)i]);
     } else {  // reshape: y's element at memory offset o is x's element at offset o
         const std::vector<float>& X = vals.v.at(o.x);
-        std::vector<int64_t> at(emu_dnn_extent(o.x) / (o.x->dtype == CUDNN_DATA_BFLOAT16 ? 2 : 4), -1);  // offset -> x's element
+        std::vector<int64_t> at(emu_dnn_extent(o.x) / (emu_dnn_16bit(o.x->dtype) ? 2 : 4), -1);  // offset -> x's element
         for (int64_t i = 0; i < emu_dnn_count(o.x); i++) {
             int64_t idx[8];
             emu_dnn_index(o.x, i, idx);
@@ -777,7 +788,8 @@ static inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDes
                     emu_dnn_index(t, i, idx);
                     const int64_t off = emu_dnn_offset(t, idx);
                     x[(size_t)i] = t->dtype == CUDNN_DATA_BFLOAT16 ? (float)((const __nv_bfloat16*)kv.second)[off]
-                                                                   : ((const float*)kv.second)[off];
+                                   : t->dtype == CUDNN_DATA_HALF     ? (float)((const __half*)kv.second)[off]
+                                                                     : ((const float*)kv.second)[off];
                 }
             }
             vals.v[t] = std::move(x);
@@ -794,6 +806,7 @@ static inline cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDes
                     emu_dnn_index(o.y, i, idx);
                     const int64_t off = emu_dnn_offset(o.y, idx);
                     if (o.y->dtype == CUDNN_DATA_BFLOAT16) ((__nv_bfloat16*)p)[off] = __nv_bfloat16(y[(size_t)i]);
+                    else if (o.y->dtype == CUDNN_DATA_HALF) ((__half*)p)[off] = __half(y[(size_t)i]);
                     else ((float*)p)[off] = y[(size_t)i];
                 }
             }
