@@ -17,6 +17,7 @@
 #      and the scale lowered, and the run bit-identical to the one without a scale.
 #   2b. the fp16 build on emulated GPUs: the forced overflow at one GPU, dp 2 zero 1, tp 2 and pp 2; its default
 #      dynamic scale from 2^32, whose real overflows skip the first steps until the halved scale fits.
+#   2c. fp8 delayed under a dynamic scale: an overflow skipped, and the steps after it train as bf16's do.
 #   3. bad flags and a bad loss_scale in a checkpoint stop with exit 1 naming the flag or the file.
 # About 60 s on 2 cores.
 set -u
@@ -198,6 +199,23 @@ else
        [ "$($PY tests/metrics_checks.py diff "$m" "$m" 24 loss 0 24)" = 0 ]; then  # step 24's loss there and finite
         pass "train_gpt fp16 (emulated GPU), default scaling: steps 1-$k overflow at 2^32 and are skipped ($out), step $((k + 1)) on train with finite gradients"
     else fail "train_gpt fp16 default scaling: exit $rc, skipped ${skips:-none}, ${out:-}, $(grep -m1 error "$d/fp16_default.log")"; fi
+fi
+
+# 2c. fp8 under a loss scale (the bf16 build, --fp8 delayed, the dynamic scale from 1024 growing every step): an
+# overflow at step 2 is skipped (the rule replayed; the weights and moments unchanged by it) and its NaN gradients
+# must not poison delayed scaling (a skipped step drops its amaxes, and amaxes ignore NaN: llmc/fp8.cuh): steps 3-6
+# train as the bf16 run with the same overflow does, by FlagPerf's rule from step 3 (mean relative loss difference
+# below 2%; gradients left zero or NaN by a poisoned scale would hold the loss near step 2's, 6% above on average)
+if [ "$(uname -m)" = x86_64 ] && [ -x build/train_gpt_emu ]; then
+    for v in bf16 fp8; do
+        LLMC_TEST_NAN_GRAD_STEPS=2 timeout 300 build/train_gpt_emu "${ebase[@]}" -x 6 -o "$d/scaled_$v" "${sc1[@]}" \
+            $([ $v = fp8 ] && echo "--fp8 delayed") > "$d/scaled_$v.log" 2>&1
+    done
+    rel=$($PY scripts/loss_align.py "$d/scaled_fp8/metrics.jsonl" "$d/scaled_bf16/metrics.jsonl" --start 3 2>&1)
+    if replay scaled_fp8 dynamic 1024 1 1 1 2 && same_ck "$(ck scaled_fp8 1)" "$(ck scaled_fp8 2)" &&
+       grep -q "^fp8 GEMMs in the layers" "$d/scaled_fp8.log" && [[ $rel == *": aligned" ]]; then
+        pass "train_gpt --fp8 delayed under a dynamic loss scale (emulated GPU): an overflow at step 2: $out; steps 3-6 against bf16's: $rel"
+    else fail "train_gpt --fp8 delayed under a loss scale: ${out:-}; $rel; $(grep -m1 error "$d/scaled_fp8.log")"; fi
 fi
 
 # 3. bad flags, a bad checkpoint
