@@ -4,8 +4,8 @@
 # runs as written, its threads emulated as fibers), on reference states of tests/gpu_cases.sh: the bf16 build on
 # head dims 64 (GPT, LLaMA GQA, LLaMA with Qwen's q, k, v biases, Baichuan2's NormHead and Qwen3's QK-norm), 80 (GPT
 # with ALiBi) and 128, and packed documents (learned positions; RoPE, GQA and the loss mask), the fp32 build on the
-# three head-dim-64 states, the fp16 build (-DENABLE_FP16) on them too (every check on gpt3_tiny_hd64, --core on the
-# other two; its attention at head dims 80 and 128 is tests/t_attention.sh's). The checks of test_gpt: logits, loss,
+# three head-dim-64 states, the fp16 build (-DENABLE_FP16) on them too (--core: every check but the resume and the ZeRO
+# levels; its attention at head dims 80 and 128 is tests/t_attention.sh's). The checks of test_gpt: logits, loss,
 # gradients, recompute, accumulation, the optimizer, 10 steps, weight update, determinism; and on the bf16 pass's
 # head-dim-64 states and the fp32 pass's GPT state also the resume and the ZeRO levels on one GPU (the others run
 # test_gpt's --core: those two run no kernel the other checks do not, and cost most at the larger head dims).
@@ -74,7 +74,8 @@ fi
 fp32_states=()
 race_state=""
 bf16_args=() bf16_core=() fp32_args=() fp32_core=()  # test_gpt's arguments: every check, then --core states
-# (the fp16 pass takes the fp32 pass's states and arguments)
+# (the fp16 pass takes the fp32 pass's states, each with --core: the resume and the ZeRO levels move fp32 master weights,
+# moments and checkpoint bytes that no precision changes)
 for f in "${bf16_states[@]}"; do
     case $f in */gpt3_tiny_hd64.safetensors|*/llama_tiny_gqa_hd64.safetensors|*/llama_switches_hd64.safetensors) fp32_states+=("$f") ;; esac
     case $f in */gpt3_tiny_hd64.safetensors) race_state=$f ;; esac
@@ -119,7 +120,7 @@ if has "$passes" fp32; then
     else echo "[FAIL] the fp32 pass runs on the head-dim-64 states, which EMU_CASES does not name"; status=1; fi
 fi
 if has "$passes" fp16; then
-    if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp16.log" "" "$d/test_gpt_fp16_emu" ref "${fp32_args[@]}"
+    if [ ${#fp32_states[@]} -gt 0 ]; then run_emu "$d/fp16.log" "" "$d/test_gpt_fp16_emu" ref --core "${fp32_states[@]}"
     else echo "[FAIL] the fp16 pass runs on the head-dim-64 states, which EMU_CASES does not name"; status=1; fi
 fi
 exit $status
