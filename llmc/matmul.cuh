@@ -76,8 +76,27 @@ struct MatmulAlgo {
     std::vector<cublasLtMatmulAlgo_t> algos;
     int chosen;
     std::string refused;
+    const char* source = "heuristic";  // how chosen was picked: "heuristic", "tuned" or "file"
+    float ms = 0, ms_first = 0;         // --gemm-algos tune: the chosen algorithm's time and the heuristic's first's
 };
 static const int MATMUL_HEURISTIC_ALGOS = 8;  // asked of the heuristic per key
+
+// --gemm-algos (train_gpt): how a key's algorithm is chosen at its first call.
+//   heuristic (default)  the heuristic's first algorithm that runs (matmul_settle)
+//   tune                 each of the heuristic's algorithms that runs is timed on the call's own operands (one run to
+//                        warm up, then MATMUL_TUNE_RUNS; an accumulating call times on a copy of its output, so the
+//                        real product is made once) and the fastest is kept. A choice made by timing can differ from run
+//                        to run, and algorithms may round differently: the choices are written to OUT/gemm_algos.txt
+//                        so that a later run can replay them
+//   FILE                 the algorithms of FILE (a tune run's gemm_algos.txt) replayed: a key FILE holds runs its
+//                        recorded algorithm, exactly (cuBLASLt refusing it stops the run, naming FILE); a key it lacks
+//                        is settled by the heuristic. Either way the table of every key is printed after the first step
+enum GemmAlgoMode { GEMM_ALGOS_HEURISTIC, GEMM_ALGOS_TUNE, GEMM_ALGOS_FILE };
+static const int MATMUL_TUNE_RUNS = 3;
+struct MatmulRecord {
+    MatmulKey key;
+    cublasLtMatmulAlgo_t algo;
+};
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -91,6 +110,9 @@ struct MatmulContext {
     // sets fp8_refused (why names the GEMM and cuBLASLt's answers) and returns, where a step's GEMM would stop
     bool fp8_check = false, fp8_refused = false;
     std::vector<int> gelu_fallbacks;       // the GELU epilogues found without an algorithm so far (each logged once)
+    GemmAlgoMode mode = GEMM_ALGOS_HEURISTIC;  // --gemm-algos
+    std::string replay_path;                   // --gemm-algos FILE
+    std::vector<MatmulRecord> replay;          // FILE's records
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
@@ -188,27 +210,104 @@ static inline MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, 
     for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++)
         if (heur[i].state == CUBLAS_STATUS_SUCCESS) a.algos.push_back(heur[i].algo);
     if (a.algos.empty()) a.refused = "the heuristic offered no algorithm (status " + std::to_string((int)st) + ")";
+    for (const MatmulRecord& r : ctx->replay)  // --gemm-algos FILE: the recorded algorithm alone
+        if (r.key == key) {
+            a.algos.assign(1, r.algo);
+            a.source = "file";
+        }
     ctx->algos.push_back(a);
     return ctx->algos.back();
 }
 
-// The algorithm a key's first call settles on: the heuristic's in order, each checked (cublasLtMatmulAlgoCheck)
-// and then really called, the first that runs kept for every later call. A refusal (CUBLAS_STATUS_NOT_SUPPORTED or
-// INVALID_VALUE: the H100 refused every fp8 GEMM at the call with an algorithm the heuristic had offered) moves on
-// to the next; any other failure stops the program. fp8 keys print the choice, others only when it is not the
-// heuristic's first. Returns whether one ran (the product is then done).
+// One call of algorithm i of a key: checked first (cublasLtMatmulAlgoCheck, and its workspace against ours), then run.
+// CUBLAS_STATUS_NOT_SUPPORTED or INVALID_VALUE: refused (the H100 refused every fp8 GEMM at the call with an algorithm
+// the heuristic had offered); any other failure stops the program.
+static inline cublasStatus_t matmul_try(MatmulContext* ctx, MatmulAlgo* algo, int i, cublasLtMatmulDesc_t desc,
+                                        cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_,
+                                        const float* alpha, const float* beta, const void* a, const void* b,
+                                        const void* c, void* d, cudaStream_t stream) {
+    cublasLtMatmulHeuristicResult_t check;
+    cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->handle, desc, la, lb, ld_, ld_, &algo->algos[i], &check);
+    if (st == CUBLAS_STATUS_SUCCESS && check.workspaceSize > ctx->workspace_size) st = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmul(ctx->handle, desc, alpha, a, la, b, lb, beta, c, ld_, d, ld_, &algo->algos[i], ctx->workspace,
+                            ctx->workspace_size, stream);
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) cublasCheck(st);
+    return st;
+}
+
+static inline size_t cuda_type_size(cudaDataType_t t) {
+    return t == CUDA_R_32F ? 4 : (t == CUDA_R_16BF || t == CUDA_R_16F) ? 2 : 1;
+}
+
+// --gemm-algos tune: each algorithm that runs is timed (matmul_try warms it up, then MATMUL_TUNE_RUNS calls between two
+// events), the fastest is kept and run once more on the real output, so the product is the chosen algorithm's. An
+// accumulating call (beta != 0) reads its output: it is timed on a copy (cudaMalloc'd for the moment; where that
+// fails, the key is settled by the heuristic's rule). Returns false when every algorithm was refused (*refused: the
+// statuses), or -1 (as int) when tuning could not start.
+static inline int matmul_tune(MatmulContext* ctx, MatmulAlgo* algo, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                              cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_, const float* alpha, const float* beta,
+                              const void* a, const void* b, const void* c, void* d, cudaStream_t stream,
+                              std::string* refused) {
+    void* out = d;
+    void* copy = nullptr;
+    if (*beta != 0.0f) {
+        const size_t bytes = (size_t)algo->key.m * algo->key.n * cuda_type_size(algo->key.d_type);
+        if (cudaMalloc(&copy, bytes) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return -1;
+        }
+        cudaCheck(cudaMemcpyAsync(copy, d, bytes, cudaMemcpyDeviceToDevice, stream));
+        out = copy;
+    }
+    cudaEvent_t e0, e1;
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    int best = -1;
+    for (int i = 0; i < (int)algo->algos.size(); i++) {
+        const cublasStatus_t st = matmul_try(ctx, algo, i, desc, la, lb, ld_, alpha, beta, a, b, c ? out : nullptr, out, stream);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            *refused += (refused->empty() ? "status " : ", ") + std::to_string((int)st);
+            continue;
+        }
+        cudaCheck(cudaEventRecord(e0, stream));
+        for (int r = 0; r < MATMUL_TUNE_RUNS; r++)
+            cublasCheck(cublasLtMatmul(ctx->handle, desc, alpha, a, la, b, lb, beta, c ? out : nullptr, ld_, out, ld_,
+                                       &algo->algos[i], ctx->workspace, ctx->workspace_size, stream));
+        cudaCheck(cudaEventRecord(e1, stream));
+        cudaCheck(cudaEventSynchronize(e1));
+        float ms = 0;
+        cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
+        ms /= MATMUL_TUNE_RUNS;
+        if (best < 0) algo->ms_first = ms;
+        if (best < 0 || ms < algo->ms) best = i, algo->ms = ms;
+    }
+    cudaCheck(cudaEventDestroy(e0));
+    cudaCheck(cudaEventDestroy(e1));
+    if (copy) cudaCheck(cudaFree(copy));
+    if (best < 0) return 0;
+    algo->chosen = best;
+    algo->source = "tuned";
+    cublasCheck(cublasLtMatmul(ctx->handle, desc, alpha, a, la, b, lb, beta, c, ld_, d, ld_, &algo->algos[best],
+                               ctx->workspace, ctx->workspace_size, stream));
+    return 1;
+}
+
+// The algorithm a key's first call settles on, kept for every later call: under --gemm-algos tune the fastest
+// (matmul_tune), else the heuristic's first that runs (or FILE's one, matmul_algo), each tried in order and a refusal
+// moving on to the next. fp8 keys print the choice, others only when it is not the heuristic's first. Returns whether
+// one ran (the product is then done). A replayed algorithm that cuBLASLt refuses stops the run.
 static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
                                  cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_, const float* alpha, const float* beta,
                                  const void* a, const void* b, const void* c, void* d, cudaStream_t stream) {
     const bool fp8 = algo->key.a_type != CUDA_FLOATX;
     std::string refused;
-    for (int i = 0; i < (int)algo->algos.size(); i++) {
-        cublasLtMatmulHeuristicResult_t check;
-        cublasStatus_t st = cublasLtMatmulAlgoCheck(ctx->handle, desc, la, lb, ld_, ld_, &algo->algos[i], &check);
-        if (st == CUBLAS_STATUS_SUCCESS && check.workspaceSize > ctx->workspace_size) st = CUBLAS_STATUS_NOT_SUPPORTED;
-        if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatmul(ctx->handle, desc, alpha, a, la, b, lb, beta, c, ld_, d, ld_, &algo->algos[i],
-                                ctx->workspace, ctx->workspace_size, stream);
+    int tuned = -1;
+    if (ctx->mode == GEMM_ALGOS_TUNE && std::string(algo->source) == "heuristic")
+        tuned = matmul_tune(ctx, algo, desc, la, lb, ld_, alpha, beta, a, b, c, d, stream, &refused);
+    if (tuned == 1) return true;
+    for (int i = 0; tuned == -1 && i < (int)algo->algos.size(); i++) {
+        const cublasStatus_t st = matmul_try(ctx, algo, i, desc, la, lb, ld_, alpha, beta, a, b, c, d, stream);
         if (st == CUBLAS_STATUS_SUCCESS) {
             algo->chosen = i;
             if (fp8 || i > 0)
@@ -218,9 +317,12 @@ static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtM
                        (int)algo->algos.size(), i > 0 ? " (the ones before refused: " : "", i > 0 ? (refused + ")").c_str() : "");
             return true;
         }
-        if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) cublasCheck(st);
         refused += (refused.empty() ? "status " : ", ") + std::to_string((int)st);
     }
+    if (std::string(algo->source) == "file")
+        die("--gemm-algos %s: cuBLASLt refuses the algorithm recorded for m=%d n=%d k=%d (%s): record the choices again "
+            "with --gemm-algos tune on this GPU and cuBLASLt", ctx->replay_path.c_str(), algo->key.m, algo->key.n,
+            algo->key.k, refused.c_str());
     algo->refused = "each of the heuristic's " + std::to_string(algo->algos.size()) + " algorithms refused (" + refused + ")";
     algo->algos.clear();  // later calls of this key fall back at once
     return false;

@@ -14,7 +14,7 @@
 #                  probe build/fp8_gemm under cuBLASLt's log with the default libraries, with PyTorch's cuBLASLt first,
 #                  and --trainer; PyTorch's control dev/probe/fp8_torch.py and dev/probe/lt_trace.py on the two
 #                  traces; test_gpt, test_gpt_fp32 and test_gpt_fp16 on the kit's two states; the multirank stage's
-#                  runs; gpt3_1.3b with --gelu-fusion off, then on. Files:
+#                  runs; gpt3_1.3b with --gelu-fusion off, then on, then --gemm-algos tune. Files:
 #                  sprint1.log, sprint1.md, sprint1_files.tar.gz (every run's log, the cuBLASLt traces)
 #     sprint2      the second command (at most 8 minutes, budget 460 s): gpt3_1.3b and llama3.2_1b, 20 steps with
 #                  the step profile (SPRINT_PROFILE_FLAGS); gpt3_1.3b in the fp16 build; whether fp8 runs at all
@@ -907,6 +907,11 @@ stage_sprint1() {
         gelu_rows+=("${row/| $flags |/| $flags --gelu-fusion $mode |}")
         grep -m 2 "no algorithm with the" "$work/$preset.gelu_$mode.log"
     done
+    # -- each GEMM's algorithm timed at its first call (--gemm-algos tune, default heuristic until measured): the row
+    #    beside --gelu-fusion off's, the table of algorithms in sprint1.log (25 s)
+    section "train_gpt $preset $flags --gemm-algos tune: $steps steps (25 s)"
+    bench_row "$preset" "$flags" "$work/$preset.gemm_tune.log" 150 --gemm-algos tune
+    gelu_rows+=("${row/| $flags |/| $flags --gemm-algos tune |}")
     {
         echo "## environment"; echo; echo '```'; cat "$work/environment.txt"; echo '```'; echo
         echo "## fp8: cuBLASLt's traces (CUBLASLT_LOG_LEVEL=5) in sprint1_files.tar.gz"; echo
@@ -916,7 +921,7 @@ stage_sprint1() {
         echo "| reference state | test_gpt (bf16) | test_gpt_fp32 | test_gpt_fp16 |"; echo "| --- | --- | --- | --- |"
         printf '%s\n' "${test_rows[@]}"; echo
         cat "$work/multirank/summary.md"; echo
-        echo "## GELU in the epilogue (--gelu-fusion)"; echo
+        echo "## GELU in the epilogue (--gelu-fusion), GEMM algorithms timed (--gemm-algos tune: the table in sprint1.log)"; echo
         echo "| preset | train_gpt flags | tokens/s | MFU | peak GiB | estimate GiB |"; echo "| --- | --- | --- | --- | --- | --- |"
         printf '%s\n' "${gelu_rows[@]}"
     } > "$out/sprint1.md"

@@ -13,7 +13,7 @@
 #     has no CUDA device, so no trace to compare), test_gpt on the GPT state passes (--tiny: the rest not run),
 #     and every multirank line passed: the fp32 layouts, bf16 dp2 zero3 against one rank, twice bitwise, the stall
 #     ended by the emulation's timeout (EMU_NCCL_TIMEOUT: its NCCL waits inside the call, so --comm-timeout cannot fire
-#     here) and --resume auto bitwise equal to the uninterrupted run; the two GELU rows (--gelu-fusion off and on)
+#     here) and --resume auto bitwise equal to the uninterrupted run; the two GELU rows (--gelu-fusion off and on) and --gemm-algos tune's
 #   - the launch: mpirun with a per-rank NCCL_HOSTID (the commands in the tar)
 #   - sprint2.md: both bf16 rows with tokens/s, the fp16 row (no step skipped, the scale in the note), the fp8 rows
 #     and the loss rule, cuDNN's attention (test_attention
@@ -130,9 +130,10 @@ for w in "${want[@]}"; do grep -qF -- "- [PASS] $w" "$m" || missing+=" '$w'"; do
 grep -qE -- "- \[PASS\] rank 1 stalled .*nccl emulation: deadlock: rank 0 \(world rank 0\) waited 10 s \(EMU_NCCL_TIMEOUT\)" "$m" \
     && pass "the stall: the emulation's timeout named the rank and the operation" \
     || fail "the stall's message" "$(grep -F 'stalled' "$m" | cut -c1-300)"
-n=$(grep -cE '^\| gpt3_1.3b \| -b 8 -t 2048 --gelu-fusion (off|on) \| [0-9]+ \|' "$m")
-[ "$n" = 2 ] && pass "sprint1.md: gpt3_1.3b with --gelu-fusion off and on, tokens/s in both rows" \
-    || fail "sprint1.md GELU rows" "$n rows: $(grep -A4 'GELU in the epilogue' "$m" | tr '\n' ' ')"
+n=$(grep -cE '^\| gpt3_1.3b \| -b 8 -t 2048 (--gelu-fusion (off|on)|--gemm-algos tune) \| [0-9]+ \|' "$m")
+[ "$n" = 3 ] && grep -q '^GEMM algorithms (--gemm-algos tune), [1-9][0-9]* GEMMs of the first step' "$O/sprint1.log" \
+    && pass "sprint1.md: gpt3_1.3b with --gelu-fusion off and on and with --gemm-algos tune, tokens/s in the three rows; the algorithms' table in sprint1.log" \
+    || fail "sprint1.md GELU and GEMM-algorithm rows" "$n rows: $(grep -A5 'GELU in the epilogue' "$m" | tr '\n' ' ')"
 tar -xzf "$O/sprint1_files.tar.gz" -C "$T" 2>/dev/null
 c=$T/sprint1/multirank/fp32.tp2_pp2_dp2_zero1_sp.cmd
 if grep -qF "NCCL_HOSTID=llmc-rank-\$OMPI_COMM_WORLD_RANK exec" "$c" 2>/dev/null && grep -q -- "-x LLMC_SHARE_GPU=1" "$c" &&

@@ -6,7 +6,8 @@
 # epilogue path's results (both against a host reference), in the bf16 and the fp32 build; and the GELU epilogues
 # (train_gpt --gelu-fusion on): the emulated cuBLASLt's GELU_AUX(_BIAS) and DGELU(_BGRAD) against the semantics
 # cuBLASLt documents and the calls it refuses, matmul.cuh's matmul_forward_gelu and matmul_backward_input_dgelu
-# against the host reference and the unfused kernels, and their fallback where there is no algorithm. Seconds.
+# against the host reference and the unfused kernels, and their fallback where there is no algorithm; --gemm-algos tune
+# (the slow algorithm never kept, the products and accumulated gradients as without tuning) and FILE (replayed). Seconds.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 d=$(pwd)/build/t_matmul_emulated
@@ -21,7 +22,7 @@ for b in bf16 fp32; do
         echo "[FAIL] tests/test_matmul_emu.cu builds against the emulation ($b): $(grep -m 3 error "$d/build_$b.log")"
         status=1; continue
     fi
-    "$d/test_matmul_$b" > "$d/$b.log" 2>&1
+    (cd "$d" && "$d/test_matmul_$b") > "$d/$b.log" 2>&1  # in $d: it writes its --gemm-algos file there
     rc=$?
     grep -E '^\[(PASS|FAIL)\]|^EMU|^heuristic' "$d/$b.log"
     if [ $rc -ne 0 ]; then

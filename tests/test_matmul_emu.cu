@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 #include "llmc/matmul.cuh"
+#include "llmc/matmul_algos.cuh"
 #include "llmc/mlp_act.cuh"
 #include "tests/check.h"
 #include "tests/device_io.h"
@@ -63,15 +64,22 @@ static std::vector<float> make_values(size_t n, uint32_t seed) {
 struct Results {
     std::vector<float> out_bias, out, dinp, dw, dbias, dw32;
     long heuristic_first, heuristic_all;  // heuristic calls after the first pass, after all passes
+    std::vector<int> chosen;              // each key's algorithm (--gemm-algos), in the order of first calls
+    std::vector<std::string> how;         // and how it was chosen: heuristic, tuned, file
+    std::vector<uint64_t> algo_id;        // and that algorithm's number (the emulated heuristic's, in data[0])
 };
 
 struct Inputs {
     std::vector<float> inp, w, bias, dout, dw0, dbias0;  // [N,IC] [OC,IC] [OC] [N,OC] [OC,IC] [OC]
 };
 
-static Results run_products(const Inputs& x) {
+// mode and file: --gemm-algos (FILE read for GEMM_ALGOS_FILE; under GEMM_ALGOS_TUNE the choices written to it)
+static Results run_products(const Inputs& x, int passes = PASSES, GemmAlgoMode mode = GEMM_ALGOS_HEURISTIC,
+                            const std::string& file = "") {
     MatmulContext mm;
     matmul_init(&mm, OC);
+    if (mode == GEMM_ALGOS_FILE) gemm_algos_parse(file, &mm);
+    mm.mode = mode;
     floatX *inp = upload<floatX>(x.inp), *w = upload<floatX>(x.w), *bias = upload<floatX>(x.bias),
            *dout = upload<floatX>(x.dout), *dw = upload<floatX>(x.dw0), *dbias = upload<floatX>(x.dbias0);
     float* dw32 = upload<float>(x.dw0);
@@ -83,7 +91,7 @@ static Results run_products(const Inputs& x) {
     cudaCheck(cudaMalloc(&dinp, (size_t)N * IC * sizeof(floatX)));
     Results r;
     const long calls0 = g_emu_heuristic_calls;
-    for (int p = 0; p < PASSES; p++) {
+    for (int p = 0; p < passes; p++) {
         // the accumulated gradients start from the same values in every pass
         cudaCheck(cudaMemcpy(dw, dw0, x.dw0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
         cudaCheck(cudaMemcpy(dbias, dbias0, x.dbias0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
@@ -103,6 +111,13 @@ static Results run_products(const Inputs& x) {
     r.dw = download(dw, (size_t)OC * IC);
     r.dbias = download(dbias, (size_t)OC);
     r.dw32 = download(dw32, (size_t)OC * IC);
+    for (const MatmulAlgo& a : mm.algos) {
+        r.chosen.push_back(a.chosen);
+        r.how.push_back(a.source);
+        r.algo_id.push_back(a.chosen >= 0 ? a.algos[a.chosen].data[0] : ~0ull);
+    }
+    if (mode == GEMM_ALGOS_TUNE && !file.empty()) gemm_algos_write(&mm, file);
+    if (mode != GEMM_ALGOS_HEURISTIC) gemm_algos_print(&mm);
     for (const void* p : {(const void*)inp, (const void*)w, (const void*)bias, (const void*)dout, (const void*)dw,
                           (const void*)dbias, (const void*)dw32, (const void*)dw0, (const void*)dbias0,
                           (const void*)dw32_0, (const void*)out_bias, (const void*)out, (const void*)dinp})
@@ -514,6 +529,28 @@ int main() {
           "%ld after one pass, %ld after %d", f.heuristic_first, f.heuristic_all, PASSES);
     printf("heuristic calls over %d passes of 5 products: %ld with the epilogues, %ld with the fallback\n", PASSES,
            e.heuristic_all, f.heuristic_all);
+    // --gemm-algos tune: with algorithm 0 of every GEMM made 100 ms slower (EMU_LT_SLOW_ALGOS=1), one pass picks
+    // another for each key, and its products (the accumulating ones timed on a copy) are bitwise the heuristic's
+    // (the emulated algorithms compute alike): a gradient accumulated more than once would be off by whole products.
+    // Then its choices written, read back (--gemm-algos FILE) and replayed: the same algorithms, the same products.
+    setenv("EMU_LT_SLOW_ALGOS", "1", 1);
+    const std::string file = "gemm_algos_" + std::string(PRECISION_NAME) + ".txt";
+    const Results t = run_products(x, 1, GEMM_ALGOS_TUNE, file);
+    unsetenv("EMU_LT_SLOW_ALGOS");
+    bool all_tuned = !t.chosen.empty();
+    for (size_t i = 0; i < t.chosen.size(); i++) all_tuned = all_tuned && t.how[i] == "tuned" && t.algo_id[i] > 0;
+    check(all_tuned, tag + "--gemm-algos tune: every key's algorithm timed, the slow algorithm 0 never kept",
+          "%zu keys", t.chosen.size());
+    check(t.out_bias == e.out_bias && t.out == e.out && t.dinp == e.dinp && t.dw == e.dw && t.dbias == e.dbias &&
+          t.dw32 == e.dw32, tag + "--gemm-algos tune: the products, and the gradients accumulated once, as without tuning");
+    const Results r = run_products(x, 1, GEMM_ALGOS_FILE, file);
+    bool all_replayed = r.chosen.size() == t.chosen.size();
+    for (size_t i = 0; all_replayed && i < r.chosen.size(); i++)
+        all_replayed = r.how[i] == "file" && r.chosen[i] == 0 && r.algo_id[i] == t.algo_id[i];
+    check(all_replayed, tag + "--gemm-algos FILE: every key runs the one algorithm recorded for it", "%zu keys of %zu",
+          r.chosen.size(), t.chosen.size());
+    check(r.out_bias == e.out_bias && r.out == e.out && r.dinp == e.dinp && r.dw == e.dw && r.dbias == e.dbias &&
+          r.dw32 == e.dw32, tag + "--gemm-algos FILE: the same products");
     test_lt_gelu(x, tag);
     test_matmul_gelu(x, tag);
     return g_failed ? 1 : 0;

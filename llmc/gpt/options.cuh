@@ -45,6 +45,7 @@ struct CudaOptions {
     bool attention_cudnn = false;  // --attention cudnn: cuDNN's flash attention (llmc/attention_cudnn.cuh, USE_CUDNN=1)
     std::string ceilings;          // --ceilings FILE: the profile's measured ceilings (build/ceilings --json)
     bool gelu_fusion = false;      // --gelu-fusion on: GELU in fc1's and fc2's cuBLASLt epilogues (llmc/matmul.cuh)
+    std::string gemm_algos = "heuristic";  // --gemm-algos heuristic|tune|FILE (llmc/matmul_algos.cuh)
 };
 
 static void print_cuda_usage() {
@@ -82,7 +83,11 @@ static void print_cuda_usage() {
            "                       against the ceiling, what no class accounts for, MFU and HFU (default 0: off;\n"
            "                       N at most -x minus 1; docs/cuda_trainer.md). NVTX ranges mark the same classes\n"
            "  --ceilings FILE      the profile's ceilings, measured: build/ceilings --json FILE (dev/probe/ceilings.cu);\n"
-           "                       default: the device's nominal bf16 peak and memory bandwidth\n\n",
+           "                       default: the device's nominal bf16 peak and memory bandwidth\n"
+           "  --gemm-algos heuristic|tune|FILE   each GEMM's cuBLASLt algorithm: the heuristic's first (default);\n"
+           "                       tune: the fastest of the heuristic's, timed at the GEMM's first call, the choices\n"
+           "                       printed after the first step and written to OUT/gemm_algos.txt; FILE: a tune run's\n"
+           "                       choices replayed (llmc/matmul_algos.cuh)\n\n",
            FP8_DEFAULT_HISTORY_LEN, FP8_DEFAULT_MARGIN, NCCL_MEM_DEFAULT_GIB);
 }
 
@@ -95,7 +100,8 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         if (a == "-h" || a == "--help") print_cuda_usage();
         const bool ours = a == "--recompute" || a == "--bf16-moments" || a == "--print-config" || a == "--estimate-memory" ||
                           a == "--fp8" || a == "--fp8-history" || a == "--fp8-margin" || a == "--nccl-mem" ||
-                          a == "--profile" || a == "--ceilings" || a == "--attention" || a == "--gelu-fusion";
+                          a == "--profile" || a == "--ceilings" || a == "--attention" || a == "--gelu-fusion" ||
+                          a == "--gemm-algos";
         if (!ours) { rest.push_back(argv[i]); continue; }
         if (i + 1 >= argc) die("flag %s lacks a value (see --help)", a.c_str());
         std::string v = argv[++i];
@@ -109,6 +115,10 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
         } else if (a == "--attention") {
             if (v != "flash" && v != "cudnn") die("flag --attention expects flash or cudnn, got '%s'", v.c_str());
             o->attention_cudnn = v == "cudnn";
+        } else if (a == "--gemm-algos") {
+            if (v.empty()) die("flag --gemm-algos expects heuristic, tune or a file a tune run wrote, got ''");
+            o->gemm_algos = v;
+            if (v != "heuristic" && v != "tune") note_path_flag("--gemm-algos", v);
         } else if (a == "--gelu-fusion") {
             if (v != "on" && v != "off") die("flag --gelu-fusion expects on or off, got '%s'", v.c_str());
             o->gelu_fusion = v == "on";

@@ -26,12 +26,16 @@
 // (CUBLAS_STATUS_NOT_SUPPORTED; K at or above EMU_LT_ALGOS refuses them all), EMU_LT_SCALE_ALIGN=B refuses an fp8
 // call whose A or B scale pointer is not B-byte aligned. And a wrong product: EMU_LT_WRONG_ALGOS=K makes algorithms
 // 0..K-1 of every fp8 GEMM run and write twice the product (what --fp8's start-up check must catch).
+// cublasLtMatmulAlgoCheck refuses an algorithm numbered EMU_LT_ALGOS or more (one this cuBLASLt never offered), and
+// EMU_LT_SLOW_ALGOS=K makes algorithms 0..K-1 of every GEMM take 100 ms longer (--gemm-algos tune's timing).
 #pragma once
 #include "cuda_emu.h"
 #include "cuda_fp8.h"
 #include "library_types.h"
 #include <omp.h>
+#include <chrono>
 #include <string>
+#include <thread>
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -316,10 +320,13 @@ static inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cu
 }
 static inline cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                                     cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t*,
+                                                     cublasLtMatrixLayout_t dd, const cublasLtMatmulAlgo_t* algo,
                                                      cublasLtMatmulHeuristicResult_t* res) {
     int M, N, K;
-    const cublasStatus_t s = emu_lt_check(d, a, b, c, dd, &M, &N, &K);
+    cublasStatus_t s = emu_lt_check(d, a, b, c, dd, &M, &N, &K);
+    // an algorithm this cuBLASLt never offers (another version's, replayed from a file) is not supported
+    if (s == CUBLAS_STATUS_SUCCESS && algo && (int64_t)algo->data[0] >= emu_env_int("EMU_LT_ALGOS", 3))
+        s = CUBLAS_STATUS_NOT_SUPPORTED;
     memset(res, 0, sizeof(*res));
     res->state = s;
     return s;
@@ -445,6 +452,11 @@ static inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc
     const EmuLtLayout lac = *la, lbc = *lb, ldc = *ldd;
     const bool wrong = emu_lt_is_fp8(la->type) && algo && (int64_t)algo->data[0] < emu_env_int("EMU_LT_WRONG_ALGOS", 0);
     emu_count_launch("cublasLtMatmul", file, line);
-    emu_submit(stream, "cublasLtMatmul", file, line, [=]() { emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K, wrong); });
+    // EMU_LT_SLOW_ALGOS=K: algorithms 0..K-1 of every GEMM take 100 ms longer (what --gemm-algos tune must notice)
+    const bool slow = algo && (int64_t)algo->data[0] < emu_env_int("EMU_LT_SLOW_ALGOS", 0);
+    emu_submit(stream, "cublasLtMatmul", file, line, [=]() {
+        if (slow) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        emu_lt_product(&dc, al, be, A, &lac, Bm, &lbc, D, &ldc, M, N, K, wrong);
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,0 +1,147 @@
+// llmc/matmul_algos.cuh: --gemm-algos heuristic|tune|FILE, the cuBLASLt algorithm of each GEMM key (llmc/matmul.cuh
+// says how each mode chooses): the flag's value, FILE read and written, the table printed after the first step.
+//   gemm_algos_parse(value, ctx)      sets the mode; FILE is read here (a message naming it and its line, exit 1)
+//   gemm_algos_write(ctx, path)       the keys settled so far, one line each (what a tune run leaves in OUT)
+//   gemm_algos_print(ctx)             the table: per key its shape, layout, types, epilogue, the algorithm chosen and
+//                                     how; under tune its time and TFLOP/s beside the heuristic's first algorithm's
+// FILE's lines (# starts a comment): the key's 16 fields in MatmulKey's order, ':', the algorithm's 8 words
+// (cublasLtMatmulAlgo_t, opaque to us: replayed as cuBLASLt gave it):
+//   m n k trans_a trans_b epilogue d_type bias_type align_a align_b align_d a_type b_type fast_accum amax_d align_aux
+//   : data0 ... data7
+#pragma once
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+#include "llmc/matmul.cuh"
+#include "llmc/utils.h"
+
+static const int GEMM_KEY_FIELDS = 16;
+
+static inline void gemm_key_fields(const MatmulKey& k, long long f[GEMM_KEY_FIELDS]) {
+    const long long v[GEMM_KEY_FIELDS] = {k.m, k.n, k.k, k.trans_a, k.trans_b, (long long)k.epilogue, (long long)k.d_type,
+                                          (long long)k.bias_type, k.align_a, k.align_b, k.align_d, (long long)k.a_type,
+                                          (long long)k.b_type, k.fast_accum, k.amax_d, k.align_aux};
+    for (int i = 0; i < GEMM_KEY_FIELDS; i++) f[i] = v[i];
+}
+static inline MatmulKey gemm_key_from(const long long f[GEMM_KEY_FIELDS]) {
+    MatmulKey k;
+    k.m = (int)f[0]; k.n = (int)f[1]; k.k = (int)f[2];
+    k.trans_a = f[3] != 0; k.trans_b = f[4] != 0;
+    k.epilogue = (cublasLtEpilogue_t)f[5];
+    k.d_type = (cudaDataType_t)f[6]; k.bias_type = (cudaDataType_t)f[7];
+    k.align_a = (uint32_t)f[8]; k.align_b = (uint32_t)f[9]; k.align_d = (uint32_t)f[10];
+    k.a_type = (cudaDataType_t)f[11]; k.b_type = (cudaDataType_t)f[12];
+    k.fast_accum = f[13] != 0; k.amax_d = f[14] != 0;
+    k.align_aux = (uint32_t)f[15];
+    return k;
+}
+
+// FILE read into ctx->replay: every non-comment line must hold exactly the 16 integers, ':', 8 unsigned integers, and
+// no key twice.
+static inline void gemm_algos_read(MatmulContext* ctx, const std::string& path) {
+    std::ifstream in(path);
+    if (!in) die("flag --gemm-algos: cannot read '%s' (expected heuristic, tune or a file a tune run wrote)", path.c_str());
+    std::string line;
+    for (int no = 1; std::getline(in, line); no++) {
+        const size_t hash = line.find('#');
+        if (hash != std::string::npos) line.resize(hash);
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        std::istringstream ls(line);
+        long long f[GEMM_KEY_FIELDS];
+        std::string colon, extra;
+        MatmulRecord r;
+        bool ok = true;
+        for (int i = 0; i < GEMM_KEY_FIELDS && ok; i++) ok = (bool)(ls >> f[i]);
+        ok = ok && (ls >> colon) && colon == ":";
+        for (int i = 0; i < 8 && ok; i++) {
+            std::string w;
+            ok = (bool)(ls >> w) && w.find_first_not_of("0123456789") == std::string::npos;
+            if (ok) {
+                errno = 0;
+                r.algo.data[i] = strtoull(w.c_str(), nullptr, 10);
+                ok = errno == 0;
+            }
+        }
+        if (!ok || (ls >> extra))
+            die("--gemm-algos %s:%d: expected 16 integers (the GEMM's key), ':' and 8 unsigned integers (its algorithm), "
+                "got '%.120s'", path.c_str(), no, line.c_str());
+        if (f[0] < 1 || f[1] < 1 || f[2] < 1)
+            die("--gemm-algos %s:%d: m, n and k must be >= 1, got %lld %lld %lld", path.c_str(), no, f[0], f[1], f[2]);
+        r.key = gemm_key_from(f);
+        for (const MatmulRecord& o : ctx->replay)
+            if (o.key == r.key) die("--gemm-algos %s:%d: the GEMM m=%lld n=%lld k=%lld is recorded twice", path.c_str(), no,
+                                    f[0], f[1], f[2]);
+        ctx->replay.push_back(r);
+    }
+    if (ctx->replay.empty()) die("--gemm-algos %s: no GEMM recorded in it", path.c_str());
+}
+
+static inline void gemm_algos_parse(const std::string& v, MatmulContext* ctx) {
+    if (v == "heuristic") ctx->mode = GEMM_ALGOS_HEURISTIC;
+    else if (v == "tune") ctx->mode = GEMM_ALGOS_TUNE;
+    else {
+        ctx->mode = GEMM_ALGOS_FILE;
+        ctx->replay_path = v;
+        gemm_algos_read(ctx, v);
+    }
+}
+
+static inline void gemm_algos_write(const MatmulContext* ctx, const std::string& path) {
+    FILE* f = fopen(path.c_str(), "w");
+    if (!f) die("cannot write %s", path_label(path).c_str());
+    fprintf(f, "# train_gpt --gemm-algos: one cuBLASLt algorithm per GEMM (llmc/matmul_algos.cuh): m n k trans_a trans_b "
+               "epilogue d_type bias_type align_a align_b align_d a_type b_type fast_accum amax_d align_aux : algo[8]\n");
+    for (const MatmulAlgo& a : ctx->algos) {
+        if (a.chosen < 0) continue;
+        long long k[GEMM_KEY_FIELDS];
+        gemm_key_fields(a.key, k);
+        for (int i = 0; i < GEMM_KEY_FIELDS; i++) fprintf(f, "%lld ", k[i]);
+        fprintf(f, ":");
+        for (int i = 0; i < 8; i++) fprintf(f, " %llu", (unsigned long long)a.algos[a.chosen].data[i]);
+        fprintf(f, "\n");
+    }
+    if (fclose(f) != 0) die("cannot write %s", path_label(path).c_str());
+}
+
+static inline const char* gemm_epilogue_name(cublasLtEpilogue_t e) {
+    switch (e) {
+        case CUBLASLT_EPILOGUE_DEFAULT: return "-";
+        case CUBLASLT_EPILOGUE_BIAS: return "BIAS";
+        case CUBLASLT_EPILOGUE_BGRADB: return "BGRADB";
+        case CUBLASLT_EPILOGUE_GELU_AUX: return "GELU_AUX";
+        case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "GELU_AUX_BIAS";
+        case CUBLASLT_EPILOGUE_DGELU: return "DGELU";
+        case CUBLASLT_EPILOGUE_DGELU_BGRAD: return "DGELU_BGRAD";
+        default: return "other";
+    }
+}
+
+static inline void gemm_algos_print(const MatmulContext* ctx) {
+    const char* mode = ctx->mode == GEMM_ALGOS_TUNE ? "tune" : ctx->mode == GEMM_ALGOS_FILE ? ctx->replay_path.c_str()
+                                                                                            : "heuristic";
+    int n = 0;
+    for (const MatmulAlgo& a : ctx->algos) n += a.chosen >= 0;
+    printf("GEMM algorithms (--gemm-algos %s), %d GEMMs of the first step (m n k: cuBLASLt's column-major D[m,n] = "
+           "op(A)[m,k] op(B)[k,n]):\n", mode, n);
+    printf("  %6s %6s %6s  op  %-22s %-13s  %-9s %-12s %9s %8s  %s\n", "m", "n", "k", "A x B -> D", "epilogue", "how",
+           "algorithm", "ms", "TFLOP/s", "the heuristic's first: ms, TFLOP/s");
+    for (const MatmulAlgo& a : ctx->algos) {
+        if (a.chosen < 0) continue;
+        const MatmulKey& k = a.key;
+        const double flop = 2.0 * k.m * k.n * k.k;
+        const std::string types = std::string(cuda_type_name(k.a_type)) + " x " + cuda_type_name(k.b_type) + " -> " +
+                                  cuda_type_name(k.d_type);
+        char pick[32], tail[64] = "";
+        snprintf(pick, sizeof(pick), "%d of %d", a.chosen + 1, (int)a.algos.size());
+        auto tflops = [&](float ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
+        if (std::string(a.source) == "tuned")
+            snprintf(tail, sizeof(tail), "%9.4f %8.1f  %.4f, %.1f", a.ms, tflops(a.ms), a.ms_first, tflops(a.ms_first));
+        else snprintf(tail, sizeof(tail), "%9s %8s  -", "-", "-");
+        printf("  %6d %6d %6d  %c%c  %-22s %-13s  %-9s %-12s %s\n", k.m, k.n, k.k, k.trans_a ? 'T' : 'N',
+               k.trans_b ? 'T' : 'N', types.c_str(), gemm_epilogue_name(k.epilogue), a.source, pick, tail);
+    }
+}
