@@ -243,8 +243,8 @@ static inline size_t cuda_type_size(cudaDataType_t t) {
 // --gemm-algos tune: each algorithm that runs is timed (matmul_try warms it up, then MATMUL_TUNE_RUNS calls between two
 // events), the fastest is kept and run once more on the real output, so the product is the chosen algorithm's. An
 // accumulating call (beta != 0) reads its output: it is timed on a copy (cudaMalloc'd for the moment; where that
-// fails, the key is settled by the heuristic's rule). Returns false when every algorithm was refused (*refused: the
-// statuses), or -1 (as int) when tuning could not start.
+// fails, the key is settled by the heuristic's rule). Returns 1 when the product is done, 0 when every algorithm was
+// refused (*refused: the statuses), -1 when tuning could not start (no memory for the copy).
 static inline int matmul_tune(MatmulContext* ctx, MatmulAlgo* algo, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
                               cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_, const float* alpha, const float* beta,
                               const void* a, const void* b, const void* c, void* d, cudaStream_t stream,

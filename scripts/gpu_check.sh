@@ -16,13 +16,13 @@
 #                  traces; test_gpt, test_gpt_fp32 and test_gpt_fp16 on the kit's two states; the multirank stage's
 #                  runs; gpt3_1.3b with --gelu-fusion off, then on, then --gemm-algos tune. Files:
 #                  sprint1.log, sprint1.md, sprint1_files.tar.gz (every run's log, the cuBLASLt traces)
-#     sprint2      the second command (at most 8 minutes, budget 460 s): gpt3_1.3b and llama3.2_1b, 20 steps with
-#                  the step profile (SPRINT_PROFILE_FLAGS); gpt3_1.3b in the fp16 build; whether fp8 runs at all
-#                  (gpt3_125m --fp8 delayed -x 1) and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss
-#                  rule on gpt3_125m; cuDNN's attention: test_attention (its values and ours) and gpt3_1.3b with --attention cudnn and the
-#                  profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA; attention with
-#                  1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log, sprint2.md,
-#                  sprint2_files.tar.gz
+#     sprint2      the second command (at most 8 minutes, budget 460 s): gpt3_1.3b and llama3.2_1b, 20 steps with the
+#                  step profile (SPRINT_PROFILE_FLAGS); gpt3_1.3b in the fp16 build; whether fp8 runs at all (gpt3_125m
+#                  --fp8 delayed -x 1) and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on
+#                  gpt3_125m; cuDNN's attention: test_attention (its values and ours) and gpt3_1.3b with --attention
+#                  cudnn and the profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA;
+#                  attention with 1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log,
+#                  sprint2.md, sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
 #     probe        environment (device, driver, nvcc, NCCL location and version, MPI), ceilings (copy
 #                  bandwidth, cuBLASLt bf16/fp8 GEMM), nccl_ranks with 2 and 4 ranks on the one GPU
