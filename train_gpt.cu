@@ -133,7 +133,7 @@ static void grads_bucket_done(GPT* g, int b) {
 static double attention_flops(int B, int T, int H, int hd) { return 2.0 * B * H * (double)T * T * hd; }
 
 // The attention of the build: flash attention on bf16 or fp16 tensor cores (llmc/attention.cuh), or with --attention
-// cudnn cuDNN's (llmc/attention_cudnn.cuh, a bf16 USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
+// cudnn cuDNN's (llmc/attention_cudnn.cuh, a USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
 // llmc/attention_rowwise.cuh. Same layouts and meaning; g->alibi: the slopes of the H heads, or null; doc_starts(g):
 // --reset-attention-mask's first key of each query (llmc/documents.h), or null.
 static const int32_t* doc_starts(const GPT* g) { return g->docs.reset_mask ? g->io.doc : nullptr; }

@@ -244,7 +244,8 @@ static inline size_t cuda_type_size(cudaDataType_t t) {
 // events), the fastest is kept and run once more on the real output, so the product is the chosen algorithm's. An
 // accumulating call (beta != 0) reads its output: it is timed on a copy (cudaMalloc'd for the moment; where that
 // fails, the key is settled by the heuristic's rule). Returns 1 when the product is done, 0 when every algorithm was
-// refused (*refused: the statuses), -1 when tuning could not start (no memory for the copy).
+// refused (*refused: the statuses), -1 when the heuristic's rule must settle it (no memory for the copy, or the
+// fastest refused on the real output).
 static inline int matmul_tune(MatmulContext* ctx, MatmulAlgo* algo, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
                               cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld_, const float* alpha, const float* beta,
                               const void* a, const void* b, const void* c, void* d, cudaStream_t stream,
@@ -279,17 +280,17 @@ static inline int matmul_tune(MatmulContext* ctx, MatmulAlgo* algo, cublasLtMatm
         float ms = 0;
         cudaCheck(cudaEventElapsedTime(&ms, e0, e1));
         ms /= MATMUL_TUNE_RUNS;
-        if (best < 0) algo->ms_first = ms;
+        if (i == 0) algo->ms_first = ms;  // the heuristic's first (0 when it was refused)
         if (best < 0 || ms < algo->ms) best = i, algo->ms = ms;
     }
     cudaCheck(cudaEventDestroy(e0));
     cudaCheck(cudaEventDestroy(e1));
     if (copy) cudaCheck(cudaFree(copy));
     if (best < 0) return 0;
+    // the real product (refused on the real pointers, which the copy's did not show: the heuristic's rule takes over)
+    if (matmul_try(ctx, algo, best, desc, la, lb, ld_, alpha, beta, a, b, c, d, stream) != CUBLAS_STATUS_SUCCESS) return -1;
     algo->chosen = best;
     algo->source = "tuned";
-    cublasCheck(cublasLtMatmul(ctx->handle, desc, alpha, a, la, b, lb, beta, c, ld_, d, ld_, &algo->algos[best],
-                               ctx->workspace, ctx->workspace_size, stream));
     return 1;
 }
 

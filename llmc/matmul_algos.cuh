@@ -10,6 +10,7 @@
 //   : data0 ... data7
 #pragma once
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -69,8 +70,14 @@ static inline void gemm_algos_read(MatmulContext* ctx, const std::string& path) 
         if (!ok || (ls >> extra))
             die("--gemm-algos %s:%d: expected 16 integers (the GEMM's key), ':' and 8 unsigned integers (its algorithm), "
                 "got '%.120s'", path.c_str(), no, line.c_str());
-        if (f[0] < 1 || f[1] < 1 || f[2] < 1)
-            die("--gemm-algos %s:%d: m, n and k must be >= 1, got %lld %lld %lld", path.c_str(), no, f[0], f[1], f[2]);
+        bool in_range = true;
+        for (int i : {0, 1, 2}) in_range = in_range && f[i] >= 1 && f[i] <= INT32_MAX;                // m n k
+        for (int i : {3, 4, 13, 14}) in_range = in_range && (f[i] == 0 || f[i] == 1);               // the flags
+        for (int i : {5, 6, 7, 11, 12}) in_range = in_range && f[i] >= 0 && f[i] <= 1024;           // enums
+        for (int i : {8, 9, 10, 15}) in_range = in_range && f[i] >= 0 && f[i] <= 256 && !(f[i] & (f[i] - 1));  // alignments
+        if (!in_range)
+            die("--gemm-algos %s:%d: a field out of range (m, n, k from 1; trans and flags 0 or 1; alignments powers of "
+                "two up to 256): '%.120s'", path.c_str(), no, line.c_str());
         r.key = gemm_key_from(f);
         for (const MatmulRecord& o : ctx->replay)
             if (o.key == r.key) die("--gemm-algos %s:%d: the GEMM m=%lld n=%lld k=%lld is recorded twice", path.c_str(), no,
@@ -138,8 +145,10 @@ static inline void gemm_algos_print(const MatmulContext* ctx) {
         char pick[32], tail[64] = "";
         snprintf(pick, sizeof(pick), "%d of %d", a.chosen + 1, (int)a.algos.size());
         auto tflops = [&](float ms) { return ms > 0 ? flop / (ms * 1e-3) / 1e12 : 0.0; };
-        if (std::string(a.source) == "tuned")
+        if (std::string(a.source) == "tuned" && a.ms_first > 0)
             snprintf(tail, sizeof(tail), "%9.4f %8.1f  %.4f, %.1f", a.ms, tflops(a.ms), a.ms_first, tflops(a.ms_first));
+        else if (std::string(a.source) == "tuned")
+            snprintf(tail, sizeof(tail), "%9.4f %8.1f  refused", a.ms, tflops(a.ms));
         else snprintf(tail, sizeof(tail), "%9s %8s  -", "-", "-");
         printf("  %6d %6d %6d  %c%c  %-22s %-13s  %-9s %-12s %s\n", k.m, k.n, k.k, k.trans_a ? 'T' : 'N',
                k.trans_b ? 'T' : 'N', types.c_str(), gemm_epilogue_name(k.epilogue), a.source, pick, tail);

@@ -6,8 +6,8 @@
 #   - that file replayed (--gemm-algos FILE): every row "file", and the losses bitwise the tuned run's (the emulated
 #     algorithms compute alike: this checks the plumbing; on a GPU the replay is what makes a tuned run repeatable);
 #   - the default (heuristic) prints no table;
-#   - bad values: a file that is not there, a malformed line, a key recorded twice, an algorithm this cuBLASLt
-#     refuses: exit 1 with a message naming the flag or the file (and its line), no step trained.
+#   - bad values: a file that is not there, a malformed line, a field out of range, a key recorded twice, an algorithm
+#     this cuBLASLt refuses: exit 1 with a message naming the flag or the file (and its line), no step trained.
 # About a minute on 2 cores.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
@@ -54,6 +54,7 @@ t=$d/tune/gemm_algos.txt
 printf '1 2 3\n' > "$d/short.txt"
 { cat "$t"; grep -v '^#' "$t" | head -n 1; } > "$d/twice.txt"
 awk '!/^#/ && !done { $(NF - 7) = 7; done = 1 } { print }' "$t" > "$d/refused.txt"  # algorithm 7: EMU_LT_ALGOS is 3
+awk '!/^#/ && !done { $4 = 2; done = 1 } { print }' "$t" > "$d/range.txt"              # trans_a 2
 check_bad() {  # check_bad LABEL PATTERN VALUE
     local out rc
     out=$(timeout 300 "${run[@]}" -o "$d/bad" --gemm-algos "$3" 2>&1)
@@ -64,6 +65,7 @@ check_bad() {  # check_bad LABEL PATTERN VALUE
 }
 check_bad "a file that is not there" "flag --gemm-algos: cannot read '$d/none.txt'" "$d/none.txt"
 check_bad "a malformed line" "--gemm-algos $d/short.txt:1: expected 16 integers" "$d/short.txt"
+check_bad "a field out of range" "--gemm-algos $d/range.txt:2: a field out of range" "$d/range.txt"
 check_bad "a key recorded twice" "--gemm-algos $d/twice.txt:$(($(wc -l < "$t") + 1)): the GEMM" "$d/twice.txt"
 check_bad "an algorithm cuBLASLt refuses" "--gemm-algos $d/refused.txt: cuBLASLt refuses the algorithm recorded" "$d/refused.txt"
 [ $status -eq 0 ] && rm -rf "$d"

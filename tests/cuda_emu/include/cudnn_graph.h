@@ -510,8 +510,17 @@ static inline bool emu_dnn_engine_takes(const EmuDnnDesc* g, std::string* why) {
         *why = "no engine for the graph \"" + g->pattern + "\"";
         return false;
     }
+    int half_type = -1;  // the graph's one 16-bit type: bf16 and fp16 tensors never mix
     for (EmuDnnDesc* op : g->order) {
         const EmuDnnOp o = emu_dnn_op(op);
+        for (const EmuDnnDesc* t : {o.x, o.b, o.t, o.y}) {
+            if (!t || !emu_dnn_16bit(t->dtype)) continue;
+            if (half_type >= 0 && t->dtype != half_type) {
+                *why = "tensors of two 16-bit types (bf16 and fp16) in one graph";
+                return false;
+            }
+            half_type = t->dtype;
+        }
         if (o.kind == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR &&
             o.math != (o.mode == CUDNN_POINTWISE_CMP_GE ? CUDNN_DATA_BOOLEAN : CUDNN_DATA_FLOAT)) {
             *why = "pointwise mode " + std::to_string(o.mode) + " with math precision " + std::to_string(o.math);
