@@ -65,12 +65,18 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
-# --attention: its values; cudnn needs a USE_CUDNN build (this one is the default build) and the bf16 build
+# --attention: its values; cudnn needs a USE_CUDNN build (this one is the default build) and a 16-bit build
 expect_fail "bad --attention value" "flag --attention expects flash or cudnn, got 'sdpa'" ./train_gpt --attention sdpa
 expect_fail "--attention cudnn without cuDNN in the build" "this train_gpt was built without cuDNN; build it with \`make train_gpt USE_CUDNN=1\`" \
     ./train_gpt -c gpt3_tiny --attention cudnn
 [ -x ./train_gpt_fp32 ] &&
-    expect_fail "--attention cudnn in the fp32 build" "--attention cudnn needs the bf16 build" ./train_gpt_fp32 -c gpt3_tiny --attention cudnn
+    expect_fail "--attention cudnn in the fp32 build" "--attention cudnn needs a 16-bit build, bf16 or fp16 (this binary was built with PRECISION=FP32)" \
+        ./train_gpt_fp32 -c gpt3_tiny --attention cudnn
+[ -x ./train_gpt_fp16 ] &&
+    expect_fail "--attention cudnn in the fp16 build without cuDNN" "this train_gpt was built without cuDNN" ./train_gpt_fp16 -c gpt3_tiny --attention cudnn
+# --gemm-algos: FILE read before anything else (tests/t_gemm_algos.sh has the rest)
+expect_fail "--gemm-algos naming no file" "flag --gemm-algos: cannot read 'nope.txt' (expected heuristic, tune or a file a tune run wrote)" \
+    ./train_gpt -c gpt3_tiny --gemm-algos nope.txt
 expect_fail "bad --gelu-fusion value" "flag --gelu-fusion expects on or off, got 'yes'" ./train_gpt --gelu-fusion yes
 # the memory flags of the CUDA trainer have ranges no real device passes (the plan's own, tests/t_plan.sh)
 expect_fail "--estimate-memory 1e30 is refused" "flag --estimate-memory expects GiB per GPU above 0 and at most 4096, got '1e30'" \
