@@ -1073,8 +1073,7 @@ int main(int argc, char** argv) {
     if (opt.attention_cudnn && tc.docs.reset_mask)
         die("--attention cudnn: cuDNN's attention graph here is causal over the whole row, without documents "
             "(--reset-attention-mask 1); run with --attention flash");
-    MatmulContext gemm_algos;  // --gemm-algos: the mode, and FILE read now (its errors before the model is built)
-    gemm_algos_parse(opt.gemm_algos, &gemm_algos);
+    const GemmAlgos gemm_algos = gemm_algos_parse(opt.gemm_algos);  // FILE read now: its errors before the model
     if (run_host_mode(mc, &tc, &opt)) return 0;
     if (opt.profile > tc.steps - 1)
         die("flag --profile %d: the profile times the steps after the first, and -x %d leaves %d: give at most %d, or "
@@ -1097,9 +1096,7 @@ int main(int argc, char** argv) {
     if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
 #endif
     g.gelu_fusion = opt.gelu_fusion;
-    g.mm.mode = gemm_algos.mode;
-    g.mm.replay_path = gemm_algos.replay_path;
-    g.mm.replay = gemm_algos.replay;
+    g.mm.gemm_algos = gemm_algos;
     g.docs = tc.docs;
     // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
     fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
@@ -1148,8 +1145,8 @@ int main(int argc, char** argv) {
     double peak_used = 0;
     tr.step_done = [&](int i, int step) {
         if (opt.profile > 0 && i == opt.profile) profile_print(&g_prof, world, lg, hw_flops);
-        if (i == 0 && rank0 && g.mm.mode != GEMM_ALGOS_HEURISTIC) gemm_algos_print(&g.mm);
-        if (i == 0 && rank0 && g.mm.mode == GEMM_ALGOS_TUNE && !tc.out_dir.empty()) {  // for --gemm-algos FILE
+        if (i == 0 && rank0 && g.mm.gemm_algos.mode != GEMM_ALGOS_HEURISTIC) gemm_algos_print(&g.mm);
+        if (i == 0 && rank0 && g.mm.gemm_algos.mode == GEMM_ALGOS_TUNE && !tc.out_dir.empty()) {  // for --gemm-algos FILE
             gemm_algos_write(&g.mm, tc.out_dir + "/gemm_algos.txt");
             printf("GEMM algorithms written to %s/gemm_algos.txt (replay: --gemm-algos FILE)\n", tc.out_dir.c_str());
         }

@@ -97,6 +97,11 @@ struct MatmulRecord {
     MatmulKey key;
     cublasLtMatmulAlgo_t algo;
 };
+struct GemmAlgos {  // the flag's value (llmc/matmul_algos.cuh gemm_algos_parse)
+    GemmAlgoMode mode = GEMM_ALGOS_HEURISTIC;
+    std::string path;                  // FILE
+    std::vector<MatmulRecord> replay;  // FILE's records
+};
 
 struct MatmulContext {
     cublasLtHandle_t handle = nullptr;
@@ -110,9 +115,7 @@ struct MatmulContext {
     // sets fp8_refused (why names the GEMM and cuBLASLt's answers) and returns, where a step's GEMM would stop
     bool fp8_check = false, fp8_refused = false;
     std::vector<int> gelu_fallbacks;       // the GELU epilogues found without an algorithm so far (each logged once)
-    GemmAlgoMode mode = GEMM_ALGOS_HEURISTIC;  // --gemm-algos
-    std::string replay_path;                   // --gemm-algos FILE
-    std::vector<MatmulRecord> replay;          // FILE's records
+    GemmAlgos gemm_algos;                  // --gemm-algos
 };
 
 // max_bias_len: the longest bias whose gradient matmul_backward_weight computes (0: no bias gradients).
@@ -210,7 +213,7 @@ static inline MatmulAlgo& matmul_algo(MatmulContext* ctx, const MatmulKey& key, 
     for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++)
         if (heur[i].state == CUBLAS_STATUS_SUCCESS) a.algos.push_back(heur[i].algo);
     if (a.algos.empty()) a.refused = "the heuristic offered no algorithm (status " + std::to_string((int)st) + ")";
-    for (const MatmulRecord& r : ctx->replay)  // --gemm-algos FILE: the recorded algorithm alone
+    for (const MatmulRecord& r : ctx->gemm_algos.replay)  // --gemm-algos FILE: the recorded algorithm alone
         if (r.key == key) {
             a.algos.assign(1, r.algo);
             a.source = "file";
@@ -304,7 +307,7 @@ static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtM
     const bool fp8 = algo->key.a_type != CUDA_FLOATX;
     std::string refused;
     int tuned = -1;
-    if (ctx->mode == GEMM_ALGOS_TUNE && std::string(algo->source) == "heuristic")
+    if (ctx->gemm_algos.mode == GEMM_ALGOS_TUNE && std::string(algo->source) == "heuristic")
         tuned = matmul_tune(ctx, algo, desc, la, lb, ld_, alpha, beta, a, b, c, d, stream, &refused);
     if (tuned == 1) return true;
     for (int i = 0; tuned == -1 && i < (int)algo->algos.size(); i++) {
@@ -322,7 +325,7 @@ static inline bool matmul_settle(MatmulContext* ctx, MatmulAlgo* algo, cublasLtM
     }
     if (std::string(algo->source) == "file")
         die("--gemm-algos %s: cuBLASLt refuses the algorithm recorded for m=%d n=%d k=%d (%s): record the choices again "
-            "with --gemm-algos tune on this GPU and cuBLASLt", ctx->replay_path.c_str(), algo->key.m, algo->key.n,
+            "with --gemm-algos tune on this GPU and cuBLASLt", ctx->gemm_algos.path.c_str(), algo->key.m, algo->key.n,
             algo->key.k, refused.c_str());
     algo->refused = "each of the heuristic's " + std::to_string(algo->algos.size()) + " algorithms refused (" + refused + ")";
     algo->algos.clear();  // later calls of this key fall back at once

@@ -1,6 +1,6 @@
 // llmc/matmul_algos.cuh: --gemm-algos heuristic|tune|FILE, the cuBLASLt algorithm of each GEMM key (llmc/matmul.cuh
 // says how each mode chooses): the flag's value, FILE read and written, the table printed after the first step.
-//   gemm_algos_parse(value, ctx)      sets the mode; FILE is read here (a message naming it and its line, exit 1)
+//   gemm_algos_parse(value)           the mode; FILE is read here (a message naming it and its line, exit 1)
 //   gemm_algos_write(ctx, path)       the keys settled so far, one line each (what a tune run leaves in OUT)
 //   gemm_algos_print(ctx)             the table: per key its shape, layout, types, epilogue, the algorithm chosen and
 //                                     how; under tune its time and TFLOP/s beside the heuristic's first algorithm's
@@ -41,9 +41,9 @@ static inline MatmulKey gemm_key_from(const long long f[GEMM_KEY_FIELDS]) {
     return k;
 }
 
-// FILE read into ctx->replay: every non-comment line must hold exactly the 16 integers, ':', 8 unsigned integers, and
-// no key twice.
-static inline void gemm_algos_read(MatmulContext* ctx, const std::string& path) {
+// FILE's records: every non-comment line must hold exactly the 16 integers, ':', 8 unsigned integers, and no key twice.
+static inline std::vector<MatmulRecord> gemm_algos_read(const std::string& path) {
+    std::vector<MatmulRecord> replay;
     std::ifstream in(path);
     if (!in) die("flag --gemm-algos: cannot read '%s' (expected heuristic, tune or a file a tune run wrote)", path.c_str());
     std::string line;
@@ -79,22 +79,24 @@ static inline void gemm_algos_read(MatmulContext* ctx, const std::string& path) 
             die("--gemm-algos %s:%d: a field out of range (m, n, k from 1; trans and flags 0 or 1; alignments powers of "
                 "two up to 256): '%.120s'", path.c_str(), no, line.c_str());
         r.key = gemm_key_from(f);
-        for (const MatmulRecord& o : ctx->replay)
+        for (const MatmulRecord& o : replay)
             if (o.key == r.key) die("--gemm-algos %s:%d: the GEMM m=%lld n=%lld k=%lld is recorded twice", path.c_str(), no,
                                     f[0], f[1], f[2]);
-        ctx->replay.push_back(r);
+        replay.push_back(r);
     }
-    if (ctx->replay.empty()) die("--gemm-algos %s: no GEMM recorded in it", path.c_str());
+    if (replay.empty()) die("--gemm-algos %s: no GEMM recorded in it", path.c_str());
+    return replay;
 }
 
-static inline void gemm_algos_parse(const std::string& v, MatmulContext* ctx) {
-    if (v == "heuristic") ctx->mode = GEMM_ALGOS_HEURISTIC;
-    else if (v == "tune") ctx->mode = GEMM_ALGOS_TUNE;
-    else {
-        ctx->mode = GEMM_ALGOS_FILE;
-        ctx->replay_path = v;
-        gemm_algos_read(ctx, v);
+static inline GemmAlgos gemm_algos_parse(const std::string& v) {
+    GemmAlgos g;
+    if (v == "tune") g.mode = GEMM_ALGOS_TUNE;
+    else if (v != "heuristic") {
+        g.mode = GEMM_ALGOS_FILE;
+        g.path = v;
+        g.replay = gemm_algos_read(v);
     }
+    return g;
 }
 
 static inline void gemm_algos_write(const MatmulContext* ctx, const std::string& path) {
@@ -128,7 +130,8 @@ static inline const char* gemm_epilogue_name(cublasLtEpilogue_t e) {
 }
 
 static inline void gemm_algos_print(const MatmulContext* ctx) {
-    const char* mode = ctx->mode == GEMM_ALGOS_TUNE ? "tune" : ctx->mode == GEMM_ALGOS_FILE ? ctx->replay_path.c_str()
+    const GemmAlgos& g = ctx->gemm_algos;
+    const char* mode = g.mode == GEMM_ALGOS_TUNE ? "tune" : g.mode == GEMM_ALGOS_FILE ? g.path.c_str()
                                                                                             : "heuristic";
     int n = 0;
     for (const MatmulAlgo& a : ctx->algos) n += a.chosen >= 0;

@@ -7,7 +7,8 @@
 # under mpirun, each layout compared with train_gpt_cpu's one-process run (cpu.aACCUM, run first) and its step 3 with
 # train_gpt_cpu continuing the layout's step-2 checkpoint. Defined here as well:
 #   half_tolerances BUILD, half_vs_cpu NAME: a bf16 or fp16 run against train_gpt_cpu's one-process run cpu.a4
-#   bf16_layout NAME LABEL NP FLAGS...: the bf16 build's run bf16.NAME (4 micro-batches), one line against cpu.a4
+#   half_layout BUILD NAME LABEL NP FLAGS...: the bf16 or fp16 build's run BUILD.NAME (4 micro-batches), one line
+#       against cpu.a4
 #   bad LABEL NP PATTERN FLAGS...: a layout that must stop with exit 1 and a message naming PATTERN
 #   resume NAME LABEL FROM CONTINUING [NP FLAGS...]: FROM's step-2 checkpoint continued (one rank by default)
 export OMP_NUM_THREADS=1
@@ -107,13 +108,15 @@ half_vs_cpu() {
     [ $wok = 1 ] || fail+=" update $wout > $HALF_UPDATE_TOL;"
     figures="losses $l ($HALF_LOSS_TOL), gradient norms $n ($HALF_NORM_TOL), 4-step update per tensor $wout ($HALF_UPDATE_TOL)"
 }
-# bf16_layout NAME LABEL NP FLAGS...: bf16.NAME on NP ranks, 4 micro-batches a step, against cpu.a4 (after
-# half_tolerances): a [PASS] or [FAIL] line
-bf16_layout() {
-    local name=bf16.$1 label=$2 np=$3; shift 3
-    run "$name" build/train_gpt_emu "$np" 4 "$@"
-    if [ $rc -ne 0 ]; then echo "[FAIL] bf16 $label ($np ranks): exit $rc after $took s: $(why "$name")"; status=1; return; fi
+# half_layout BUILD NAME LABEL NP FLAGS...: BUILD.NAME (BUILD bf16: build/train_gpt_emu, fp16:
+# build/train_gpt_fp16_emu) on NP ranks, 4 micro-batches a step, against cpu.a4 (after half_tolerances BUILD): a
+# [PASS] or [FAIL] line
+half_layout() {
+    local build=$1 name=$1.$2 label=$3 np=$4 prog=build/train_gpt_emu; shift 4
+    [ "$build" = fp16 ] && prog=build/train_gpt_fp16_emu
+    run "$name" "$prog" "$np" 4 "$@"
+    if [ $rc -ne 0 ]; then echo "[FAIL] $build $label ($np ranks): exit $rc after $took s: $(why "$name")"; status=1; return; fi
     half_vs_cpu "$name"
-    if [ -z "$fail" ]; then echo "[PASS] bf16 $label ($np ranks, $took s) within bf16 of the fp32 one-process run: $figures"
-    else echo "[FAIL] bf16 $label vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+    if [ -z "$fail" ]; then echo "[PASS] $build $label ($np ranks, $took s) within $build of the fp32 one-process run: $figures"
+    else echo "[FAIL] $build $label vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 }

@@ -196,20 +196,14 @@ else
 fi
 # fp16 (make PRECISION=FP16): the same chain with fp16's u = 2^-11 (8x tighter), under a static loss scale of 1024
 # (Paddle's; the build's default, the dynamic scale from 2^32, skips these runs' steps): one rank, with our attention
-# and with cuDNN's, against the CPU run; dp2 zero3 (gradients reduced, weights gathered in fp16) against it and against the fp16 one-rank run; tp2 (the
-# activations' all-reduces in fp16) against it
+# and with cuDNN's, against the CPU run; dp2 zero3 (gradients reduced, weights gathered in fp16) against it and
+# against the fp16 one-rank run; tp2 (the activations' all-reduces in fp16) against it
 if make -s build/train_gpt_fp16_emu > "$d/build_fp16.log" 2>&1; then
     half_tolerances fp16
-    for layout in "one_rank 1" "cudnn 1 --attention cudnn" "dp2_zero3 2 --dp 2 --zero 3" "tp2 2 --tp 2"; do
-        # shellcheck disable=SC2086
-        set -- $layout
-        name=fp16.$1 np=$2; shift 2
-        run "$name" build/train_gpt_fp16_emu "$np" 4 --loss-scale 1024 "$@"
-        if [ $rc -ne 0 ]; then echo "[FAIL] $name ($np ranks): exit $rc after $took s: $(why "$name")"; status=1; continue; fi
-        half_vs_cpu "$name"
-        if [ -z "$fail" ]; then echo "[PASS] $name ($np ranks, $took s) within fp16 of the fp32 one-process run: $figures"
-        else echo "[FAIL] $name vs the fp32 one-process run:$fail ($figures)"; status=1; fi
-    done
+    half_layout fp16 one_rank "one rank" 1 --loss-scale 1024
+    half_layout fp16 cudnn "--attention cudnn, one rank" 1 --loss-scale 1024 --attention cudnn
+    half_layout fp16 dp2_zero3 "dp2 zero3" 2 --loss-scale 1024 --dp 2 --zero 3
+    half_layout fp16 tp2 tp2 2 --loss-scale 1024 --tp 2
     [ -f "$d/fp16.one_rank/metrics.jsonl" ] && [ -f "$d/fp16.dp2_zero3/metrics.jsonl" ] && half_pair fp16.dp2_zero3 fp16.one_rank
 else echo "[FAIL] build/train_gpt_fp16_emu builds: $(grep -m 3 error "$d/build_fp16.log")"; status=1; fi
 # Device memory that runs out as a GPU's does (tests/cuda_emu: EMU_DEVICE_MIB, and NCCL's buffers, EMU_NCCL_INIT_MIB

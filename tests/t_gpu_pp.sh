@@ -67,7 +67,7 @@ resume fp32.resume_1_at_pp2 "fp32: the one-rank step-2 checkpoint resumed at pp2
 
 # bf16: pp2 against the fp32 CPU run
 half_tolerances bf16
-bf16_layout pp2 pp2 2 --pp 2
+half_layout bf16 pp2 pp2 2 --pp 2
 bad "--pp 3 with 2 layers" 3 "--pp 3" --pp 3
 
 # validation through the pipeline: the text split 90/10 (no -j), 3 batches at steps 0 and 2; 4 sampled tokens
@@ -143,7 +143,7 @@ d=$top/docs_gpt  # (the bf16 bounds are derived for the GPT-2 family: tests/weig
 MODEL=(-c gpt3_tiny --vocab 301 --layers 2 --heads 2 --kv-heads 2 "${docs[@]}")
 ./train_gpt_cpu "${MODEL[@]}" --export-init "$d/init.safetensors" > "$d/init.log" 2>&1
 half_tolerances bf16
-bf16_layout docs_pp2 "gpt3_tiny with documents, pp2" 2 --pp 2
+half_layout bf16 docs_pp2 "gpt3_tiny with documents, pp2" 2 --pp 2
 
 [ $status -eq 0 ] && rm -rf "$top"
 exit $status

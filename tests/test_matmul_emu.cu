@@ -78,8 +78,8 @@ static Results run_products(const Inputs& x, int passes = PASSES, GemmAlgoMode m
                             const std::string& file = "") {
     MatmulContext mm;
     matmul_init(&mm, OC);
-    if (mode == GEMM_ALGOS_FILE) gemm_algos_parse(file, &mm);
-    mm.mode = mode;
+    if (mode == GEMM_ALGOS_FILE) mm.gemm_algos = gemm_algos_parse(file);
+    mm.gemm_algos.mode = mode;
     floatX *inp = upload<floatX>(x.inp), *w = upload<floatX>(x.w), *bias = upload<floatX>(x.bias),
            *dout = upload<floatX>(x.dout), *dw = upload<floatX>(x.dw0), *dbias = upload<floatX>(x.dbias0);
     float* dw32 = upload<float>(x.dw0);
