@@ -351,6 +351,21 @@ static inline void emu_st(void* p, cudaDataType_t t, size_t i, float v) {
     else ((float*)p)[i] = v;
 }
 
+// dst[r * cols + c] = element r * rs + c * cs of src (of type t), in fp32
+template <typename T>
+static inline void emu_lt_unpack_t(float* dst, const T* src, int rows, int cols, size_t rs, size_t cs) {
+#pragma omp parallel for
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)r * cols + c] = (float)src[(size_t)r * rs + (size_t)c * cs];
+}
+static inline void emu_lt_unpack(float* dst, const void* src, cudaDataType_t t, int rows, int cols, size_t rs, size_t cs) {
+    if (t == CUDA_R_8F_E4M3) emu_lt_unpack_t(dst, (const __nv_fp8_e4m3*)src, rows, cols, rs, cs);
+    else if (t == CUDA_R_8F_E5M2) emu_lt_unpack_t(dst, (const __nv_fp8_e5m2*)src, rows, cols, rs, cs);
+    else if (t == CUDA_R_16F) emu_lt_unpack_t(dst, (const __half*)src, rows, cols, rs, cs);
+    else if (t == CUDA_R_16BF) emu_lt_unpack_t(dst, (const __nv_bfloat16*)src, rows, cols, rs, cs);
+    else emu_lt_unpack_t(dst, (const float*)src, rows, cols, rs, cs);
+}
+
 // D = alpha op(A) op(B) + beta C (+ bias[i] per row: BIAS); BGRADB: bias[j] = sum_k op(B)[k, j] (stored). GELU_AUX(_BIAS):
 // aux = that value (with the bias), D = gelu(it); DGELU(_BGRAD): D = that value * gelu'(aux), bias[i] = sum_j D[i, j].
 // The shapes are checked and alpha, beta, the descriptor and the layouts read when the call is made; the product runs
@@ -361,43 +376,56 @@ static inline void emu_lt_product(const EmuLtDesc* d, float al0, float be, const
     g_emu_gemms++;
     // alpha times the fp8 operands' scales (1 where no pointer is set); doubled where a wrong product is planted
     const float al = al0 * (d->a_scale ? *d->a_scale : 1.0f) * (d->b_scale ? *d->b_scale : 1.0f) * (wrong ? 2.0f : 1.0f);
-    // op(A) as rows of K, op(B) as columns of K, in fp32 (exact for bf16 and fp8)
-    std::vector<float> a((size_t)M * K), b((size_t)N * K);
+    // op(A) as columns of M (acol[p * M + i]), op(B) as columns of K, in fp32 (exact for bf16 and fp8)
+    std::vector<float> acol((size_t)M * K), b((size_t)N * K);
     const bool ta = d->ta == CUBLAS_OP_T, tb = d->tb == CUBLAS_OP_T;
-#pragma omp parallel for
-    for (int i = 0; i < M; i++)
-        for (int p = 0; p < K; p++)
-            a[(size_t)i * K + p] = emu_ld(A, la->type, ta ? (size_t)p + (size_t)i * la->ld : (size_t)i + (size_t)p * la->ld);
-#pragma omp parallel for
-    for (int j = 0; j < N; j++)
-        for (int p = 0; p < K; p++)
-            b[(size_t)j * K + p] = emu_ld(Bm, lb->type, tb ? (size_t)j + (size_t)p * lb->ld : (size_t)p + (size_t)j * lb->ld);
+    emu_lt_unpack(acol.data(), A, la->type, K, M, ta ? 1 : la->ld, ta ? la->ld : 1);  // (p, i) at A[i + p ld] or A[p + i ld]
+    emu_lt_unpack(b.data(), Bm, lb->type, N, K, tb ? 1 : lb->ld, tb ? lb->ld : 1);    // (j, p) at B[p + j ld] or B[j + p ld]
     const cudaDataType_t dt = ldd->type;
     const bool bias = d->ep == CUBLASLT_EPILOGUE_BIAS || d->ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     const bool gelu = d->ep == CUBLASLT_EPILOGUE_GELU_AUX || d->ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dgelu = emu_lt_dgelu(d->ep);
     const cudaDataType_t at = d->aux_type_set ? d->aux_type : dt;  // the aux type defaults to D's
     std::vector<float> dgrad(d->ep == CUBLASLT_EPILOGUE_DGELU_BGRAD ? (size_t)M * N : 0);  // DGELU_BGRAD: D before rounding
     std::vector<float> col_amax(N, 0.0f);
+    // Each output sums its K products in fp32 in the order p = 0, 1, ..., K - 1; R = 16 outputs of a column at a time,
+    // side by side in four 4-wide vectors (independent sums: the same bits as one output at a time, several times faster)
+    typedef float v4 __attribute__((vector_size(16)));
+    constexpr int R = 16;
 #pragma omp parallel for schedule(dynamic, 4)
     for (int j = 0; j < N; j++) {
         const float* bj = &b[(size_t)j * K];
-        for (int i = 0; i < M; i++) {
-            const float* ai = &a[(size_t)i * K];
-            float acc = 0.0f;
-            for (int p = 0; p < K; p++) acc += ai[p] * bj[p];
-            const size_t o = (size_t)i + (size_t)j * ldd->ld;
-            float v = al * acc;
-            if (be != 0.0f) v += be * emu_ld(D, dt, o);
-            if (bias) v += emu_ld(d->bias, dt, i);
-            if (gelu) {  // the pre-activation to aux (rounded to its type), gelu of the fp32 value to D
-                emu_st(d->aux, at, (size_t)i + (size_t)j * d->aux_ld, v);
-                v = emu_gelu(v);
-            } else if (dgelu) {  // the product times gelu' of the stored pre-activation, in fp32
-                v *= emu_gelu_grad(emu_ld(d->aux, at, (size_t)i + (size_t)j * d->aux_ld));
-                if (!dgrad.empty()) dgrad[(size_t)i + (size_t)j * M] = v;
+        for (int i0 = 0; i0 < M; i0 += R) {
+            float acc[R] = {};
+            if (i0 + R <= M) {
+                v4 s0 = {}, s1 = {}, s2 = {}, s3 = {}, x;
+                for (int p = 0; p < K; p++) {
+                    const float* ap = &acol[(size_t)p * M + i0];
+                    const v4 bp = {bj[p], bj[p], bj[p], bj[p]};
+                    memcpy(&x, ap, 16), s0 += x * bp;
+                    memcpy(&x, ap + 4, 16), s1 += x * bp;
+                    memcpy(&x, ap + 8, 16), s2 += x * bp;
+                    memcpy(&x, ap + 12, 16), s3 += x * bp;
+                }
+                memcpy(acc, &s0, 16), memcpy(acc + 4, &s1, 16), memcpy(acc + 8, &s2, 16), memcpy(acc + 12, &s3, 16);
+            } else {
+                for (int p = 0; p < K; p++)
+                    for (int r = 0; r < M - i0; r++) acc[r] += acol[(size_t)p * M + i0 + r] * bj[p];
             }
-            col_amax[j] = std::max(col_amax[j], std::fabs(v));
-            emu_st(D, dt, o, v);
+            for (int i = i0; i < std::min(M, i0 + R); i++) {
+                const size_t o = (size_t)i + (size_t)j * ldd->ld;
+                float v = al * acc[i - i0];
+                if (be != 0.0f) v += be * emu_ld(D, dt, o);
+                if (bias) v += emu_ld(d->bias, dt, i);
+                if (gelu) {  // the pre-activation to aux (rounded to its type), gelu of the fp32 value to D
+                    emu_st(d->aux, at, (size_t)i + (size_t)j * d->aux_ld, v);
+                    v = emu_gelu(v);
+                } else if (dgelu) {  // the product times gelu' of the stored pre-activation, in fp32
+                    v *= emu_gelu_grad(emu_ld(d->aux, at, (size_t)i + (size_t)j * d->aux_ld));
+                    if (!dgrad.empty()) dgrad[(size_t)i + (size_t)j * M] = v;
+                }
+                col_amax[j] = std::max(col_amax[j], std::fabs(v));
+                emu_st(D, dt, o, v);
+            }
         }
     }
     if (d->amax_d) *d->amax_d = *std::max_element(col_amax.begin(), col_amax.end());

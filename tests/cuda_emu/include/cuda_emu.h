@@ -218,7 +218,8 @@ struct EmuState {
     dim3 block;
     EmuGroup blk;
     EmuGroup warp[32];
-    EmuWarpData wd[32];
+    EmuWarpData wd[2][32];  // the warp collectives' exchange areas (emu_warp_area)
+    unsigned coll[MAXT];    // warp collectives per thread so far in the block
     void (*body)(void*) = nullptr;
     void* ctx = nullptr;
     long progress = 0;
@@ -237,7 +238,27 @@ static inline void emu_error(const char* what) {
         fprintf(stderr, "EMU ERROR: %s (block %u,%u,%u thread %d)\n", what, blockIdx.x, blockIdx.y, blockIdx.z, g_emu.cur);
 }
 static inline int emu_tid() { return g_emu.cur; }
-static inline void emu_yield() { emu_switch(&g_emu.sp[g_emu.cur], g_emu.sched_sp); }
+// thread t becomes the current one (its index and threadIdx); the caller then switches to its fiber
+static inline void emu_enter(int t) {
+    const dim3 b = g_emu.block;
+    g_emu.cur = t;
+    threadIdx = dim3(t % b.x, (t / b.x) % b.y, t / (b.x * b.y));
+}
+// The current thread waits: in the default order the next thread of the block that has not returned runs at once (one
+// switch, not two through the scheduler: the order emu_run_grid's pass would run them in); after the last one, and in
+// the random order always, the scheduler does.
+static inline void emu_yield() {
+    EmuState& E = g_emu;
+    const int t = E.cur;
+    if (!g_emu_random)
+        for (int u = t + 1; u < E.nt; u++)
+            if (!E.done[u]) {
+                emu_enter(u);
+                emu_switch(&E.sp[t], E.sp[u]);
+                return;
+            }
+    emu_switch(&E.sp[t], E.sched_sp);
+}
 static inline void emu_arrive_wait(EmuGroup& g) {
     const long gen = g.gen;
     if (++g.arrived >= g.expected) {
@@ -277,19 +298,26 @@ static inline void emu_warp_sync_checked() {
     if (w.exited || w.expected + w.exited != 32) emu_error("warp collective in a warp with exited or missing lanes");
     emu_arrive_wait(w);
 }
+// The exchange area of the current thread's next warp collective (shuffle, mma, ldmatrix): each lane deposits its
+// operands there, waits once for the whole warp (emu_warp_sync_checked) and reads the others'. A thread's collectives
+// alternate between two areas, so no second wait guards the area's reuse: a lane writes this area again two collectives
+// later, past the wait of the one in between, which no lane reaches before it has read this one.
+static inline EmuWarpData& emu_warp_area() {
+    const int t = emu_tid();
+    return g_emu.wd[g_emu.coll[t]++ & 1][t / 32];
+}
 
 template <typename T, typename F>
 static inline T emu_shuffle(unsigned mask, T v, F src) {
     static_assert(sizeof(T) == 4, "4-byte shuffles only");
     if (mask != 0xffffffffu) emu_error("partial shuffle mask not emulated");
-    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+    EmuWarpData& w = emu_warp_area();
     const int l = emu_tid() % 32;
     memcpy(&w.f[l], &v, 4);
     emu_warp_sync_checked();
     const int s = src(l);
     T r = v;
     if (s >= 0 && s < 32) memcpy(&r, &w.f[s], 4);
-    emu_warp_sync_checked();
     return r;
 }
 template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int m, int = 32) {
@@ -384,7 +412,9 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
         for (int w = 0; w < (nt + 31) / 32; w++) E.warp[w] = EmuGroup{std::min(32, nt - 32 * w), 0, 0, 0};
         for (int t = 0; t < nt; t++) {
             // stack: [6 callee-saved][return address = entry][pad], return address slot 16-byte aligned
-            char* top = E.stacks + (size_t)(t + 1) * EmuState::STACK;
+            // (the tops staggered by a cache line per thread, so that the threads' frames do not all fall in the same
+            // cache sets: every switch touches two of them)
+            char* top = E.stacks + (size_t)(t + 1) * EmuState::STACK - (size_t)(t % 64) * 64 - (size_t)(t / 64 % 16) * 4096;
             void** slot = (void**)(top - 16);
             slot[0] = (void*)&emu_fiber_entry;
             slot[1] = nullptr;
@@ -394,13 +424,16 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
             E.done[t] = false;
             E.cp[t].clear();
             E.cp_groups[t] = 0;
+            E.coll[t] = 0;
         }
         int remaining = nt;
-        auto run = [&](int t) {  // thread t until it waits at a barrier or returns
-            E.cur = t;
-            threadIdx = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
+        // thread t until it waits at a barrier or returns (the default order: or, having handed over to the next ones
+        // (emu_yield), until the last of those does); returns the thread that switched back
+        auto run = [&](int t) {
+            emu_enter(t);
             emu_switch(&E.sched_sp, E.sp[t]);
-            if (E.done[t]) remaining--;
+            if (E.done[E.cur]) remaining--;
+            return E.cur;
         };
         const int nw = (nt + 31) / 32;
         uint64_t rs = 0x9E3779B97F4A7C15ull * (uint64_t)(g_emu_launches * 1000003 + b + 1);
@@ -433,7 +466,7 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
         while (remaining > 0) {
             const long p0 = E.progress;
             for (int t = 0; t < nt; t++)
-                if (!E.done[t]) run(t);
+                if (!E.done[t]) t = run(t);
             if (remaining > 0 && E.progress == p0) {
                 fprintf(stderr, "EMU: deadlock in block (%u,%u,%u): %d threads wait at barriers that cannot complete\n",
                         blockIdx.x, blockIdx.y, blockIdx.z, remaining);

@@ -21,51 +21,51 @@
 
 static inline uint16_t emu_half(uint32_t r, int hi) { return hi ? (uint16_t)(r >> 16) : (uint16_t)(r & 0xffff); }
 static inline float emu_bf(uint16_t v) { uint32_t u = (uint32_t)v << 16; float f; memcpy(&f, &u, 4); return f; }
-// d[4] += A[16x16] B[16x8], fragments as documented in llmc/mma.cuh (PTX ISA m16n8k16 layouts); elem turns one
+// d[4] += A[16x16] B[16x8], fragments as documented in llmc/mma.cuh (PTX ISA m16n8k16 layouts); Elem turns one
 // 16-bit value into fp32 (bf16 or fp16)
-static inline void emu_mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, float (*elem)(uint16_t)) {
-    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+template <float (*Elem)(uint16_t)>
+static inline void emu_mma_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    EmuWarpData& w = emu_warp_area();
     const int l = emu_tid() % 32;
     for (int i = 0; i < 4; i++) w.u[l][i] = a[i];
     w.u[l][4] = b0;
     w.u[l][5] = b1;
     emu_warp_sync_checked();
-    // A: a0 (row g, cols 2q..2q+1) a1 (row g+8) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..)
-    auto A = [&](int r, int c) { return elem(emu_half(w.u[(r % 8) * 4 + (c % 8) / 2][(r >= 8) + 2 * (c >= 8)], c % 2)); };
-    // B: b0 (rows 2q..2q+1, col g) b1 (rows 2q+8..)
-    auto B = [&](int k, int n) { return elem(emu_half(w.u[n * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2)); };
     const int g = l / 4, q = l % 4;
-    float out[4];
-    for (int e = 0; e < 4; e++) {
-        const int r = g + (e >> 1) * 8, c = 2 * q + (e & 1);
+    // this lane's rows g and g + 8 of A and columns 2q and 2q + 1 of B, in fp32. A: a0 (row g, cols 2q..2q+1) a1 (row
+    // g+8) a2 (row g, cols 2q+8..) a3 (row g+8, cols 2q+8..); B: b0 (rows 2q..2q+1, col g) b1 (rows 2q+8..)
+    float ar[2][16], bc[2][16];
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 16; k++) {
+            ar[h][k] = Elem(emu_half(w.u[g * 4 + (k % 8) / 2][h + 2 * (k >= 8)], k % 2));
+            bc[h][k] = Elem(emu_half(w.u[(2 * q + h) * 4 + (k % 8) / 2][4 + (k >= 8)], k % 2));
+        }
+    for (int e = 0; e < 4; e++) {  // d[e]: row g + 8 (e / 2), column 2q + e % 2
+        const float* ra = ar[e >> 1];
+        const float* cb = bc[e & 1];
         float s = 0;
-        for (int k = 0; k < 16; k++) s += A(r, k) * B(k, c);
-        out[e] = d[e] + s;
+        for (int k = 0; k < 16; k++) s += ra[k] * cb[k];
+        d[e] += s;
     }
-    emu_warp_sync_checked();
-    for (int e = 0; e < 4; e++) d[e] = out[e];
 }
-static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma_16816(d, a, b0, b1, emu_bf); }
-static inline void mma_f16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma_16816(d, a, b0, b1, emu_h2f); }
+static inline void mma_bf16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma_16816<emu_bf>(d, a, b0, b1); }
+static inline void mma_f16_16816(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { emu_mma_16816<emu_h2f>(d, a, b0, b1); }
 // lane l gives the address of row l % 8 of tile l / 8. Plain: r[i] = (row g; cols 2q, 2q+1) of tile i.
 // Transposed: r[i] = (rows 2q, 2q+1; col g) of tile i.
 static inline void emu_ldmatrix_x4(uint32_t* r, const void* row, bool trans) {
-    EmuWarpData& w = g_emu.wd[emu_tid() / 32];
+    EmuWarpData& w = emu_warp_area();
     const int l = emu_tid() % 32;
     if (((uintptr_t)row & 15) != 0) emu_error("ldmatrix row address not 16-byte aligned");
     emu_shadow_access(row, 16, false, false);
     w.addr[l] = row;
     emu_warp_sync_checked();
     const int g = l / 4, q = l % 4;
-    uint32_t o[4];
     for (int i = 0; i < 4; i++) {
         // the two 16-bit values of register i: (row g; cols 2q, 2q+1), or transposed (rows 2q, 2q+1; col g)
         const uint16_t* lo = trans ? (const uint16_t*)w.addr[8 * i + 2 * q] + g : (const uint16_t*)w.addr[8 * i + g] + 2 * q;
         const uint16_t* hi = trans ? (const uint16_t*)w.addr[8 * i + 2 * q + 1] + g : lo + 1;
-        o[i] = (uint32_t)*lo | ((uint32_t)*hi << 16);
+        r[i] = (uint32_t)*lo | ((uint32_t)*hi << 16);
     }
-    emu_warp_sync_checked();
-    for (int i = 0; i < 4; i++) r[i] = o[i];
 }
 static inline void ldmatrix_x4(uint32_t* r, const void* row) { emu_ldmatrix_x4(r, row, false); }
 static inline void ldmatrix_x4_trans(uint32_t* r, const void* row) { emu_ldmatrix_x4(r, row, true); }
