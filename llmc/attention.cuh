@@ -1,7 +1,8 @@
 // llmc/attention.cuh: causal flash attention with GQA, forward and backward, floatX (bf16, or fp16 in the fp16 build)
 // in and out, fp32 softmax statistics, tensor cores (mma.sync m16n8k16 bf16 or f16, fp32 accumulate). The T x T
 // score matrix is never stored: the forward keeps one logsumexp per query row, and the backward
-// recomputes the probabilities from it (the FlashAttention-2 structure).
+// recomputes the probabilities from it (the FlashAttention-2 structure). (The backward's version 6, a candidate, stores
+// the score gradient dS in a buffer of the caller's, so that dQ = dS K needs no second recomputation.)
 //
 // Layouts (B batch, T time, H query heads, KV kv heads, hd head dim, group = H / KV):
 //   qkv   [B, T, (H + 2KV) * hd]  per token: H query heads, then KV key heads, then KV value heads
@@ -30,9 +31,10 @@
 // Launchers:
 //   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null, doc = null)
 //   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null, doc = null,
-//                      version = 0)
+//                      version = 0, ds = null)
 //     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible. version: the dK/dV
-//     kernel, 3 or 4 (the same bits), 0 for ATT_BWD_TABLE's choice per head dim. doc: the forward's.
+//     kernel, 3, 4 or 5 (the same bits), 6 (dQ from the dS the dK/dV kernel writes to ds [B, H, T, T], a buffer the
+//     caller gives), 0 for ATT_BWD_TABLE's choice per head dim. doc: the forward's.
 // The PTX primitives (mma.sync, ldmatrix, cp.async) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
@@ -43,6 +45,7 @@
 #include <cuda_runtime.h>
 #include "llmc/cuda_common.cuh"
 #include "llmc/mma.cuh"
+#include "llmc/packed.cuh"
 #include "llmc/precision.cuh"
 #include "llmc/utils.h"
 
@@ -298,17 +301,37 @@ static void attention_forward(floatX* out, float* lse, const floatX* qkv, int B,
 static const int ATT_BWD_BN = 64;  // keys per tile (the dK/dV block's 4 warps x 16; the dQ block's key loop)
 static const int ATT_DQ_BM = 64;   // query rows per dQ block: 4 warps x 16
 
-// dvec[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (fp32), the D of dS = P (dP - D). One warp per (b, t, h).
-__global__ void attention_backward_preprocess_kernel(float* dvec, const floatX* dout, const floatX* out,
-                                                     int B, int T, int H, int hd) {
-    const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-    if (warp >= B * T * H) return;
-    const int h = warp % H, t = (warp / H) % T, b = warp / (H * T);
-    const size_t off = (size_t)warp * hd;  // [B,T,H,hd] row of this (b, t, h)
+// dvec[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d] (fp32), the D of dS = P (dP - D). G lanes per (b, t, h) row (hd / 8
+// rounded up to a power of two: 8, 16, 16 for hd 64, 80, 128), each reading 8 elements of dO and of O in one 16-byte
+// access (lanes past hd / 8 add 0), the row's sum by shuffles within its G lanes; 256 / G rows per block of 256.
+static const int ATT_PRE_THREADS = 256;
+template <int HD>
+__global__ void __launch_bounds__(ATT_PRE_THREADS)
+attention_backward_preprocess_kernel(float* dvec, const floatX* dout, const floatX* out, int B, int T, int H) {
+    constexpr int CH = HD / 8, G = CH <= 8 ? 8 : CH <= 16 ? 16 : 32;  // 16-byte chunks per row; lanes per row
+    static_assert(HD % 8 == 0 && CH <= 32, "a row in at most 32 chunks of 8");
+    const size_t i = blockIdx.x * (size_t)ATT_PRE_THREADS + threadIdx.x, row = i / G;  // [B,T,H] row
+    const int c = (int)(i % G);
+    const bool valid = row < (size_t)B * T * H;  // (every lane takes part in the shuffles)
     float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += to_float(dout[off + d]) * to_float(out[off + d]);
-    for (int m = 16; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-    if (lane == 0) dvec[((size_t)b * H + h) * T + t] = acc;
+    if (valid && c < CH) {
+        const Pack8 o = load8(out + row * HD + c * 8), d = load8(dout + row * HD + c * 8);
+        for (int k = 0; k < 8; k++) acc += to_float(d.v[k]) * to_float(o.v[k]);
+    }
+    for (int m = G / 2; m > 0; m /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+    if (valid && c == 0) {
+        const int h = (int)(row % H), t = (int)(row / H % T), b = (int)(row / ((size_t)H * T));
+        dvec[((size_t)b * H + h) * T + t] = acc;
+    }
+}
+static void attention_backward_preprocess(float* dvec, const floatX* dout, const floatX* out, int B, int T, int H,
+                                          int hd, cudaStream_t stream) {
+    const size_t rows = (size_t)B * T * H, lanes = hd == 64 ? 8 : 16;
+    const unsigned blocks = (unsigned)((rows * lanes + ATT_PRE_THREADS - 1) / ATT_PRE_THREADS);
+    if (hd == 64) attention_backward_preprocess_kernel<64><<<blocks, ATT_PRE_THREADS, 0, stream>>>(dvec, dout, out, B, T, H);
+    else if (hd == 80) attention_backward_preprocess_kernel<80><<<blocks, ATT_PRE_THREADS, 0, stream>>>(dvec, dout, out, B, T, H);
+    else attention_backward_preprocess_kernel<128><<<blocks, ATT_PRE_THREADS, 0, stream>>>(dvec, dout, out, B, T, H);
+    cudaCheck(cudaGetLastError());
 }
 
 // The dK/dV work of one query tile for one warp: its 16 keys (rows kw, vw of the staged K and V, keys key0 and
@@ -323,7 +346,8 @@ template <int HD, int BM, bool ALIBI>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD / 8][4], const floatX* kw,
                                           const floatX* vw, const floatX* sQ, const floatX* sdO,
                                           const float* sL, const float* sD, const int32_t* sDoc, bool doc_tile,
-                                          int key0, int q_first, float scale_log2, float slope_log2) {
+                                          int key0, int q_first, float scale_log2, float slope_log2,
+                                          floatX* ds_row = nullptr, size_t T = 0) {
     constexpr int LDS = HD + ATT_PAD;
     constexpr int KC = HD / 16;
     constexpr int NQ = BM / 8;  // n8 tiles over the query tile
@@ -368,6 +392,12 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD
             st[n][e] = p;
             dpt[n][e] = p * (dpt[n][e] - sD[qi]);
         }
+    // version 6: dS (floatX, as the products below round it) to ds_row: row key0 (and key0 + 8, T further) of
+    // [keys][queries], at the tile's first query
+    if (ds_row)
+        for (int n = 0; n < NQ; n++)
+            for (int r = 0; r < 2; r++)
+                *reinterpret_cast<uint32_t*>(ds_row + r * 8 * T + n * 8 + 2 * q4) = pack_x2(dpt[n][2 * r], dpt[n][2 * r + 1]);
     // dV += P^T dO and dK += dS^T Q: accumulators of n tiles 2c, 2c+1 form A of k-chunk c
     for (int c = 0; c < BM / 16; c++) {
         uint32_t pa[4] = {pack_x2(st[2 * c][0], st[2 * c][1]), pack_x2(st[2 * c][2], st[2 * c][3]),
@@ -493,24 +523,28 @@ attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* q
     dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
 }
 
-// Version 4: version 3 with the next query tile's Q and dO copied (cp.async) into a second buffer while the current
-// one is computed, and its lse and D loaded into registers then, stored into the second buffer after the compute.
-// The block's query tiles, (query head of the group, query tile), are walked as one sequence, so the copy runs
-// ahead across heads too. The same arithmetic in the same order as version 3: the same bits.
-// Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM] (with documents: and doc [BM]).
-template <int HD, int BM, bool ALIBI>
-__global__ void __launch_bounds__(ATT_THREADS, 2)
+// Versions 4 (BN = 64 keys per block, 4 warps) and 5 (BN = 128, 8 warps): version 3 with the next query tile's Q and
+// dO copied (cp.async) into a second buffer while the current one is computed, and its lse and D loaded into registers
+// then, stored into the second buffer after the compute. The block's query tiles, (query head of the group, query
+// tile), are walked as one sequence, so the copy runs ahead across heads too. A warp whose 16 keys all lie after the
+// tile's last row skips the tile (causal: its P is 0 there). Version 5's blocks stage each Q/dO tile once for 128 keys,
+// half the copies of version 4 per key. Every key adds the same products in the same order as in version 3 (the tiles
+// a block of 128 keys adds to its upper 64, or past their documents' ends, have P = 0: they add exact zeros): the same
+// bits. Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM] (with documents: and doc [BM]).
+template <int HD, int BM, int BN, bool ALIBI>
+__global__ void __launch_bounds__(2 * BN, 128 / BN)
 attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                         const float* lse, const float* dvec, const float* alibi, const int32_t* doc,
-                                        int T, int H, int KV) {
-    static_assert(3 * BM <= ATT_THREADS, "one thread per lse, per D and per document start of a tile");
+                                        int T, int H, int KV, floatX* ds) {
+    constexpr int NT = 2 * BN;  // BN / 16 warps, each 16 keys
+    static_assert(3 * BM <= NT, "one thread per lse, per D and per document start of a tile");
     constexpr int LDS = HD + ATT_PAD;
     constexpr int DT = HD / 8;
     constexpr int STAGE = 2 * BM * LDS;  // Q and dO of one buffer (floatX elements)
     DYNAMIC_SMEM(att_smem);
     floatX* sK = reinterpret_cast<floatX*>(att_smem);  // [BN][LDS]
-    floatX* sV = sK + ATT_BWD_BN * LDS;                        // [BN][LDS]
-    floatX* sQO = sV + ATT_BWD_BN * LDS;                       // [2][Q [BM][LDS], dO [BM][LDS]]
+    floatX* sV = sK + BN * LDS;                                // [BN][LDS]
+    floatX* sQO = sV + BN * LDS;                               // [2][Q [BM][LDS], dO [BM][LDS]]
     float* sLD = reinterpret_cast<float*>(sQO + 2 * STAGE);           // [2][lse * log2(e) [BM], D [BM]]
     int32_t* sDocs = reinterpret_cast<int32_t*>(sLD + 4 * BM);        // [2][BM] document starts (only with doc)
 
@@ -518,21 +552,22 @@ attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const 
     const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const size_t ld = (size_t)(H + 2 * KV) * HD;
-    const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_BWD_BN;
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
-    load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+    const size_t kv_row0 = (size_t)b * T + (size_t)kt * BN;
+    load_tile<BN, HD, NT>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile<BN, HD, NT>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
     cp_async_commit();
 
     const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
     float dk[DT][4], dv[DT][4];
     for (int d = 0; d < DT; d++)
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
-    const int key0 = kt * ATT_BWD_BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const int key0 = kt * BN + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const int warp_key0 = kt * BN + warp * 16;  // this warp's first key
     const floatX* kw = sK + (warp * 16) * LDS;  // this warp's 16 keys (A operand rows)
     const floatX* vw = sV + (warp * 16) * LDS;
     // documents: the query tiles after the last that sees one of the block's keys are skipped
-    const int key_first = kt * ATT_BWD_BN, key_last = key_first + ATT_BWD_BN - 1;
-    const int first_qt = kt * ATT_BWD_BN / BM;
+    const int key_first = kt * BN, key_last = key_first + BN - 1;
+    const int first_qt = kt * BN / BM;
     const int qt_end = doc ? att_doc_qtile_end(doc, b, T, BM, first_qt, T / BM, key_last) : T / BM;
     const int n_it = qt_end - first_qt, n_tiles = group * n_it;
 
@@ -542,9 +577,8 @@ attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const 
     auto copy_qo = [&](int t, int buf) {  // Q and dO of tile t into buffer buf (cp.async, committed)
         const int h = head_of(t), it = qtile_of(t);
         const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
-        load_tile<BM, HD, ATT_THREADS>(sQO + buf * STAGE, qkv + q_row0 * ld + (size_t)h * HD, ld);
-        load_tile<BM, HD, ATT_THREADS>(sQO + buf * STAGE + BM * LDS, dout + q_row0 * H * HD + (size_t)h * HD,
-                                       (size_t)H * HD);
+        load_tile<BM, HD, NT>(sQO + buf * STAGE, qkv + q_row0 * ld + (size_t)h * HD, ld);
+        load_tile<BM, HD, NT>(sQO + buf * STAGE + BM * LDS, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
         cp_async_commit();
     };
     // this thread's element of tile t: lse (threads < BM) or D (< 2 BM), loaded as it is; lse is turned into
@@ -584,8 +618,10 @@ attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const 
         const int32_t* sDoc = sDocs + buf * BM;
         // as in version 3: the per-row mask only where some row's start lies after the block's first key
         const bool doc_tile = doc && sDoc[BM - 1] > key_first && sDoc[0] <= key_last;
-        dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sQ + BM * LDS, sL, sL + BM, sDoc, doc_tile, key0, it * BM,
-                                 scale_log2, slope_log2);
+        floatX* ds_row = ds ? ds + (((size_t)b * H + h) * T + key0) * T + (size_t)it * BM : nullptr;  // version 6
+        if (warp_key0 <= it * BM + BM - 1)  // (a uniform branch per warp: dkdv_tile has no block barrier)
+            dkdv_tile<HD, BM, ALIBI>(dk, dv, kw, vw, sQ, sQ + BM * LDS, sL, sL + BM, sDoc, doc_tile, key0, it * BM,
+                                     scale_log2, slope_log2, ds_row, (size_t)T);
         if (next && threadIdx.x < 2 * BM) store_ld(buf ^ 1, next_ld);
         if (next && doc_thread) store_doc(buf ^ 1, next_doc);
         __syncthreads();  // buffer buf is overwritten by tile t + 2's copy; buf ^ 1's lse and D are stored
@@ -730,22 +766,110 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
     }
 }
 
+// Version 6's dQ: dQ = dS K from the dS the dK/dV kernel wrote (ds [B, H, T keys, T queries], floatX), one product
+// instead of recomputing S and dP (3). One block per (b * H + query head, reversed query tile of 64), as the dQ kernel
+// above; each warp owns 16 query rows, dQ in registers. Per key tile (kt_first .. qt, with documents from the tile of
+// the block's first row's document start): the dS tile [64 keys][64 queries] and the K tile, double-buffered with
+// cp.async. Entries the dK/dV kernel masked and may not have written (keys after the query on the diagonal tile, keys
+// before the query's document start) are zeroed in shared memory first, on the tiles that have them.
+static const int ATT_DS_LD = ATT_DQ_BM + ATT_PAD;  // a dS tile's row in shared memory: 64 queries + padding
+template <int HD>
+__global__ void __launch_bounds__(ATT_THREADS, 2)
+attention_backward_dq_ds_kernel(floatX* dqkv, const floatX* qkv, const floatX* ds, const int32_t* doc, int T, int H,
+                                int KV) {
+    static_assert(ATT_DQ_BM == ATT_BWD_BN, "the causal limit below assumes square tiles");
+    constexpr int LDS = HD + ATT_PAD;
+    constexpr int DT = HD / 8;  // n8 tiles of dQ
+    DYNAMIC_SMEM(att_smem);
+    floatX* sK = reinterpret_cast<floatX*>(att_smem);  // [2][BN][LDS]
+    floatX* sS = sK + 2 * ATT_BWD_BN * LDS;            // [2][BN keys][ATT_DS_LD]
+
+    const int qt = T / ATT_DQ_BM - 1 - (int)blockIdx.y;
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const int q0 = qt * ATT_DQ_BM;  // the block's first query
+    const floatX* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const floatX* sbase = ds + (size_t)bh * T * T + q0;  // row key of the block's queries: sbase + key * T
+    const int32_t* drow = doc ? doc + (size_t)b * T + q0 : nullptr;
+    const int d_first = doc ? drow[0] : 0, d_last = doc ? drow[ATT_DQ_BM - 1] : 0;
+    const int kt_first = d_first / ATT_BWD_BN;
+    auto copy = [&](int j, int st) {  // key tile j's K and dS into buffer st
+        load_tile<ATT_BWD_BN, HD, ATT_THREADS>(sK + st * ATT_BWD_BN * LDS, kbase + (size_t)j * ATT_BWD_BN * ld, ld);
+        for (int c = threadIdx.x; c < ATT_BWD_BN * ATT_DQ_BM / 8; c += ATT_THREADS) {
+            const int r = c / (ATT_DQ_BM / 8), col = (c % (ATT_DQ_BM / 8)) * 8;
+            cp_async16(sS + (st * ATT_BWD_BN + r) * ATT_DS_LD + col, sbase + ((size_t)j * ATT_BWD_BN + r) * T + col);
+        }
+        cp_async_commit();
+    };
+    copy(kt_first, 0);
+    float dq[DT][4];
+    for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    for (int j = kt_first; j <= qt; j++) {
+        const int st = (j - kt_first) & 1;
+        if (j < qt) {
+            copy(j + 1, st ^ 1);  // buffer st ^ 1 was last read in iteration j - 1, before its closing barrier
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        floatX* s_s = sS + st * ATT_BWD_BN * ATT_DS_LD;
+        const floatX* k_s = sK + st * ATT_BWD_BN * LDS;
+        // zeros where P = 0: keys after the query (the diagonal tile), keys before the query's document start (the
+        // tiles where some row's start lies after the tile's first key)
+        const bool diag = j == qt, doc_tile = doc && d_last > j * ATT_BWD_BN;
+        if (diag || doc_tile) {
+            for (int i = threadIdx.x; i < ATT_BWD_BN * ATT_DQ_BM; i += ATT_THREADS) {
+                const int kr = i / ATT_DQ_BM, qc = i % ATT_DQ_BM, key = j * ATT_BWD_BN + kr;
+                if ((diag && key > q0 + qc) || (doc_tile && key < drow[qc])) s_s[kr * ATT_DS_LD + qc] = to_floatX(0.0f);
+            }
+            __syncthreads();
+        }
+        // dQ += dS K over the tile's 64 keys, 16 at a time: A = dS [16 rows][16 keys] from the stored [keys][queries]
+        // (transposed ldmatrix), B = K [16 keys][hd] (transposed ldmatrix, as in the dQ kernel above)
+        for (int c = 0; c < ATT_BWD_BN / 16; c++) {
+            uint32_t da[4];
+            ldmatrix_x4_trans(da, s_s + (c * 16 + (mat >> 1) * 8 + r8) * ATT_DS_LD + warp * 16 + (mat & 1) * 8);
+            const floatX* kr = k_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t kb[4];
+                ldmatrix_x4_trans(kb, kr + d * 8);
+                mma_16816(dq[d], da, kb[0], kb[1]);
+                mma_16816(dq[d + 1], da, kb[2], kb[3]);
+            }
+        }
+        __syncthreads();  // the next iteration overwrites a buffer read here
+    }
+    const float scale = rsqrtf((float)HD);
+    const int row0 = q0 + warp * 16 + g;
+    for (int r = 0; r < 2; r++) {
+        floatX* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
+        for (int d = 0; d < DT; d++)
+            *reinterpret_cast<floatX2*>(dqr + d * 8) = to_floatX2(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
+    }
+}
+
 template <int HD, bool ALIBI>
 static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
-                                  int T, int H, int KV, cudaStream_t stream, int version) {
-    // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers; version 4 holds two tiles' Q, dO, lse, D
-    // (and, with documents, the rows' document starts: shared memory that only a launch with doc asks for)
+                                  int T, int H, int KV, cudaStream_t stream, int version, floatX* ds) {
+    // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers; versions 4 to 6 hold two tiles' Q, dO,
+    // lse, D (and, with documents, the rows' document starts: shared memory that only a launch with doc asks for);
+    // version 5's blocks hold 128 keys, and version 6's where T allows (it also writes dS to ds)
     constexpr int BM = 32;
-    const int stages = version == 4 ? 2 : 1;
-    const size_t smem_kv = (size_t)(2 * ATT_BWD_BN + 2 * stages * BM) * (HD + ATT_PAD) * sizeof(floatX) +
+    const bool wide = version == 5 || (version == 6 && T % 128 == 0);
+    const int stages = version >= 4 ? 2 : 1, bn = wide ? 128 : ATT_BWD_BN;
+    const size_t smem_kv = (size_t)(2 * bn + 2 * stages * BM) * (HD + ATT_PAD) * sizeof(floatX) +
                            2 * stages * BM * sizeof(float) + (doc ? stages * BM * sizeof(int32_t) : 0);
-    const dim3 grid_kv(B * KV, T / ATT_BWD_BN);
-    if (version == 4) {
-        cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_prefetch_kernel<HD, BM, ALIBI>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
-        attention_backward_dkdv_prefetch_kernel<HD, BM, ALIBI><<<grid_kv, ATT_THREADS, smem_kv, stream>>>(
-            dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
+    const dim3 grid_kv(B * KV, T / bn);
+    if (version >= 4) {
+        auto kernel = wide ? attention_backward_dkdv_prefetch_kernel<HD, BM, 128, ALIBI>
+                           : attention_backward_dkdv_prefetch_kernel<HD, BM, ATT_BWD_BN, ALIBI>;
+        cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+        kernel<<<grid_kv, 2 * bn, smem_kv, stream>>>(dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV,
+                                                     version == 6 ? ds : nullptr);
     } else {
         cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_kernel<HD, BM, ALIBI>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
@@ -753,6 +877,15 @@ static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX
             dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
     }
     cudaCheck(cudaGetLastError());
+    if (version == 6) {  // dQ = dS K: double-buffered K and dS tiles
+        const size_t smem_s = (size_t)2 * ATT_BWD_BN * (HD + ATT_PAD + ATT_DS_LD) * sizeof(floatX);
+        cudaCheck(cudaFuncSetAttribute(attention_backward_dq_ds_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem_s));
+        attention_backward_dq_ds_kernel<HD><<<dim3(B * H, T / ATT_DQ_BM), ATT_THREADS, smem_s, stream>>>(
+            dqkv, qkv, ds, doc, T, H, KV);
+        cudaCheck(cudaGetLastError());
+        return;
+    }
     // dQ: Q and dO of 64 rows plus double-buffered K and V tiles
     const size_t smem_q = (size_t)(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * sizeof(floatX);
     cudaCheck(cudaFuncSetAttribute(attention_backward_dq_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -765,14 +898,16 @@ static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX
 template <int HD>
 static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
-                                  int T, int H, int KV, cudaStream_t stream, int version) {
-    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
-    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
+                                  int T, int H, int KV, cudaStream_t stream, int version, floatX* ds) {
+    if (alibi) attention_backward_hd<HD, true>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version, ds);
+    else attention_backward_hd<HD, false>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version, ds);
 }
 
-// The backward's dK/dV kernel per head dim: version 3 (attention_backward_dkdv_kernel) or 4 (its prefetching form,
-// the same bits). dev/cuda/attention_backward.cu times both at the sweep's shapes (scripts/gpu_check.sh); an entry
-// changes only on a GPU's timings. Version 4 has run in the emulation only.
+// The backward's dK/dV kernel per head dim: version 3 (attention_backward_dkdv_kernel), 4 or 5 (its prefetching form
+// with 64 or 128 keys per block; the same bits). dev/cuda/attention_backward.cu times them at the sweep's shapes
+// (scripts/gpu_check.sh); an entry changes only on a GPU's timings. Versions 4 and 5 have run in the emulation only.
+// Version 5 needs T a multiple of 128: at other lengths version 4 runs in its place. Version 6 (version 5 writing dS,
+// then dQ = dS K) takes a dS buffer the trainer does not allocate: a candidate for dev/cuda's timings, not a table entry.
 static const int ATT_BWD_TABLE[][2] = {
     // head dim, version
     {64, 3},
@@ -787,18 +922,19 @@ static int attention_backward_version(int hd) {
 
 // dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null; doc
 // [B*T] (device) or null, the forward's. Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written
-// by one thread. version: 3 or 4 (the dK/dV kernel), 0 for attention_backward_version's choice.
+// by one thread. version: 3, 4 or 5 (the dK/dV kernel; 5 runs as 4 where T is no multiple of 128), 6 (dQ from the
+// dS the dK/dV kernel writes into ds [B, H, T, T], which it needs), 0 for attention_backward_version's choice.
 static void attention_backward(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out,
                                const floatX* qkv, const float* lse, int B, int T, int H, int KV, int hd,
                                cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr,
-                               int version = 0) {
+                               int version = 0, floatX* ds = nullptr) {
     attention_check_shape(B, T, H, KV, hd);
     if (version == 0) version = attention_backward_version(hd);
-    if (version != 3 && version != 4) die("attention_backward: version %d (3 or 4)", version);
-    const int rows = B * T * H;
-    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(dvec, dout, out, B, T, H, hd);
-    cudaCheck(cudaGetLastError());
-    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
-    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
-    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version);
+    if (version < 3 || version > 6) die("attention_backward: version %d (3 to 6)", version);
+    if (version == 6 && !ds) die("attention_backward: version 6 needs a dS buffer of B*H*T*T elements");
+    if (version == 5 && T % 128 != 0) version = 4;
+    attention_backward_preprocess(dvec, dout, out, B, T, H, hd, stream);
+    if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version, ds);
+    else if (hd == 80) attention_backward_hd<80>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version, ds);
+    else attention_backward_hd<128>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version, ds);
 }

@@ -441,13 +441,13 @@ attention_sweep() {
     sweep_shapes=$shapes
     [ $tiny = 1 ] && quick=(--skip-matrix --reps 1 --warmup 0)
     rm -rf "$sw" && mkdir -p "$sw"
-    # version 3 is llmc/attention.cuh's forward; the backward's versions 3 and 4 are its two dK/dV kernels (the table
-    # attention_backward_version picks from); run_all.sh times every version at one shape
+    # version 3 is llmc/attention.cuh's forward; the backward's versions 3, 4 and 5 are its dK/dV kernels (the table
+    # attention_backward_version picks from), 6 the candidate that stores dS; run_all.sh times every version at one shape
     limited 120 "$(pp build/devcuda/attention_forward)" 3 --sizes "$shapes" "${quick[@]}" > "$sw/attention_forward.log" 2>&1 ||
         failed+=("attention_forward sweep")
     cat "$sw/attention_forward.log"
     : > "$sw/attention_backward.log"
-    for v in 3 4; do
+    for v in 3 4 5 6; do
         limited 120 "$(pp build/devcuda/attention_backward)" $v --sizes "$shapes" "${quick[@]}" >> "$sw/attention_backward.log" 2>&1 ||
             failed+=("attention_backward v$v sweep")
     done

@@ -43,7 +43,6 @@ LIMITS = {
 LAUNCHES = {
     "add_f32_into_floatX_kernel": "256",                  # train_gpt.cu
     "add_f32_kernel": "256",                              # llmc/gpt/data_parallel.cuh
-    "attention_backward_preprocess_kernel": "256",        # llmc/attention.cuh attention_backward
     "attention_rowwise_forward_kernel": "32 * ATT_ROW_WARPS",       # llmc/attention_rowwise.cuh (fp32 build)
     "attention_rowwise_backward_dq_kernel": "32 * ATT_ROW_WARPS",
     "attention_rowwise_backward_dkv_kernel": "32 * ATT_ROW_WARPS",
@@ -82,9 +81,10 @@ LAUNCHES = {
 DYN_SMEM = {
     "attention_forward_kernel": (["HD"], "(ATT_FWD_BM + 4 * ATT_FWD_BN) * (HD + ATT_PAD) * 2"),
     "attention_backward_dkdv_kernel": (["HD", "BM"], "(2 * ATT_BWD_BN + 2 * BM) * (HD + ATT_PAD) * 2 + 2 * BM * 4"),
-    "attention_backward_dkdv_prefetch_kernel": (["HD", "BM"],
-                                                "(2 * ATT_BWD_BN + 4 * BM) * (HD + ATT_PAD) * 2 + 4 * BM * 4"),
+    "attention_backward_dkdv_prefetch_kernel": (["HD", "BM", "BN"],
+                                                "(2 * BN + 4 * BM) * (HD + ATT_PAD) * 2 + 4 * BM * 4"),
     "attention_backward_dq_kernel": (["HD"], "(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * 2"),
+    "attention_backward_dq_ds_kernel": (["HD"], "2 * ATT_BWD_BN * (HD + ATT_PAD + ATT_DQ_BM + ATT_PAD) * 2"),
 }
 
 

@@ -5,8 +5,9 @@
 // Shapes: head dims 64, 80 and 128; GQA and MQA; odd and even numbers of 64-row tiles (the pipelined kernels
 // alternate two buffers); batch 2. The kernels take only T a multiple of 64 (the trainer refuses other
 // lengths at -t): a child process checks that the launcher refuses T = 96 with exit status 1 and a message
-// naming T. The backward runs with both dK/dV kernels (versions 3 and 4 of llmc/attention.cuh): version 3 is checked
-// against the reference, version 4 must give its bits. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
+// naming T. The backward runs with each dK/dV kernel (versions 3, 4 and 5 of llmc/attention.cuh): version 3 is checked
+// against the reference, versions 4 and 5 must give its bits; and as version 6 (dQ from the dS its dK/dV kernel stores,
+// into a NaN-filled buffer): dK and dV must be version 3's bits, dQ within the reference's bound. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
 //
 // Tolerance. The inputs q, k, v, dO are bf16 numbers and both sides use exactly those. The kernels keep
 // scores, softmax statistics and every accumulation in fp32 (relative errors near 2^-22, fast-math exp2 and
@@ -224,9 +225,10 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
     const std::string n = name;
     // dqkv is filled with NaN (0xffff) before each backward, so an element left unwritten shows
-    std::vector<floatX> dqkv_h, dqkv4_h;
+    std::vector<floatX> dqkv_h, dqkv4_h, dqkv5_h, dqkv6_h;
     if (impl == 0) {
-        // the backward's two dK/dV kernels: version 4 (the next query tile prefetched) must give version 3's bits
+        // the backward's dK/dV kernels: versions 4 (the next query tile prefetched) and 5 (its 128-key blocks; version 4
+        // where T is no multiple of 128) must give version 3's bits
         attention_forward(d_out, d_lse, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc);
         cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 3);
@@ -234,6 +236,17 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
         cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
         attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 4);
         dqkv4_h = download(d_dqkv, (size_t)B * T * W);
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 5);
+        dqkv5_h = download(d_dqkv, (size_t)B * T * W);
+        // version 6: dQ from the dS the dK/dV kernel writes, its buffer NaN-filled (an entry read but never written shows)
+        floatX* d_ds;
+        cudaCheck(cudaMalloc(&d_ds, (size_t)B * H * T * T * sizeof(floatX)));
+        cudaCheck(cudaMemset(d_ds, 0xff, (size_t)B * H * T * T * sizeof(floatX)));
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 6, d_ds);
+        dqkv6_h = download(d_dqkv, (size_t)B * T * W);
+        cudaCheck(cudaFree(d_ds));
     } else {
 #ifdef USE_CUDNN
         // cuDNN's deterministic backward, run twice: the same bits
@@ -322,6 +335,21 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     const size_t differ = count_differ(dqkv_h, dqkv4_h);
     check(differ == 0, n + (impl ? " backward run twice gives the same bits" : " backward version 4 (prefetching dK/dV) gives version 3's bits"),
           "%zu of %zu elements differ", differ, dqkv_h.size());
+    if (impl == 0) {
+        // version 6: dK and dV are version 5's (version 4's) arithmetic, so version 3's bits; dQ against the reference
+        std::vector<floatX> kv3, kv6;
+        for (size_t r = 0; r < (size_t)B * T; r++)
+            for (int c = H * hd; c < W; c++) kv3.push_back(dqkv_h[r * W + c]), kv6.push_back(dqkv6_h[r * W + c]);
+        const size_t differ6 = count_differ(kv3, kv6);
+        check(differ6 == 0, n + " backward version 6 (dQ from the stored dS): dK and dV are version 3's bits",
+              "%zu of %zu elements differ", differ6, kv3.size());
+        double e6[5];
+        compare(n + " backward version 6,", out, lse, to_double(dqkv6_h), e6);
+        const size_t differ5 = count_differ(dqkv_h, dqkv5_h);
+        check(differ5 == 0, n + (T % 128 == 0 ? " backward version 5 (128-key dK/dV blocks) gives version 3's bits"
+                                              : " backward version 5 (version 4 at this T) gives version 3's bits"),
+              "%zu of %zu elements differ", differ5, dqkv_h.size());
+    }
     printf("  %s: error / bound: out %.3g lse %.3g dq %.3g dk %.3g dv %.3g\n", name, e[0], e[1], e[2], e[3], e[4]);
     if (rowwise) {
         // the CUDA-core kernels of the fp32 build, here on bf16 tensors; dqkv filled with NaN first, as above
@@ -409,6 +437,7 @@ int main(int argc, char** argv) {
     test_case(1, 192, 6, 3, 64, true);  // ALiBi, 6 heads (the 4-head series, then 2 of the 8-head one), GQA, 3 tiles
     test_case(1, 128, 4, 2, 128);  // GQA, head dim 128
     test_case(1, 128, 4, 4, 128, true);  // ALiBi, head dim 128 (Baichuan2-13B's)
+    test_case(1, 384, 2, 1, 64);   // MQA, 3 blocks of 128 keys (version 5: the last block's tiles in the second buffer)
 #ifdef USE_CUDNN
     // cuDNN's attention through the graph of llmc/attention_cudnn.cuh (in the emulation: the graph interpreted, so
     // these check what the graph means), at the same tolerances: it rounds to bf16 in the same places or fewer (P before

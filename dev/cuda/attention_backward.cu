@@ -15,6 +15,11 @@
 //   version 4  llmc/attention.cuh with its prefetching dK/dV kernel: version 3's dK/dV block copies the next query
 //              tile's Q and dO (cp.async, a second buffer) and loads its lse and D while the current tile is
 //              computed, over one sequence of (query head, query tile); the same arithmetic: version 3's bits.
+//   version 5  llmc/attention.cuh: version 4 with 128 keys per dK/dV block (8 warps), so each staged Q/dO tile serves
+//              twice the keys, and warps whose keys all lie after a tile's rows skipping it; version 3's bits (T a
+//              multiple of 128; version 4 runs at other lengths).
+//   version 6  llmc/attention.cuh: version 5's dK/dV kernel also writes dS (bf16, [B,H,T,T] key-major), and dQ = dS K
+//              reads it (one product instead of recomputing S and dP: 5 in all, not 7); dK, dV: version 3's bits.
 // Layout: qkv [B,T,(H+2KV)*hd], dout and out [B,T,H*hd], lse [B,H,T] fp32 -> dqkv [B,T,(H+2KV)*hd].
 // FLOPs: backward = 2.5 x forward = 2.5 * 4 * B * H * T * T * hd / 2 (five T x T x hd matmuls against
 // the forward's two; the recomputation of S is counted, as FlashAttention-2 counts it). Version 3 does
@@ -22,7 +27,7 @@
 // Tolerance (notes_attention.md): per part q, k, v: |d - ref| <= 4u * max|ref part| + 4u * |ref|, u = 2^-8.
 // Usage: attention_backward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N]
 //                           [--docs LIST] [--skip-matrix] [--help]
-// The checks always run: the fixed shapes above (unless --skip-matrix), then the documents check (versions 1, 3 and 4);
+// The checks always run: the fixed shapes above (unless --skip-matrix), then the documents check (versions 1, 3 to 6);
 // --sizes sets the timed shapes (default 4x4096x32x32x128). --docs 1,4,16 times each shape with 1, 4 and 16 equal
 // documents per sequence (llmc/attention.cuh's doc; the backward after the forward with the same documents), each row
 // beside its time / the docs 1 time and the predicted fraction (dev/cuda/attention_cases.h); e.g.
@@ -47,6 +52,7 @@ __global__ void attention_dq_convert_kernel(__nv_bfloat16* dqkv, const float* dq
 struct Scratch {
     float* dq_accum;  // [B,T,H*hd] (version 2)
     float* dvec;      // [B,H,T]
+    bf16* ds;         // [B,H,T,T] (version 6)
 };
 
 // ---- version 2: FA2 dK/dV blocks, dQ by fp32 atomics -------------------------------------------
@@ -235,10 +241,8 @@ static void attention_backward_v2(__nv_bfloat16* dqkv, const Scratch& s, const _
                                   const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T,
                                   int H, int KV, int hd, cudaStream_t stream) {
     attention_check_shape(B, T, H, KV, hd);
-    const int rows = B * T * H;
     const size_t n_q = (size_t)B * T * H * hd;
-    attention_backward_preprocess_kernel<<<(rows + 7) / 8, 256, 0, stream>>>(s.dvec, dout, out, B, T, H, hd);
-    cudaCheck(cudaGetLastError());
+    attention_backward_preprocess(s.dvec, dout, out, B, T, H, hd, stream);
     cudaCheck(cudaMemsetAsync(s.dq_accum, 0, n_q * sizeof(float), stream));
     if (hd == 64) attention_backward_v2_hd<64>(dqkv, s.dq_accum, dout, qkv, lse, s.dvec, B, T, H, KV, stream);
     else if (hd == 80) attention_backward_v2_hd<80>(dqkv, s.dq_accum, dout, qkv, lse, s.dvec, B, T, H, KV, stream);
@@ -247,7 +251,7 @@ static void attention_backward_v2(__nv_bfloat16* dqkv, const Scratch& s, const _
     cudaCheck(cudaGetLastError());
 }
 
-// doc [B*T] (device) or null, the forward's: versions 1, 3 and 4 take documents, version 2 does not (the caller never
+// doc [B*T] (device) or null, the forward's: versions 1 and 3 to 6 take documents, version 2 does not (the caller never
 // passes it one)
 static bool takes_doc(int version) { return version != 2; }
 static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
@@ -255,17 +259,17 @@ static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, cons
                         int KV, int hd, const int32_t* doc = nullptr) {
     if (version == 1) attention_rowwise_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, doc);
     else if (version == 2) attention_backward_v2(dqkv, s, dout, out, qkv, lse, B, T, H, KV, hd, 0);
-    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, doc, version);
+    else attention_backward(dqkv, s.dvec, dout, out, qkv, lse, B, T, H, KV, hd, 0, nullptr, doc, version, s.ds);
 }
 
 // ---- host side ------------------------------------------------------------------------------------
 
-static const int N_VERSIONS = 4;
+static const int N_VERSIONS = 6;
 static const double TARGET_TFLOPS = 400.0;
 
 // Device buffers of one problem, carved from one allocation (a DeviceSets set) by offsets.
 struct Offsets {
-    size_t qkv, out, dout, dqkv, lse, dq_accum, dvec, total;
+    size_t qkv, out, dout, dqkv, lse, dq_accum, dvec, ds, total;
 };
 
 static Offsets offsets_for(int B, int T, int H, int KV, int hd) {
@@ -279,6 +283,7 @@ static Offsets offsets_for(int B, int T, int H, int KV, int hd) {
     o.lse = lay.add((size_t)B * H * T * sizeof(float));
     o.dq_accum = lay.add(n_q * sizeof(float));
     o.dvec = lay.add((size_t)B * H * T * sizeof(float));
+    o.ds = lay.add((size_t)B * H * T * T * sizeof(bf16));
     o.total = lay.total;
     return o;
 }
@@ -292,7 +297,7 @@ struct Buffers {
 static Buffers buffers_at(const DeviceSets& sets, int i, const Offsets& o) {
     return {sets.ptr<bf16>(i, o.qkv), sets.ptr<bf16>(i, o.out), sets.ptr<bf16>(i, o.dout), sets.ptr<bf16>(i, o.dqkv),
             sets.ptr<float>(i, o.lse),
-            {sets.ptr<float>(i, o.dq_accum), sets.ptr<float>(i, o.dvec)}};
+            {sets.ptr<float>(i, o.dq_accum), sets.ptr<float>(i, o.dvec), sets.ptr<bf16>(i, o.ds)}};
 }
 
 // One check on fresh inputs; prints one [PASS] / [FAIL] line with the worst error of dq, dk, dv. doc [B*T] (host) or
@@ -360,11 +365,13 @@ int main(int argc, char** argv) {
                         "  Causal GQA flash-attention backward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32,\n"
                         "  atomics for dK/dV), 2 FA2 (tensor cores, dK/dV in registers per key tile, dQ by fp32 atomics),\n"
                         "  3 llmc/attention.cuh (version 2 with a separate dQ kernel: no atomics, bitwise reproducible),\n"
-                        "  4 version 3 with the next query tile prefetched in the dK/dV kernel (version 3's bits).\n"
+                        "  4 version 3 with the next query tile prefetched in the dK/dV kernel (version 3's bits),\n"
+                        "  5 version 4 with 128-key dK/dV blocks (version 3's bits; version 4 where T % 128 != 0),\n"
+                        "  6 version 5 writing dS, then dQ = dS K from it (5 products instead of 7; a B*H*T*T buffer).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the llmc forward, each backward version and both together at the --sizes shapes\n"
                         "  (forward 4*B*H*T*T*hd/2 FLOP, backward 2.5x that; target 400 TFLOP/s). The documents check:\n"
-                        "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1, 3 and 4).\n",
+                        "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1, 3 to 6).\n",
                                  N_VERSIONS);
     cuda_require_device();
     print_device_info(0);
