@@ -3,7 +3,7 @@
 // T a multiple of 64).
 //   test_gpt ref FILE...   per reference state:
 //     logits and loss of the first micro-batch; every gradient; the vocabulary padding rows' zero
-//     gradient; --recompute selective and full against none (same loss, same gradients, less memory), and
+//     gradient; --recompute act, selective and full against none (same loss, same gradients, less memory), and
 //     under each the memory estimate equal to the bytes allocated, and the plan's (--plan) to them plus the reserve;
 //     GELU models: --gelu-fusion on against the reference and the unfused run, in each recompute mode, and (emulation)
 //     its fallback bitwise the unfused run (test_gelu_fusion); gradient accumulation against the sum of the micro-batches' gradients (test_accumulation); the
@@ -290,8 +290,8 @@ static double worst_tensor_diff(const ParamTable& table, const std::vector<float
 //      the run must be the unfused one bit for bit instead); the loss against the reference as unfused; loss and
 //      gradients within the tolerance above of the unfused run and, in the emulation, not all bitwise equal to it;
 //   2. recompute full: the loss bitwise 1.'s (the fused forward recomputed), the gradients within u of 1.'s;
-//      recompute selective: the forward unfused by design (train_gpt.cu gelu_fused_forward), so the loss bitwise the
-//      unfused run's, the gradients (the backward fused) within the tolerance of 1.'s;
+//      recompute act and selective: the forward unfused by design (train_gpt.cu gelu_fused_forward), so the loss
+//      bitwise the unfused run's, the gradients (the backward fused) within the tolerance of 1.'s;
 //   3. emulation only: EMU_LT_NO_ALGO=GELU_AUX_BIAS,DGELU_BGRAD: cuBLASLt has no algorithm, the trainer falls back to
 //      the unfused path: loss and gradients bitwise the unfused run's, each epilogue noted once.
 static void test_gelu_fusion(const ModelConfig& c, int B, int T, float wd, const std::vector<float>& init,
@@ -345,15 +345,21 @@ static void test_gelu_fusion(const ModelConfig& c, int B, int T, float wd, const
            "(tolerance %.3g)\n", f.loss, loss0, dl, tol_f_loss, dg, tol_f_grad);
 
     // 2. the recompute modes, each consistent with itself
-    const Run full = run(RECOMPUTE_FULL), sel = run(RECOMPUTE_SELECTIVE);
-    const double d_full = worst_tensor_diff(table, full.grads, f.grads), d_sel = worst_tensor_diff(table, sel.grads, f.grads);
+    const Run full = run(RECOMPUTE_FULL);
+    const double d_full = worst_tensor_diff(table, full.grads, f.grads);
     check(full.loss == f.loss, name + " --recompute full: loss bitwise that of none", "%.9g vs %.9g", full.loss, f.loss);
     check(d_full <= U16, name + " --recompute full: gradients match none", "worst rel diff %.3g > u %.3g", d_full, U16);
-    check(sel.loss == loss0, name + " --recompute selective: loss bitwise the unfused run's (its forward is unfused)",
-          "%.9g vs %.9g", sel.loss, loss0);
-    check(d_sel <= tol_f_grad, name + " --recompute selective: gradients within the fusion's tolerance of none",
-          "worst rel diff %.3g > %.3g", d_sel, tol_f_grad);
-    printf("  --gelu-fusion on, --recompute full / selective: gradients rel diff %.3g / %.3g from none\n", d_full, d_sel);
+    double d_part[2];
+    for (Recompute r : {RECOMPUTE_ACT, RECOMPUTE_SELECTIVE}) {
+        const Run x = run(r);
+        const std::string m = name + " --recompute " + recompute_name(r);
+        const double d = d_part[r == RECOMPUTE_SELECTIVE] = worst_tensor_diff(table, x.grads, f.grads);
+        check(x.loss == loss0, m + ": loss bitwise the unfused run's (its forward is unfused)", "%.9g vs %.9g", x.loss, loss0);
+        check(d <= tol_f_grad, m + ": gradients within the fusion's tolerance of none", "worst rel diff %.3g > %.3g", d,
+              tol_f_grad);
+    }
+    printf("  --gelu-fusion on, --recompute full / act / selective: gradients rel diff %.3g / %.3g / %.3g from none\n",
+           d_full, d_part[0], d_part[1]);
 
 #ifdef CUDA_EMU
     // 3. no algorithm with the GELU epilogues: the fallback is the unfused path
@@ -454,8 +460,10 @@ static void test_reference(const char* path, bool core) {
     // recompute: the recomputed layers are the same kernels on the same inputs and no kernel uses float
     // atomics, so the loss and the gradients should come out bitwise the same; the gradients are allowed
     // one rounding (u) so that a cuBLASLt algorithm choice that differs with the workspace state
-    // does not fail the check, and the loss must be bitwise equal
-    for (Recompute r : {RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
+    // does not fail the check, and the loss must be bitwise equal. Each mode keeps less than the one before it.
+    double before = g.mem.allocated;
+    const char* before_name = "none";
+    for (Recompute r : {RECOMPUTE_ACT, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
         GPT h;
         gpt_build(&h, c, B, T, r, false, (float)tc.weight_decay);
         h.docs = tc.docs;
@@ -467,7 +475,9 @@ static void test_reference(const char* path, bool core) {
         for (const ParamSpec& s : table.specs)
             rw = std::max(rw, rel_err(hg.data() + s.offset, grads.data() + s.offset, s.numel()));
         check(rw <= U16, name + " gradients match none", "worst rel diff %.3g > u %.3g", rw, U16);
-        check(h.mem.allocated < g.mem.allocated, name + " allocates less than none", "%.0f vs %.0f bytes", h.mem.allocated, g.mem.allocated);
+        check(h.mem.allocated < before, name + " allocates less than " + before_name, "%.0f vs %.0f bytes",
+              h.mem.allocated, before);
+        before = h.mem.allocated, before_name = recompute_name(r);
         check_estimate(h, tag);
         printf("  --recompute %s: %.2f MiB allocated vs %.2f MiB (none); gradients rel diff %.3g\n", recompute_name(r),
                h.mem.allocated / 1048576.0, g.mem.allocated / 1048576.0, rw);

@@ -123,9 +123,9 @@ static void grads_bucket_done(GPT* g, int b) {
 // the loss and the logits gradient in place. The backward runs the same steps in reverse, with one residual
 // gradient dres [N,C] that each norm's backward adds its input gradient into.
 //
-// --recompute none|selective|full: none keeps every layer's activations; selective keeps qkv and fc1 but
-// recomputes the attention output and the MLP activation in the backward; full keeps only each layer's
-// input x[l] and recomputes the whole layer just before its backward.
+// --recompute none|act|selective|full: none keeps every layer's activations; act recomputes the MLP activation
+// from the kept fc1 in the backward; selective keeps qkv and fc1 but recomputes the attention output and the MLP
+// activation; full keeps only each layer's input x[l] and recomputes the whole layer just before its backward.
 
 // The FLOPs of a causal attention forward: QK^T and PV over the lower triangle, 2 x (2 T^2 hd / 2) per sample and head
 // (the profile's count, the work the kernels do; MFU counts the full square, llmc/flops.h). Its backward does 2.5
@@ -206,14 +206,16 @@ static void attention_block_forward(GPT* g, int l, LayerActs& la) {
 
 // --gelu-fusion on (llmc/matmul.cuh's header says why, and what it saves): GELU in cuBLASLt's epilogues, for GELU
 // models on the floatX GEMMs; SwiGLU models and --fp8's GEMMs keep the separate kernels. The forward's fusion is left
-// out under --recompute selective: its backward recomputes act from the stored fc1 with gelu_forward, which reads fc1
-// rounded to floatX where the epilogue read the fp32 accumulator, so the recomputed act could differ in the last bit
+// out under --recompute act and selective: their backward recomputes act from the stored fc1 with gelu_forward, which
+// reads fc1 rounded to floatX where the epilogue read the fp32 accumulator, so the recomputed act could differ in the last bit
 // from the one the forward's fc2 read, and fc2's weight gradient would not be that of the forward that ran. Unfused,
 // both are gelu_forward's, bit for bit. The backward's fusion reads only the stored fc1, which is the same in every
 // mode. So each mode stays consistent with itself: full recomputes the fused forward bit for bit (its loss is none's,
-// as unfused), and selective's forward is the unfused one (its loss is --gelu-fusion off's).
+// as unfused), and act's and selective's forward is the unfused one (their loss is --gelu-fusion off's).
 static bool gelu_fused(const GPT* g) { return g->gelu_fusion && g->cfg.mlp == MLP_GELU && g->fp8.opt.recipe == FP8_NONE; }
-static bool gelu_fused_forward(const GPT* g) { return gelu_fused(g) && g->recompute != RECOMPUTE_SELECTIVE; }
+static bool gelu_fused_forward(const GPT* g) {
+    return gelu_fused(g) && g->recompute != RECOMPUTE_SELECTIVE && g->recompute != RECOMPUTE_ACT;
+}
 
 // act[N,F] = gelu(fc1), fc1[N,F] = inp[N,C] W1^T (+b) of layer l in one GEMM with the GELU epilogue. Where cuBLASLt
 // has none, the unfused path (the GEMM with the bias epilogue, then gelu_forward), timed with fc1's forward as the
@@ -593,6 +595,8 @@ static void gpt_backward_chunk(GPT* g, int mb, double loss_scale, double loss_we
         } else if (g->recompute == RECOMPUTE_SELECTIVE) {
             attention_fwd(g, la.atty, la.lse, la.qkv, B, T, H, KV, hd);
             mlp_act_forward(g, la);
+        } else if (g->recompute == RECOMPUTE_ACT) {
+            mlp_act_forward(g, la);
         }
         // dres = d(layer output) = d(x_mid + fc2(act(fc1(ln2(x_mid))))). Tensor parallel: fc2 row-parallel (its dout
         // gathered under SP), fc1 column-parallel (its input gradient summed over tp)
@@ -885,7 +889,7 @@ static double device_peak_bandwidth(const char* name) {
 
 // Training FLOPs per token the GPU executes: the model FLOPs (llmc/flops.h) plus the recomputed forward
 // work: the layers' matmuls (2 per weight) and attention (4 * qd * T per layer) under full, attention
-// under selective (its share of 12 * L * qd * T in the model FLOPs is the forward's third).
+// under selective (its share of 12 * L * qd * T in the model FLOPs is the forward's third); act adds none.
 static double hardware_flops_per_token(const ModelConfig& c, int T, Recompute r) {
     const double attn_fwd = 4.0 * c.n_layer * (double)cfg_q_dim(c) * T;
     const double layer_mm = 2.0 * (double)(matmul_weight_count(c) - (int64_t)c.vocab_size * c.n_embd);
@@ -995,13 +999,13 @@ static void rank_setup(RankSetup* r, int* argc, char*** argv, ModelConfig* mc, T
     cudaCheck(cudaMemGetInfo(&r->free_b, &r->total_b));
     r->accum = (int)(tc->total_batch / ((long)B * T * L.topo.dp));
     r->est = estimate_memory(*mc, B, T, opt->recompute, opt->bf16_moments, L, r->accum, opt->fp8);
-    // --recompute auto (the default) on one rank: the cheapest mode whose estimate fits what is free, none, then
+    // --recompute auto (the default) on one rank: the cheapest mode whose estimate fits what is free, none, then act,
     // selective, then full (with more ranks and no layout flag the layout planner chose it above; with layout flags none)
     // (what is free, or --gpu-mem where that is less)
     std::string auto_why;
     const double avail = tc->gpu_mem_gib > 0 ? std::min((double)r->free_b, tc->gpu_mem_gib * 1073741824.0) : (double)r->free_b;
     if (!opt->recompute_given && world.size == 1) {
-        for (Recompute m : {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
+        for (Recompute m : {RECOMPUTE_NONE, RECOMPUTE_ACT, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL}) {
             opt->recompute = m;
             r->est = estimate_memory(*mc, B, T, m, opt->bf16_moments, L, r->accum, opt->fp8);
             if (r->est.total() <= avail || m == RECOMPUTE_FULL) break;  // full when nothing fits: the check below

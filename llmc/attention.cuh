@@ -257,10 +257,6 @@ static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
         die("attention: bad shape B=%d T=%d H=%d KV=%d (need positive sizes and H a multiple of KV)", B, T, H, KV);
     if (T % 64 != 0) die("attention: T=%d is not a multiple of 64 (the kernels' tile size); pad the sequence", T);
     if (hd != 64 && hd != 80 && hd != 128) die("attention: head dim %d is not supported (64, 80 or 128)", hd);
-    // the backward's preprocess runs a warp per (token, head): B*T*H*32 threads, indexed with 32-bit ints
-    if ((long long)B * T * H * 32 > INT_MAX)
-        die("attention: B*T*H = %lld (token, head) rows is past the backward's 32-bit thread index (at most %d): "
-            "lower -b or -t", (long long)B * T * H, INT_MAX / 32);
 }
 
 template <int HD, bool ALIBI>
@@ -847,7 +843,7 @@ attention_backward_dq_ds_kernel(floatX* dqkv, const floatX* qkv, const floatX* d
     for (int r = 0; r < 2; r++) {
         floatX* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
         for (int d = 0; d < DT; d++)
-            *reinterpret_cast<floatX2*>(dqr + d * 8) = to_floatX2(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
+            *reinterpret_cast<floatX2*>(dqr + d * 8) = to_floatX2(scale * dq[d][2 * r], scale * dq[d][2 * r + 1]);
     }
 }
 

@@ -20,7 +20,8 @@
 #                  step profile (SPRINT_PROFILE_FLAGS); gpt3_1.3b in the fp16 build; whether fp8 runs at all (gpt3_125m
 #                  --fp8 delayed -x 1) and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on
 #                  gpt3_125m; cuDNN's attention: test_attention (its values and ours) and gpt3_1.3b with --attention
-#                  cudnn and the profile; train_gpt.py --compile on gpt3_1.3b for the ratio; attention beside SDPA;
+#                  cudnn and the profile; gpt3_2.7b under --recompute auto with the profile; train_gpt.py --compile on
+#                  gpt3_1.3b for the ratio; attention beside SDPA;
 #                  attention with 1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log,
 #                  sprint2.md, sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
@@ -1001,6 +1002,12 @@ stage_sprint2() {
         notes+=("cuDNN attention: not run: no build/test_attention and build/train_gpt_cudnn (cuDNN not found where the kit was built?)")
         echo "${notes[-1]}"
     fi
+    # -- gpt3_2.7b under --recompute auto, the default (the cheapest mode the memory estimate fits: act on an 80 GB GPU,
+    #    where none does not, instead of the full recompute of bench-large's row), with the profile (40 s)
+    section "train_gpt gpt3_2.7b -b 8 -t 2048 (--recompute auto) ${prof[*]}: $steps steps (40 s)"
+    bench_row gpt3_2.7b "-b 8 -t 2048" "$work/gpt3_2.7b.bf16.log" 150 "${prof[@]}"
+    rows+=("$row")
+    notes+=("gpt3_2.7b: $(grep -m 1 '^--recompute auto' "$work/gpt3_2.7b.bf16.log" || echo 'no --recompute auto line (none: everything kept)')")
     # -- PyTorch at gpt3_1.3b for the ratio (torch.compile: 60-90 s)
     section "train_gpt.py --compile, gpt3_1.3b (90 s)"
     if torch_cuda; then torch_row gpt3_1.3b "-b 8 -t 2048" "${b16s[gpt3_1.3b]:-}" "$work"; t_rows+=("$row")

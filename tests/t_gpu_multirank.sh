@@ -15,8 +15,9 @@
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other; one rank with --attention cudnn
 #      against the CPU run (its losses' distance to our own attention's run printed). The fp16 build likewise (static
 #      loss scale 1024), and tp2 against the CPU run.
-#   3b. --recompute auto at one rank on an emulated device that only selective's estimate fits: it picks selective and
-#      trains; --recompute none there stops with the estimate's message.
+#   3b. --recompute auto at one rank on an emulated device that act's estimate fits and none's does not: it picks act
+#      and trains; on one between act's and selective's it picks selective; --recompute none on the first stops with
+#      the estimate's message.
 #   4. bad layouts stop with exit status 1 and a message naming the flag: 3 ranks for --dp 2, -d 192 (3 micro-batches)
 #      at dp 2.
 # A layout whose flags train_gpt does not take fails with the trainer's message. Each layout's line gives its largest
@@ -132,29 +133,45 @@ else
     fi
 fi
 
-# --recompute auto (the default) on one rank: on an emulated device between none's estimate and selective's, the run
-# takes selective, says why and trains; --recompute none given on the same device stops before step 1 with the
-# estimate's message (exit 1)
+# the planner charges act's recomputed activation (a memory-bound pass at PlanHardware::mem_bw): with everything
+# fitting, the same layout without recompute is faster and chosen
+plan=$(build/train_gpt_fp32_emu --plan --world 2 "${MODEL[@]}" -t 64 -d 512 --gpu-mem 80 2>&1)
+step_of() { sed -n "s/^ *\(->\)\? *$1 *step \([0-9.e+-]*\) s,.*/\2/p" <<< "$plan" | head -1; }
+s_none=$(step_of "tp 1 pp 1 dp 2 zero 0 b 4"); s_act=$(step_of "tp 1 pp 1 dp 2 zero 0 b 4 recompute act")
+if [ -n "$s_none" ] && [ -n "$s_act" ] && awk -v a="$s_act" -v n="$s_none" 'BEGIN { exit !(a > n) }' &&
+   grep -q "^chosen: tp 1 pp 1 dp 2 zero 0 b 4 (the fastest" <<< "$plan"; then
+    echo "[PASS] the planner charges act's recomputed activation ($s_act s against none's $s_none) and takes none"
+else echo "[FAIL] the planner between none and act: steps '$s_none' / '$s_act', $(grep '^chosen' <<< "$plan")"; status=1; fi
+
+# --recompute auto (the default) on one rank: on an emulated device between none's estimate and act's, the run takes act
+# (the MLP activation recomputed), says why and trains; between act's and selective's it takes selective; --recompute
+# none given on the first device stops before step 1 with the estimate's message (exit 1)
 est_of() { build/train_gpt_fp32_emu "${MODEL[@]}" -b 16 -t 128 --estimate-memory 80 --recompute "$1" 2>&1 |
            sed -n 's/^memory estimate (bytes): .* total \([0-9]*\)$/\1/p'; }
-e_none=$(est_of none); e_sel=$(est_of selective)
-if [ -z "$e_none" ] || [ -z "$e_sel" ] || [ "$e_sel" -ge "$e_none" ]; then
-    echo "[FAIL] --recompute auto: estimates none '$e_none', selective '$e_sel' (selective must be smaller)"; status=1
+e_none=$(est_of none); e_act=$(est_of act); e_sel=$(est_of selective)
+if [ -z "$e_none" ] || [ -z "$e_act" ] || [ -z "$e_sel" ] || [ "$e_act" -ge "$e_none" ] || [ "$e_sel" -ge "$e_act" ]; then
+    echo "[FAIL] --recompute auto: estimates none '$e_none', act '$e_act', selective '$e_sel' (each must be smaller)"; status=1
 else
-    mib=$(awk -v a="$e_none" -v b="$e_sel" 'BEGIN { printf "%.3f", (a + b) / 2 / 2^20 }')
-    for mode in auto none; do
+    mib_act=$(awk -v a="$e_none" -v b="$e_act" 'BEGIN { printf "%.3f", (a + b) / 2 / 2^20 }')
+    mib_sel=$(awk -v a="$e_act" -v b="$e_sel" 'BEGIN { printf "%.3f", (a + b) / 2 / 2^20 }')
+    for mode in auto_act auto_sel none; do
+        mib=$mib_act; [ $mode = auto_sel ] && mib=$mib_sel
         EMU_DEVICE_MIB=$mib timeout 600 build/train_gpt_fp32_emu "${MODEL[@]}" -b 16 -t 128 -x 1 -v 0 -g 0 \
             -i data/mobydick.txt -j "" -o "" $([ $mode = none ] && echo "--recompute none") > "$d/recompute_$mode.log" 2>&1
         echo $? > "$d/recompute_$mode.rc"
     done
-    if [ "$(cat "$d/recompute_auto.rc")" = 0 ] && grep -q "^--recompute auto: selective (none needs " "$d/recompute_auto.log" &&
-       grep -q "^step *1/1" "$d/recompute_auto.log"; then
-        echo "[PASS] --recompute auto on one rank, $mib MiB (between none's estimate, $e_none bytes, and selective's, $e_sel): $(grep -m 1 '^--recompute auto' "$d/recompute_auto.log"), and trains"
-    else echo "[FAIL] --recompute auto on $mib MiB: exit $(cat "$d/recompute_auto.rc"): $(grep -m 1 -E '^--recompute|error' "$d/recompute_auto.log")"; status=1; fi
+    for want in act sel; do
+        pick=$want; [ $want = sel ] && pick="selective (none needs .*, act"
+        mib=$mib_act; [ $want = sel ] && mib=$mib_sel
+        if [ "$(cat "$d/recompute_auto_$want.rc")" = 0 ] && grep -q "^--recompute auto: $pick" "$d/recompute_auto_$want.log" &&
+           grep -q "^step *1/1" "$d/recompute_auto_$want.log"; then
+            echo "[PASS] --recompute auto on one rank, $mib MiB (estimates none $e_none, act $e_act, selective $e_sel bytes): $(grep -m 1 '^--recompute auto' "$d/recompute_auto_$want.log"), and trains"
+        else echo "[FAIL] --recompute auto on $mib MiB: exit $(cat "$d/recompute_auto_$want.rc"): $(grep -m 1 -E '^--recompute|error' "$d/recompute_auto_$want.log")"; status=1; fi
+    done
     if [ "$(cat "$d/recompute_none.rc")" = 1 ] && grep -q "this run needs about .* GiB are free on the device" "$d/recompute_none.log" &&
        ! grep -q "^step" "$d/recompute_none.log"; then
-        echo "[PASS] --recompute none given on the same device stops before step 1 with the estimate's message"
-    else echo "[FAIL] --recompute none on $mib MiB: exit $(cat "$d/recompute_none.rc"): $(tail -n 1 "$d/recompute_none.log")"; status=1; fi
+        echo "[PASS] --recompute none given on the first device stops before step 1 with the estimate's message"
+    else echo "[FAIL] --recompute none on $mib_act MiB: exit $(cat "$d/recompute_none.rc"): $(tail -n 1 "$d/recompute_none.log")"; status=1; fi
 fi
 
 resume fp32.resume_zero3 "fp32: dp2 zero3's step-2 checkpoint resumed at one rank" fp32.dp2_zero3 fp32.dp2_zero3

@@ -37,17 +37,18 @@ if [ "$got" = "$want" ]; then pass "--print-config JSON parses in train_gpt.py w
 else fail "--print-config" "train_gpt.py read '$got', the preset table says '$want'"; fi
 
 # 3. memory estimate: full recompute keeps one [B*T, C] bf16 tensor per layer: gpt3_125m, B=8, T=1024:
-#    12 * 8*1024 * 768 * 2 bytes = 0.1406 GiB; and none > selective > full in total
+#    12 * 8*1024 * 768 * 2 bytes = 0.1406 GiB; and none > act > selective > full in total
 est() { ./train_gpt -c gpt3_125m -b 8 -t 1024 --estimate-memory 80 --recompute "$1" 2>&1; }
 full_layers=$(est full | sed -n 's/.*activations \([0-9.]*\) (per layer.*/\1/p')
 if [ "$full_layers" = "0.14" ]; then pass "--recompute full keeps L*B*T*C bf16 (0.14 GiB)"
 else fail "--recompute full activations" "printed '$full_layers' GiB, derived 0.14"; fi
 t_none=$(est none | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
+t_act=$(est act | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
 t_sel=$(est selective | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
 t_full=$(est full | sed -n 's/.*total \([0-9.]*\) of.*/\1/p')
-if awk -v a="$t_none" -v b="$t_sel" -v c="$t_full" 'BEGIN { exit !(a > b && b > c && c > 0) }'; then
-    pass "memory estimate shrinks with recompute ($t_none > $t_sel > $t_full GiB)"
-else fail "memory estimate shrinks with recompute" "none $t_none, selective $t_sel, full $t_full"; fi
+if awk -v a="$t_none" -v x="$t_act" -v b="$t_sel" -v c="$t_full" 'BEGIN { exit !(a > x && x > b && b > c && c > 0) }'; then
+    pass "memory estimate shrinks with recompute ($t_none > $t_act > $t_sel > $t_full GiB)"
+else fail "memory estimate shrinks with recompute" "none $t_none, act $t_act, selective $t_sel, full $t_full"; fi
 out=$(./train_gpt -c llama3_8b -b 1 -t 8192 --recompute full --estimate-memory 79 2>&1); rc=$?
 if [ $rc -eq 1 ] && grep -q "bf16-moments" <<< "$out" && grep -q "GiB are free" <<< "$out"; then
     pass "too little memory: llama3_8b on 79 GiB stops and names the flags"
@@ -64,7 +65,7 @@ expect_fail() {  # name, message fragment, command...
 expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
-expect_fail "bad --recompute value" "none, selective or full" ./train_gpt --recompute some
+expect_fail "bad --recompute value" "auto, none, act, selective or full" ./train_gpt --recompute some
 # --attention: its values; cudnn needs a USE_CUDNN build (this one is the default build) and a 16-bit build
 expect_fail "bad --attention value" "flag --attention expects flash or cudnn, got 'sdpa'" ./train_gpt --attention sdpa
 expect_fail "--attention cudnn without cuDNN in the build" "this train_gpt was built without cuDNN; build it with \`make train_gpt USE_CUDNN=1\`" \
@@ -85,12 +86,12 @@ expect_fail "--nccl-mem 1e30 is refused" "flag --nccl-mem expects GiB per commun
     ./train_gpt -c gpt3_125m --nccl-mem 1e30
 expect_fail "--gpu-mem 1e30 is refused" "flag --gpu-mem expects GiB per GPU above 0 and at most 4096, got '1e30'" \
     ./train_gpt -c gpt3_125m --gpu-mem 1e30
-# the kernels' 32-bit limits (llmc/gpt/options.cuh): the attention backward's warp per (token, head), INT_MAX / 32 =
-# 67108863 of them (gpt3_125m, 12 heads, -t 2048: -b 2730 is 67092480, -b 2731 67117056), and --fp8's transposing cast,
+# the kernels' 32-bit limits (llmc/gpt/options.cuh): RoPE's and the fp32 attention's threads per (token, head), INT_MAX
+# / 32 = 67108863 tokens x heads (gpt3_125m, 12 heads, -t 2048: -b 2730 is 67092480, -b 2731 67117056), and --fp8's transposing cast,
 # 65535 x 32 = 2097120 tokens a micro-batch (-t 2048: -b 1023 is 2095104, -b 1024 2097152). One past the limit stops
 # naming -b and -t; the limit itself passes the check and reaches the memory check (80 GiB is far too little there).
-expect_fail "-b 2731 -t 2048, 12 heads: past the attention's 32-bit index, naming -b and -t" \
-    "-b 2731 x -t 2048 = 5593088 tokens x 12 heads: past the attention backward's 32-bit" \
+expect_fail "-b 2731 -t 2048, 12 heads: past the 32-bit index per (token, head), naming -b and -t" \
+    "-b 2731 x -t 2048 = 5593088 tokens x 12 heads: past the 32-bit thread index of the kernels that run per token" \
     ./train_gpt -c gpt3_125m -b 2731 -t 2048 --estimate-memory 80
 expect_fail "--fp8, -b 1024 -t 2048: past the fp8 transposing cast's grid, naming -b and -t" \
     "-b 1024 x -t 2048 = 2097152 tokens with --fp8: past the fp8 transposing cast's grid" \

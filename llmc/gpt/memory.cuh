@@ -45,7 +45,8 @@ struct Buffer {
     void (*set)(void* ptr, char* at);   // *(T**)ptr = (T*)at, T the pointer's element type
     size_t count, elem_bytes;           // one copy: count elements of sizeof(T) bytes
     bool activation;                    // a LayerActs member
-    bool kept[3];                       // an activation under --recompute none, selective, full: KEEP or RECOMPUTED
+    bool kept[4];                       // an activation under each --recompute mode (indexed by Recompute): KEEP or
+                                        // RECOMPUTED
     bool dp;                            // a buffer of data parallel / ZeRO (count 0 on one rank)
     bool fp8;                           // a buffer of the fp8 path (count 0 without --fp8)
 };
@@ -54,27 +55,30 @@ template <typename T>
 static void set_address(void* ptr, char* at) { *(T**)ptr = (T*)at; }
 
 template <typename T>
-static Buffer activation(T** ptr, size_t count, bool none, bool selective, bool full) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), true, {none, selective, full}, false, false};
+static Buffer activation(T** ptr, size_t count, bool none, bool act, bool selective, bool full) {
+    Buffer b{ptr, set_address<T>, count, sizeof(T), true, {}, false, false};
+    b.kept[RECOMPUTE_NONE] = none, b.kept[RECOMPUTE_ACT] = act, b.kept[RECOMPUTE_SELECTIVE] = selective;
+    b.kept[RECOMPUTE_FULL] = full;
+    return b;
 }
 
 template <typename T>
 static Buffer scratch(T** ptr, size_t count) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false, false};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {}, false, false};
 }
 
 template <typename T>
 static Buffer dp_buffer(T** ptr, size_t count) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, true, false};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {}, true, false};
 }
 
 static Buffer counted(size_t count, size_t elem_bytes, bool fp8 = false) {
-    return Buffer{nullptr, nullptr, count, elem_bytes, false, {false, false, false}, false, fp8};
+    return Buffer{nullptr, nullptr, count, elem_bytes, false, {}, false, fp8};
 }
 
 template <typename T>
 static Buffer fp8_buffer(T** ptr, size_t count) {
-    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {false, false, false}, false, true};
+    return Buffer{ptr, set_address<T>, count, sizeof(T), false, {}, false, true};
 }
 
 // Bytes of one copy (256-byte aligned, as carved) and the copies the run holds under recompute mode r: n_acts =
@@ -102,23 +106,23 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
     const size_t fp8_n = fp8 ? (size_t)LINEARS_PER_LAYER * c.n_layer : 0;  // tensors of each scaling state
     LayerActs& la = g->acts[0];
     return {
-        //          pointer        elements   none  selective   full
-        activation(&la.x,          Nl * C,    KEEP, KEEP,       KEEP),        // [Nl,C] layer input (residual stream)
-        activation(&la.ln1,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
-        activation(&la.ln1_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
-        activation(&la.ln1_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln1 gathered (again
-                                                                                 // in the backward)
-        activation(&la.qkv,        N * qkvd,  KEEP, KEEP,       RECOMPUTED),  // [N,qkvd] q, k rotated
-        activation(&la.qk_raw,     qk_raw,    KEEP, KEEP,       RECOMPUTED),  // [N,H+KV,hd] --qk-norm: before the norm
-        activation(&la.atty,       N * qd,    KEEP, RECOMPUTED, RECOMPUTED),  // [N,qd] attention output
-        activation(&la.lse,        BHT,       KEEP, RECOMPUTED, RECOMPUTED),  // [B,H,T]
-        activation(&la.x_mid,      Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C] after attention
-        activation(&la.ln2,        Nl * C,    KEEP, KEEP,       RECOMPUTED),  // [Nl,C]
-        activation(&la.ln2_mean,   2 * Nl,    KEEP, KEEP,       RECOMPUTED),  // [2,Nl] mean, then rstd
-        activation(&la.ln2_full,   NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED),  // [N,C] SP: ln2 gathered (again
-                                                                                 // in the backward)
-        activation(&la.fc1,        N * F1,    KEEP, KEEP,       RECOMPUTED),  // [N,F1] pre-activation
-        activation(&la.act,        N * F,     KEEP, RECOMPUTED, RECOMPUTED),  // [N,F]
+        //         pointer        elements   none        act         selective   full
+        activation(&la.x,         Nl * C,    KEEP,       KEEP,       KEEP,       KEEP),       // [Nl,C] layer input (residual)
+        activation(&la.ln1,       Nl * C,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [Nl,C]
+        activation(&la.ln1_mean,  2 * Nl,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [2,Nl] mean, then rstd
+        activation(&la.ln1_full,  NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED, RECOMPUTED), // [N,C] SP: ln1 gathered
+                                                                                        // (again in the backward)
+        activation(&la.qkv,       N * qkvd,  KEEP,       KEEP,       KEEP,       RECOMPUTED), // [N,qkvd] q, k rotated
+        activation(&la.qk_raw,    qk_raw,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [N,H+KV,hd] --qk-norm's input
+        activation(&la.atty,      N * qd,    KEEP,       KEEP,       RECOMPUTED, RECOMPUTED), // [N,qd] attention output
+        activation(&la.lse,       BHT,       KEEP,       KEEP,       RECOMPUTED, RECOMPUTED), // [B,H,T]
+        activation(&la.x_mid,     Nl * C,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [Nl,C] after attention
+        activation(&la.ln2,       Nl * C,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [Nl,C]
+        activation(&la.ln2_mean,  2 * Nl,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [2,Nl] mean, then rstd
+        activation(&la.ln2_full,  NCsp,      RECOMPUTED, RECOMPUTED, RECOMPUTED, RECOMPUTED), // [N,C] SP: ln2 gathered
+                                                                                        // (again in the backward)
+        activation(&la.fc1,       N * F1,    KEEP,       KEEP,       KEEP,       RECOMPUTED), // [N,F1] pre-activation
+        activation(&la.act,       N * F,     KEEP,       RECOMPUTED, RECOMPUTED, RECOMPUTED), // [N,F]
         scratch(&g->scratch.y,          Nl * C),                        // [Nl,C] a matmul output joining the residual
         scratch(&g->scratch.x_final,    Nl * C),                        // [Nl,C] residual after the last layer
         scratch(&g->scratch.lnf,        Nl * C),                        // [Nl,C]
@@ -296,7 +300,10 @@ static void require_memory(const MemoryEstimate& e, Recompute r, bool bf16_momen
     const double G = 1024.0 * 1024.0 * 1024.0;
     const double state = e.params + e.grads + e.master + e.moments + e.head_grad;
     std::string hint;
-    if (r != RECOMPUTE_FULL) hint += " --recompute full (or selective) keeps fewer activations;";
+    if (r != RECOMPUTE_FULL)  // the modes that keep less than r's
+        hint += r == RECOMPUTE_NONE ? " --recompute act, selective or full keeps fewer activations;"
+                : r == RECOMPUTE_ACT ? " --recompute selective or full keeps fewer activations;"
+                                     : " --recompute full keeps fewer activations;";
     hint += " lower -b or -t (activations and scratch scale with B*T);";
     if (!bf16_moments) hint += " --bf16-moments 1 halves the AdamW moments;";
     if (L.zero < 3)
@@ -494,11 +501,11 @@ static void gpt_free(GPT* g) {
 }
 
 // What train_gpt plans over (plan_or_pick, llmc/parallel/comms.h): data, tensor and pipeline parallel with ZeRO 0-3,
-// --sp, --recompute none, selective or full (unless --recompute was given), every -b dividing the per-rank batch; the
+// --sp, --recompute none, act, selective or full (unless --recompute was given), every -b dividing the per-rank batch; the
 // bytes are cuda_plan_bytes', the wire PLAN_COMM's.
 static PlanSpace cuda_plan_space(const CudaOptions& opt) {
     PlanSpace s;
-    s.recomputes = {0, 1, 2};
+    s.recomputes = {RECOMPUTE_NONE, RECOMPUTE_ACT, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
     s.may_pick = !opt.recompute_given;
     s.wire = PLAN_COMM;
     s.bytes = cuda_plan_bytes_fn(opt.bf16_moments, opt.fp8, opt.nccl_gib * 1073741824.0);

@@ -16,10 +16,13 @@
 
 static const double NCCL_MEM_DEFAULT_GIB = 1.5;
 
-enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
+// From the least memory to the most recompute: none keeps everything, act recomputes the MLP activation alone
+// (memory-bound, no FLOPs), selective also the attention forward, full the whole layer. (The values are the layout
+// planner's codes, act added last.)
+enum Recompute { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_ACT };
 
 static const char* recompute_name(Recompute r) {
-    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : r == RECOMPUTE_ACT ? "act" : "none";
 }
 
 // --fp8 and delayed scaling's two settings (docs/fp8.md; defaults TransformerEngine's, llmc/fp8.cuh)
@@ -50,18 +53,18 @@ struct CudaOptions {
 
 static void print_cuda_usage() {
     printf("CUDA trainer flags (besides those below):\n"
-           "  --recompute auto|none|selective|full   activation recompute: selective recomputes the attention\n"
-           "                       output and the MLP activation, full recomputes every layer from its input in\n"
-           "                       the backward; auto (the default) picks on one GPU the cheapest that fits the\n"
-           "                       free memory (none, selective, full), with more ranks and no layout flag the\n"
+           "  --recompute auto|none|act|selective|full   activation recompute: act recomputes the MLP activation\n"
+           "                       from fc1's output, selective also the attention output, full every layer from its\n"
+           "                       input, in the backward; auto (the default) picks on one GPU the cheapest that fits\n"
+           "                       the free memory (none, act, selective, full), with more ranks and no layout flag the\n"
            "                       layout planner's choice, with more ranks and layout flags none\n"
            "  --bf16-moments 0|1   AdamW moments in bf16 instead of fp32 (default 0)\n"
            "  --gelu-fusion on|off GELU models: fc1's GEMM applies GELU in cuBLASLt's epilogue (GELU_AUX_BIAS) and fc2's\n"
            "                       input gradient its derivative and fc1's bias gradient (DGELU_BGRAD), instead of the\n"
            "                       separate kernels (default off until measured on a GPU; act and dfc1 may differ in the\n"
            "                       last bit). SwiGLU models and --fp8's GEMMs are never fused; where cuBLASLt has no\n"
-           "                       algorithm it falls back to off, said once. Under --recompute selective only the\n"
-           "                       backward is fused, so that the recomputed act is the forward's\n"
+           "                       algorithm it falls back to off, said once. Under --recompute act and selective only\n"
+           "                       the backward is fused, so that the recomputed act is the forward's\n"
            "  --print-config FILE  write the model config as JSON (train_gpt.py --config) and exit\n"
            "  --estimate-memory GIB   print the memory estimate of this run against GIB of device memory and\n"
            "                       exit (no GPU needed); status 1 when it does not fit\n"
@@ -109,9 +112,10 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
             o->recompute_given = v != "auto";
             if (v == "auto") o->recompute = RECOMPUTE_NONE;  // chosen once free memory is known (train_gpt.cu rank_setup)
             else if (v == "none") o->recompute = RECOMPUTE_NONE;
+            else if (v == "act") o->recompute = RECOMPUTE_ACT;
             else if (v == "selective") o->recompute = RECOMPUTE_SELECTIVE;
             else if (v == "full") o->recompute = RECOMPUTE_FULL;
-            else die("flag --recompute expects auto, none, selective or full, got '%s'", v.c_str());
+            else die("flag --recompute expects auto, none, act, selective or full, got '%s'", v.c_str());
         } else if (a == "--attention") {
             if (v != "flash" && v != "cudnn") die("flag --attention expects flash or cudnn, got '%s'", v.c_str());
             o->attention_cudnn = v == "cudnn";
@@ -187,14 +191,14 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
     if (T % 64 != 0) die("-t %d: the attention kernels need a sequence length that is a multiple of 64", T);
 #endif
     if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
-    // 32-bit indices of kernels that no preset comes near (each launcher checks again): the attention backward's
-    // preprocess runs a warp per token and head (llmc/attention.cuh), at most INT_MAX / 32 of them. RoPE's thread per
-    // token and 8 pairs of a head (llmc/rope.cuh) stays below that (hd / 16 <= 8 < 32 x heads); fp8's transposing cast
-    // is check_fp8_tokens'.
+    // 32-bit indices of kernels that no preset comes near: RoPE's thread per token and 8 pairs of a head
+    // (llmc/rope.cuh: tokens x heads x hd / 16 threads, hd / 16 <= 8) and the fp32 build's warp per token and head
+    // (llmc/attention_rowwise.cuh: 32 threads each), at most INT_MAX / 32 tokens x heads for both; fp8's transposing
+    // cast is check_fp8_tokens'.
     const long long N = (long long)B * T;
     if (N * c.n_head * 32 > INT_MAX)
-        die("-b %d x -t %d = %lld tokens x %d heads: past the attention backward's 32-bit thread index (tokens x heads "
-            "at most %d): lower -b or -t", B, T, N, c.n_head, INT_MAX / 32);
+        die("-b %d x -t %d = %lld tokens x %d heads: past the 32-bit thread index of the kernels that run per token and "
+            "head (tokens x heads at most %d): lower -b or -t", B, T, N, c.n_head, INT_MAX / 32);
 }
 
 // --fp8: the transposing casts take at most 65535 x 32 rows (tokens) of a micro-batch.

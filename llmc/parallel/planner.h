@@ -19,7 +19,9 @@
 // for weights (ZeRO's all-gathers):
 //   compute = F * d / world / gemm       F = model FLOPs per token (llmc/flops.h), d = tokens per step;
 //                                        full recompute adds a forward (2 x matmul weights + 4 L qd T per
-//                                        token), selective the attention forward (4 L qd T per token)
+//                                        token), selective the attention forward (4 L qd T per token); act
+//                                        and selective the MLP activation again, L (F1 + F) w_a bytes per token
+//                                        at mem_bw
 //   tp      = k * m * 2 (tp-1)/tp * N C w_a / bw_tp
 //             k = 4 all-reduces of [N,C] per layer (L/pp layers), 2 forward and 2 backward (Shoeybi et al.
 //             2019, sec. 3; Narayanan et al. 2021, sec. 3.2), 6 under full recompute (the forward's run
@@ -82,7 +84,7 @@ struct PlanBytes {
 };
 
 // The trainer's bytes for one rank of layout L: the rank of L.topo (its stage is L.topo.pp_rank),
-// micro-batches of B x T, n_mb of them per step, recompute 0 none, 1 selective, 2 full. c is the
+// micro-batches of B x T, n_mb of them per step, recompute 0 none, 1 selective, 2 full, 3 act. c is the
 // model with the vocabulary padded for L's tp (config_finalize(c, tp)).
 typedef std::function<PlanBytes(const ModelConfig& c, const Layout& L, int B, int T, int n_mb, int recompute)> PlanBytesFn;
 
@@ -103,6 +105,8 @@ struct PlanHardware {
     double node_bw = 0;        // bytes per second across nodes
     double latency = 0;        // seconds per message
     int gpus_per_node = 8;
+    double mem_bw = 2.94e12;   // bytes per second of device memory, for the recomputed activation's pass (the copy
+                               // measured on the lent H100, docs/gpu.md)
 };
 
 static inline PlanHardware plan_hardware(const TrainConfig& tc) {
@@ -116,7 +120,9 @@ static inline PlanHardware plan_hardware(const TrainConfig& tc) {
     return hw;
 }
 
-static inline const char* plan_recompute_name(int r) { return r == 2 ? "full" : r == 1 ? "selective" : "none"; }
+static inline const char* plan_recompute_name(int r) {
+    return r == 3 ? "act" : r == 2 ? "full" : r == 1 ? "selective" : "none";
+}
 
 struct PlanRow {
     int stage = 0, ranks = 0;  // the pipeline stage, and how many ranks are of its kind (dp * tp)
@@ -136,6 +142,7 @@ struct Plan {
     double tp_msgs = 0, pp_msgs = 0, dp_msgs = 0;     // messages (collectives, sends) per rank per step
     double tp_bw = 0, pp_bw = 0, dp_bw = 0;
     double compute_s = 0, tp_s = 0, pp_s = 0, bubble_s = 0, dp_s = 0, step_s = 0;
+    double act_s = 0;                       // of compute_s: the recomputed MLP activation's memory-bound pass
 };
 
 // Whether the members of a group sit on more than one node (nodes of gpn consecutive ranks).
@@ -195,6 +202,11 @@ static inline Plan plan_make(const ModelConfig& mc_in, const TrainConfig& tc, in
     if (recompute == 1) per_token += 4.0 * L * qd * T;
     p.flops = per_token * tokens / world;
     p.compute_s = p.flops / hw.gemm_flops;
+    // act and selective also run the MLP activation again, a memory-bound pass (fc1's output read, the activation
+    // written: F1 + F elements a token and layer) at the device's memory bandwidth
+    if (recompute == 3 || recompute == 1)
+        p.act_s = L * (cfg_fc1_dim(c) + (double)c.ffn) * wire.act_bytes * tokens / world / hw.mem_bw;
+    p.compute_s += p.act_s;
     auto bw_of = [&](const std::vector<int>& members) { return plan_spans_nodes(members, hw.gpus_per_node) ? hw.node_bw : hw.link_bw; };
     const double N = (double)B * T, C = c.n_embd, m = p.n_mb;
     // tensor parallelism
@@ -320,8 +332,10 @@ static inline void plan_print(const Plan& p, const ModelConfig& c, const PlanHar
     if (p.max_B > 0) printf("largest micro-batch that fits: -b %d (-b dividing the %ld sequences per rank)\n", p.max_B,
                             p.tc.total_batch / ((long)p.tc.T * p.dp));
     else if (p.max_B == 0) printf("largest micro-batch that fits: none (even -b 1 exceeds --gpu-mem)\n");
-    printf("predicted step: %.4g s = compute %.4g (%.4g TFLOP per rank at %.4g TFLOP/s)", p.step_s, p.compute_s, p.flops / 1e12,
+    printf("predicted step: %.4g s = compute %.4g (%.4g TFLOP per rank at %.4g TFLOP/s", p.step_s, p.compute_s, p.flops / 1e12,
            hw.gemm_flops / 1e12);
+    if (p.act_s > 0) printf(", the recomputed activation %.4g at %.4g GB/s", p.act_s, hw.mem_bw / 1e9);
+    printf(")");
     auto comm = [&](const char* name, double s, double bytes, double msgs, double bw) {
         if (s > 0) printf(" + %s %.4g (%.4g GB at %.4g GB/s, %.0f messages)", name, s, bytes / 1e9, bw / 1e9, msgs);
     };

@@ -22,7 +22,7 @@
 #   SEED_FAMILY (gpt3|flagperf_llama3|llama2|qwen|baichuan2|baichuan2_13b: the shrunk model of --tiny)
 #   SEED_TP SEED_PP SEED_DP SEED_ZERO SEED_SP SEED_MICRO SEED_ACCUM SEED_SEQ SEED_GLOBAL (sequences per step)
 #   SEED_PRECISION (bf16, fp16: --run uses ./train_gpt_fp16, or "bf16 + fp8") SEED_LOSS_SCALE (fp16 rows: the dynamic
-#   scale's start, --initial-loss-scale; unset: Megatron's 2^32) SEED_RECOMPUTE (none|selective|full) SEED_PUB_TOKS (tokens/s/GPU) or SEED_PUB_MS (ms per
+#   scale's start, --initial-loss-scale; unset: Megatron's 2^32) SEED_RECOMPUTE (none|act|selective|full) SEED_PUB_TOKS (tokens/s/GPU) or SEED_PUB_MS (ms per
 #   iteration: tokens/s/GPU is derived), SEED_PUB_MEM (as published), SEED_NOTE (assumptions, optional)
 #   SEED_SKIP: a reason the row cannot be expressed (no preset): every mode prints [SKIP] and exits 0
 set -u
