@@ -69,6 +69,21 @@ __device__ __forceinline__ uint32_t pack_x2(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// acc[16 rows][8 DT] += A B: A the 16 x 16 fragment a (16 rows against 16 keys), B the keys' 16 rows of a [keys][hd]
+// tile in shared memory (row stride LDS elements) from `rows`, its fragments by transposed ldmatrix. The second product
+// of the forward (O += P V) and of the dQ kernels (dQ += dS K).
+template <int DT, int LDS>
+__device__ __forceinline__ void mma_a_times_rows(float (&acc)[DT][4], const uint32_t (&a)[4], const floatX* rows) {
+    const int lane = threadIdx.x % 32, mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
+    const floatX* r = rows + ((mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
+    for (int d = 0; d < DT; d += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, r + d * 8);
+        mma_16816(acc[d], a, b[0], b[1]);
+        mma_16816(acc[d + 1], a, b[2], b[3]);
+    }
+}
+
 // Copies a [ROWS, HD] tile (row stride ld elements in global memory) into shared memory with row
 // stride HD + ATT_PAD, 16 bytes per thread and step, by cp.async (the caller commits and waits).
 static const int ATT_PAD = 8;  // 16 bytes of padding per shared row: conflict-free fragment loads
@@ -223,15 +238,9 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const float
         }
         // O += P V: the S accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c
         for (int c = 0; c < ATT_FWD_BN / 16; c++) {
-            uint32_t pa[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
-                              pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
-            const floatX* vr = v_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t vb[4];
-                ldmatrix_x4_trans(vb, vr + d * 8);
-                mma_16816(o[d], pa, vb[0], vb[1]);
-                mma_16816(o[d + 1], pa, vb[2], vb[3]);
-            }
+            const uint32_t pa[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
+                                    pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            mma_a_times_rows<DT, LDS>(o, pa, v_s + c * 16 * LDS);
         }
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
@@ -741,15 +750,9 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
         // dQ += dS K: the accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c (keys
         // c*16..); B[k = key][n = dim] = K row-major, so transposed ldmatrix
         for (int c = 0; c < ATT_BWD_BN / 16; c++) {
-            uint32_t da[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
-                              pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
-            const floatX* kr = k_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t kb[4];
-                ldmatrix_x4_trans(kb, kr + d * 8);
-                mma_16816(dq[d], da, kb[0], kb[1]);
-                mma_16816(dq[d + 1], da, kb[2], kb[3]);
-            }
+            const uint32_t da[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
+                                    pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]), pack_x2(s[2 * c + 1][2], s[2 * c + 1][3])};
+            mma_a_times_rows<DT, LDS>(dq, da, k_s + c * 16 * LDS);
         }
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
@@ -828,13 +831,7 @@ attention_backward_dq_ds_kernel(floatX* dqkv, const floatX* qkv, const floatX* d
         for (int c = 0; c < ATT_BWD_BN / 16; c++) {
             uint32_t da[4];
             ldmatrix_x4_trans(da, s_s + (c * 16 + (mat >> 1) * 8 + r8) * ATT_DS_LD + warp * 16 + (mat & 1) * 8);
-            const floatX* kr = k_s + (c * 16 + (mat & 1) * 8 + r8) * LDS + (mat >> 1) * 8;
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t kb[4];
-                ldmatrix_x4_trans(kb, kr + d * 8);
-                mma_16816(dq[d], da, kb[0], kb[1]);
-                mma_16816(dq[d + 1], da, kb[2], kb[3]);
-            }
+            mma_a_times_rows<DT, LDS>(dq, da, k_s + c * 16 * LDS);
         }
         __syncthreads();  // the next iteration overwrites a buffer read here
     }

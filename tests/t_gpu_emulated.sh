@@ -16,7 +16,7 @@
 # product queued on its stream and run in a seeded order, with the happens-before checker on every access. It checks the CUDA
 # trainer's logic against PyTorch, not the GPU's arithmetic (exact host math instead of fast-math
 # intrinsics) or speed.
-# x86-64 only (the fiber switch). About 10 minutes on 2 cores.
+# x86-64 only (the fiber switch). About 7 minutes alone on 2 cores, 11 in `make test` beside another script.
 # A shorter run (scripts/mutation_bench.py uses these): EMU_PASSES, some of "bf16 race streams fp32 fp16" (default
 # all five); EMU_CASES, the states of the bf16 pass (default the seven above; the fp32 pass takes the
 # head-dim-64 ones among them, the fp16 pass too, the race and streams passes gpt3_tiny_hd64 when named); EMU_STATES_DIR, a directory that
