@@ -535,7 +535,9 @@ attention_backward_dkdv_kernel(floatX* dqkv, const floatX* dout, const floatX* q
 // tile's last row skips the tile (causal: its P is 0 there). Version 5's blocks stage each Q/dO tile once for 128 keys,
 // half the copies of version 4 per key. Every key adds the same products in the same order as in version 3 (the tiles
 // a block of 128 keys adds to its upper 64, or past their documents' ends, have P = 0: they add exact zeros): the same
-// bits. Shared memory: K, V [BN][LDS] and two buffers of Q, dO [BM][LDS], lse, D [BM] (with documents: and doc [BM]).
+// bits. With ds (version 6) each computed tile's dS also goes to ds [B, H, T keys, T queries] (dkdv_tile); the tiles a
+// warp skips are masked ones, which the dQ kernel zeroes. Shared memory: K, V [BN][LDS] and two buffers of Q, dO
+// [BM][LDS], lse, D [BM] (with documents: and doc [BM]).
 template <int HD, int BM, int BN, bool ALIBI>
 __global__ void __launch_bounds__(2 * BN, 128 / BN)
 attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
