@@ -310,10 +310,11 @@ static const int ATT_DQ_BM = 64;   // query rows per dQ block: 4 warps x 16
 // rounded up to a power of two: 8, 16, 16 for hd 64, 80, 128), each reading 8 elements of dO and of O in one 16-byte
 // access (lanes past hd / 8 add 0), the row's sum by shuffles within its G lanes; 256 / G rows per block of 256.
 static const int ATT_PRE_THREADS = 256;
+static constexpr __host__ __device__ int att_pre_lanes(int hd) { return hd / 8 <= 8 ? 8 : hd / 8 <= 16 ? 16 : 32; }  // G
 template <int HD>
 __global__ void __launch_bounds__(ATT_PRE_THREADS)
 attention_backward_preprocess_kernel(float* dvec, const floatX* dout, const floatX* out, int B, int T, int H) {
-    constexpr int CH = HD / 8, G = CH <= 8 ? 8 : CH <= 16 ? 16 : 32;  // 16-byte chunks per row; lanes per row
+    constexpr int CH = HD / 8, G = att_pre_lanes(HD);  // 16-byte chunks per row; lanes per row
     static_assert(HD % 8 == 0 && CH <= 32, "a row in at most 32 chunks of 8");
     const size_t i = blockIdx.x * (size_t)ATT_PRE_THREADS + threadIdx.x, row = i / G;  // [B,T,H] row
     const int c = (int)(i % G);
@@ -331,7 +332,7 @@ attention_backward_preprocess_kernel(float* dvec, const floatX* dout, const floa
 }
 static void attention_backward_preprocess(float* dvec, const floatX* dout, const floatX* out, int B, int T, int H,
                                           int hd, cudaStream_t stream) {
-    const size_t rows = (size_t)B * T * H, lanes = hd == 64 ? 8 : 16;
+    const size_t rows = (size_t)B * T * H, lanes = att_pre_lanes(hd);
     const unsigned blocks = (unsigned)((rows * lanes + ATT_PRE_THREADS - 1) / ATT_PRE_THREADS);
     if (hd == 64) attention_backward_preprocess_kernel<64><<<blocks, ATT_PRE_THREADS, 0, stream>>>(dvec, dout, out, B, T, H);
     else if (hd == 80) attention_backward_preprocess_kernel<80><<<blocks, ATT_PRE_THREADS, 0, stream>>>(dvec, dout, out, B, T, H);
