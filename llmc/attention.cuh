@@ -29,13 +29,14 @@
 // every tensor 16-byte aligned (cudaMalloc pointers are), since tiles move in 16-byte copies.
 //
 // Launchers:
-//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null, doc = null)
+//   attention_forward(out, lse, qkv, B, T, H, KV, hd, stream, alibi = null, doc = null, version = 0)
+//     version: 3 (mma.sync), 4 (wgmma on sm_90a: Hopper; version 3 where it cannot run), 0 for ATT_FWD_TABLE's choice
 //   attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, stream, alibi = null, doc = null,
 //                      version = 0, ds = null)
 //     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible. version: the dK/dV
 //     kernel, 3, 4 or 5 (the same bits), 6 (dQ from the dS the dK/dV kernel writes to ds [B, H, T, T], a buffer the
 //     caller gives), 0 for ATT_BWD_TABLE's choice per head dim. doc: the forward's.
-// The PTX primitives (mma.sync, ldmatrix, cp.async) and their fragment layouts are in llmc/mma.cuh.
+// The PTX primitives (mma.sync, ldmatrix, cp.async, wgmma) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
 #pragma once
@@ -96,6 +97,88 @@ __device__ __forceinline__ void load_tile(floatX* smem, const floatX* gmem, size
     }
 }
 
+// ---- the forward's online softmax and epilogue (the mma.sync and the wgmma kernels alike) ---------------------------
+// A warp's 16 query rows against NT n8 tiles of keys, in the m16n8 accumulator layout (g = lane / 4, q4 = lane % 4):
+// s[n][e] is the score of row row0 + 8 (e / 2) (row0: this thread's first row) and key key0 + 8n + 2 q4 + e % 2.
+
+// the scores' scale 1 / sqrt(hd), times log2(e): the softmax runs in the log2 domain (exp2)
+template <int HD> __device__ __forceinline__ float fwd_scale_log2() { return rsqrtf((float)HD) * 1.4426950408889634f; }
+
+// One tile of scores s becomes probabilities: keys before the row's document start (lo) masked on a document tile, the
+// scale into the log2 domain (ALiBi: plus the head's bias), keys after the query masked on the diagonal tile, the
+// rows' running max m_row and sum l_row (this thread's columns; the quad sums at the end) updated; corr[r]: the factor
+// that row r's output accumulators must be multiplied by.
+template <int NT, bool ALIBI>
+__device__ __forceinline__ void softmax_tile(float (&s)[NT][4], float (&m_row)[2], float (&l_row)[2], float (&corr)[2],
+                                             int key0, int row0, bool diag, bool doc_tile, const int (&lo)[2],
+                                             float scale_log2, float slope_log2) {
+    const int q4 = threadIdx.x % 4;
+    // documents: keys before the row's document start get -inf, only on the tiles where some row of the block has its
+    // start (a uniform branch, never taken without doc)
+    if (doc_tile)
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++)
+                if (key0 + n * 8 + 2 * q4 + (e & 1) < lo[e >> 1]) s[n][e] = -INFINITY;
+    float mx[2] = {-INFINITY, -INFINITY};
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            const int key = key0 + n * 8 + 2 * q4 + (e & 1);
+            const int row = row0 + (e >> 1) * 8;
+            float x = s[n][e] * scale_log2;
+            if (ALIBI) x += slope_log2 * (float)(key - row);
+            if (diag && key > row) x = -INFINITY;
+            s[n][e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    // a row's scores live in the 4 threads of a quad
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        // finite without documents (key 0 is visible to every row); on a document tile a row may see none of its
+        // keys (m_row and mx both -inf): -FLT_MAX then makes both exponentials below 0 instead of NaN
+        float m_new = fmaxf(m_row[r], mx[r]);
+        if (doc_tile) m_new = fmaxf(m_new, -FLT_MAX);
+        corr[r] = exp2f(m_row[r] - m_new);
+        m_row[r] = m_new;
+        l_row[r] *= corr[r];
+    }
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            const float p = exp2f(s[n][e] - m_row[e >> 1]);
+            s[n][e] = p;
+            l_row[e >> 1] += p;  // partial over this thread's columns; the quad sums at the end
+        }
+}
+
+// o[d][e] *= corr[row e / 2]: the output accumulators follow the rows' new maximum
+template <int DT>
+__device__ __forceinline__ void rescale_rows(float (&o)[DT][4], const float (&corr)[2]) {
+    for (int d = 0; d < DT; d++) {
+        o[d][0] *= corr[0]; o[d][1] *= corr[0];
+        o[d][2] *= corr[1]; o[d][3] *= corr[1];
+    }
+}
+
+// The rows' full sums (over the quad), then O = o / l into out (head h of rows row0, row0 + 8 of batch b) and the
+// logsumexp (natural log) into lse
+template <int HD>
+__device__ __forceinline__ void write_out_lse(floatX* out, float* lse, const float (&o)[HD / 8][4], const float (&m_row)[2],
+                                              float (&l_row)[2], int b, int T, int H, int h, int row0) {
+    const int q4 = threadIdx.x % 4;
+    for (int r = 0; r < 2; r++) {
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
+        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
+    }
+    const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        floatX* orow = out + ((size_t)b * T + row) * H * HD + h * HD + 2 * q4;
+        for (int d = 0; d < HD / 8; d++)
+            *reinterpret_cast<floatX2*>(orow + d * 8) = to_floatX2(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
+        if (q4 == 0) lse[((size_t)b * H + h) * T + row] = (m_row[r] + __log2f(l_row[r])) * 0.6931471805599453f;
+    }
+}
+
 // ---- forward ---------------------------------------------------------------------------------------
 
 static const int ATT_FWD_BM = 64;   // query rows per block: 4 warps x 16
@@ -150,7 +233,7 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const float
     float o[DT][4];
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};  // rows g and g + 8
-    const float scale_log2 = rsqrtf((float)HD) * 1.4426950408889634f;
+    const float scale_log2 = fwd_scale_log2<HD>();
     const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
     const int row0 = qt * ATT_FWD_BM + warp * 16 + g;  // this thread's first query row (second: + 8)
     // the document starts of this thread's two rows: keys before them are masked (in the tiles of doc_tile)
@@ -192,50 +275,13 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const float
                 mma_16816(s[n + 1], qf[kc], kb[2], kb[3]);
             }
         }
-        // documents: keys before the row's document start get -inf, only on the tiles where some row of the block
-        // has its start (from d_first's tile up to the one before d_last; a uniform branch, never taken without doc).
-        // The bounds come from doc itself, not from the loop's start: a tile before kt_first would be left unmasked.
+        // documents: the mask runs only on the tiles where some row of the block has its start (from d_first's tile up
+        // to the one before d_last). The bounds come from doc itself, not from the loop's start: a tile before
+        // kt_first would be left unmasked.
         const bool doc_tile = j * ATT_FWD_BN < d_last && (j + 1) * ATT_FWD_BN > d_first;
-        if (doc_tile)
-            for (int n = 0; n < NT; n++)
-                for (int e = 0; e < 4; e++)
-                    if (j * ATT_FWD_BN + n * 8 + 2 * q4 + (e & 1) < lo[e >> 1]) s[n][e] = -INFINITY;
-        // scale into the log2 domain (ALiBi: plus the head's bias); mask keys after the query on the diagonal tile
-        const bool diag = (j == qt);
-        float mx[2] = {-INFINITY, -INFINITY};
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 4; e++) {
-                const int key = j * ATT_FWD_BN + n * 8 + 2 * q4 + (e & 1);
-                const int row = row0 + (e >> 1) * 8;
-                float x = s[n][e] * scale_log2;
-                if (ALIBI) x += slope_log2 * (float)(key - row);
-                if (diag && key > row) x = -INFINITY;
-                s[n][e] = x;
-                mx[e >> 1] = fmaxf(mx[e >> 1], x);
-            }
-        // online softmax: a row's 64 scores live in the 4 threads of a quad
         float corr[2];
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // finite without documents (key 0 is visible to every row); on a document tile a row may see none of its
-            // keys (m_row and mx both -inf): -FLT_MAX then makes both exponentials below 0 instead of NaN
-            float m_new = fmaxf(m_row[r], mx[r]);
-            if (doc_tile) m_new = fmaxf(m_new, -FLT_MAX);
-            corr[r] = exp2f(m_row[r] - m_new);
-            m_row[r] = m_new;
-            l_row[r] *= corr[r];
-        }
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(s[n][e] - m_row[e >> 1]);
-                s[n][e] = p;
-                l_row[e >> 1] += p;  // partial over this thread's columns; the quad sums at the end
-            }
-        for (int d = 0; d < DT; d++) {
-            o[d][0] *= corr[0]; o[d][1] *= corr[0];
-            o[d][2] *= corr[1]; o[d][3] *= corr[1];
-        }
+        softmax_tile<NT, ALIBI>(s, m_row, l_row, corr, j * ATT_FWD_BN, row0, j == qt, doc_tile, lo, scale_log2, slope_log2);
+        rescale_rows<DT>(o, corr);
         // O += P V: the S accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c
         for (int c = 0; c < ATT_FWD_BN / 16; c++) {
             const uint32_t pa[4] = {pack_x2(s[2 * c][0], s[2 * c][1]), pack_x2(s[2 * c][2], s[2 * c][3]),
@@ -245,20 +291,7 @@ attention_forward_kernel(floatX* out, float* lse, const floatX* qkv, const float
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
 
-    // finish: full row sums, normalise, write O and the logsumexp
-    for (int r = 0; r < 2; r++) {
-        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 1);
-        l_row[r] += __shfl_xor_sync(0xffffffffu, l_row[r], 2);
-    }
-    const float inv[2] = {1.0f / l_row[0], 1.0f / l_row[1]};
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + r * 8;
-        floatX* orow = out + ((size_t)b * T + row) * H * HD + h * HD + 2 * q4;
-        for (int d = 0; d < DT; d++)
-            *reinterpret_cast<floatX2*>(orow + d * 8) =
-                to_floatX2(o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r]);
-        if (q4 == 0) lse[((size_t)b * H + h) * T + row] = (m_row[r] + __log2f(l_row[r])) * 0.6931471805599453f;
-    }
+    write_out_lse<HD>(out, lse, o, m_row, l_row, b, T, H, h, row0);
 }
 
 static inline void attention_check_shape(int B, int T, int H, int KV, int hd) {
@@ -287,10 +320,190 @@ static void attention_forward_hd(floatX* out, float* lse, const floatX* qkv, con
     else attention_forward_hd<HD, false>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
 }
 
+// ---- forward, version 4: Hopper's wgmma (sm_90a) ---------------------------------------------------
+// The same computation as attention_forward_kernel, with the products on wgmma (llmc/mma.cuh): blocks of 128 query
+// rows, two warpgroups of 64, against tiles of 128 keys. Q, K and V tiles sit in shared memory in the 128-byte swizzled
+// layout wgmma reads (load_tile_sw128); S = Q K^T takes both operands from there (K-major, 16 head dims per product),
+// O += P V takes P from the registers that held S (n tiles 2c, 2c + 1 = the A fragment of keys 16c..16c+15, as in
+// version 3) and V [keys][dims] as an MN-major B. Each warp's rows are in version 3's accumulator layout, so the online
+// softmax, the masks and the epilogue are version 3's (softmax_tile, write_out_lse). K/V tiles double-buffered by
+// cp.async, each stage made visible to wgmma by fence_proxy_async and a barrier; each product group waited for at
+// once (no overlap of the softmax with the next product inside a warpgroup: the two warpgroups overlap each other).
+// Needs hd 64 or 128 (whole 64-column swizzle tiles) and T a multiple of 128; the launcher runs version 3 otherwise,
+// and where the code running on the device has no wgmma (not sm_90a). Prediction (dev/cuda/notes_attention.md):
+// 350-420 TFLOP/s at T 4096, hd 128 on an H100 against version 3's 247 (H200, measured).
+static const int ATT_WG_BM = 128;      // query rows per block: 2 warpgroups x 64
+static const int ATT_WG_BN = 128;      // keys per tile
+static const int ATT_WG_THREADS = 256;
+
+// Copies a [ROWS, HD] tile (row stride ld elements in global memory) into the 128-byte swizzled layout: HD / 64
+// column tiles of [ROWS][64], row r's 16-byte chunk c at chunk c ^ (r % 8) of its row; smem 1024-byte aligned. By
+// cp.async (the caller commits, waits and runs fence_proxy_async).
+template <int ROWS, int HD, int THREADS>
+__device__ __forceinline__ void load_tile_sw128(floatX* smem, const floatX* gmem, size_t ld) {
+    constexpr int CHUNKS = HD / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
+        const int r = c / CHUNKS, k = c % CHUNKS;
+        cp_async16(smem + (k / 8) * ROWS * 64 + r * 64 + ((k % 8) ^ (r % 8)) * 8, gmem + r * ld + k * 8);
+    }
+}
+
+template <int HD, bool ALIBI>
+__global__ void __launch_bounds__(ATT_WG_THREADS, 1)
+attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const float* alibi,
+                               const int32_t* doc, int T, int H, int KV) {
+    static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
+    constexpr int NT = ATT_WG_BN / 8;       // n8 tiles of S: 16
+    constexpr int DT = HD / 8;              // n8 tiles of O
+    constexpr int TILE = ATT_WG_BN * HD;    // elements of a Q, K or V tile (BM == BN)
+    constexpr uint32_t SBO = 8 * 128;       // bytes between 8-row groups of a swizzled tile
+    constexpr uint32_t LBO_V = ATT_WG_BN * 128;  // bytes between V's 64-column tiles (the next 64 head dims)
+    DYNAMIC_SMEM(att_smem);
+    floatX* sQ = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][BM][64] swizzled
+    floatX* sK = sQ + TILE;                                              // [2][HD/64][BN][64]
+    floatX* sV = sK + 2 * TILE;                                          // [2][HD/64][BN][64]
+
+    const int n_qt = T / ATT_WG_BM;
+    const int qt = n_qt - 1 - (int)blockIdx.y;  // longest first
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, g = (threadIdx.x % 32) / 4;
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const floatX* qbase = qkv + ((size_t)b * T + (size_t)qt * ATT_WG_BM) * ld + h * HD;
+    const floatX* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const floatX* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const int n_kt = qt + 1;  // causal: key tiles 0..qt (BM == BN)
+    const int32_t* drow = doc ? doc + (size_t)b * T + (size_t)qt * ATT_WG_BM : nullptr;
+    const int d_first = doc ? drow[0] : 0, d_last = doc ? drow[ATT_WG_BM - 1] : 0;
+    const int kt_first = d_first / ATT_WG_BN;
+
+    load_tile_sw128<ATT_WG_BM, HD, ATT_WG_THREADS>(sQ, qbase, ld);
+    load_tile_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sK, kbase + (size_t)kt_first * ATT_WG_BN * ld, ld);
+    load_tile_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sV, vbase + (size_t)kt_first * ATT_WG_BN * ld, ld);
+    cp_async_commit();
+
+    float s[NT][4], o[DT][4];
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+    const float scale_log2 = fwd_scale_log2<HD>();
+    const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
+    const int wrow = wg * 64 + warp * 16 + g;  // this thread's first row in the block (second: + 8)
+    const int row0 = qt * ATT_WG_BM + wrow;
+    const int lo[2] = {doc ? drow[wrow] : 0, doc ? drow[wrow + 8] : 0};
+    const floatX* q_wg = sQ + wg * 64 * 64;  // this warpgroup's 64 rows of the first column tile (8 KiB in)
+
+    for (int j = kt_first; j < n_kt; j++) {
+        const int st = (j - kt_first) & 1;
+        const floatX* k_s = sK + st * TILE;
+        const floatX* v_s = sV + st * TILE;
+        if (j + 1 < n_kt) {
+            const size_t off = (size_t)(j + 1) * ATT_WG_BN * ld;
+            load_tile_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sK + (st ^ 1) * TILE, kbase + off, ld);
+            load_tile_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sV + (st ^ 1) * TILE, vbase + off, ld);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();  // this thread's landed copies, visible to wgmma after the barrier
+        __syncthreads();
+        // S = Q K^T: 16 head dims per product; dims kc*16.. are column tile kc / 4, 32 bytes per step of 16 within it
+        wgmma_fence();
+        for (int kc = 0; kc < HD / 16; kc++) {
+            const int off = (kc / 4) * ATT_WG_BN * 64 + (kc % 4) * 16;
+            wgmma_ss_n128<0>(&s[0][0], wgmma_desc(q_wg + off, 16, SBO), wgmma_desc(k_s + off, 16, SBO), kc > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        const bool doc_tile = j * ATT_WG_BN < d_last && (j + 1) * ATT_WG_BN > d_first;
+        float corr[2];
+        softmax_tile<NT, ALIBI>(s, m_row, l_row, corr, j * ATT_WG_BN, row0, j == qt, doc_tile, lo, scale_log2, slope_log2);
+        rescale_rows<DT>(o, corr);
+        // O += P V: keys 16c..16c+15 are rows 16c.. of V's tile (2 KiB per 16 rows), an MN-major B
+        uint32_t pa[ATT_WG_BN / 16][4];
+        for (int c = 0; c < ATT_WG_BN / 16; c++) {
+            pa[c][0] = pack_x2(s[2 * c][0], s[2 * c][1]);
+            pa[c][1] = pack_x2(s[2 * c][2], s[2 * c][3]);
+            pa[c][2] = pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]);
+            pa[c][3] = pack_x2(s[2 * c + 1][2], s[2 * c + 1][3]);
+        }
+        wgmma_fence();
+        for (int c = 0; c < ATT_WG_BN / 16; c++) {
+            const uint64_t dv = wgmma_desc(v_s + c * 16 * 64, LBO_V, SBO);
+            if constexpr (HD == 64) wgmma_rs_n64<1>(&o[0][0], pa[c], dv, 1);
+            else wgmma_rs_n128<1>(&o[0][0], pa[c], dv, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        __syncthreads();  // the next iteration overwrites a buffer read here
+    }
+    write_out_lse<HD>(out, lse, o, m_row, l_row, b, T, H, h, row0);
+}
+
+// Whether the code the device runs has wgmma (sm_90a): one probe launch, the answer kept
+__global__ void wgmma_probe_kernel(int* has) {
+#ifdef LLMC_WGMMA
+    *has = 1;
+#else
+    *has = 0;
+#endif
+}
+static bool wgmma_supported() {
+    static int known = -1;
+    if (known < 0) {
+        int* d_has;
+        cudaCheck(cudaMalloc(&d_has, sizeof(int)));
+        wgmma_probe_kernel<<<1, 1>>>(d_has);
+        cudaCheck(cudaGetLastError());
+        cudaCheck(cudaMemcpy(&known, d_has, sizeof(int), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaFree(d_has));
+    }
+    return known == 1;
+}
+
+template <int HD, bool ALIBI>
+static void attention_forward_wgmma_hd(floatX* out, float* lse, const floatX* qkv, const float* alibi,
+                                       const int32_t* doc, int B, int T, int H, int KV, cudaStream_t stream) {
+    // Q of 128 rows plus double-buffered K and V tiles, and up to 1 KiB to align them
+    const size_t smem = (size_t)5 * ATT_WG_BN * HD * sizeof(floatX) + 1024;
+    cudaCheck(cudaFuncSetAttribute(attention_forward_wgmma_kernel<HD, ALIBI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+    attention_forward_wgmma_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_WG_BM), ATT_WG_THREADS, smem, stream>>>(
+        out, lse, qkv, alibi, doc, T, H, KV);
+    cudaCheck(cudaGetLastError());
+}
+template <int HD>
+static void attention_forward_wgmma_hd(floatX* out, float* lse, const floatX* qkv, const float* alibi,
+                                       const int32_t* doc, int B, int T, int H, int KV, cudaStream_t stream) {
+    if (alibi) attention_forward_wgmma_hd<HD, true>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+    else attention_forward_wgmma_hd<HD, false>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+}
+// version 4 runs at this shape on this device (else version 3 does)
+static bool attention_forward_wgmma_fits(int T, int hd) {
+    return (hd == 64 || hd == 128) && T % ATT_WG_BM == 0 && wgmma_supported();
+}
+
+// The forward kernel per head dim: {head dim, version}, the fastest version measured on an H100 or H200 (3 until a
+// GPU has timed version 4: dev/cuda/attention_forward.cu, scripts/gpu_check.sh sprint2).
+static const int ATT_FWD_TABLE[][2] = {{64, 3}, {80, 3}, {128, 3}};
+static int attention_forward_version(int hd) {
+    for (const auto& e : ATT_FWD_TABLE)
+        if (e[0] == hd) return e[1];
+    return 3;
+}
+
 // out [B,T,H*hd] floatX, lse [B,H,T] fp32 <- qkv [B,T,(H+2KV)*hd] floatX; alibi [H] or null; doc [B*T] (device) or null.
+// version: 3 (mma.sync), 4 (wgmma; version 3 where attention_forward_wgmma_fits says no), 0 for ATT_FWD_TABLE's.
 static void attention_forward(floatX* out, float* lse, const floatX* qkv, int B, int T, int H, int KV,
-                              int hd, cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr) {
+                              int hd, cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr,
+                              int version = 0) {
     attention_check_shape(B, T, H, KV, hd);
+    if (version == 0) version = attention_forward_version(hd);
+    if (version != 3 && version != 4) die("attention_forward: version %d (3 or 4)", version);
+    if (version == 4 && attention_forward_wgmma_fits(T, hd)) {
+        if (hd == 64) attention_forward_wgmma_hd<64>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+        else attention_forward_wgmma_hd<128>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
+        return;
+    }
     if (hd == 64) attention_forward_hd<64>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
     else if (hd == 80) attention_forward_hd<80>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);
     else attention_forward_hd<128>(out, lse, qkv, alibi, doc, B, T, H, KV, stream);

@@ -442,10 +442,14 @@ attention_sweep() {
     sweep_shapes=$shapes
     [ $tiny = 1 ] && quick=(--skip-matrix --reps 1 --warmup 0)
     rm -rf "$sw" && mkdir -p "$sw"
-    # version 3 is llmc/attention.cuh's forward; the backward's versions 3, 4 and 5 are its dK/dV kernels (the table
-    # attention_backward_version picks from), 6 the candidate that stores dS; run_all.sh times every version at one shape
-    limited 120 "$(pp build/devcuda/attention_forward)" 3 --sizes "$shapes" "${quick[@]}" > "$sw/attention_forward.log" 2>&1 ||
-        failed+=("attention_forward sweep")
+    # the forward's versions 3 (mma.sync) and 4 (wgmma) are llmc/attention.cuh's (the table attention_forward_version
+    # picks from); the backward's versions 3, 4 and 5 are its dK/dV kernels (attention_backward_version's table), 6 the
+    # candidate that stores dS; run_all.sh times every version at one shape
+    : > "$sw/attention_forward.log"
+    for v in 3 4; do
+        limited 120 "$(pp build/devcuda/attention_forward)" $v --sizes "$shapes" "${quick[@]}" >> "$sw/attention_forward.log" 2>&1 ||
+            failed+=("attention_forward v$v sweep")
+    done
     cat "$sw/attention_forward.log"
     : > "$sw/attention_backward.log"
     for v in 3 4 5 6; do

@@ -73,6 +73,7 @@ LAUNCHES = {
     "sum_partials_kernel": "1",                           # llmc/gpt/data_parallel.cuh
     "swiglu_backward_kernel": "256",                      # llmc/mlp_act.cuh
     "swiglu_forward_kernel": "256",
+    "wgmma_probe_kernel": "1",                            # llmc/attention.cuh
 }
 
 # Dynamic shared memory of the launches that use it (bytes; the template parameters named first), as
@@ -85,6 +86,7 @@ DYN_SMEM = {
                                                 "(2 * BN + 4 * BM) * (HD + ATT_PAD) * 2 + 4 * BM * 4"),
     "attention_backward_dq_kernel": (["HD"], "(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * 2"),
     "attention_backward_dq_ds_kernel": (["HD"], "2 * ATT_BWD_BN * (HD + ATT_PAD + ATT_DQ_BM + ATT_PAD) * 2"),
+    "attention_forward_wgmma_kernel": (["HD"], "5 * ATT_WG_BN * HD * 2 + 1024"),
 }
 
 

@@ -5,7 +5,8 @@
 // Shapes: head dims 64, 80 and 128; GQA and MQA; odd and even numbers of 64-row tiles (the pipelined kernels
 // alternate two buffers); batch 2. The kernels take only T a multiple of 64 (the trainer refuses other
 // lengths at -t): a child process checks that the launcher refuses T = 96 with exit status 1 and a message
-// naming T. The backward runs with each dK/dV kernel (versions 3, 4 and 5 of llmc/attention.cuh): version 3 is checked
+// naming T. The forward runs as version 3 and as version 4 (wgmma, where T is a multiple of 128 and hd 64 or 128;
+// elsewhere it must give version 3's bits). The backward runs with each dK/dV kernel (versions 3, 4 and 5 of llmc/attention.cuh): version 3 is checked
 // against the reference, versions 4 and 5 must give its bits; and as version 6 (dQ from the dS its dK/dV kernel stores,
 // into a NaN-filled buffer): dK and dV must be version 3's bits, dQ within the reference's bound. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
 //
@@ -225,7 +226,8 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
     const std::string n = name;
     // dqkv is filled with NaN (0xffff) before each backward, so an element left unwritten shows
-    std::vector<floatX> dqkv_h, dqkv4_h, dqkv5_h, dqkv6_h;
+    std::vector<floatX> dqkv_h, dqkv4_h, dqkv5_h, dqkv6_h, out4_h;
+    std::vector<float> lse4_h;
     if (impl == 0) {
         // the backward's dK/dV kernels: versions 4 (the next query tile prefetched) and 5 (its 128-key blocks; version 4
         // where T is no multiple of 128) must give version 3's bits
@@ -247,6 +249,17 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
         attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 6, d_ds);
         dqkv6_h = download(d_dqkv, (size_t)B * T * W);
         cudaCheck(cudaFree(d_ds));
+        // the forward's version 4 (wgmma; version 3 where it does not fit), into NaN-filled buffers of its own
+        floatX* d_out4;
+        float* d_lse4;
+        cudaCheck(cudaMalloc(&d_out4, (size_t)B * T * H * hd * sizeof(floatX)));
+        cudaCheck(cudaMalloc(&d_lse4, (size_t)B * H * T * sizeof(float)));
+        cudaCheck(cudaMemset(d_out4, 0xff, (size_t)B * T * H * hd * sizeof(floatX)));
+        cudaCheck(cudaMemset(d_lse4, 0xff, (size_t)B * H * T * sizeof(float)));
+        attention_forward(d_out4, d_lse4, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc, 4);
+        out4_h = download(d_out4, (size_t)B * T * H * hd);
+        lse4_h = download(d_lse4, (size_t)B * H * T);
+        cudaCheck(cudaFree(d_out4)); cudaCheck(cudaFree(d_lse4));
     } else {
 #ifdef USE_CUDNN
         // cuDNN's deterministic backward, run twice: the same bits
@@ -349,6 +362,20 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
               "%zu of %zu elements differ", differ6, kv3.size());
         double e6[3];
         compare_backward(n + " version 6:", to_double(dqkv6_h), e6);
+        // the forward's version 4 against the reference at version 3's bounds (its products are wgmma's, its tiles 128
+        // keys: other roundings, so not version 3's bits); where it does not fit, the launcher runs version 3
+        if (attention_forward_wgmma_fits(T, hd)) {
+            double e4[2];
+            e4[0] = worst_ratio(to_double(out4_h), ref.o, ref.o_bnd);
+            e4[1] = worst_ratio(std::vector<double>(lse4_h.begin(), lse4_h.end()), ref.lse, ref.lse_bnd);
+            check(e4[0] <= 1.0, n + " forward version 4 (wgmma) out", "error %.3g times the bound", e4[0]);
+            check(e4[1] <= 1.0, n + " forward version 4 (wgmma) lse", "error %.3g times the bound", e4[1]);
+            printf("  %s version 4: error / bound: out %.3g lse %.3g\n", name, e4[0], e4[1]);
+        } else {
+            const size_t differ4 = count_differ(out_h, out4_h) + count_differ(lse_f, lse4_h);
+            check(differ4 == 0, n + " forward version 4 (version 3 at this shape) gives version 3's bits",
+                  "%zu elements differ", differ4);
+        }
         const size_t differ5 = count_differ(dqkv_h, dqkv5_h);
         check(differ5 == 0, n + (T % 128 == 0 ? " backward version 5 (128-key dK/dV blocks) gives version 3's bits"
                                               : " backward version 5 (version 4 at this T) gives version 3's bits"),

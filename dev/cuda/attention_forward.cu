@@ -8,6 +8,10 @@
 //              tiles skipped, one shared buffer with synchronous loads.
 //   version 3  llmc/attention.cuh as the trainer uses it: version 2 plus cp.async double
 //              buffering of the K/V tiles and the longest causal query tiles launched first.
+//   version 4  llmc/attention.cuh's Hopper kernel: the same steps on wgmma (sm_90a), 128 query rows per block
+//              (two warpgroups) against 128-key tiles in the 128-byte swizzled layout. Where it does not run
+//              (hd 80, T not a multiple of 128, a device without sm_90a code) the launcher runs version 3, and
+//              the program says so before the table.
 // Layout: qkv [B,T,(H+2KV)*hd] bf16 -> out [B,T,H*hd] bf16, lse [B,H,T] fp32.
 // FLOPs (causal, forward): 4 * B * H * T * T * hd / 2 (two matmuls of 2*T*T*hd, half the scores).
 // Tolerances (notes_attention.md): |out - ref| <= 3u * max|v| + 2u * |ref| with u = 2^-8,
@@ -174,16 +178,18 @@ static void attention_forward_v2(__nv_bfloat16* out, float* lse, const __nv_bflo
 
 // doc [B*T] (device) or null: versions 1 and 3 take documents, version 2 does not (the caller never passes it one)
 static bool takes_doc(int version) { return version != 2; }
+// version 4 where it runs (else llmc's launcher runs version 3)
+static bool runs_as_asked(int version, int T, int hd) { return version != 4 || attention_forward_wgmma_fits(T, hd); }
 static void run_version(int version, __nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int H,
                         int KV, int hd, const int32_t* doc = nullptr) {
     if (version == 1) attention_rowwise_forward(out, lse, qkv, B, T, H, KV, hd, 0, nullptr, doc);
     else if (version == 2) attention_forward_v2(out, lse, qkv, B, T, H, KV, hd, 0);
-    else attention_forward(out, lse, qkv, B, T, H, KV, hd, 0, nullptr, doc);
+    else attention_forward(out, lse, qkv, B, T, H, KV, hd, 0, nullptr, doc, version);
 }
 
 // ---- host side ------------------------------------------------------------------------------------
 
-static const int N_VERSIONS = 3;
+static const int N_VERSIONS = 4;
 static const double TARGET_TFLOPS = 400.0;
 
 // One check on fresh inputs; prints one [PASS] / [FAIL] line. doc [B*T] (host) or null: query t sees keys
@@ -254,7 +260,8 @@ static bool check_shape(int version, int B, int T, int H, int KV, int hd, size_t
 int main(int argc, char** argv) {
     AttentionArgs a = attention_parse_args(argc, argv,
                         "  Causal GQA flash-attention forward, bf16, hd 64/80/128. Versions: 1 warp per query row (fp32),\n"
-                        "  2 tensor cores + online softmax, 3 llmc/attention.cuh (cp.async double buffering, ldmatrix).\n"
+                        "  2 tensor cores + online softmax, 3 llmc/attention.cuh (cp.async double buffering, ldmatrix),\n"
+                        "  4 llmc/attention.cuh's wgmma kernel (sm_90a; version 3 where it does not run).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the --sizes shapes (TFLOP/s = 4*B*H*T*T*hd/2 / time; target 400). The documents check:\n"
                         "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1 and 3).\n",
@@ -290,6 +297,9 @@ int main(int argc, char** argv) {
                 if (a.version && v != a.version) continue;
                 Args av = a;
                 if (v == 1) { av.warmup = std::min(a.warmup, 1); av.reps = std::min(a.reps, 3); }  // slow CUDA-core version
+                if (!runs_as_asked(v, T, hd))
+                    printf("version 4 at %dx%dx%dx%dx%d: not run (needs hd 64 or 128, T a multiple of 128 and sm_90a code); "
+                           "the row below is version 3's\n", B, T, H, KV, hd);
                 double ms_docs1 = -1;
                 for (size_t k = 0; k < a.docs.size(); k++) {
                     if (a.docs[k] > 1 && !takes_doc(v)) continue;

@@ -202,6 +202,14 @@ struct EmuCpAsync {  // one cp.async in flight: destination, the 16 source bytes
     unsigned char data[16];
     long group;
 };
+struct EmuWgmma {  // one wgmma product queued by a thread (tests/cuda_emu/include/llmc/mma.cuh), run at its group's wait
+    float* d;              // the thread's n / 2 accumulators
+    int n, accumulate, tb;  // N; D = A B (+ D if accumulate); B MN-major if tb
+    long group;            // its commit group (-1: not committed yet)
+    bool a_regs;           // A from the warp's registers (a), else from the descriptor da
+    uint64_t da, db;
+    uint32_t a[32][4];     // a_regs: every lane's A fragment at the issue
+};
 struct EmuShadow {  // race detector: per shared byte, the barrier interval (gen + 1; 0 = never) and warp
     uint32_t w_gen, r_gen;
     int16_t w_warp, r_warp;  // r_warp -1: read by several warps in r_gen
@@ -229,6 +237,16 @@ struct EmuState {
     std::vector<EmuCpAsync> cp[MAXT];  // cp.async in flight per thread
     long cp_groups[MAXT];              // groups committed per thread
     std::vector<EmuShadow> shadow;     // per byte of smem (EMU_SCHED=random)
+    // wgmma per thread: the products in flight, groups committed, a wgmma.fence since the last wait, the accumulators'
+    // running values while products that write them are in flight (the registers themselves hold NaN until the wait)
+    std::vector<EmuWgmma> wg[MAXT];
+    long wg_groups[MAXT];
+    bool wg_fenced[MAXT];
+    std::vector<std::pair<float*, std::vector<float>>> wg_acc[MAXT];
+    // the async proxy: per 16-byte chunk of smem, 1 + the thread whose cp.async data landed there with no
+    // fence.proxy.async of that thread since (0: none); per thread the chunks it marked
+    std::vector<int16_t> proxy;
+    std::vector<int> proxy_chunks[MAXT];
 };
 inline EmuState g_emu;
 
@@ -408,6 +426,7 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
         blockIdx = dim3((unsigned)(b % grid.x), (unsigned)((b / grid.x) % grid.y), (unsigned)(b / ((long)grid.x * grid.y)));
         E.smem.assign(smem + 16, 0xff);  // fresh shared memory, NaN-filled
         if (g_emu_random) E.shadow.assign(smem + 16, EmuShadow{0, 0, 0, 0, 0});
+        E.proxy.assign((smem + 16 + 15) / 16, 0);
         E.blk = EmuGroup{nt, 0, 0, 0};
         for (int w = 0; w < (nt + 31) / 32; w++) E.warp[w] = EmuGroup{std::min(32, nt - 32 * w), 0, 0, 0};
         for (int t = 0; t < nt; t++) {
@@ -425,6 +444,11 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
             E.cp[t].clear();
             E.cp_groups[t] = 0;
             E.coll[t] = 0;
+            E.wg[t].clear();
+            E.wg_groups[t] = 0;
+            E.wg_fenced[t] = false;
+            E.wg_acc[t].clear();
+            E.proxy_chunks[t].clear();
         }
         int remaining = nt;
         // thread t until it waits at a barrier or returns (the default order: or, having handed over to the next ones
@@ -473,6 +497,11 @@ static void emu_run_grid(dim3 grid, dim3 block, size_t smem, Fn& fn) {
                 abort();
             }
         }
+        for (int t = 0; t < nt; t++)
+            if (!E.wg[t].empty()) {
+                E.cur = t;
+                emu_error("wgmma products still in flight when the thread returned (no wgmma_wait for their group)");
+            }
     }
     E.in_kernel = false;
 }
