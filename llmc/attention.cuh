@@ -35,7 +35,8 @@
 //                      version = 0, ds = null)
 //     dvec [B, H, T] fp32 is a scratch buffer of the caller. No atomics: bitwise reproducible. version: the dK/dV
 //     kernel, 3, 4 or 5 (the same bits), 6 (dQ from the dS the dK/dV kernel writes to ds [B, H, T, T], a buffer the
-//     caller gives), 0 for ATT_BWD_TABLE's choice per head dim. doc: the forward's.
+//     caller gives), 7 (both kernels on wgmma, Hopper; version 5 where it cannot run), 0 for ATT_BWD_TABLE's choice
+//     per head dim. doc: the forward's.
 // The PTX primitives (mma.sync, ldmatrix, cp.async, wgmma) and their fragment layouts are in llmc/mma.cuh.
 // dev/cuda/attention_forward.cu and attention_backward.cu time these kernels against simpler
 // versions; dev/cuda/notes_attention.md describes the design and its expected performance.
@@ -553,6 +554,31 @@ static void attention_backward_preprocess(float* dvec, const floatX* dout, const
     cudaCheck(cudaGetLastError());
 }
 
+// P^T and dS^T of a dK/dV tile in place of S^T (st) and dP^T (dpt): rows this thread's keys key0 and key0 + 8, columns
+// the queries q_first + 8n + 2 q4 + e % 2 (sL: their lse * log2(e), sD: their D, sDoc: their document starts, read only
+// where doc_tile). Keys before the query's document start or after the query get P = 0.
+template <int NQ, bool ALIBI>
+__device__ __forceinline__ void dkdv_probs(float (&st)[NQ][4], float (&dpt)[NQ][4], int key0, int q_first,
+                                           const float* sL, const float* sD, const int32_t* sDoc, bool doc_tile,
+                                           float scale_log2, float slope_log2) {
+    const int q4 = threadIdx.x % 4;
+    // documents: keys before the query's document start get S = -inf, so P = 0 below (a uniform branch)
+    if (doc_tile)
+        for (int n = 0; n < NQ; n++)
+            for (int e = 0; e < 4; e++)
+                if (key0 + (e >> 1) * 8 < sDoc[n * 8 + 2 * q4 + (e & 1)]) st[n][e] = -INFINITY;
+    for (int n = 0; n < NQ; n++)
+        for (int e = 0; e < 4; e++) {
+            const int qi = n * 8 + 2 * q4 + (e & 1);
+            const int key = key0 + (e >> 1) * 8;
+            float x = st[n][e] * scale_log2;
+            if (ALIBI) x += slope_log2 * (float)(key - (q_first + qi));
+            const float p = (key > q_first + qi) ? 0.0f : exp2f(x - sL[qi]);
+            st[n][e] = p;
+            dpt[n][e] = p * (dpt[n][e] - sD[qi]);
+        }
+}
+
 // The dK/dV work of one query tile for one warp: its 16 keys (rows kw, vw of the staged K and V, keys key0 and
 // key0 + 8 for this thread) against BM query rows from q_first (sQ, sdO: [BM][HD + ATT_PAD]; sL: lse * log2(e),
 // sD: D = rowsum(dO * O), [BM] each; sDoc: the rows' document starts [BM], read only where doc_tile, the tiles
@@ -595,22 +621,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[HD / 8][4], float (&dv)[HD
             mma_16816(dpt[n + 1], va, ob[2], ob[3]);
         }
     }
-    // documents: keys before the query's document start get S = -inf, so P = 0 below (a uniform branch)
-    if (doc_tile)
-        for (int n = 0; n < NQ; n++)
-            for (int e = 0; e < 4; e++)
-                if (key0 + (e >> 1) * 8 < sDoc[n * 8 + 2 * q4 + (e & 1)]) st[n][e] = -INFINITY;
-    // P^T and dS^T in place (rows: keys key0, key0 + 8; columns: queries)
-    for (int n = 0; n < NQ; n++)
-        for (int e = 0; e < 4; e++) {
-            const int qi = n * 8 + 2 * q4 + (e & 1);
-            const int key = key0 + (e >> 1) * 8;
-            float x = st[n][e] * scale_log2;
-            if (ALIBI) x += slope_log2 * (float)(key - (q_first + qi));
-            const float p = (key > q_first + qi) ? 0.0f : exp2f(x - sL[qi]);
-            st[n][e] = p;
-            dpt[n][e] = p * (dpt[n][e] - sD[qi]);
-        }
+    dkdv_probs<NQ, ALIBI>(st, dpt, key0, q_first, sL, sD, sDoc, doc_tile, scale_log2, slope_log2);
     // version 6: dS (floatX, as the products below round it) to ds_row: row key0 (and key0 + 8, T further) of
     // [keys][queries], at the tile's first query
     if (ds_row)
@@ -857,6 +868,43 @@ attention_backward_dkdv_prefetch_kernel(floatX* dqkv, const floatX* dout, const 
 // Each warp owns 16 query rows and keeps their dQ (16 x hd, fp32) in registers. Per key tile:
 //   S = Q K^T, dP = dO V^T, P = exp(S * scale (+ ALiBi's bias) - lse), dS = P (dP - D), dQ += dS K;
 // dQ is scaled and written once (floatX) into the query part of dqkv.
+// dS in place of S (s) of a dQ tile: rows this thread's queries row0 and row0 + 8 (L: their lse * log2(e), D: their D,
+// lo: their document starts, used where doc_tile), columns the keys key0 + 8n + 2 q4 + e % 2; keys before the row's
+// document start, or after the query on a diagonal tile (diag), have P = 0.
+template <int NT, bool ALIBI>
+__device__ __forceinline__ void dq_probs(float (&s)[NT][4], const float (&dp)[NT][4], int key0, int row0, bool diag,
+                                         bool doc_tile, const int (&lo)[2], const float (&L)[2], const float (&D)[2],
+                                         float scale_log2, float slope_log2) {
+    const int q4 = threadIdx.x % 4;
+    // documents: keys before the row's document start get S = -inf (P = 0 below)
+    if (doc_tile)
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++)
+                if (key0 + n * 8 + 2 * q4 + (e & 1) < lo[e >> 1]) s[n][e] = -INFINITY;
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            const int key = key0 + n * 8 + 2 * q4 + (e & 1);
+            const int r = e >> 1;
+            float x = s[n][e] * scale_log2;
+            if (ALIBI) x += slope_log2 * (float)(key - (row0 + r * 8));
+            const float p = (diag && key > row0 + r * 8) ? 0.0f : exp2f(x - L[r]);
+            s[n][e] = p * (dp[n][e] - D[r]);
+        }
+}
+
+// dQ (scaled) of this thread's rows row0 and row0 + 8, query head h, into dqkv
+template <int HD>
+__device__ __forceinline__ void dq_store(floatX* dqkv, const float (&dq)[HD / 8][4], int b, int T, int H, int KV, int h,
+                                         int row0, float scale) {
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const int q4 = threadIdx.x % 4;
+    for (int r = 0; r < 2; r++) {
+        floatX* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
+        for (int d = 0; d < HD / 8; d++)
+            *reinterpret_cast<floatX2*>(dqr + d * 8) = to_floatX2(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
+    }
+}
+
 template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_THREADS, 2)
 attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv,
@@ -875,7 +923,7 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
 
     const int qt = T / ATT_DQ_BM - 1 - (int)blockIdx.y;
     const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q4 = lane % 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4;
     const int mat = lane / 8, r8 = lane % 8;  // ldmatrix row-address roles
     const size_t ld = (size_t)(H + 2 * KV) * HD;
     const size_t q_row0 = (size_t)b * T + (size_t)qt * ATT_DQ_BM;
@@ -945,24 +993,10 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
                 mma_16816(dp[n + 1], oa, vb[2], vb[3]);
             }
         }
-        // documents: keys before the row's document start get S = -inf (P = 0 below), on the tiles where some row
-        // of the block has its start (bounds from doc, not from the loop's start, as in the forward)
+        // documents: the mask on the tiles where some row of the block has its start (bounds from doc, not from the
+        // loop's start, as in the forward)
         const bool doc_tile = j * ATT_BWD_BN < d_last && (j + 1) * ATT_BWD_BN > d_first;
-        if (doc_tile)
-            for (int n = 0; n < NT; n++)
-                for (int e = 0; e < 4; e++)
-                    if (j * ATT_BWD_BN + n * 8 + 2 * q4 + (e & 1) < lo[e >> 1]) s[n][e] = -INFINITY;
-        // dS in place of S; keys after the query (diagonal tile only) have P = 0
-        const bool diag = (j == qt);
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 4; e++) {
-                const int key = j * ATT_BWD_BN + n * 8 + 2 * q4 + (e & 1);
-                const int r = e >> 1;
-                float x = s[n][e] * scale_log2;
-                if (ALIBI) x += slope_log2 * (float)(key - (row0 + r * 8));
-                const float p = (diag && key > row0 + r * 8) ? 0.0f : exp2f(x - L[r]);
-                s[n][e] = p * (dp[n][e] - D[r]);
-            }
+        dq_probs<NT, ALIBI>(s, dp, j * ATT_BWD_BN, row0, j == qt, doc_tile, lo, L, D, scale_log2, slope_log2);
         // dQ += dS K: the accumulators of n tiles 2c, 2c+1 are the A fragment of k-chunk c (keys
         // c*16..); B[k = key][n = dim] = K row-major, so transposed ldmatrix
         for (int c = 0; c < ATT_BWD_BN / 16; c++) {
@@ -973,12 +1007,7 @@ attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
 
-    for (int r = 0; r < 2; r++) {
-        floatX* dqr = dqkv + ((size_t)b * T + row0 + r * 8) * ld + (size_t)h * HD + 2 * q4;
-        for (int d = 0; d < DT; d++)
-            *reinterpret_cast<floatX2*>(dqr + d * 8) =
-                to_floatX2(dq[d][2 * r] * scale, dq[d][2 * r + 1] * scale);
-    }
+    dq_store<HD>(dqkv, dq, b, T, H, KV, h, row0, scale);
 }
 
 // Version 6's dQ: dQ = dS K from the dS the dK/dV kernel wrote (ds [B, H, T keys, T queries], floatX), one product
@@ -1060,10 +1089,255 @@ attention_backward_dq_ds_kernel(floatX* dqkv, const floatX* qkv, const floatX* d
     }
 }
 
+// ---- backward, version 7: Hopper's wgmma (sm_90a) ---------------------------------------------------
+// Version 3's two kernels with their products on wgmma (llmc/mma.cuh), one warpgroup (4 warps x 16 rows) per block,
+// tiles of 64 keys and 64 query rows in the 128-byte swizzled layout (load_tile_sw128), the elementwise steps version
+// 3's (dkdv_probs, dq_probs) on the same accumulator layout.
+//   dK/dV: one block per (b * KV + kv head, key tile of 64), its K and V staged once; per (query head of the group,
+//     query tile) Q, dO, lse, D (and document starts) double-buffered: S^T = K Q^T and dP^T = V dO^T from shared memory
+//     (K-major both), then dV += P^T dO and dK += dS^T Q with P^T and dS^T from registers and dO, Q as MN-major B.
+//   dQ: one block per (b * H + query head, reversed query tile of 64), K/V tiles double-buffered: S = Q K^T and
+//     dP = dO V^T from shared memory, then dQ += dS K with dS from registers and K as an MN-major B.
+// Each product group waited for at once. No atomics: version 3's determinism (not its bits: other tiles and product
+// order). Needs hd 64 or 128; the launcher runs version 5 otherwise and where the device's code has no wgmma.
+// Prediction (dev/cuda/notes_attention.md): 1.6-2x version 3's backward.
+static const int ATT_WGB_N = 64;          // keys per dK/dV block and per dQ key tile; query rows per tile and dQ block
+static const int ATT_WGB_THREADS = 128;   // one warpgroup
+
+template <int HD, bool ALIBI>
+__global__ void __launch_bounds__(ATT_WGB_THREADS, 2)
+attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                     const float* dvec, const float* alibi, const int32_t* doc, int T, int H, int KV) {
+    static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
+    constexpr int BM = ATT_WGB_N, NQ = BM / 8, DT = HD / 8, TILE = ATT_WGB_N * HD;
+    constexpr uint32_t SBO = 8 * 128, LBO = ATT_WGB_N * 128;  // 8-row groups; 64-column tiles of a 64-row tile
+    DYNAMIC_SMEM(att_smem);
+    floatX* sK = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][64][64] swizzled
+    floatX* sV = sK + TILE;                                              // [HD/64][64][64]
+    floatX* sQ = sV + TILE;                                              // [2][HD/64][64][64]
+    floatX* sdO = sQ + 2 * TILE;                                         // [2][HD/64][64][64]
+    float* sL = reinterpret_cast<float*>(sdO + 2 * TILE);                // [2][BM] lse * log2(e)
+    float* sD = sL + 2 * BM;                                             // [2][BM]
+    int32_t* sDoc = reinterpret_cast<int32_t*>(sD + 2 * BM);             // [2][BM] document starts (only with doc)
+
+    const int kt = blockIdx.y;
+    const int bk = blockIdx.x, b = bk / KV, kh = bk % KV, group = H / KV;
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const size_t kv_row0 = (size_t)b * T + (size_t)kt * ATT_WGB_N;
+    load_tile_sw128<ATT_WGB_N, HD, ATT_WGB_THREADS>(sK, qkv + kv_row0 * ld + (size_t)(H + kh) * HD, ld);
+    load_tile_sw128<ATT_WGB_N, HD, ATT_WGB_THREADS>(sV, qkv + kv_row0 * ld + (size_t)(H + KV + kh) * HD, ld);
+
+    const int key0 = kt * ATT_WGB_N + warp * 16 + g;  // this thread's keys: key0 and key0 + 8
+    const int first_qt = kt, n_qt = T / BM;           // square tiles: the diagonal tile first
+    const int key_first = kt * ATT_WGB_N, key_last = key_first + ATT_WGB_N - 1;
+    const int qt_end = doc ? att_doc_qtile_end(doc, b, T, BM, first_qt, n_qt, key_last) : n_qt;
+    const int n_q = qt_end - first_qt, steps = group * n_q;  // (query head of the group, query tile) pairs
+    // step i's Q and dO into buffer buf by cp.async (the caller commits), its lse, D and document starts by plain stores
+    auto stage = [&](int i, int buf) {
+        const int h = kh * group + i / n_q, it = first_qt + i % n_q;
+        const size_t q_row0 = (size_t)b * T + (size_t)it * BM;
+        load_tile_sw128<BM, HD, ATT_WGB_THREADS>(sQ + buf * TILE, qkv + q_row0 * ld + (size_t)h * HD, ld);
+        load_tile_sw128<BM, HD, ATT_WGB_THREADS>(sdO + buf * TILE, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+        for (int r = threadIdx.x; r < BM; r += ATT_WGB_THREADS) {
+            const size_t i2 = ((size_t)b * H + h) * T + (size_t)it * BM + r;
+            sL[buf * BM + r] = lse[i2] * 1.4426950408889634f;
+            sD[buf * BM + r] = dvec[i2];
+            if (doc) sDoc[buf * BM + r] = doc[q_row0 + r];
+        }
+    };
+    if (steps > 0) stage(0, 0);
+    cp_async_commit();
+
+    const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    float dk[DT][4], dv[DT][4];
+    for (int d = 0; d < DT; d++)
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    for (int i = 0; i < steps; i++) {
+        const int buf = i & 1;
+        if (i + 1 < steps) {
+            stage(i + 1, buf ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        const int h = kh * group + i / n_q, it = first_qt + i % n_q;
+        const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
+        const floatX* q_s = sQ + buf * TILE;
+        const floatX* o_s = sdO + buf * TILE;
+        const float* sLb = sL + buf * BM;
+        const float* sDb = sD + buf * BM;
+        const int32_t* sDocb = sDoc + buf * BM;
+        // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries): 16 head dims per product
+        float st[NQ][4], dpt[NQ][4];
+        wgmma_fence();
+        for (int kc = 0; kc < HD / 16; kc++) {
+            const int off = (kc / 4) * ATT_WGB_N * 64 + (kc % 4) * 16;
+            wgmma_ss_n64<0>(&st[0][0], wgmma_desc(sK + off, 16, SBO), wgmma_desc(q_s + off, 16, SBO), kc > 0);
+            wgmma_ss_n64<0>(&dpt[0][0], wgmma_desc(sV + off, 16, SBO), wgmma_desc(o_s + off, 16, SBO), kc > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        const bool doc_tile = doc && sDocb[BM - 1] > key_first && sDocb[0] <= key_last;
+        dkdv_probs<NQ, ALIBI>(st, dpt, key0, it * BM, sLb, sDb, sDocb, doc_tile, scale_log2, slope_log2);
+        // dV += P^T dO and dK += dS^T Q: queries 16c..16c+15 are rows 16c.. of the Q and dO tiles (MN-major B)
+        uint32_t pa[BM / 16][4], sa[BM / 16][4];
+        for (int c = 0; c < BM / 16; c++) {
+            pa[c][0] = pack_x2(st[2 * c][0], st[2 * c][1]);
+            pa[c][1] = pack_x2(st[2 * c][2], st[2 * c][3]);
+            pa[c][2] = pack_x2(st[2 * c + 1][0], st[2 * c + 1][1]);
+            pa[c][3] = pack_x2(st[2 * c + 1][2], st[2 * c + 1][3]);
+            sa[c][0] = pack_x2(dpt[2 * c][0], dpt[2 * c][1]);
+            sa[c][1] = pack_x2(dpt[2 * c][2], dpt[2 * c][3]);
+            sa[c][2] = pack_x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]);
+            sa[c][3] = pack_x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3]);
+        }
+        wgmma_fence();
+        for (int c = 0; c < BM / 16; c++) {
+            const uint64_t d_o = wgmma_desc(o_s + c * 16 * 64, LBO, SBO), d_q = wgmma_desc(q_s + c * 16 * 64, LBO, SBO);
+            if constexpr (HD == 64) {
+                wgmma_rs_n64<1>(&dv[0][0], pa[c], d_o, 1);
+                wgmma_rs_n64<1>(&dk[0][0], sa[c], d_q, 1);
+            } else {
+                wgmma_rs_n128<1>(&dv[0][0], pa[c], d_o, 1);
+                wgmma_rs_n128<1>(&dk[0][0], sa[c], d_q, 1);
+            }
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        __syncthreads();  // buffer buf is staged again two steps on
+    }
+    dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
+}
+
+template <int HD, bool ALIBI>
+__global__ void __launch_bounds__(ATT_WGB_THREADS, 2)
+attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                   const float* dvec, const float* alibi, const int32_t* doc, int T, int H, int KV) {
+    static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
+    constexpr int BM = ATT_WGB_N, BN = ATT_WGB_N, NT = BN / 8, DT = HD / 8, TILE = ATT_WGB_N * HD;
+    constexpr uint32_t SBO = 8 * 128, LBO = ATT_WGB_N * 128;
+    DYNAMIC_SMEM(att_smem);
+    floatX* sQ = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][64][64] swizzled
+    floatX* sdO = sQ + TILE;                                             // [HD/64][64][64]
+    floatX* sK = sdO + TILE;                                             // [2][HD/64][64][64]
+    floatX* sV = sK + 2 * TILE;                                          // [2][HD/64][64][64]
+
+    const int qt = T / BM - 1 - (int)blockIdx.y;  // longest first
+    const int bh = blockIdx.x, b = bh / H, h = bh % H, kh = h / (H / KV);
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
+    const size_t ld = (size_t)(H + 2 * KV) * HD;
+    const size_t q_row0 = (size_t)b * T + (size_t)qt * BM;
+    const floatX* kbase = qkv + (size_t)b * T * ld + (size_t)(H + kh) * HD;
+    const floatX* vbase = qkv + (size_t)b * T * ld + (size_t)(H + KV + kh) * HD;
+    const int n_kt = qt + 1;  // causal: key tiles 0..qt (square tiles)
+    const int32_t* drow = doc ? doc + q_row0 : nullptr;
+    const int d_first = doc ? drow[0] : 0, d_last = doc ? drow[BM - 1] : 0;
+    const int kt_first = d_first / BN;
+
+    load_tile_sw128<BM, HD, ATT_WGB_THREADS>(sQ, qkv + q_row0 * ld + (size_t)h * HD, ld);
+    load_tile_sw128<BM, HD, ATT_WGB_THREADS>(sdO, dout + q_row0 * H * HD + (size_t)h * HD, (size_t)H * HD);
+    load_tile_sw128<BN, HD, ATT_WGB_THREADS>(sK, kbase + (size_t)kt_first * BN * ld, ld);
+    load_tile_sw128<BN, HD, ATT_WGB_THREADS>(sV, vbase + (size_t)kt_first * BN * ld, ld);
+    cp_async_commit();
+
+    const float scale = rsqrtf((float)HD), scale_log2 = scale * 1.4426950408889634f;
+    const float slope_log2 = ALIBI ? alibi[h] * 1.4426950408889634f : 0.0f;
+    const int row0 = qt * BM + warp * 16 + g;  // this thread's query rows: row0 and row0 + 8
+    float L[2], D[2];
+    for (int r = 0; r < 2; r++) {
+        const size_t i = ((size_t)b * H + h) * T + row0 + r * 8;
+        L[r] = lse[i] * 1.4426950408889634f;
+        D[r] = dvec[i];
+    }
+    const int lo[2] = {doc ? drow[warp * 16 + g] : 0, doc ? drow[warp * 16 + g + 8] : 0};
+    float dq[DT][4];
+    for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+
+    for (int j = kt_first; j < n_kt; j++) {
+        const int st = (j - kt_first) & 1;
+        const floatX* k_s = sK + st * TILE;
+        const floatX* v_s = sV + st * TILE;
+        if (j + 1 < n_kt) {
+            const size_t off = (size_t)(j + 1) * BN * ld;
+            load_tile_sw128<BN, HD, ATT_WGB_THREADS>(sK + (st ^ 1) * TILE, kbase + off, ld);
+            load_tile_sw128<BN, HD, ATT_WGB_THREADS>(sV + (st ^ 1) * TILE, vbase + off, ld);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();
+        __syncthreads();
+        // S = Q K^T and dP = dO V^T (64 queries x 64 keys): 16 head dims per product
+        float s[NT][4], dp[NT][4];
+        wgmma_fence();
+        for (int kc = 0; kc < HD / 16; kc++) {
+            const int off = (kc / 4) * ATT_WGB_N * 64 + (kc % 4) * 16;
+            wgmma_ss_n64<0>(&s[0][0], wgmma_desc(sQ + off, 16, SBO), wgmma_desc(k_s + off, 16, SBO), kc > 0);
+            wgmma_ss_n64<0>(&dp[0][0], wgmma_desc(sdO + off, 16, SBO), wgmma_desc(v_s + off, 16, SBO), kc > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        const bool doc_tile = j * BN < d_last && (j + 1) * BN > d_first;
+        dq_probs<NT, ALIBI>(s, dp, j * BN, row0, j == qt, doc_tile, lo, L, D, scale_log2, slope_log2);
+        // dQ += dS K: keys 16c..16c+15 are rows 16c.. of the K tile (an MN-major B)
+        uint32_t da[BN / 16][4];
+        for (int c = 0; c < BN / 16; c++) {
+            da[c][0] = pack_x2(s[2 * c][0], s[2 * c][1]);
+            da[c][1] = pack_x2(s[2 * c][2], s[2 * c][3]);
+            da[c][2] = pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]);
+            da[c][3] = pack_x2(s[2 * c + 1][2], s[2 * c + 1][3]);
+        }
+        wgmma_fence();
+        for (int c = 0; c < BN / 16; c++) {
+            const uint64_t d_k = wgmma_desc(k_s + c * 16 * 64, LBO, SBO);
+            if constexpr (HD == 64) wgmma_rs_n64<1>(&dq[0][0], da[c], d_k, 1);
+            else wgmma_rs_n128<1>(&dq[0][0], da[c], d_k, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        __syncthreads();  // the next iteration overwrites a buffer read here
+    }
+    dq_store<HD>(dqkv, dq, b, T, H, KV, h, row0, scale);
+}
+
+// version 7 runs at this head dim on this device (else version 5 does)
+static bool attention_backward_wgmma_fits(int hd) { return (hd == 64 || hd == 128) && wgmma_supported(); }
+
+template <int HD, bool ALIBI>
+static void attention_backward_wgmma_hd(floatX* dqkv, const floatX* dout, const floatX* qkv, const float* lse,
+                                        const float* dvec, const float* alibi, const int32_t* doc, int B, int T, int H,
+                                        int KV, cudaStream_t stream) {
+    // dK/dV: K, V and two buffers of Q, dO, lse, D (and document starts); dQ: Q, dO and two buffers of K, V; both plus
+    // up to 1 KiB to align the tiles
+    const size_t tile = (size_t)ATT_WGB_N * HD * sizeof(floatX);
+    const size_t smem_kv = 6 * tile + 2 * ATT_WGB_N * 2 * sizeof(float) + 2 * ATT_WGB_N * sizeof(int32_t) + 1024;
+    const size_t smem_q = 6 * tile + 1024;
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dkdv_wgmma_kernel<HD, ALIBI>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_kv));
+    attention_backward_dkdv_wgmma_kernel<HD, ALIBI><<<dim3(B * KV, T / ATT_WGB_N), ATT_WGB_THREADS, smem_kv, stream>>>(
+        dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
+    cudaCheck(cudaGetLastError());
+    cudaCheck(cudaFuncSetAttribute(attention_backward_dq_wgmma_kernel<HD, ALIBI>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_q));
+    attention_backward_dq_wgmma_kernel<HD, ALIBI><<<dim3(B * H, T / ATT_WGB_N), ATT_WGB_THREADS, smem_q, stream>>>(
+        dqkv, dout, qkv, lse, dvec, alibi, doc, T, H, KV);
+    cudaCheck(cudaGetLastError());
+}
+
 template <int HD, bool ALIBI>
 static void attention_backward_hd(floatX* dqkv, const floatX* dout, const floatX* qkv,
                                   const float* lse, const float* dvec, const float* alibi, const int32_t* doc, int B,
                                   int T, int H, int KV, cudaStream_t stream, int version, floatX* ds) {
+    if constexpr (HD % 64 == 0)
+        if (version == 7) {
+            attention_backward_wgmma_hd<HD, ALIBI>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream);
+            return;
+        }
     // dK/dV: 32 query rows per tile keep dK, dV, S^T and dP^T in registers; versions 4 to 6 hold two tiles' Q, dO,
     // lse, D (and, with documents, the rows' document starts: shared memory that only a launch with doc asks for);
     // version 5's blocks hold 128 keys, and version 6's where T allows (it also writes dS to ds)
@@ -1132,15 +1406,17 @@ static int attention_backward_version(int hd) {
 // dqkv [B,T,(H+2KV)*hd] (overwritten) <- dout [B,T,H*hd], out and lse of the forward, qkv; alibi [H] or null; doc
 // [B*T] (device) or null, the forward's. Scratch: dvec [B,H,T] fp32. Deterministic: no atomics, every element written
 // by one thread. version: 3, 4 or 5 (the dK/dV kernel; 5 runs as 4 where T is no multiple of 128), 6 (dQ from the
-// dS the dK/dV kernel writes into ds [B, H, T, T], which it needs), 0 for attention_backward_version's choice.
+// dS the dK/dV kernel writes into ds [B, H, T, T], which it needs), 7 (both kernels on wgmma; version 5 where
+// attention_backward_wgmma_fits says no), 0 for attention_backward_version's choice.
 static void attention_backward(floatX* dqkv, float* dvec, const floatX* dout, const floatX* out,
                                const floatX* qkv, const float* lse, int B, int T, int H, int KV, int hd,
                                cudaStream_t stream, const float* alibi = nullptr, const int32_t* doc = nullptr,
                                int version = 0, floatX* ds = nullptr) {
     attention_check_shape(B, T, H, KV, hd);
     if (version == 0) version = attention_backward_version(hd);
-    if (version < 3 || version > 6) die("attention_backward: version %d (3 to 6)", version);
+    if (version < 3 || version > 7) die("attention_backward: version %d (3 to 7)", version);
     if (version == 6 && !ds) die("attention_backward: version 6 needs a dS buffer of B*H*T*T elements");
+    if (version == 7 && !attention_backward_wgmma_fits(hd)) version = 5;
     if (version == 5 && T % 128 != 0) version = 4;
     attention_backward_preprocess(dvec, dout, out, B, T, H, hd, stream);
     if (hd == 64) attention_backward_hd<64>(dqkv, dout, qkv, lse, dvec, alibi, doc, B, T, H, KV, stream, version, ds);

@@ -9,8 +9,9 @@
 //   cp_async_commit()                closes this thread's group of cp.async copies
 //   cp_async_wait<N>()               waits until at most the newest N groups of this thread are in flight
 //   DYNAMIC_SMEM(name);              declares unsigned char name[]: the block's dynamic shared memory, 16-byte aligned
-//   Hopper (sm_90a; below, with their layouts): wgmma_fence, wgmma_ss_n128, wgmma_rs_n64, wgmma_rs_n128, wgmma_commit,
-//   wgmma_wait<N> (the warpgroup's asynchronous product), fence_proxy_async, wgmma_desc, smem_align1024, smem_u32
+//   Hopper (sm_90a; below, with their layouts): wgmma_fence, wgmma_ss_n64, wgmma_ss_n128, wgmma_rs_n64,
+//   wgmma_rs_n128, wgmma_commit, wgmma_wait<N> (the warpgroup's asynchronous product), fence_proxy_async, wgmma_desc,
+//   smem_align1024, smem_u32
 // Fragment layouts (PTX ISA, m16n8k16 with .bf16 or .f16: the same), with g = lane / 4 and q = lane % 4; each 32-bit
 // register holds two 16-bit values, the lower index in the low half:
 //   a[4] of A[16][16] (row-major): a0 (row g, cols 2q, 2q+1) a1 (row g+8, cols 2q..) a2 (row g, cols 2q+8..)
@@ -86,7 +87,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // accumulate. The product is asynchronous:
 //   wgmma_fence()          before the first product, and after this thread touched the accumulators or the A
 //                          registers of a product to come (PTX: wgmma.fence)
-//   wgmma_ss_n128, wgmma_rs_n64, wgmma_rs_n128   queue one product (accumulate 0: D = A B, 1: D += A B)
+//   wgmma_ss_n64, wgmma_ss_n128, wgmma_rs_n64, wgmma_rs_n128   queue one product (accumulate 0: D = A B, 1: D += A B)
 //   wgmma_commit()         closes the group of products queued since the last commit
 //   wgmma_wait<N>()        waits until at most the newest N groups are in flight; before it, the accumulators and the
 //                          A registers of a queued product must not be read or written
@@ -143,6 +144,24 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// d[32] (+)= A B, A [64 x 16] and B [16 x 64] from shared memory; TB: B MN-major
+template <int TB>
+__device__ __forceinline__ void wgmma_ss_n64(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {
+#ifdef LLMC_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." LLMC_WGMMA_TYPE "." LLMC_WGMMA_TYPE " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, %35;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TB));
+#else
+    (void)d, (void)desc_a, (void)desc_b, (void)accumulate;
+    __trap();
+#endif
+}
 // d[64] (+)= A B, A [64 x 16] and B [16 x 128] from shared memory; TB: B MN-major
 template <int TB>
 __device__ __forceinline__ void wgmma_ss_n128(float* d, uint64_t desc_a, uint64_t desc_b, int accumulate) {

@@ -426,7 +426,7 @@ stage_kernels() {
     done
 }
 
-# attention_sweep DIR: attention forward and backward of llmc/attention.cuh (version 3 of the dev/cuda programs) and
+# attention_sweep DIR: attention forward and backward of llmc/attention.cuh (the dev/cuda programs' versions below) and
 # torch SDPA at head dims 64, 80, 128 and T 1024, 4096, 8192 (B*T = 16384 tokens, causal); the programs' full output
 # in DIR, their tables (ours, then SDPA's lines as comments) in DIR/table.md; sets sweep_shapes and sweep_sdpa (ran,
 # or "not run: ..."). Needs programs build/devcuda/attention_forward and attention_backward (P). --tiny: one shape
@@ -444,7 +444,7 @@ attention_sweep() {
     rm -rf "$sw" && mkdir -p "$sw"
     # the forward's versions 3 (mma.sync) and 4 (wgmma) are llmc/attention.cuh's (the table attention_forward_version
     # picks from); the backward's versions 3, 4 and 5 are its dK/dV kernels (attention_backward_version's table), 6 the
-    # candidate that stores dS; run_all.sh times every version at one shape
+    # candidate that stores dS, 7 both kernels on wgmma; run_all.sh times every version at one shape
     : > "$sw/attention_forward.log"
     for v in 3 4; do
         limited 120 "$(pp build/devcuda/attention_forward)" $v --sizes "$shapes" "${quick[@]}" >> "$sw/attention_forward.log" 2>&1 ||
@@ -452,7 +452,7 @@ attention_sweep() {
     done
     cat "$sw/attention_forward.log"
     : > "$sw/attention_backward.log"
-    for v in 3 4 5 6; do
+    for v in 3 4 5 6 7; do
         limited 120 "$(pp build/devcuda/attention_backward)" $v --sizes "$shapes" "${quick[@]}" >> "$sw/attention_backward.log" 2>&1 ||
             failed+=("attention_backward v$v sweep")
     done

@@ -87,6 +87,8 @@ DYN_SMEM = {
     "attention_backward_dq_kernel": (["HD"], "(2 * ATT_DQ_BM + 4 * ATT_BWD_BN) * (HD + ATT_PAD) * 2"),
     "attention_backward_dq_ds_kernel": (["HD"], "2 * ATT_BWD_BN * (HD + ATT_PAD + ATT_DQ_BM + ATT_PAD) * 2"),
     "attention_forward_wgmma_kernel": (["HD"], "5 * ATT_WG_BN * HD * 2 + 1024"),
+    "attention_backward_dkdv_wgmma_kernel": (["HD"], "6 * ATT_WGB_N * HD * 2 + 2 * ATT_WGB_N * 2 * 4 + 2 * ATT_WGB_N * 4 + 1024"),
+    "attention_backward_dq_wgmma_kernel": (["HD"], "6 * ATT_WGB_N * HD * 2 + 1024"),
 }
 
 

@@ -8,7 +8,8 @@
 // naming T. The forward runs as version 3 and as version 4 (wgmma, where T is a multiple of 128 and hd 64 or 128;
 // elsewhere it must give version 3's bits). The backward runs with each dK/dV kernel (versions 3, 4 and 5 of llmc/attention.cuh): version 3 is checked
 // against the reference, versions 4 and 5 must give its bits; and as version 6 (dQ from the dS its dK/dV kernel stores,
-// into a NaN-filled buffer): dK and dV must be version 3's bits, dQ within the reference's bound. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
+// into a NaN-filled buffer): dK and dV must be version 3's bits, dQ within the reference's bound; and as version 7 (both
+// kernels on wgmma, hd 64 or 128; elsewhere version 3's bits) within the reference's bounds. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
 //
 // Tolerance. The inputs q, k, v, dO are bf16 numbers and both sides use exactly those. The kernels keep
 // scores, softmax statistics and every accumulation in fp32 (relative errors near 2^-22, fast-math exp2 and
@@ -226,7 +227,7 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
     cudaCheck(cudaMalloc(&d_dvec, (size_t)B * H * T * sizeof(float)));
     const std::string n = name;
     // dqkv is filled with NaN (0xffff) before each backward, so an element left unwritten shows
-    std::vector<floatX> dqkv_h, dqkv4_h, dqkv5_h, dqkv6_h, out4_h;
+    std::vector<floatX> dqkv_h, dqkv4_h, dqkv5_h, dqkv6_h, dqkv7_h, out4_h;
     std::vector<float> lse4_h;
     if (impl == 0) {
         // the backward's dK/dV kernels: versions 4 (the next query tile prefetched) and 5 (its 128-key blocks; version 4
@@ -257,6 +258,10 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
         cudaCheck(cudaMemset(d_out4, 0xff, (size_t)B * T * H * hd * sizeof(floatX)));
         cudaCheck(cudaMemset(d_lse4, 0xff, (size_t)B * H * T * sizeof(float)));
         attention_forward(d_out4, d_lse4, d_qkv, B, T, H, KV, hd, 0, d_alibi, d_doc, 4);
+        // the backward's version 7 (wgmma; version 5 where it does not fit) on version 3's forward
+        cudaCheck(cudaMemset(d_dqkv, 0xff, (size_t)B * T * W * sizeof(floatX)));
+        attention_backward(d_dqkv, d_dvec, d_dout, d_out, d_qkv, d_lse, B, T, H, KV, hd, 0, d_alibi, d_doc, 7);
+        dqkv7_h = download(d_dqkv, (size_t)B * T * W);
         out4_h = download(d_out4, (size_t)B * T * H * hd);
         lse4_h = download(d_lse4, (size_t)B * H * T);
         cudaCheck(cudaFree(d_out4)); cudaCheck(cudaFree(d_lse4));
@@ -375,6 +380,17 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
             const size_t differ4 = count_differ(out_h, out4_h) + count_differ(lse_f, lse4_h);
             check(differ4 == 0, n + " forward version 4 (version 3 at this shape) gives version 3's bits",
                   "%zu elements differ", differ4);
+        }
+        // the backward's version 7 against the reference (other roundings than version 3's); where it does not fit,
+        // version 5 runs: version 3's bits
+        if (attention_backward_wgmma_fits(hd)) {
+            double e7[3];
+            compare_backward(n + " version 7 (wgmma):", to_double(dqkv7_h), e7);
+            printf("  %s version 7: error / bound: dq %.3g dk %.3g dv %.3g\n", name, e7[0], e7[1], e7[2]);
+        } else {
+            const size_t differ7 = count_differ(dqkv_h, dqkv7_h);
+            check(differ7 == 0, n + " backward version 7 (version 5 at this head dim) gives version 3's bits",
+                  "%zu of %zu elements differ", differ7, dqkv_h.size());
         }
         const size_t differ5 = count_differ(dqkv_h, dqkv5_h);
         check(differ5 == 0, n + (T % 128 == 0 ? " backward version 5 (128-key dK/dV blocks) gives version 3's bits"

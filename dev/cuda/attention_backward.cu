@@ -20,6 +20,9 @@
 //              multiple of 128; version 4 runs at other lengths).
 //   version 6  llmc/attention.cuh: version 5's dK/dV kernel also writes dS (bf16, [B,H,T,T] key-major), and dQ = dS K
 //              reads it (one product instead of recomputing S and dP: 5 in all, not 7); dK, dV: version 3's bits.
+//   version 7  llmc/attention.cuh's Hopper kernels: version 3's two kernels on wgmma (sm_90a), one warpgroup per block,
+//              64-key and 64-query tiles in the 128-byte swizzled layout; other roundings than version 3's. Where it
+//              does not run (hd 80, a device without sm_90a code) the launcher runs version 5, and the program says so.
 // Layout: qkv [B,T,(H+2KV)*hd], dout and out [B,T,H*hd], lse [B,H,T] fp32 -> dqkv [B,T,(H+2KV)*hd].
 // FLOPs: backward = 2.5 x forward = 2.5 * 4 * B * H * T * T * hd / 2 (five T x T x hd matmuls against
 // the forward's two; the recomputation of S is counted, as FlashAttention-2 counts it). Version 3 does
@@ -27,7 +30,7 @@
 // Tolerance (notes_attention.md): per part q, k, v: |d - ref| <= 4u * max|ref part| + 4u * |ref|, u = 2^-8.
 // Usage: attention_backward [version] [--check-only] [--sizes BxTxHxKVxhd,...] [--reps N] [--warmup N]
 //                           [--docs LIST] [--skip-matrix] [--help]
-// The checks always run: the fixed shapes above (unless --skip-matrix), then the documents check (versions 1, 3 to 6);
+// The checks always run: the fixed shapes above (unless --skip-matrix), then the documents check (versions 1, 3 to 7);
 // --sizes sets the timed shapes (default 4x4096x32x32x128). --docs 1,4,16 times each shape with 1, 4 and 16 equal
 // documents per sequence (llmc/attention.cuh's doc; the backward after the forward with the same documents), each row
 // beside its time / the docs 1 time and the predicted fraction (dev/cuda/attention_cases.h); e.g.
@@ -251,9 +254,11 @@ static void attention_backward_v2(__nv_bfloat16* dqkv, const Scratch& s, const _
     cudaCheck(cudaGetLastError());
 }
 
-// doc [B*T] (device) or null, the forward's: versions 1 and 3 to 6 take documents, version 2 does not (the caller never
+// doc [B*T] (device) or null, the forward's: versions 1 and 3 to 7 take documents, version 2 does not (the caller never
 // passes it one)
 static bool takes_doc(int version) { return version != 2; }
+// version 7 where it runs (else llmc's launcher runs version 5)
+static bool runs_as_asked(int version, int hd) { return version != 7 || attention_backward_wgmma_fits(hd); }
 static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, const __nv_bfloat16* dout,
                         const __nv_bfloat16* out, const __nv_bfloat16* qkv, const float* lse, int B, int T, int H,
                         int KV, int hd, const int32_t* doc = nullptr) {
@@ -264,7 +269,7 @@ static void run_version(int version, __nv_bfloat16* dqkv, const Scratch& s, cons
 
 // ---- host side ------------------------------------------------------------------------------------
 
-static const int N_VERSIONS = 6;
+static const int N_VERSIONS = 7;
 static const double TARGET_TFLOPS = 400.0;
 
 // Device buffers of one problem, carved from one allocation (a DeviceSets set) by offsets.
@@ -367,11 +372,12 @@ int main(int argc, char** argv) {
                         "  3 llmc/attention.cuh (version 2 with a separate dQ kernel: no atomics, bitwise reproducible),\n"
                         "  4 version 3 with the next query tile prefetched in the dK/dV kernel (version 3's bits),\n"
                         "  5 version 4 with 128-key dK/dV blocks (version 3's bits; version 4 where T % 128 != 0),\n"
-                        "  6 version 5 writing dS, then dQ = dS K from it (5 products instead of 7; a B*H*T*T buffer).\n"
+                        "  6 version 5 writing dS, then dQ = dS K from it (5 products instead of 7; a B*H*T*T buffer),\n"
+                        "  7 version 3's kernels on wgmma (sm_90a; version 5 where it does not run).\n"
                         "  Checks B=2 H=8 T in {128,256,1024} KV in {8,2} hd in {64,80,128} against the CPU reference, then\n"
                         "  times the llmc forward, each backward version and both together at the --sizes shapes\n"
                         "  (forward 4*B*H*T*T*hd/2 FLOP, backward 2.5x that; target 400 TFLOP/s). The documents check:\n"
-                        "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1, 3 to 6).\n",
+                        "  B=2 T=256 H=4 KV=2 hd=128, unequal documents (versions 1, 3 to 7).\n",
                                  N_VERSIONS);
     cuda_require_device();
     print_device_info(0);
@@ -410,6 +416,9 @@ int main(int argc, char** argv) {
                               p.fwd, TARGET_TFLOPS);
                 for (int v = 1; v <= N_VERSIONS; v++) {
                     if ((a.version && v != a.version) || (n > 1 && !takes_doc(v))) continue;
+                    if (!runs_as_asked(v, hd))
+                        printf("version 7 at %dx%dx%dx%dx%d: not run (needs hd 64 or 128 and sm_90a code); the rows "
+                               "below are version 5's\n", B, T, H, KV, hd);
                     Args av = a;
                     if (v == 1) { av.warmup = std::min(a.warmup, 1); av.reps = std::min(a.reps, 3); }  // slow CUDA-core version
                     const double ms = time_kernel(av, sets, 0, [&](int i) {

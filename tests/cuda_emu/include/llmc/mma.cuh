@@ -262,6 +262,7 @@ template <int N> static inline void wgmma_wait() {
     acc.resize(m);
     E.wg_fenced[t] = false;
 }
+template <int TB> static inline void wgmma_ss_n64(float* d, uint64_t da, uint64_t db, int acc) { emu_wgmma_issue(d, 64, nullptr, da, db, acc, TB); }
 template <int TB> static inline void wgmma_ss_n128(float* d, uint64_t da, uint64_t db, int acc) { emu_wgmma_issue(d, 128, nullptr, da, db, acc, TB); }
 template <int TB> static inline void wgmma_rs_n64(float* d, const uint32_t* a, uint64_t db, int acc) { emu_wgmma_issue(d, 64, a, 0, db, acc, TB); }
 template <int TB> static inline void wgmma_rs_n128(float* d, const uint32_t* a, uint64_t db, int acc) { emu_wgmma_issue(d, 128, a, 0, db, acc, TB); }
