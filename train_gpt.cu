@@ -132,8 +132,9 @@ static void grads_bucket_done(GPT* g, int b) {
 // times this (five products: the scores again, dV, dP, dQ, dK).
 static double attention_flops(int B, int T, int H, int hd) { return 2.0 * B * H * (double)T * T * hd; }
 
-// The attention of the build: flash attention on bf16 or fp16 tensor cores (llmc/attention.cuh), or with --attention
-// cudnn cuDNN's (llmc/attention_cudnn.cuh, a USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
+// The attention of the build: flash attention on bf16 or fp16 tensor cores (llmc/attention.cuh: the versions of its
+// tables, or with --attention wgmma its Hopper versions 4 and 7), or with --attention cudnn cuDNN's
+// (llmc/attention_cudnn.cuh, a USE_CUDNN build), or in the fp32 build the CUDA-core kernels of
 // llmc/attention_rowwise.cuh. Same layouts and meaning; g->alibi: the slopes of the H heads, or null; doc_starts(g):
 // --reset-attention-mask's first key of each query (llmc/documents.h), or null.
 static const int32_t* doc_starts(const GPT* g) { return g->docs.reset_mask ? g->io.doc : nullptr; }
@@ -147,7 +148,7 @@ static void attention_fwd(const GPT* g, floatX* out, float* lse, const floatX* q
 #ifdef CUDNN_ATTENTION
     if (g->attention_cudnn) return attention_cudnn_forward(out, lse, qkv, B, T, H, KV, hd, g->stream);
 #endif
-    attention_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
+    attention_forward(out, lse, qkv, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g), g->attention_wgmma ? 4 : 0);
 #endif
 }
 static void attention_bwd(const GPT* g, floatX* dqkv, float* dvec, const floatX* dout, const floatX* out,
@@ -159,7 +160,8 @@ static void attention_bwd(const GPT* g, floatX* dqkv, float* dvec, const floatX*
 #ifdef CUDNN_ATTENTION
     if (g->attention_cudnn) return attention_cudnn_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream);
 #endif
-    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g));
+    attention_backward(dqkv, dvec, dout, out, qkv, lse, B, T, H, KV, hd, g->stream, g->alibi, doc_starts(g),
+                       g->attention_wgmma ? 7 : 0);
 #endif
 }
 
@@ -1098,6 +1100,13 @@ int main(int argc, char** argv) {
 #ifdef CUDNN_ATTENTION
     g.attention_cudnn = opt.attention_cudnn;  // its plans built now (cuDNN compiles their kernels: seconds)
     if (g.attention_cudnn) attention_cudnn_prepare(g.B, g.T, g.Hl, g.KVl, mc.head_dim, rank0);
+#endif
+#ifndef ENABLE_FP32
+    g.attention_wgmma = opt.attention_wgmma;  // where a version cannot run, the launcher runs version 3 (forward), 5
+    if (g.attention_wgmma && rank0)
+        printf("attention: --attention wgmma: forward version %d, backward version %d of llmc/attention.cuh%s\n",
+               attention_forward_wgmma_fits(g.T, mc.head_dim) ? 4 : 3, attention_backward_wgmma_fits(mc.head_dim) ? 7 : 5,
+               wgmma_supported() ? "" : " (the code this GPU runs has no wgmma: not sm_90a)");
 #endif
     g.gelu_fusion = opt.gelu_fusion;
     g.mm.gemm_algos = gemm_algos;

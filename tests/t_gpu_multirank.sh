@@ -13,7 +13,7 @@
 #   2. resume: dp2 zero3's step-2 checkpoint continued at one rank, against dp2 zero3's own steps 3-4 and final weights
 #      and moments; and train_gpt_cpu's dp2 zero3 step-2 checkpoint continued by the emulated trainer at one rank.
 #   3. bf16 build: one rank and dp2 zero3, against the CPU run and against each other; one rank with --attention cudnn
-#      against the CPU run (its losses' distance to our own attention's run printed). The fp16 build likewise (static
+#      and one with --attention wgmma against the CPU run (its losses' distance to our own attention's run printed). The fp16 build likewise (static
 #      loss scale 1024), and tp2 against the CPU run.
 #   3b. --recompute auto at one rank on an emulated device that act's estimate fits and none's does not: it picks act
 #      and trains; on one between act's and selective's it picks selective; --recompute none on the first stops with
@@ -200,6 +200,18 @@ else
     [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of bf16.cudnn bf16.one_rank 1 loss 0)"
     if [ -z "$fail" ]; then echo "[PASS] bf16 --attention cudnn, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 --attention cudnn vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+fi
+# our Hopper kernels (--attention wgmma; the emulation has wgmma): at this T (64) the forward stays version 3, the
+# backward runs version 7; the same bounds
+run bf16.wgmma build/train_gpt_emu 1 4 --attention wgmma
+if [ $rc -ne 0 ]; then echo "[FAIL] bf16 --attention wgmma: exit $rc: $(why bf16.wgmma)"; status=1
+elif ! grep -q "^attention: --attention wgmma: forward version 3, backward version 7 of llmc/attention.cuh$" "$d/bf16.wgmma.log"; then
+    echo "[FAIL] bf16 --attention wgmma: no line saying which versions run: $(why bf16.wgmma)"; status=1
+else
+    half_vs_cpu bf16.wgmma
+    [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of bf16.wgmma bf16.one_rank 1 loss 0)"
+    if [ -z "$fail" ]; then echo "[PASS] bf16 --attention wgmma, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
+    else echo "[FAIL] bf16 --attention wgmma vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 fi
 run bf16.dp2_zero3 build/train_gpt_emu 2 4 --dp 2 --zero 3
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 dp2 zero3 (2 ranks): exit $rc after $took s: $(why bf16.dp2_zero3)"; status=1

@@ -478,6 +478,18 @@ int main(int argc, char** argv) {
     (void)argc, (void)argv;
     test_refuses_partial_tile();  // before any CUDA call: the child process touches no device
     cuda_require_device();
+#ifdef USE_CUDNN
+    // cuDNN's attention through the graph of llmc/attention_cudnn.cuh (in the emulation: the graph interpreted, so
+    // these check what the graph means), at the same tolerances: it rounds to bf16 in the same places or fewer (P before
+    // P V and P^T dO, dS before dS^T Q, not before dS K), and with GQA each query head's dK and dV before the group's
+    // sum, which the bound of those two adds. First: on a GPU, a fault in one of our own kernels' first runs (the wgmma
+    // versions) cannot hide cuDNN's answer.
+    test_case(2, 128, 2, 2, 64, false, 1);   // MHA
+    test_case(1, 192, 4, 1, 64, false, 1);   // MQA
+    test_case(2, 192, 4, 2, 80, false, 1);   // GQA, head dim 80
+    test_case(1, 128, 4, 2, 128, false, 1);  // GQA, head dim 128
+    test_case(1, 100, 2, 1, 64, false, 1);   // a length that is no multiple of 64 (cuDNN takes any)
+#endif
     test_case(2, 128, 2, 2, 64);   // MHA, 2 tiles
     test_case(1, 192, 4, 1, 64);   // MQA, 3 tiles (odd: the last tile in the second buffer)
     test_case(2, 192, 4, 2, 80);   // GQA, head dim 80
@@ -485,17 +497,6 @@ int main(int argc, char** argv) {
     test_case(1, 128, 4, 2, 128);  // GQA, head dim 128
     test_case(1, 128, 4, 4, 128, true);  // ALiBi, head dim 128 (Baichuan2-13B's)
     test_case(1, 384, 2, 1, 64);   // MQA, 3 blocks of 128 keys (version 5: the last block's tiles in the second buffer)
-#ifdef USE_CUDNN
-    // cuDNN's attention through the graph of llmc/attention_cudnn.cuh (in the emulation: the graph interpreted, so
-    // these check what the graph means), at the same tolerances: it rounds to bf16 in the same places or fewer (P before
-    // P V and P^T dO, dS before dS^T Q, not before dS K), and with GQA each query head's dK and dV before the group's
-    // sum, which the bound of those two adds
-    test_case(2, 128, 2, 2, 64, false, 1);   // MHA
-    test_case(1, 192, 4, 1, 64, false, 1);   // MQA
-    test_case(2, 192, 4, 2, 80, false, 1);   // GQA, head dim 80
-    test_case(1, 128, 4, 2, 128, false, 1);  // GQA, head dim 128
-    test_case(1, 100, 2, 1, 64, false, 1);   // a length that is no multiple of 64 (cuDNN takes any)
-#endif
     // documents (llmc/documents.h, --reset-attention-mask): doc from each row's document starts. Flash (and rowwise in
     // the first case) against the reference that llmc/ref_ops.h's attention with doc is checked equal to. Tiles are
     // 64 keys (forward, dQ) and 64 keys x 32 queries (dK/dV): starts inside tiles, on 64- and 32-row edges, one-token

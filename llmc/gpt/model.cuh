@@ -131,6 +131,7 @@ struct GPT {
     float *rope_cos = nullptr, *rope_sin = nullptr;  // [T,hd/2] --pos rope: the rotation's tables
     float* alibi = nullptr;     // [Hl] --pos alibi: the slopes of this rank's heads (else null)
     bool attention_cudnn = false;  // --attention cudnn: cuDNN's attention instead of llmc/attention.cuh's
+    bool attention_wgmma = false;  // --attention wgmma: llmc/attention.cuh's Hopper versions (forward 4, backward 7)
     Documents docs;             // packed documents (llmc/documents.h); off: each row one causal sequence
     std::vector<LayerActs> acts;    // the kept activations, [n_slots][slot_layers] (one GPU: [1][L])
     std::vector<LayerActs> layers;  // [L] by layer: what the layer code reads, a slot's acts bound to it (pp_bind)

@@ -46,6 +46,7 @@ struct CudaOptions {
     double nccl_gib = NCCL_MEM_DEFAULT_GIB;
     int profile = 0;               // --profile N: the step profile of the N steps after the first (llmc/profile.cuh)
     bool attention_cudnn = false;  // --attention cudnn: cuDNN's flash attention (llmc/attention_cudnn.cuh, USE_CUDNN=1)
+    bool attention_wgmma = false;  // --attention wgmma: llmc/attention.cuh's Hopper versions (4 and 7)
     std::string ceilings;          // --ceilings FILE: the profile's measured ceilings (build/ceilings --json)
     bool gelu_fusion = false;      // --gelu-fusion on: GELU in fc1's and fc2's cuBLASLt epilogues (llmc/matmul.cuh)
     std::string gemm_algos = "heuristic";  // --gemm-algos heuristic|tune|FILE (llmc/matmul_algos.cuh)
@@ -75,7 +76,8 @@ static void print_cuda_usage() {
            "                       and attention stay bf16 (docs/fp8.md)\n"
            "  --fp8-history N      delayed scaling: amaxes kept per tensor (default %d, TransformerEngine's)\n"
            "  --fp8-margin M       scale = fp8 max * 2^-M / amax, M in 0..8 (default %d, TransformerEngine's)\n"
-           "  --attention flash|cudnn   the attention kernels: flash, our own (llmc/attention.cuh, the default), or\n"
+           "  --attention flash|wgmma|cudnn   the attention kernels: flash, our own (llmc/attention.cuh, the default),\n"
+           "                       wgmma, our own Hopper kernels (its versions 4 and 7: sm_90a; elsewhere flash), or\n"
            "                       cudnn, cuDNN's (a build with `make train_gpt USE_CUDNN=1`; bf16 or fp16, no ALiBi)\n"
            "  --nccl-mem GIB       device memory the plan leaves to each NCCL communicator of a rank (default %g;\n"
            "                       NCCL_NVLS_ENABLE=0 makes NCCL take far less on NVSwitch machines: docs/plan.md)\n"
@@ -117,8 +119,10 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
             else if (v == "full") o->recompute = RECOMPUTE_FULL;
             else die("flag --recompute expects auto, none, act, selective or full, got '%s'", v.c_str());
         } else if (a == "--attention") {
-            if (v != "flash" && v != "cudnn") die("flag --attention expects flash or cudnn, got '%s'", v.c_str());
+            if (v != "flash" && v != "cudnn" && v != "wgmma")
+                die("flag --attention expects flash, wgmma or cudnn, got '%s'", v.c_str());
             o->attention_cudnn = v == "cudnn";
+            o->attention_wgmma = v == "wgmma";
         } else if (a == "--gemm-algos") {
             if (v.empty()) die("flag --gemm-algos expects heuristic, tune or a file a tune run wrote, got ''");
             o->gemm_algos = v;
@@ -166,9 +170,9 @@ static std::vector<char*> parse_cuda_flags(int argc, char** argv, CudaOptions* o
     if (!o->ceilings.empty() && o->profile == 0) die("flag --ceilings sets the ceilings of the step profile: it needs --profile N");
     if (o->fp8.recipe != FP8_NONE) fp8_require_build();
 #if defined(ENABLE_FP32)
-    if (o->attention_cudnn)
-        die("--attention cudnn needs a 16-bit build, bf16 or fp16 (this binary was built with PRECISION=%s)",
-            PRECISION_UPPER);
+    if (o->attention_cudnn || o->attention_wgmma)
+        die("--attention %s needs a 16-bit build, bf16 or fp16 (this binary was built with PRECISION=%s)",
+            o->attention_cudnn ? "cudnn" : "wgmma", PRECISION_UPPER);
 #elif !defined(USE_CUDNN)
     if (o->attention_cudnn)
         die("--attention cudnn: this train_gpt was built without cuDNN; build it with `make train_gpt USE_CUDNN=1`");
