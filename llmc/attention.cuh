@@ -1098,8 +1098,10 @@ attention_backward_dq_ds_kernel(floatX* dqkv, const floatX* qkv, const floatX* d
 //     (K-major both), then dV += P^T dO and dK += dS^T Q with P^T and dS^T from registers and dO, Q as MN-major B.
 //   dQ: one block per (b * H + query head, reversed query tile of 64), K/V tiles double-buffered: S = Q K^T and
 //     dP = dO V^T from shared memory, then dQ += dS K with dS from registers and K as an MN-major B.
-// Each product group waited for at once. No atomics: version 3's determinism (not its bits: other tiles and product
-// order). Needs hd 64 or 128; the launcher runs version 5 otherwise and where the device's code has no wgmma.
+// Each product group waited for at once. No atomics: version 3's determinism. Its sums of 16 products run in version
+// 3's order (the emulation gives version 3's bits); whether the hardware's wgmma rounds them as mma.sync does is not
+// assumed: the tests hold it to the reference's bounds. Needs hd 64 or 128; the launcher runs version 5 otherwise and
+// where the device's code has no wgmma.
 // Prediction (dev/cuda/notes_attention.md): 1.6-2x version 3's backward.
 static const int ATT_WGB_N = 64;          // keys per dK/dV block and per dQ key tile; query rows per tile and dQ block
 static const int ATT_WGB_THREADS = 128;   // one warpgroup

@@ -20,8 +20,8 @@
 #                  step profile (SPRINT_PROFILE_FLAGS); gpt3_1.3b in the fp16 build; whether fp8 runs at all (gpt3_125m
 #                  --fp8 delayed -x 1) and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on
 #                  gpt3_125m; cuDNN's attention: test_attention (its values and ours) and gpt3_1.3b with --attention
-#                  cudnn and the profile; gpt3_2.7b under --recompute auto with the profile; train_gpt.py --compile on
-#                  gpt3_1.3b for the ratio; attention beside SDPA;
+#                  cudnn and the profile; gpt3_1.3b with --attention wgmma (our Hopper kernels) and the profile;
+#                  gpt3_2.7b under --recompute auto with the profile; attention beside SDPA;
 #                  attention with 1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log,
 #                  sprint2.md, sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
@@ -941,7 +941,7 @@ stage_sprint2() {
     programs train_gpt || { failed+=("programs"); return; }
     data_files
     [ $tiny = 1 ] && { steps=3; SPRINT_PROFILE_FLAGS="--profile 2"; }
-    local bench preset flags prof rows=() fp8_rows=() notes=() rc b16 ratio row tok brc t_rows=()
+    local bench preset flags prof rows=() fp8_rows=() notes=() rc b16 ratio row tok brc
     declare -A b16s
     # -- speed and the step profile (gpt3_1.3b 15 s, llama3.2_1b 15 s)
     for bench in "${sprint_bench[@]}"; do
@@ -1006,6 +1006,13 @@ stage_sprint2() {
         notes+=("cuDNN attention: not run: no build/test_attention and build/train_gpt_cudnn (cuDNN not found where the kit was built?)")
         echo "${notes[-1]}"
     fi
+    # -- our own Hopper kernels (--attention wgmma: llmc/attention.cuh's versions 4 and 7, checked by test_attention above),
+    #    the first benchmark with the profile, beside ours and cuDNN's (20 s)
+    IFS='|' read -r preset flags <<< "${sprint_bench[0]}"
+    section "train_gpt $preset $flags --attention wgmma ${prof[*]}: $steps steps (20 s)"
+    bench_row "$preset" "$flags" "$work/$preset.wgmma.log" 120 --attention wgmma "${prof[@]}"
+    rows+=("${row/| $flags |/| $flags --attention wgmma |}")
+    notes+=("--attention wgmma: $({ grep -m 1 '^attention: --attention wgmma' "$work/$preset.wgmma.log" || grep -m 1 -E '^error' "$work/$preset.wgmma.log" || echo 'no line saying which versions ran'; } | cut -c1-300)")
     # -- gpt3_2.7b under --recompute auto, the default (the cheapest mode the memory estimate fits: act within an 80 GB
     #    GPU's 79 GiB, where none does not, instead of the full recompute of bench-large's row; --gpu-mem 79 makes an
     #    H200 choose as an H100 would), with the profile (40 s)
@@ -1013,10 +1020,8 @@ stage_sprint2() {
     bench_row gpt3_2.7b "-b 8 -t 2048 --gpu-mem 79" "$work/gpt3_2.7b.bf16.log" 150 "${prof[@]}"
     rows+=("$row")
     notes+=("gpt3_2.7b: $(grep -m 1 '^--recompute auto' "$work/gpt3_2.7b.bf16.log" || echo 'no --recompute auto line (none: everything kept)')")
-    # -- PyTorch at gpt3_1.3b for the ratio (torch.compile: 60-90 s)
-    section "train_gpt.py --compile, gpt3_1.3b (90 s)"
-    if torch_cuda; then torch_row gpt3_1.3b "-b 8 -t 2048" "${b16s[gpt3_1.3b]:-}" "$work"; t_rows+=("$row")
-    else notes+=("torch-small at gpt3_1.3b: not run: $PY has no torch with CUDA"); echo "${notes[-1]}"; fi
+    # -- PyTorch's train_gpt.py --compile at gpt3_1.3b: not here (90 s); an H200 measured it (the torch-small stage runs it)
+    notes+=("train_gpt.py --compile: not in the sprint; on an H200 at f1abce4 ours ran at 0.92 of its tokens/s at gpt3_1.3b (bench/results/20261128-1645_NVIDIA_H200/sprint2.md; the torch-small stage runs it)")
     # -- attention beside SDPA (40 s), then with documents (2 x 5 s, limits 2 x 30 s)
     section "attention sweep beside SDPA (40 s)"
     if programs build/devcuda/attention_forward build/devcuda/attention_backward; then
@@ -1037,11 +1042,6 @@ stage_sprint2() {
             echo "## fp8 delayed beside bf16"; echo
             echo "| preset | train_gpt flags | bf16 tokens/s | fp8 tokens/s | fp8 / bf16 |"; echo "| --- | --- | --- | --- | --- |"
             printf '%s\n' "${fp8_rows[@]}"; echo
-        fi
-        if [ ${#t_rows[@]} -gt 0 ]; then
-            echo "## train_gpt.py --compile"; echo
-            echo "| preset | batch | seq | torch tokens/s | torch peak GiB | train_gpt tokens/s | ratio |"; echo "| --- | --- | --- | --- | --- | --- | --- |"
-            printf '%s\n' "${t_rows[@]}"; echo
         fi
         if [ -f "$work/attention_sweep/table.md" ]; then echo "## attention sweep ($sweep_shapes)"; echo; cat "$work/attention_sweep/table.md"; echo; fi
         if [ -f "$work/attention_docs/table.md" ]; then

@@ -66,13 +66,17 @@ expect_fail "head dim 32 is refused" "head dim 32" ./train_gpt -c gpt3_tiny -x 1
 expect_fail "T not a multiple of 64 is refused" "multiple of 64" ./train_gpt -c gpt3_tiny --heads 2 --kv-heads 2 -t 100
 expect_fail "--embd not a multiple of 8 is refused" "multiple of 8" ./train_gpt -c gpt3_tiny --embd 132 --heads 2 --kv-heads 2 --head-dim 64
 expect_fail "bad --recompute value" "auto, none, act, selective or full" ./train_gpt --recompute some
-# --attention: its values; cudnn needs a USE_CUDNN build (this one is the default build) and a 16-bit build
-expect_fail "bad --attention value" "flag --attention expects flash or cudnn, got 'sdpa'" ./train_gpt --attention sdpa
+# --attention: its values; cudnn needs a USE_CUDNN build (this one is the default build) and a 16-bit build, wgmma a
+# 16-bit build
+expect_fail "bad --attention value" "flag --attention expects flash, wgmma or cudnn, got 'sdpa'" ./train_gpt --attention sdpa
 expect_fail "--attention cudnn without cuDNN in the build" "this train_gpt was built without cuDNN; build it with \`make train_gpt USE_CUDNN=1\`" \
     ./train_gpt -c gpt3_tiny --attention cudnn
 [ -x ./train_gpt_fp32 ] &&
     expect_fail "--attention cudnn in the fp32 build" "--attention cudnn needs a 16-bit build, bf16 or fp16 (this binary was built with PRECISION=FP32)" \
         ./train_gpt_fp32 -c gpt3_tiny --attention cudnn
+[ -x ./train_gpt_fp32 ] &&
+    expect_fail "--attention wgmma in the fp32 build" "--attention wgmma needs a 16-bit build, bf16 or fp16 (this binary was built with PRECISION=FP32)" \
+        ./train_gpt_fp32 -c gpt3_tiny --attention wgmma
 [ -x ./train_gpt_fp16 ] &&
     expect_fail "--attention cudnn in the fp16 build without cuDNN" "this train_gpt was built without cuDNN" ./train_gpt_fp16 -c gpt3_tiny --attention cudnn
 # --gemm-algos: FILE read before anything else (tests/t_gemm_algos.sh has the rest)

@@ -381,8 +381,8 @@ static void test_case(int B, int T, int H, int KV, int hd, bool alibi = false, i
             check(differ4 == 0, n + " forward version 4 (version 3 at this shape) gives version 3's bits",
                   "%zu elements differ", differ4);
         }
-        // the backward's version 7 against the reference (other roundings than version 3's); where it does not fit,
-        // version 5 runs: version 3's bits
+        // the backward's version 7 against the reference (in the emulation it gives version 3's bits, its sums running
+        // in version 3's order; a GPU's wgmma may round them otherwise); where it does not fit, version 5 runs
         if (attention_backward_wgmma_fits(hd)) {
             double e7[3];
             compare_backward(n + " version 7 (wgmma):", to_double(dqkv7_h), e7);
