@@ -337,6 +337,8 @@ static const int ATT_WG_BM = 128;      // query rows per block: 2 warpgroups x 6
 static const int ATT_WG_BN = 128;      // keys per tile
 static const int ATT_WG_THREADS = 256;
 
+static const uint32_t ATT_SW_SBO = 8 * 128;  // bytes between 8-row groups of a swizzled tile (its descriptors' SBO)
+
 // Copies a [ROWS, HD] tile (row stride ld elements in global memory) into the 128-byte swizzled layout: HD / 64
 // column tiles of [ROWS][64], row r's 16-byte chunk c at chunk c ^ (r % 8) of its row; smem 1024-byte aligned. By
 // cp.async (the caller commits, waits and runs fence_proxy_async).
@@ -349,6 +351,30 @@ __device__ __forceinline__ void load_tile_sw128(floatX* smem, const floatX* gmem
     }
 }
 
+// acc [64 rows x HD] += A B on wgmma, the second product of the Hopper kernels (O += P V, dV += P^T dO, dK += dS^T Q,
+// dQ += dS K): A from the accumulators s of the first product (n tiles 2c, 2c+1 = the A fragment of k-chunk c: rows
+// 16c..16c+15 of B), B the [16 NT / 2 rows][HD] swizzled tile `rows` (64-column tiles lbo bytes apart) as an MN-major
+// operand. Fences, queues NT / 2 products, commits and waits: A's registers live until the products are done.
+template <int NT, int HD>
+__device__ __forceinline__ void wgmma_a_times_rows(float (&acc)[HD / 8][4], const float (&s)[NT][4], const floatX* rows,
+                                                   uint32_t lbo) {
+    uint32_t a[NT / 2][4];
+    for (int c = 0; c < NT / 2; c++) {
+        a[c][0] = pack_x2(s[2 * c][0], s[2 * c][1]);
+        a[c][1] = pack_x2(s[2 * c][2], s[2 * c][3]);
+        a[c][2] = pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]);
+        a[c][3] = pack_x2(s[2 * c + 1][2], s[2 * c + 1][3]);
+    }
+    wgmma_fence();
+    for (int c = 0; c < NT / 2; c++) {
+        const uint64_t d_b = wgmma_desc(rows + c * 16 * 64, lbo, ATT_SW_SBO);  // 16 rows on: 2 KiB
+        if constexpr (HD == 64) wgmma_rs_n64<1>(&acc[0][0], a[c], d_b, 1);
+        else wgmma_rs_n128<1>(&acc[0][0], a[c], d_b, 1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
 template <int HD, bool ALIBI>
 __global__ void __launch_bounds__(ATT_WG_THREADS, 1)
 attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const float* alibi,
@@ -357,7 +383,6 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
     constexpr int NT = ATT_WG_BN / 8;       // n8 tiles of S: 16
     constexpr int DT = HD / 8;              // n8 tiles of O
     constexpr int TILE = ATT_WG_BN * HD;    // elements of a Q, K or V tile (BM == BN)
-    constexpr uint32_t SBO = 8 * 128;       // bytes between 8-row groups of a swizzled tile
     constexpr uint32_t LBO_V = ATT_WG_BN * 128;  // bytes between V's 64-column tiles (the next 64 head dims)
     DYNAMIC_SMEM(att_smem);
     floatX* sQ = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][BM][64] swizzled
@@ -411,7 +436,8 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
         wgmma_fence();
         for (int kc = 0; kc < HD / 16; kc++) {
             const int off = (kc / 4) * ATT_WG_BN * 64 + (kc % 4) * 16;
-            wgmma_ss_n128<0>(&s[0][0], wgmma_desc(q_wg + off, 16, SBO), wgmma_desc(k_s + off, 16, SBO), kc > 0);
+            wgmma_ss_n128<0>(&s[0][0], wgmma_desc(q_wg + off, 16, ATT_SW_SBO), wgmma_desc(k_s + off, 16, ATT_SW_SBO),
+                             kc > 0);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -419,22 +445,7 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
         float corr[2];
         softmax_tile<NT, ALIBI>(s, m_row, l_row, corr, j * ATT_WG_BN, row0, j == qt, doc_tile, lo, scale_log2, slope_log2);
         rescale_rows<DT>(o, corr);
-        // O += P V: keys 16c..16c+15 are rows 16c.. of V's tile (2 KiB per 16 rows), an MN-major B
-        uint32_t pa[ATT_WG_BN / 16][4];
-        for (int c = 0; c < ATT_WG_BN / 16; c++) {
-            pa[c][0] = pack_x2(s[2 * c][0], s[2 * c][1]);
-            pa[c][1] = pack_x2(s[2 * c][2], s[2 * c][3]);
-            pa[c][2] = pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]);
-            pa[c][3] = pack_x2(s[2 * c + 1][2], s[2 * c + 1][3]);
-        }
-        wgmma_fence();
-        for (int c = 0; c < ATT_WG_BN / 16; c++) {
-            const uint64_t dv = wgmma_desc(v_s + c * 16 * 64, LBO_V, SBO);
-            if constexpr (HD == 64) wgmma_rs_n64<1>(&o[0][0], pa[c], dv, 1);
-            else wgmma_rs_n128<1>(&o[0][0], pa[c], dv, 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_a_times_rows<NT, HD>(o, s, v_s, LBO_V);  // O += P V: keys 16c.. are rows 16c.. of V's tile
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
     write_out_lse<HD>(out, lse, o, m_row, l_row, b, T, H, h, row0);
@@ -1112,7 +1123,7 @@ attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const flo
                                      const float* dvec, const float* alibi, const int32_t* doc, int T, int H, int KV) {
     static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
     constexpr int BM = ATT_WGB_N, NQ = BM / 8, DT = HD / 8, TILE = ATT_WGB_N * HD;
-    constexpr uint32_t SBO = 8 * 128, LBO = ATT_WGB_N * 128;  // 8-row groups; 64-column tiles of a 64-row tile
+    constexpr uint32_t SBO = ATT_SW_SBO, LBO = ATT_WGB_N * 128;  // 8-row groups; 64-column tiles of a 64-row tile
     DYNAMIC_SMEM(att_smem);
     floatX* sK = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][64][64] swizzled
     floatX* sV = sK + TILE;                                              // [HD/64][64][64]
@@ -1185,31 +1196,9 @@ attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const flo
         wgmma_wait<0>();
         const bool doc_tile = doc && sDocb[BM - 1] > key_first && sDocb[0] <= key_last;
         dkdv_probs<NQ, ALIBI>(st, dpt, key0, it * BM, sLb, sDb, sDocb, doc_tile, scale_log2, slope_log2);
-        // dV += P^T dO and dK += dS^T Q: queries 16c..16c+15 are rows 16c.. of the Q and dO tiles (MN-major B)
-        uint32_t pa[BM / 16][4], sa[BM / 16][4];
-        for (int c = 0; c < BM / 16; c++) {
-            pa[c][0] = pack_x2(st[2 * c][0], st[2 * c][1]);
-            pa[c][1] = pack_x2(st[2 * c][2], st[2 * c][3]);
-            pa[c][2] = pack_x2(st[2 * c + 1][0], st[2 * c + 1][1]);
-            pa[c][3] = pack_x2(st[2 * c + 1][2], st[2 * c + 1][3]);
-            sa[c][0] = pack_x2(dpt[2 * c][0], dpt[2 * c][1]);
-            sa[c][1] = pack_x2(dpt[2 * c][2], dpt[2 * c][3]);
-            sa[c][2] = pack_x2(dpt[2 * c + 1][0], dpt[2 * c + 1][1]);
-            sa[c][3] = pack_x2(dpt[2 * c + 1][2], dpt[2 * c + 1][3]);
-        }
-        wgmma_fence();
-        for (int c = 0; c < BM / 16; c++) {
-            const uint64_t d_o = wgmma_desc(o_s + c * 16 * 64, LBO, SBO), d_q = wgmma_desc(q_s + c * 16 * 64, LBO, SBO);
-            if constexpr (HD == 64) {
-                wgmma_rs_n64<1>(&dv[0][0], pa[c], d_o, 1);
-                wgmma_rs_n64<1>(&dk[0][0], sa[c], d_q, 1);
-            } else {
-                wgmma_rs_n128<1>(&dv[0][0], pa[c], d_o, 1);
-                wgmma_rs_n128<1>(&dk[0][0], sa[c], d_q, 1);
-            }
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+        // dV += P^T dO and dK += dS^T Q: queries 16c.. are rows 16c.. of the dO and Q tiles
+        wgmma_a_times_rows<NQ, HD>(dv, st, o_s, LBO);
+        wgmma_a_times_rows<NQ, HD>(dk, dpt, q_s, LBO);
         __syncthreads();  // buffer buf is staged again two steps on
     }
     dkdv_store<HD>(dqkv, dk, dv, b, T, H, KV, kh, key0, scale);
@@ -1221,7 +1210,7 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
                                    const float* dvec, const float* alibi, const int32_t* doc, int T, int H, int KV) {
     static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
     constexpr int BM = ATT_WGB_N, BN = ATT_WGB_N, NT = BN / 8, DT = HD / 8, TILE = ATT_WGB_N * HD;
-    constexpr uint32_t SBO = 8 * 128, LBO = ATT_WGB_N * 128;
+    constexpr uint32_t SBO = ATT_SW_SBO, LBO = ATT_WGB_N * 128;
     DYNAMIC_SMEM(att_smem);
     floatX* sQ = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][64][64] swizzled
     floatX* sdO = sQ + TILE;                                             // [HD/64][64][64]
@@ -1286,22 +1275,7 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
         wgmma_wait<0>();
         const bool doc_tile = j * BN < d_last && (j + 1) * BN > d_first;
         dq_probs<NT, ALIBI>(s, dp, j * BN, row0, j == qt, doc_tile, lo, L, D, scale_log2, slope_log2);
-        // dQ += dS K: keys 16c..16c+15 are rows 16c.. of the K tile (an MN-major B)
-        uint32_t da[BN / 16][4];
-        for (int c = 0; c < BN / 16; c++) {
-            da[c][0] = pack_x2(s[2 * c][0], s[2 * c][1]);
-            da[c][1] = pack_x2(s[2 * c][2], s[2 * c][3]);
-            da[c][2] = pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]);
-            da[c][3] = pack_x2(s[2 * c + 1][2], s[2 * c + 1][3]);
-        }
-        wgmma_fence();
-        for (int c = 0; c < BN / 16; c++) {
-            const uint64_t d_k = wgmma_desc(k_s + c * 16 * 64, LBO, SBO);
-            if constexpr (HD == 64) wgmma_rs_n64<1>(&dq[0][0], da[c], d_k, 1);
-            else wgmma_rs_n128<1>(&dq[0][0], da[c], d_k, 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+        wgmma_a_times_rows<NT, HD>(dq, s, k_s, LBO);  // dQ += dS K: keys 16c.. are rows 16c.. of the K tile
         __syncthreads();  // the next iteration overwrites a buffer read here
     }
     dq_store<HD>(dqkv, dq, b, T, H, KV, h, row0, scale);

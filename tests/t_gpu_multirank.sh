@@ -189,30 +189,25 @@ else
     if [ -z "$fail" ]; then echo "[PASS] bf16 one rank, no mpirun ($took s) within bf16 of the fp32 one-process run: $figures"
     else echo "[FAIL] bf16 one rank vs the fp32 one-process run:$fail ($figures)"; status=1; fi
 fi
-# cuDNN's attention (--attention cudnn, llmc/attention_cudnn.cuh; the emulated cuDNN interprets its graph): the bf16
-# bounds against the CPU run, as our own attention's run above; the losses' distance to that run is printed
-run bf16.cudnn build/train_gpt_emu 1 4 --attention cudnn
-if [ $rc -ne 0 ]; then echo "[FAIL] bf16 --attention cudnn: exit $rc: $(why bf16.cudnn)"; status=1
-elif ! grep -q "^attention: cuDNN 91900's flash attention (--attention cudnn)" "$d/bf16.cudnn.log"; then
-    echo "[FAIL] bf16 --attention cudnn: no line saying cuDNN's attention runs: $(why bf16.cudnn)"; status=1
-else
-    half_vs_cpu bf16.cudnn
-    [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of bf16.cudnn bf16.one_rank 1 loss 0)"
-    if [ -z "$fail" ]; then echo "[PASS] bf16 --attention cudnn, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
-    else echo "[FAIL] bf16 --attention cudnn vs the fp32 one-process run:$fail ($figures)"; status=1; fi
-fi
-# our Hopper kernels (--attention wgmma; the emulation has wgmma): at this T (64) the forward stays version 3, the
-# backward runs version 7; the same bounds
-run bf16.wgmma build/train_gpt_emu 1 4 --attention wgmma
-if [ $rc -ne 0 ]; then echo "[FAIL] bf16 --attention wgmma: exit $rc: $(why bf16.wgmma)"; status=1
-elif ! grep -q "^attention: --attention wgmma: forward version 3, backward version 7 of llmc/attention.cuh$" "$d/bf16.wgmma.log"; then
-    echo "[FAIL] bf16 --attention wgmma: no line saying which versions run: $(why bf16.wgmma)"; status=1
-else
-    half_vs_cpu bf16.wgmma
-    [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of bf16.wgmma bf16.one_rank 1 loss 0)"
-    if [ -z "$fail" ]; then echo "[PASS] bf16 --attention wgmma, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
-    else echo "[FAIL] bf16 --attention wgmma vs the fp32 one-process run:$fail ($figures)"; status=1; fi
-fi
+# One rank with another attention: the bf16 bounds against the CPU run, as our own attention's run above, and the
+# losses' distance to that run printed. attention_run FLAG LINE: --attention FLAG, whose start-up line is LINE.
+# cudnn: llmc/attention_cudnn.cuh (the emulated cuDNN interprets its graph); wgmma: our Hopper kernels (the emulation has
+# wgmma; at this T, 64, the forward stays version 3 and the backward runs version 7)
+attention_run() {
+    local flag=$1 line=$2
+    run "bf16.$flag" build/train_gpt_emu 1 4 --attention "$flag"
+    if [ $rc -ne 0 ]; then echo "[FAIL] bf16 --attention $flag: exit $rc: $(why "bf16.$flag")"; status=1
+    elif ! grep -q "^$line" "$d/bf16.$flag.log"; then
+        echo "[FAIL] bf16 --attention $flag: no line '$line': $(why "bf16.$flag")"; status=1
+    else
+        half_vs_cpu "bf16.$flag"
+        [ -f "$d/bf16.one_rank/metrics.jsonl" ] && figures+="; losses vs --attention flash $(diff_of "bf16.$flag" bf16.one_rank 1 loss 0)"
+        if [ -z "$fail" ]; then echo "[PASS] bf16 --attention $flag, one rank ($took s) within bf16 of the fp32 one-process run: $figures"
+        else echo "[FAIL] bf16 --attention $flag vs the fp32 one-process run:$fail ($figures)"; status=1; fi
+    fi
+}
+attention_run cudnn "attention: cuDNN 91900's flash attention (--attention cudnn)"
+attention_run wgmma "attention: --attention wgmma: forward version 3, backward version 7 of llmc/attention.cuh$"
 run bf16.dp2_zero3 build/train_gpt_emu 2 4 --dp 2 --zero 3
 if [ $rc -ne 0 ]; then echo "[FAIL] bf16 dp2 zero3 (2 ranks): exit $rc after $took s: $(why bf16.dp2_zero3)"; status=1
 else
