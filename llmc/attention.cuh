@@ -365,6 +365,8 @@ __device__ __forceinline__ void wgmma_a_times_rows(float (&acc)[HD / 8][4], cons
         a[c][2] = pack_x2(s[2 * c + 1][0], s[2 * c + 1][1]);
         a[c][3] = pack_x2(s[2 * c + 1][2], s[2 * c + 1][3]);
     }
+    wgmma_fence_operands(acc);  // acc's rescaling and a's packing stay before the fence
+    wgmma_fence_operands(a);
     wgmma_fence();
     for (int c = 0; c < NT / 2; c++) {
         const uint64_t d_b = wgmma_desc(rows + c * 16 * 64, lbo, ATT_SW_SBO);  // 16 rows on: 2 KiB
@@ -373,6 +375,8 @@ __device__ __forceinline__ void wgmma_a_times_rows(float (&acc)[HD / 8][4], cons
     }
     wgmma_commit();
     wgmma_wait<0>();
+    wgmma_fence_operands(acc);  // and the next reads after the wait
+    wgmma_fence_operands(a);
 }
 
 template <int HD, bool ALIBI>
@@ -433,6 +437,7 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
         fence_proxy_async();  // this thread's landed copies, visible to wgmma after the barrier
         __syncthreads();
         // S = Q K^T: 16 head dims per product; dims kc*16.. are column tile kc / 4, 32 bytes per step of 16 within it
+        wgmma_fence_operands(s);
         wgmma_fence();
         for (int kc = 0; kc < HD / 16; kc++) {
             const int off = (kc / 4) * ATT_WG_BN * 64 + (kc % 4) * 16;
@@ -441,6 +446,7 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
         }
         wgmma_commit();
         wgmma_wait<0>();
+        wgmma_fence_operands(s);
         const bool doc_tile = j * ATT_WG_BN < d_last && (j + 1) * ATT_WG_BN > d_first;
         float corr[2];
         softmax_tile<NT, ALIBI>(s, m_row, l_row, corr, j * ATT_WG_BN, row0, j == qt, doc_tile, lo, scale_log2, slope_log2);
@@ -1186,6 +1192,8 @@ attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const flo
         const int32_t* sDocb = sDoc + buf * BM;
         // S^T = K Q^T and dP^T = V dO^T (64 keys x 64 queries): 16 head dims per product
         float st[NQ][4], dpt[NQ][4];
+        wgmma_fence_operands(st);
+        wgmma_fence_operands(dpt);
         wgmma_fence();
         for (int kc = 0; kc < HD / 16; kc++) {
             const int off = (kc / 4) * ATT_WGB_N * 64 + (kc % 4) * 16;
@@ -1194,6 +1202,8 @@ attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const flo
         }
         wgmma_commit();
         wgmma_wait<0>();
+        wgmma_fence_operands(st);
+        wgmma_fence_operands(dpt);
         const bool doc_tile = doc && sDocb[BM - 1] > key_first && sDocb[0] <= key_last;
         dkdv_probs<NQ, ALIBI>(st, dpt, key0, it * BM, sLb, sDb, sDocb, doc_tile, scale_log2, slope_log2);
         // dV += P^T dO and dK += dS^T Q: queries 16c.. are rows 16c.. of the dO and Q tiles
@@ -1265,6 +1275,8 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
         __syncthreads();
         // S = Q K^T and dP = dO V^T (64 queries x 64 keys): 16 head dims per product
         float s[NT][4], dp[NT][4];
+        wgmma_fence_operands(s);
+        wgmma_fence_operands(dp);
         wgmma_fence();
         for (int kc = 0; kc < HD / 16; kc++) {
             const int off = (kc / 4) * ATT_WGB_N * 64 + (kc % 4) * 16;
@@ -1273,6 +1285,8 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
         }
         wgmma_commit();
         wgmma_wait<0>();
+        wgmma_fence_operands(s);
+        wgmma_fence_operands(dp);
         const bool doc_tile = j * BN < d_last && (j + 1) * BN > d_first;
         dq_probs<NT, ALIBI>(s, dp, j * BN, row0, j == qt, doc_tile, lo, L, D, scale_log2, slope_log2);
         wgmma_a_times_rows<NT, HD>(dq, s, k_s, LBO);  // dQ += dS K: keys 16c.. are rows 16c.. of the K tile

@@ -10,8 +10,8 @@
 //   cp_async_wait<N>()               waits until at most the newest N groups of this thread are in flight
 //   DYNAMIC_SMEM(name);              declares unsigned char name[]: the block's dynamic shared memory, 16-byte aligned
 //   Hopper (sm_90a; below, with their layouts): wgmma_fence, wgmma_ss_n64, wgmma_ss_n128, wgmma_rs_n64,
-//   wgmma_rs_n128, wgmma_commit, wgmma_wait<N> (the warpgroup's asynchronous product), fence_proxy_async, wgmma_desc,
-//   smem_align1024, smem_u32
+//   wgmma_rs_n128, wgmma_commit, wgmma_wait<N> (the warpgroup's asynchronous product), wgmma_fence_operands,
+//   fence_proxy_async, wgmma_desc, smem_align1024, smem_u32
 // Fragment layouts (PTX ISA, m16n8k16 with .bf16 or .f16: the same), with g = lane / 4 and q = lane % 4; each 32-bit
 // register holds two 16-bit values, the lower index in the low half:
 //   a[4] of A[16][16] (row-major): a0 (row g, cols 2q, 2q+1) a1 (row g+8, cols 2q..) a2 (row g, cols 2q+8..)
@@ -93,6 +93,11 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 //                          A registers of a queued product must not be read or written
 //   fence_proxy_async()    makes this thread's earlier writes to shared memory (stores, cp.async) visible to wgmma's
 //                          reads (PTX: fence.proxy.async; wgmma reads through the async proxy); then a barrier
+//   wgmma_fence_operands(x)   pins this thread's accesses to the registers x (accumulators, A) on their side of the
+//                          fence and the wait: called on every product's registers right before wgmma_fence and right
+//                          after wgmma_wait. Without it the compiler may move, say, the rescaling of the accumulators
+//                          past wgmma_fence (nvcc 13 does), which PTX leaves undefined; scripts/wgmma_ptx_check.py
+//                          reads the rule back from the PTX (tests/t_resources.sh)
 // Shared-memory layout (the only one used here and emulated): 128-byte swizzle. A tile of R rows of 64 floatX (128
 // bytes) starts at a 1024-byte aligned address; row r's 16-byte chunk c sits at chunk c ^ (r % 8) of the row (the
 // swizzle XORs address bits 4-6 with bits 7-9). Wider rows are split into such 64-column tiles. A descriptor
@@ -121,6 +126,17 @@ __device__ __forceinline__ unsigned char* smem_align1024(unsigned char* p) {
 __device__ __forceinline__ uint64_t wgmma_desc(const void* tile, uint32_t lbo, uint32_t sbo) {
     return (uint64_t)((smem_u32(tile) & 0x3FFFFu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
            ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);  // bits 62-63: 1 = 128-byte swizzle
+}
+// an empty asm that reads and writes x: the compiler keeps this thread's earlier and later accesses to x on their side
+template <int R, int C>
+__device__ __forceinline__ void wgmma_fence_operands(float (&x)[R][C]) {
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) asm volatile("" : "+f"(x[i][j])::"memory");
+}
+template <int R, int C>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&x)[R][C]) {
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++) asm volatile("" : "+r"(x[i][j])::"memory");
 }
 __device__ __forceinline__ void wgmma_fence() {
 #ifdef LLMC_WGMMA

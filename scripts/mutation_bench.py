@@ -310,8 +310,8 @@ MUTANTS = [
      "    for (int c = 0; c < NT / 2; c++) {",
      "attention", "versions 4 and 7: the second product issued with no wgmma.fence after its A registers were written"),
     ("attn_wg_wait", "kernel", "llmc/attention.cuh",
-     "        wgmma_commit();\n        wgmma_wait<0>();\n        const bool doc_tile = j * ATT_WG_BN",
-     "        wgmma_commit();\n        const bool doc_tile = j * ATT_WG_BN",
+     "        wgmma_wait<0>();\n        wgmma_fence_operands(s);\n        const bool doc_tile = j * ATT_WG_BN",
+     "        wgmma_fence_operands(s);\n        const bool doc_tile = j * ATT_WG_BN",
      "attention", "forward version 4: the softmax reads S before its products are waited for"),
     ("attn_wg_lbo", "kernel", "llmc/attention.cuh",
      "constexpr uint32_t LBO_V = ATT_WG_BN * 128;", "constexpr uint32_t LBO_V = ATT_WG_BN * 64;",
@@ -330,6 +330,10 @@ MUTANTS = [
      "return (hd == 64 || hd == 128) && T % ATT_WG_BM == 0 && wgmma_supported();",
      "return (hd == 64 || hd == 128) && T % 64 == 0 && wgmma_supported();",
      "attention", "forward version 4 launched where T is no multiple of its 128-row blocks"),
+    ("attn_wg_fence_operands", "kernel", "llmc/attention.cuh",
+     "    wgmma_fence_operands(acc);  // acc's rescaling and a's packing stay before the fence\n", "",
+     "resources", "versions 4 and 7: nothing pins the accumulators before wgmma.fence; nvcc moves the forward's rescaling "
+     "past it (undefined in PTX; the emulation runs the source's order)"),
     # the backward's version 7 (wgmma)
     ("attn_wg7_dv_operand", "kernel", "llmc/attention.cuh",
      "wgmma_a_times_rows<NQ, HD>(dv, st, o_s, LBO);",

@@ -12,6 +12,8 @@
 #   - blocks per SM as scripts/resources.py computes them equal those of cuda_occupancy.h's
 #     cudaOccMaxActiveBlocksPerMultiprocessor (the CUDA toolkit's occupancy calculator, a host-only header) for
 #     every row, given the same per-SM limits (no GPU)
+#   - sm_90a's PTX keeps wgmma's rule: between a wgmma.fence and its wait no other instruction touches the products'
+#     registers (scripts/wgmma_ptx_check.py; the emulation runs the source's order and cannot see the compiler's)
 # About 2-3 minutes on 2 cores when the two compiles must run (side by side), 15 s when `make test` made the logs
 # already. Without nvcc it prints [SKIP] and exits 0.
 set -u
@@ -37,6 +39,16 @@ for a in sm_80 sm_90a; do
     if grep -qi warning "$R/$a.log"; then echo "[FAIL] $a compile warning-free: $(grep -i -m 3 warning "$R/$a.log")"
     else echo "[PASS] $a compile of train_gpt.cu warning-free ($R/$a.log)"; fi
 done
+# wgmma's registers: in the sm_90a PTX no instruction but the products touches a product's accumulators or A registers
+# between its wgmma.fence and its wait (llmc/mma.cuh's wgmma_fence_operands keeps the compiler from moving accesses
+# there), in every Hopper attention kernel the trainer instantiates (versions 4 and 7: 12)
+ptx_status=0
+if python3 scripts/wgmma_ptx_check.py "$R/sm_90a.ptx" --expect 12 > "$T/wgmma_ptx.txt"; then
+    echo "[PASS] sm_90a PTX of the wgmma kernels: $(tail -n 1 "$T/wgmma_ptx.txt"), no access to a product's registers between its fence and its wait"
+else
+    echo "[FAIL] sm_90a PTX of the wgmma kernels (scripts/wgmma_ptx_check.py): $(grep -v ' 0 instructions' "$T/wgmma_ptx.txt" | head -n 3 | cut -c1-300 | tr '\n' ' ')"
+    ptx_status=1
+fi
 python3 scripts/resources.py --tsv "$R/sm_80" "$R/sm_90a" > "$T/rows.tsv" || { echo "[FAIL] scripts/resources.py --tsv"; exit 1; }
 
 # each preset's width and head dim, and the norm instantiations the width selects
@@ -176,3 +188,4 @@ out(len(occ) == len(counted) and not diff,
     % (len(counted), "; " + "; ".join(diff[:5]) if diff else ""))
 sys.exit(1 if fails else 0)
 EOF
+[ $? = 0 ] && [ $ptx_status = 0 ]

@@ -152,6 +152,8 @@ static inline void fence_proxy_async() {
     g_emu.proxy_chunks[t].clear();
 }
 static inline void wgmma_fence() { g_emu.wg_fenced[emu_tid()] = true; }
+// the compiler's ordering around the fence: nothing to do where the source's order is the order that runs
+template <typename T, int R, int C> static inline void wgmma_fence_operands(T (&)[R][C]) {}
 static inline void wgmma_commit() {
     const int t = emu_tid();
     for (EmuWgmma& op : g_emu.wg[t])
