@@ -330,6 +330,11 @@ MUTANTS = [
      "return (hd == 64 || hd == 128) && T % ATT_WG_BM == 0 && wgmma_supported();",
      "return (hd == 64 || hd == 128) && T % 64 == 0 && wgmma_supported();",
      "attention", "forward version 4 launched where T is no multiple of its 128-row blocks"),
+    ("attn_wg_align", "kernel", "llmc/attention.cuh",
+     "floatX* sQ = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][BM][64] swizzled",
+     "floatX* sQ = reinterpret_cast<floatX*>(att_smem);  // [HD/64][BM][64] swizzled",
+     "attention", "forward version 4: tiles not moved to a 1024-byte boundary, where the 128-byte swizzle's rows start "
+     "(the emulated shared memory starts at address 1040)"),
     ("attn_wg_fence_operands", "kernel", "llmc/attention.cuh",
      "    wgmma_fence_operands(acc);  // acc's rescaling and a's packing stay before the fence\n", "",
      "resources", "versions 4 and 7: nothing pins the accumulators before wgmma.fence; nvcc moves the forward's rescaling "

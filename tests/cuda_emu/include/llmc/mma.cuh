@@ -129,16 +129,22 @@ static inline unsigned char* emu_smem() { return g_emu.smem.data(); }
 // (the descriptors must agree across the warp), the accumulators' value is kept aside and the registers filled with NaN,
 // so that a read before the wait shows. wgmma_wait<N> runs the products of every group but the newest N, in order: each
 // lane computes its own accumulators (rows 16 (warp % 4) + g, + 8; columns 8j + 2q, + 1), A and B read from shared
-// memory at that moment through the descriptor (128-byte swizzle only). Errors: a block that is not whole warpgroups,
-// a product with no wgmma_fence since the thread's last wait (or the kernel's start; stricter than PTX, which asks for
-// the fence only where the registers were touched in between), differing descriptors within a warp, another layout
-// than the 128-byte swizzle or a base offset, an address outside shared memory, a read of bytes that a cp.async
-// delivered with no fence_proxy_async of its thread since, products never waited for at the thread's return. Plain
-// stores to shared memory are not tracked for the async proxy.
+// memory at that moment through the descriptor (128-byte swizzle only), the swizzle applied to the shared-memory
+// address, whose window here starts at EMU_SMEM_BASE (not 1024-aligned: a kernel must align its tiles itself).
+// Errors: a block that is not whole warpgroups, a product with no wgmma_fence since the thread's last wait (or the
+// kernel's start; stricter than PTX, which asks for the fence only where the registers were touched in between),
+// differing descriptors within a warp (not checked across the warpgroup's four warps), another layout than the
+// 128-byte swizzle or a base offset, an address outside shared memory, a read of bytes that a cp.async delivered with no
+// fence_proxy_async of its thread since, products never waited for at the thread's return. Not seen: plain stores to
+// shared memory (for the async proxy), and the compiler's moves of register accesses across the fence (the source's
+// order runs here; tests/t_resources.sh reads the PTX for them).
 #define LLMC_WGMMA 1
+// the shared-memory address of the dynamic shared memory's first byte: 16-byte aligned as on a GPU, but not 1024-byte
+// aligned, so that smem_align1024 moves the kernels' swizzled tiles as it may on a GPU
+static const uint32_t EMU_SMEM_BASE = 1040;
 static inline uint32_t smem_u32(const void* p) {
     if (!emu_in_smem(p)) emu_error("shared-memory address of a pointer outside the block's shared memory");
-    return (uint32_t)((const unsigned char*)p - g_emu.smem.data());
+    return EMU_SMEM_BASE + (uint32_t)((const unsigned char*)p - g_emu.smem.data());
 }
 static inline unsigned char* smem_align1024(unsigned char* p) { return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u); }
 static inline uint64_t wgmma_desc(const void* tile, uint32_t lbo, uint32_t sbo) {
@@ -176,12 +182,13 @@ static inline float emu_wgmma_elem(uint64_t desc, int mn, int k, bool mn_major) 
     uint32_t addr = mn_major ? start + (uint32_t)(mn / 64) * lbo + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128 + 2 * (uint32_t)(mn % 64)
                              : start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + 2 * (uint32_t)k;
     addr ^= ((addr >> 7) & 7) << 4;  // the 128-byte swizzle: address bits 4-6 ^= bits 7-9
-    if (addr + 2 > g_emu.smem.size()) {
+    if (addr < EMU_SMEM_BASE || addr - EMU_SMEM_BASE + 2 > g_emu.smem.size()) {
         emu_error("wgmma operand outside the block's shared memory");
         return 0.0f;
     }
-    const unsigned char* p = g_emu.smem.data() + addr;
-    if (g_emu.proxy[addr / 16])
+    const size_t off = addr - EMU_SMEM_BASE;
+    const unsigned char* p = g_emu.smem.data() + off;
+    if (g_emu.proxy[off / 16])
         emu_error("wgmma reads shared memory that a cp.async wrote, with no fence.proxy.async of the writing thread since");
     emu_shadow_access(p, 2, false, false);
     uint16_t v;
