@@ -351,6 +351,20 @@ __device__ __forceinline__ void load_tile_sw128(floatX* smem, const floatX* gmem
     }
 }
 
+// acc [64 x N] = A B^T over the head dim on wgmma, the first product of the Hopper kernels (S = Q K^T, S^T = K Q^T,
+// dP = dO V^T, dP^T = V dO^T): A's 64 rows and B's N rows from swizzled tiles of `rows` rows per 64-column tile, both
+// K-major, 16 head dims per product (32 bytes on within a 64-column tile, the next tile rows * 128 bytes on). Only
+// queues the products: the caller fences, commits and waits (two such products may share a group).
+template <int HD, int N, int ROWS>
+__device__ __forceinline__ void wgmma_rows_times_rows(float (&acc)[N / 8][4], const floatX* a, const floatX* b) {
+    for (int kc = 0; kc < HD / 16; kc++) {
+        const int off = (kc / 4) * ROWS * 64 + (kc % 4) * 16;
+        const uint64_t d_a = wgmma_desc(a + off, 16, ATT_SW_SBO), d_b = wgmma_desc(b + off, 16, ATT_SW_SBO);
+        if constexpr (N == 64) wgmma_ss_n64<0>(&acc[0][0], d_a, d_b, kc > 0);
+        else wgmma_ss_n128<0>(&acc[0][0], d_a, d_b, kc > 0);
+    }
+}
+
 // acc [64 rows x HD] += A B on wgmma, the second product of the Hopper kernels (O += P V, dV += P^T dO, dK += dS^T Q,
 // dQ += dS K): A from the accumulators s of the first product (n tiles 2c, 2c+1 = the A fragment of k-chunk c: rows
 // 16c..16c+15 of B), B the [16 NT / 2 rows][HD] swizzled tile `rows` (64-column tiles lbo bytes apart) as an MN-major
@@ -436,14 +450,10 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
         }
         fence_proxy_async();  // this thread's landed copies, visible to wgmma after the barrier
         __syncthreads();
-        // S = Q K^T: 16 head dims per product; dims kc*16.. are column tile kc / 4, 32 bytes per step of 16 within it
+        // S = Q K^T (this warpgroup's 64 rows against the tile's 128 keys)
         wgmma_fence_operands(s);
         wgmma_fence();
-        for (int kc = 0; kc < HD / 16; kc++) {
-            const int off = (kc / 4) * ATT_WG_BN * 64 + (kc % 4) * 16;
-            wgmma_ss_n128<0>(&s[0][0], wgmma_desc(q_wg + off, 16, ATT_SW_SBO), wgmma_desc(k_s + off, 16, ATT_SW_SBO),
-                             kc > 0);
-        }
+        wgmma_rows_times_rows<HD, ATT_WG_BN, ATT_WG_BN>(s, q_wg, k_s);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(s);
@@ -1129,7 +1139,7 @@ attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const flo
                                      const float* dvec, const float* alibi, const int32_t* doc, int T, int H, int KV) {
     static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
     constexpr int BM = ATT_WGB_N, NQ = BM / 8, DT = HD / 8, TILE = ATT_WGB_N * HD;
-    constexpr uint32_t SBO = ATT_SW_SBO, LBO = ATT_WGB_N * 128;  // 8-row groups; 64-column tiles of a 64-row tile
+    constexpr uint32_t LBO = ATT_WGB_N * 128;  // bytes between the 64-column tiles of a 64-row tile
     DYNAMIC_SMEM(att_smem);
     floatX* sK = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][64][64] swizzled
     floatX* sV = sK + TILE;                                              // [HD/64][64][64]
@@ -1195,11 +1205,8 @@ attention_backward_dkdv_wgmma_kernel(floatX* dqkv, const floatX* dout, const flo
         wgmma_fence_operands(st);
         wgmma_fence_operands(dpt);
         wgmma_fence();
-        for (int kc = 0; kc < HD / 16; kc++) {
-            const int off = (kc / 4) * ATT_WGB_N * 64 + (kc % 4) * 16;
-            wgmma_ss_n64<0>(&st[0][0], wgmma_desc(sK + off, 16, SBO), wgmma_desc(q_s + off, 16, SBO), kc > 0);
-            wgmma_ss_n64<0>(&dpt[0][0], wgmma_desc(sV + off, 16, SBO), wgmma_desc(o_s + off, 16, SBO), kc > 0);
-        }
+        wgmma_rows_times_rows<HD, BM, ATT_WGB_N>(st, sK, q_s);
+        wgmma_rows_times_rows<HD, BM, ATT_WGB_N>(dpt, sV, o_s);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(st);
@@ -1220,7 +1227,7 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
                                    const float* dvec, const float* alibi, const int32_t* doc, int T, int H, int KV) {
     static_assert(HD % 64 == 0, "whole 64-column swizzle tiles");
     constexpr int BM = ATT_WGB_N, BN = ATT_WGB_N, NT = BN / 8, DT = HD / 8, TILE = ATT_WGB_N * HD;
-    constexpr uint32_t SBO = ATT_SW_SBO, LBO = ATT_WGB_N * 128;
+    constexpr uint32_t LBO = ATT_WGB_N * 128;
     DYNAMIC_SMEM(att_smem);
     floatX* sQ = reinterpret_cast<floatX*>(smem_align1024(att_smem));  // [HD/64][64][64] swizzled
     floatX* sdO = sQ + TILE;                                             // [HD/64][64][64]
@@ -1278,11 +1285,8 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
         wgmma_fence_operands(s);
         wgmma_fence_operands(dp);
         wgmma_fence();
-        for (int kc = 0; kc < HD / 16; kc++) {
-            const int off = (kc / 4) * ATT_WGB_N * 64 + (kc % 4) * 16;
-            wgmma_ss_n64<0>(&s[0][0], wgmma_desc(sQ + off, 16, SBO), wgmma_desc(k_s + off, 16, SBO), kc > 0);
-            wgmma_ss_n64<0>(&dp[0][0], wgmma_desc(sdO + off, 16, SBO), wgmma_desc(v_s + off, 16, SBO), kc > 0);
-        }
+        wgmma_rows_times_rows<HD, BN, ATT_WGB_N>(s, sQ, k_s);
+        wgmma_rows_times_rows<HD, BN, ATT_WGB_N>(dp, sdO, v_s);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(s);
