@@ -352,8 +352,8 @@ __device__ __forceinline__ void load_tile_sw128(floatX* smem, const floatX* gmem
 }
 
 // acc [64 x N] = A B^T over the head dim on wgmma, the first product of the Hopper kernels (S = Q K^T, S^T = K Q^T,
-// dP = dO V^T, dP^T = V dO^T): A's 64 rows and B's N rows from swizzled tiles of `rows` rows per 64-column tile, both
-// K-major, 16 head dims per product (32 bytes on within a 64-column tile, the next tile rows * 128 bytes on). Only
+// dP = dO V^T, dP^T = V dO^T): A's 64 rows and B's N rows from swizzled tiles of ROWS rows per 64-column tile, both
+// K-major, 16 head dims per product (32 bytes on within a 64-column tile, the next tile ROWS * 128 bytes on). Only
 // queues the products: the caller fences, commits and waits (two such products may share a group).
 template <int HD, int N, int ROWS>
 __device__ __forceinline__ void wgmma_rows_times_rows(float (&acc)[N / 8][4], const floatX* a, const floatX* b) {
