@@ -1103,10 +1103,14 @@ int main(int argc, char** argv) {
 #endif
 #ifndef ENABLE_FP32
     g.attention_wgmma = opt.attention_wgmma;  // where a version cannot run, the launcher runs version 3 (forward), 5
-    if (g.attention_wgmma && rank0)
-        printf("attention: --attention wgmma: forward version %d, backward version %d of llmc/attention.cuh%s\n",
-               attention_forward_wgmma_fits(g.T, mc.head_dim) ? 4 : 3, attention_backward_wgmma_fits(mc.head_dim) ? 7 : 5,
-               wgmma_supported() ? "" : " (the code this GPU runs has no wgmma: not sm_90a)");
+    if (g.attention_wgmma) {
+        const bool has = wgmma_supported();  // its probe launch now, on every rank, not inside the first step
+        if (rank0)
+            printf("attention: --attention wgmma: forward version %d, backward version %d of llmc/attention.cuh%s\n",
+                   attention_forward_wgmma_fits(g.T, mc.head_dim) ? 4 : 3,
+                   attention_backward_wgmma_fits(mc.head_dim) ? 7 : 5,
+                   has ? "" : " (the code this GPU runs has no wgmma: not sm_90a)");
+    }
 #endif
     g.gelu_fusion = opt.gelu_fusion;
     g.mm.gemm_algos = gemm_algos;
