@@ -9,7 +9,9 @@
 // elsewhere it must give version 3's bits). The backward runs with each dK/dV kernel (versions 3, 4 and 5 of llmc/attention.cuh): version 3 is checked
 // against the reference, versions 4 and 5 must give its bits; and as version 6 (dQ from the dS its dK/dV kernel stores,
 // into a NaN-filled buffer): dK and dV must be version 3's bits, dQ within the reference's bound; and as version 7 (both
-// kernels on wgmma, hd 64 or 128; elsewhere version 3's bits) within the reference's bounds. tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
+// kernels on wgmma, hd 64 or 128; elsewhere version 3's bits) within the reference's bounds. Before those, wgmma's
+// layouts one at a time (test_wgmma_layouts: on a GPU, where the hardware disagrees with llmc/mma.cuh, which element
+// each output read). tests/t_attention.sh runs it under the CUDA emulation on the CPU, and on a GPU when one is present.
 //
 // Tolerance. The inputs q, k, v, dO are bf16 numbers and both sides use exactly those. The kernels keep
 // scores, softmax statistics and every accumulation in fp32 (relative errors near 2^-22, fast-math exp2 and
@@ -442,6 +444,92 @@ static std::vector<int32_t> short_docs(int B, int T, int max_len) {
     return doc_from_starts(B, T, starts);
 }
 
+// ---- wgmma's layouts, one at a time (llmc/mma.cuh documents them; versions 4 and 7 rest on them) --------------------
+// One warpgroup computes D [64 x 64] = A [64 x 16] B [16 x 64] once, where one operand is the probe and the other a
+// selector of 0s and 1s, so that D shows which element of the probe each output read: the A probes with B[k][n] =
+// (n % 16 == k), so D[i][n] = A[i][n % 16]; the B probes with A[i][k] = (i % 16 == k), so D[i][n] = B[i % 16][n]. The
+// probe's elements hold their own row index, then (a second run) their column index: small integers, exact in floatX
+// and fp32. Modes: 0 A from shared memory (K-major), 1 B K-major, 2 B MN-major (transposed), 3 A from registers (the
+// m16n8k16 A fragment). In the emulation this checks the emulation against llmc/mma.cuh's text; on a GPU (sm_90a)
+// it checks that text against the hardware, and a mismatch names the element each output read instead.
+static const char* const WGMMA_PROBES[4] = {"A from shared memory (K-major)", "B from shared memory (K-major)",
+                                             "B from shared memory (MN-major, transposed)", "A from registers"};
+__global__ void __launch_bounds__(128) wgmma_layout_probe_kernel(float* out, int mode, int which) {
+    DYNAMIC_SMEM(sm);
+    floatX* tA = reinterpret_cast<floatX*>(smem_align1024(sm));  // [64][64] swizzled: A's rows, K in columns 0..15
+    floatX* tB = tA + 64 * 64;  // [64][64] swizzled: B's N rows (K-major) or its 16 K rows (MN-major)
+    auto at = [](floatX* t, int r, int c) -> floatX& { return t[r * 64 + ((c / 8) ^ (r % 8)) * 8 + c % 8]; };
+    const bool probe_a = mode == 0 || mode == 3;
+    auto a_val = [&](int i, int k) { return probe_a ? (float)(which ? k : i) : (float)(i % 16 == k); };
+    auto b_val = [&](int k, int n) { return probe_a ? (float)(n % 16 == k) : (float)(which ? n : k); };
+    for (int e = threadIdx.x; e < 64 * 64; e += 128) {
+        const int r = e / 64, c = e % 64;
+        at(tA, r, c) = to_floatX(c < 16 ? a_val(r, c) : 0.0f);  // A: row r, k = c
+        if (mode == 2) at(tB, r, c) = to_floatX(r < 16 ? b_val(r, c) : 0.0f);  // MN-major: row k = r, n = c
+        else at(tB, r, c) = to_floatX(c < 16 ? b_val(c, r) : 0.0f);           // K-major: row n = r, k = c
+    }
+    fence_proxy_async();
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    uint32_t a[1][4];
+    for (int h = 0; h < 4; h++) {  // a0 (row g, k 2q..) a1 (row g + 8) a2 (row g, k 2q + 8..) a3 (row g + 8, k 2q + 8..)
+        const int i = 16 * warp + g + 8 * (h % 2), k = 2 * q + 8 * (h / 2);
+        a[0][h] = pack_x2(a_val(i, k), a_val(i, k + 1));
+    }
+    float d[8][4];
+    for (int j = 0; j < 8; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+    const uint64_t da = wgmma_desc(tA, 16, ATT_SW_SBO), db = wgmma_desc(tB, 16 * 128, ATT_SW_SBO);
+    wgmma_fence_operands(d);
+    wgmma_fence_operands(a);
+    wgmma_fence();
+    if (mode == 3) wgmma_rs_n64<0>(&d[0][0], a[0], db, 0);
+    else if (mode == 2) wgmma_ss_n64<1>(&d[0][0], da, db, 0);
+    else wgmma_ss_n64<0>(&d[0][0], da, db, 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(d);
+    wgmma_fence_operands(a);
+    for (int j = 0; j < 8; j++)
+        for (int e = 0; e < 4; e++) out[(16 * warp + g + 8 * (e / 2)) * 64 + 8 * j + 2 * q + e % 2] = d[j][e];
+}
+static void test_wgmma_layouts() {
+    if (!wgmma_supported()) {
+        printf("  wgmma layouts: not run (the code this device runs has no wgmma)\n");
+        return;
+    }
+    float* d_out;
+    cudaCheck(cudaMalloc(&d_out, 64 * 64 * sizeof(float)));
+    const int smem = 2 * 64 * 64 * (int)sizeof(floatX) + 1024;
+    cudaCheck(cudaFuncSetAttribute(wgmma_layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    for (int mode = 0; mode < 4; mode++) {
+        std::vector<float> got[2];
+        for (int which = 0; which < 2; which++) {
+            cudaCheck(cudaMemset(d_out, 0xff, 64 * 64 * sizeof(float)));
+            wgmma_layout_probe_kernel<<<1, 128, smem>>>(d_out, mode, which);
+            cudaCheck(cudaGetLastError());
+            got[which] = download(d_out, 64 * 64);
+        }
+        const bool probe_a = mode == 0 || mode == 3;
+        std::string first;
+        int bad = 0;
+        for (int i = 0; i < 64; i++)
+            for (int n = 0; n < 64; n++) {
+                const int want_r = probe_a ? i : i % 16, want_c = probe_a ? n % 16 : n;  // the probe's (row, column)
+                const float r = got[0][i * 64 + n], c = got[1][i * 64 + n];
+                if (r == (float)want_r && c == (float)want_c) continue;
+                if (bad++ < 3) {
+                    char m[160];
+                    snprintf(m, sizeof(m), "%sD[%d][%d] read %s (%g, %g), not (%d, %d)", first.empty() ? "" : "; ", i, n,
+                             probe_a ? "A's (row, k)" : "B's (k, n)", r, c, want_r, want_c);
+                    first += m;
+                }
+            }
+        check(bad == 0, std::string("wgmma layout: ") + WGMMA_PROBES[mode] + " read as llmc/mma.cuh documents it",
+              "%d of 4096 outputs differ: %s", bad, first.c_str());
+    }
+    cudaCheck(cudaFree(d_out));
+}
+
 // the launcher on T = 96 (not a multiple of the 64-row tile), in a child: exit status 1, T named on stderr
 static void test_refuses_partial_tile() {
     int fds[2];
@@ -490,6 +578,7 @@ int main(int argc, char** argv) {
     test_case(1, 128, 4, 2, 128, false, 1);  // GQA, head dim 128
     test_case(1, 100, 2, 1, 64, false, 1);   // a length that is no multiple of 64 (cuDNN takes any)
 #endif
+    test_wgmma_layouts();  // before the kernels that rest on them (after cuDNN's, which a fault here would hide)
     test_case(2, 128, 2, 2, 64);   // MHA, 2 tiles
     test_case(1, 192, 4, 1, 64);   // MQA, 3 tiles (odd: the last tile in the second buffer)
     test_case(2, 192, 4, 2, 80);   // GQA, head dim 80
