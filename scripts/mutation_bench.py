@@ -339,6 +339,10 @@ MUTANTS = [
      "    wgmma_fence_operands(acc);  // acc's rescaling and a's packing stay before the fence\n", "",
      "resources", "versions 4 and 7: nothing pins the accumulators before wgmma.fence; nvcc moves the forward's rescaling "
      "past it (undefined in PTX; the emulation runs the source's order)"),
+    ("emu_wgmma_mn_strides", "kernel", "tests/cuda_emu/include/llmc/mma.cuh",
+     "start + (uint32_t)(mn / 64) * lbo + (uint32_t)(k / 8) * sbo",
+     "start + (uint32_t)(mn / 64) * sbo + (uint32_t)(k / 8) * lbo",
+     "attention", "the emulation reads an MN-major operand with LBO and SBO swapped (the layout probe and the kernels)"),
     # the backward's version 7 (wgmma)
     ("attn_wg7_dv_operand", "kernel", "llmc/attention.cuh",
      "wgmma_a_times_rows<NQ, HD>(dv, st, o_s, LBO);",
