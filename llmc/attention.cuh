@@ -351,6 +351,24 @@ __device__ __forceinline__ void load_tile_sw128(floatX* smem, const floatX* gmem
     }
 }
 
+// The key loop's double buffer on swizzled tiles (version 4, version 7's dQ): while key tile j is computed, tile j + 1's
+// K and V (ROWS keys from row `next` of kbase and vbase) are copied into the stage not in use, where next < n (else
+// nothing is); then this thread waits for tile j's copies and fences them for wgmma. The caller's barrier follows.
+template <int ROWS, int HD, int THREADS>
+__device__ __forceinline__ void kv_tiles_next_sw128(floatX* k_next, floatX* v_next, const floatX* kbase,
+                                                    const floatX* vbase, size_t ld, int next, int n) {
+    if (next < n) {
+        const size_t off = (size_t)next * ROWS * ld;
+        load_tile_sw128<ROWS, HD, THREADS>(k_next, kbase + off, ld);
+        load_tile_sw128<ROWS, HD, THREADS>(v_next, vbase + off, ld);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    fence_proxy_async();  // this thread's landed copies, visible to wgmma after the barrier
+}
+
 // acc [64 x N] = A B^T over the head dim on wgmma, the first product of the Hopper kernels (S = Q K^T, S^T = K Q^T,
 // dP = dO V^T, dP^T = V dO^T): A's 64 rows and B's N rows from swizzled tiles of ROWS rows per 64-column tile, both
 // K-major, 16 head dims per product (32 bytes on within a 64-column tile, the next tile ROWS * 128 bytes on). Only
@@ -439,16 +457,8 @@ attention_forward_wgmma_kernel(floatX* out, float* lse, const floatX* qkv, const
         const int st = (j - kt_first) & 1;
         const floatX* k_s = sK + st * TILE;
         const floatX* v_s = sV + st * TILE;
-        if (j + 1 < n_kt) {
-            const size_t off = (size_t)(j + 1) * ATT_WG_BN * ld;
-            load_tile_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sK + (st ^ 1) * TILE, kbase + off, ld);
-            load_tile_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sV + (st ^ 1) * TILE, vbase + off, ld);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();  // this thread's landed copies, visible to wgmma after the barrier
+        kv_tiles_next_sw128<ATT_WG_BN, HD, ATT_WG_THREADS>(sK + (st ^ 1) * TILE, sV + (st ^ 1) * TILE, kbase, vbase, ld,
+                                                           j + 1, n_kt);
         __syncthreads();
         // S = Q K^T (this warpgroup's 64 rows against the tile's 128 keys)
         wgmma_fence_operands(s);
@@ -1269,16 +1279,8 @@ attention_backward_dq_wgmma_kernel(floatX* dqkv, const floatX* dout, const float
         const int st = (j - kt_first) & 1;
         const floatX* k_s = sK + st * TILE;
         const floatX* v_s = sV + st * TILE;
-        if (j + 1 < n_kt) {
-            const size_t off = (size_t)(j + 1) * BN * ld;
-            load_tile_sw128<BN, HD, ATT_WGB_THREADS>(sK + (st ^ 1) * TILE, kbase + off, ld);
-            load_tile_sw128<BN, HD, ATT_WGB_THREADS>(sV + (st ^ 1) * TILE, vbase + off, ld);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();
+        kv_tiles_next_sw128<BN, HD, ATT_WGB_THREADS>(sK + (st ^ 1) * TILE, sV + (st ^ 1) * TILE, kbase, vbase, ld, j + 1,
+                                                     n_kt);
         __syncthreads();
         // S = Q K^T and dP = dO V^T (64 queries x 64 keys): 16 head dims per product
         float s[NT][4], dp[NT][4];
