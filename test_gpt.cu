@@ -175,8 +175,10 @@ static void test_optimizer(GPT* g, const RefState& ref, const ParamTable& table,
                 tiny = tiny && std::fabs(grad[i] * scale) < std::ldexp(1.0, -17);
             }
         }
-        gpt_zero_grad(g);
+        // the reference's gradients are the whole step's: no head gradient joins them (gpt_zero_grad leaves head_grad
+        // to the classifier's first write)
         cudaCheck(cudaMemcpy(g->grads, gx.data(), table.total * sizeof(floatX), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemset(g->head_grad, 0, (size_t)g->Vpl * g->cfg.n_embd * sizeof(float)));
         const double lr = lr_at(s, ref.S, tc.warmup, tc.lr, tc.min_lr, tc.schedule, tc.decay_frac);
         lr_sum += lr;
         gpt_grad_norm(g, tc, scale);

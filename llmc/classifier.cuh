@@ -6,7 +6,8 @@
 //      8-element vector loads, loss = lse - logit[target], then dlogits = (softmax - onehot) * scale
 //      written over the logits (padded columns >= V and ignored rows (target -1) get 0)
 //   3. matmul_backward_input: dx[rows, C] = dlogits W                    (floatX)
-//   4. matmul_backward_weight: dW[Vp, C] += dlogits^T x[rows, C]         (fp32, accumulated)
+//   4. matmul_backward_weight: dW[Vp, C] += dlogits^T x[rows, C]         (fp32, accumulated; or written by the
+//                                                                          first panel, when dW holds nothing yet)
 // The GEMMs are llmc/matmul.cuh's (one cuBLASLt call for the whole project), with the LM head as a
 // linear layer of IC = C inputs and OC = Vp outputs over N = rows tokens.
 // Launchers:
@@ -115,14 +116,15 @@ static void fused_classifier_rows(floatX* logits, float* losses, float* lse, con
 }
 
 // Forward and backward of the LM head and the loss over N rows, a panel of rows at a time.
-//   dx [N, C] floatX (overwritten), dw [Vp, C] fp32 (accumulated: the caller zeroes it once per step),
+//   dx [N, C] floatX (overwritten), dw [Vp, C] fp32 (accumulated; with accumulate false the first panel writes it,
+//   beta 0, so the caller need not zero it),
 //   losses [N], lse [N] (may be null) <- x [N, C], w [Vp, C], targets [N]; scale is usually
 //   1 / (number of valid targets). logits_panel [panel, Vp] floatX is scratch. mm: the matmul context
 //   (its bias scratch is not used).
 static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, floatX* logits_panel,
                              const floatX* x, const floatX* w, const int32_t* targets, int N, int C,
-                             int V, int Vp, int panel, float scale, MatmulContext* mm, cudaStream_t stream,
-                             void (*phase)(int step, int rows, int C, int Vp) = nullptr) {
+                             int V, int Vp, int panel, float scale, bool accumulate, MatmulContext* mm,
+                             cudaStream_t stream, void (*phase)(int step, int rows, int C, int Vp) = nullptr) {
     if (panel < 1) die("fused_classifier: panel must be positive (got %d)", panel);
     for (int r0 = 0; r0 < N; r0 += panel) {
         const int rows = N - r0 < panel ? N - r0 : panel;
@@ -139,9 +141,10 @@ static void fused_classifier(floatX* dx, float* dw, float* losses, float* lse, f
         if (phase) phase(2, rows, C, Vp);
         matmul_backward_input(mm, stream, dx + (size_t)r0 * C, logits_panel, w, rows, C, Vp);
         // dW[Vp, C] += dlogits^T x[rows, C]. Column-major: D[C, Vp] += x[C, rows] @ dlogits^T[rows, Vp]
-        // (m = C, n = Vp, k = rows; B = dlogits stored column-major [Vp, rows], transposed); D fp32, beta 1.
+        // (m = C, n = Vp, k = rows; B = dlogits stored column-major [Vp, rows], transposed); D fp32, beta 1 (0 for the
+        // first panel when !accumulate).
         if (phase) phase(3, rows, C, Vp);
-        matmul_backward_weight(mm, stream, dw, nullptr, logits_panel, xc, rows, C, Vp);
+        matmul_backward_weight(mm, stream, dw, nullptr, logits_panel, xc, rows, C, Vp, accumulate || r0 > 0);
         if (phase) phase(4, rows, C, Vp);
     }
 }

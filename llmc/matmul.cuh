@@ -445,10 +445,11 @@ static inline void matmul_backward_input(MatmulContext* ctx, cudaStream_t stream
                     nullptr, CUDA_R_32F);
 }
 
-// Adds the bias gradient of one micro-batch into the parameter gradient (the sum in fp32, one rounding).
-__global__ static void bias_grad_accumulate_kernel(floatX* dbias, const floatX* scratch, int n) {
+// Adds the bias gradient of one micro-batch into the parameter gradient (the sum in fp32, one rounding), or with
+// accumulate false stores it.
+__global__ static void bias_grad_accumulate_kernel(floatX* dbias, const floatX* scratch, int n, bool accumulate) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dbias[i] = to_floatX(to_float(dbias[i]) + to_float(scratch[i]));
+    if (i < n) dbias[i] = accumulate ? to_floatX(to_float(dbias[i]) + to_float(scratch[i])) : scratch[i];
 }
 
 // dW[OC,IC] += dout[N,OC]^T @ inp[N,IC]; dbias[OC] += column sums of dout. Column-major: inp is
@@ -456,10 +457,12 @@ __global__ static void bias_grad_accumulate_kernel(floatX* dbias, const floatX* 
 // dW row-major [OC,IC]. BGRADB reduces op(B) over k = N: one value per output channel, which it stores
 // (it does not add), so it goes to the context's scratch and a small kernel adds it into dbias.
 // GradT (dW's element type) is floatX or float: cuBLASLt accumulates into either (beta = 1); a bias
-// gradient needs GradT = floatX (its type is the output's).
+// gradient needs GradT = floatX (its type is the output's). accumulate false: dW = and dbias = instead (beta 0, dW
+// not read: a step's first micro-batch writes its gradients without a memset before it). The values are the same
+// bits as adding to zeros: the epilogue's alpha acc + beta C with C = 0 adds an exact zero before the one rounding.
 template <typename GradT>
 static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t stream, GradT* dw, floatX* dbias,
-                                          const floatX* dout, const floatX* inp, int N, int IC, int OC) {
+                                          const floatX* dout, const floatX* inp, int N, int IC, int OC, bool accumulate) {
     if (dbias && OC > ctx->bias_scratch_len) {
         fprintf(stderr, "error: bias of %d channels exceeds the matmul scratch of %d\n", OC, ctx->bias_scratch_len);
         exit(1);
@@ -469,10 +472,10 @@ static inline void matmul_backward_weight(MatmulContext* ctx, cudaStream_t strea
         exit(1);
     }
     cublasLtEpilogue_t ep = dbias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
-    cublaslt_matmul(ctx, stream, dw, cublaslt_type(dw), inp, dout, IC, OC, N, false, true, true, ep,
+    cublaslt_matmul(ctx, stream, dw, cublaslt_type(dw), inp, dout, IC, OC, N, false, true, accumulate, ep,
                     dbias ? ctx->bias_scratch : nullptr, CUDA_FLOATX);
     if (dbias) {
-        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC);
+        bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC, accumulate);
         cudaCheck(cudaGetLastError());
     }
 }
@@ -519,7 +522,7 @@ static inline bool matmul_backward_input_dgelu(MatmulContext* ctx, cudaStream_t 
         return false;
     }
     if (dbias) {
-        bias_grad_accumulate_kernel<<<(IC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, IC);
+        bias_grad_accumulate_kernel<<<(IC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, IC, true);
         cudaCheck(cudaGetLastError());
     }
     return true;

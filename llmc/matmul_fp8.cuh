@@ -135,6 +135,6 @@ static inline void matmul_fp8_backward_weight(MatmulContext* ctx, cudaStream_t s
     matmul_bias_grad_kernel<<<(unsigned)ceil_div(OC, 32), dim3(32, 16), 0, stream>>>(ctx->bias_scratch, dout, N, OC,
                                                                                       (size_t)OC, 1);
     cudaCheck(cudaGetLastError());
-    bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC);
+    bias_grad_accumulate_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, ctx->bias_scratch, OC, true);
     cudaCheck(cudaGetLastError());
 }

@@ -21,8 +21,8 @@
 #                  --fp8 delayed -x 1) and, only then, fp8 delayed beside bf16 on both and FlagPerf's loss rule on
 #                  gpt3_125m; cuDNN's attention: test_attention (its values and ours) and gpt3_1.3b with --attention
 #                  cudnn and the profile; gpt3_1.3b with --attention wgmma (our Hopper kernels) and the profile;
-#                  gpt3_2.7b under --recompute auto with the profile; attention beside SDPA;
-#                  attention with 1, 4 and 16 documents per sequence at gpt3_1.3b's shape (--docs). Files: sprint2.log,
+#                  gpt3_2.7b under --recompute auto with the profile; attention beside SDPA; attention with 1, 4 and
+#                  16 documents per sequence at gpt3_1.3b's shape (--docs); gpt3_125m with the profile. Files: sprint2.log,
 #                  sprint2.md, sprint2_files.tar.gz
 #     sprint       sprint1 then sprint2 (for a run on the CPU; on a GPU machine each is a command of its own)
 #     probe        environment (device, driver, nvcc, NCCL location and version, MPI), ceilings (copy
@@ -1034,6 +1034,11 @@ stage_sprint2() {
         else notes+=("attention sweep and documents: not run: no attention programs"); failed+=("attention programs"); fi
         echo "${notes[-1]}"
     fi
+    # -- gpt3_125m with the profile (10 s), last as the least urgent: the smallest preset has no profile yet (an H200
+    #    ran it at 37.7% MFU, 18.8 ms a step at -b 8 -t 1024); launches and small kernels weigh more there than at 1.3b
+    section "train_gpt gpt3_125m -b 8 -t 1024 ${prof[*]}: $steps steps (10 s)"
+    bench_row gpt3_125m "-b 8 -t 1024" "$work/gpt3_125m.bf16.log" 90 "${prof[@]}"
+    rows+=("$row")
     {
         echo "## bf16 with the step profile (the profile tables are in sprint2.log)"; echo
         echo "| preset | train_gpt flags | tokens/s | MFU | peak GiB | estimate GiB |"; echo "| --- | --- | --- | --- | --- | --- |"

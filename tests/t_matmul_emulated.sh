@@ -7,7 +7,8 @@
 # (train_gpt --gelu-fusion on): the emulated cuBLASLt's GELU_AUX(_BIAS) and DGELU(_BGRAD) against the semantics
 # cuBLASLt documents and the calls it refuses, matmul.cuh's matmul_forward_gelu and matmul_backward_input_dgelu
 # against the host reference and the unfused kernels, and their fallback where there is no algorithm; --gemm-algos tune
-# (the slow algorithm never kept, the products and accumulated gradients as without tuning) and FILE (replayed). Seconds.
+# (the slow algorithm never kept, the products and accumulated gradients as without tuning) and FILE (replayed); the
+# weight gradients written over NaN (a step's first micro-batch) equal to those accumulated from zeros. Seconds.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the emulation's fiber switch is x86-64 only"; exit 0; fi
 d=$(pwd)/build/t_matmul_emulated

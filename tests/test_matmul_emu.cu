@@ -9,6 +9,8 @@
 //   3. dinp = dout W                 default
 //   4. dW += dout^T inp; dbias += column sums of dout        BGRADB, floatX dW
 //   5. dW32 += dout^T inp            default, fp32 dW (the LM head's form)
+// 4 and 5 also in the write mode of a step's first micro-batch (accumulate false: beta 0, the bias stored), from
+// gradients filled with NaN: bitwise the accumulating products from zeros, with the epilogue and with the fallback.
 // once with every epilogue available and once with EMU_LT_NO_ALGO=BIAS,BGRADB, where matmul.cuh must fall
 // back to the default epilogue and its own kernels. Checks: each result against a double-precision host
 // reference; the fallback's results against the epilogue path's (the GEMMs bitwise, the epilogue's work
@@ -36,10 +38,12 @@
 // fp32): u |ref| for the rounding, plus 2^-16 times the sum of |terms| behind the value for the emulation's fp32
 // arithmetic against double (48 products accumulated in fp32 err by at most 48 * 2^-24 < 2^-16 of their absolute
 // sum; gelu's slope is at most 1.13, gelu' of the aux, with tanhf, within a few fp32 ulps).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 #include "llmc/matmul.cuh"
 #include "llmc/matmul_algos.cuh"
@@ -73,9 +77,10 @@ struct Inputs {
     std::vector<float> inp, w, bias, dout, dw0, dbias0;  // [N,IC] [OC,IC] [OC] [N,OC] [OC,IC] [OC]
 };
 
-// mode and file: --gemm-algos (FILE read for GEMM_ALGOS_FILE; under GEMM_ALGOS_TUNE the choices written to it)
+// mode and file: --gemm-algos (FILE read for GEMM_ALGOS_FILE; under GEMM_ALGOS_TUNE the choices written to it).
+// write: the gradients start as NaN (not x.dw0, x.dbias0) and products 4 and 5 write them (accumulate false).
 static Results run_products(const Inputs& x, int passes = PASSES, GemmAlgoMode mode = GEMM_ALGOS_HEURISTIC,
-                            const std::string& file = "") {
+                            const std::string& file = "", bool write = false) {
     MatmulContext mm;
     matmul_init(&mm, OC);
     if (mode == GEMM_ALGOS_FILE) mm.gemm_algos = gemm_algos_parse(file);
@@ -96,11 +101,16 @@ static Results run_products(const Inputs& x, int passes = PASSES, GemmAlgoMode m
         cudaCheck(cudaMemcpy(dw, dw0, x.dw0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
         cudaCheck(cudaMemcpy(dbias, dbias0, x.dbias0.size() * sizeof(floatX), cudaMemcpyDeviceToDevice));
         cudaCheck(cudaMemcpy(dw32, dw32_0, x.dw0.size() * sizeof(float), cudaMemcpyDeviceToDevice));
+        if (write)
+            for (std::pair<void*, size_t> b : {std::make_pair((void*)dw, x.dw0.size() * sizeof(floatX)),
+                                               std::make_pair((void*)dbias, x.dbias0.size() * sizeof(floatX)),
+                                               std::make_pair((void*)dw32, x.dw0.size() * sizeof(float))})
+                cudaCheck(cudaMemset(b.first, 0xff, b.second));  // NaN in bf16, fp16 and fp32
         matmul_forward(&mm, 0, out_bias, inp, w, bias, N, IC, OC);
         matmul_forward(&mm, 0, out, inp, w, nullptr, N, IC, OC);
         matmul_backward_input(&mm, 0, dinp, dout, w, N, IC, OC);
-        matmul_backward_weight(&mm, 0, dw, dbias, dout, inp, N, IC, OC);
-        matmul_backward_weight(&mm, 0, dw32, (floatX*)nullptr, dout, inp, N, IC, OC);
+        matmul_backward_weight(&mm, 0, dw, dbias, dout, inp, N, IC, OC, !write);
+        matmul_backward_weight(&mm, 0, dw32, (floatX*)nullptr, dout, inp, N, IC, OC, !write);
         if (p == 0) r.heuristic_first = g_emu_heuristic_calls - calls0;
     }
     cudaCheck(cudaDeviceSynchronize());
@@ -551,6 +561,20 @@ int main() {
           r.chosen.size(), t.chosen.size());
     check(r.out_bias == e.out_bias && r.out == e.out && r.dinp == e.dinp && r.dw == e.dw && r.dbias == e.dbias &&
           r.dw32 == e.dw32, tag + "--gemm-algos FILE: the same products");
+    // The write mode (a step's first micro-batch): from NaN, bitwise the products accumulated into zeros, with the
+    // BGRADB epilogue and with the fallback (a NaN read anywhere, or a bias added to instead of stored, shows)
+    Inputs z = x;
+    std::fill(z.dw0.begin(), z.dw0.end(), 0.0f);
+    std::fill(z.dbias0.begin(), z.dbias0.end(), 0.0f);
+    for (const char* no_algo : {"", "BGRADB"}) {
+        if (*no_algo) setenv("EMU_LT_NO_ALGO", no_algo, 1);
+        else unsetenv("EMU_LT_NO_ALGO");
+        const Results from_zero = run_products(z, 1), written = run_products(x, 1, GEMM_ALGOS_HEURISTIC, "", true);
+        check(written.dw == from_zero.dw && written.dbias == from_zero.dbias && written.dw32 == from_zero.dw32,
+              tag + "accumulate false writes dW, dbias and the fp32 dW over NaN: bitwise the sums from zeros" +
+                  (*no_algo ? " (BGRADB's fallback)" : ""));
+    }
+    unsetenv("EMU_LT_NO_ALGO");
     test_lt_gelu(x, tag);
     test_matmul_gelu(x, tag);
     return g_failed ? 1 : 0;

@@ -224,12 +224,12 @@ static void test_classifier(int V, MatmulContext* mm) {
     cudaCheck(cudaMalloc(&dx_, (size_t)N * C * sizeof(floatX)));
     cudaCheck(cudaMalloc(&logits, (size_t)panel * Vp * sizeof(floatX)));
     cudaCheck(cudaMalloc(&dw, (size_t)Vp * C * sizeof(float)));
-    cudaCheck(cudaMemset(dw, 0, (size_t)Vp * C * sizeof(float)));
+    cudaCheck(cudaMemset(dw, 0xff, (size_t)Vp * C * sizeof(float)));  // NaN: the first panel writes dW (beta 0)
     cudaCheck(cudaMalloc(&losses, N * sizeof(float)));
     cudaCheck(cudaMalloc(&lse, N * sizeof(float)));
     cudaCheck(cudaMalloc(&dt, N * sizeof(int32_t)));
     cudaCheck(cudaMemcpy(dt, tgt.data(), N * sizeof(int32_t), cudaMemcpyHostToDevice));
-    fused_classifier(dx_, dw, losses, lse, logits, dxx, dxw, dt, N, C, V, Vp, panel, scale, mm, 0);
+    fused_classifier(dx_, dw, losses, lse, logits, dxx, dxw, dt, N, C, V, Vp, panel, scale, false, mm, 0);
     cudaCheck(cudaDeviceSynchronize());
     const std::vector<float> gdx = download(dx_, (size_t)N * C), gdw = download(dw, (size_t)Vp * C),
                              gl = download(losses, N), glse = download(lse, N);

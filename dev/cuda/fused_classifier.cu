@@ -142,7 +142,7 @@ static void run_version(int version, const Problem& p) {
         crossentropy_backward_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p.logits, p.targets, p.N, p.Vp, p.scale);
         cudaCheck(cudaGetLastError());
         matmul_backward_input(p.mm, 0, p.dx, p.logits, p.w, p.N, p.C, p.Vp);
-        matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, p.x, p.N, p.C, p.Vp);
+        matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, p.x, p.N, p.C, p.Vp, true);
     } else if (version == 2) {
         for (int r0 = 0; r0 < p.N; r0 += p.panel) {
             const int rows = std::min(p.panel, p.N - r0);
@@ -152,11 +152,11 @@ static void run_version(int version, const Problem& p) {
                                                       p.scale);
             cudaCheck(cudaGetLastError());
             matmul_backward_input(p.mm, 0, p.dx + (size_t)r0 * p.C, p.logits, p.w, rows, p.C, p.Vp);
-            matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, xc, rows, p.C, p.Vp);
+            matmul_backward_weight(p.mm, 0, p.dw, nullptr, p.logits, xc, rows, p.C, p.Vp, true);
         }
     } else {
         fused_classifier(p.dx, p.dw, p.losses, p.lse, p.logits, p.x, p.w, p.targets, p.N, p.C, p.V, p.Vp, p.panel,
-                         p.scale, p.mm, 0);
+                         p.scale, true, p.mm, 0);
     }
 }
 

@@ -161,6 +161,7 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
         dp_buffer(&g->dp.gather,      g->dp.n_gather),               // ZeRO 3 gather buffers [2*max layer + emb + head]
         dp_buffer(&g->dp.norm64,      g->dp.n_norm64),               // [GLOBAL_NORM_BLOCKS + 1] fp64 norm partials, sum
         dp_buffer(&g->dp.norm_ranges, g->dp.norm_ranges_host.size()),// [n,2] the ranges the norm counts
+        scratch(&g->grad_zero,        g->grad_zero_host.size()),     // [n,2] the gradient ranges gpt_zero_grad zeroes
         fp8_buffer(&g->fp8.w8,         fp8 ? 2 * g->fp8.w8_half : 0),  // [2,Pw] fp8 weights, then transposed (ZeRO 3: a layer's)
         fp8_buffer(&g->fp8.x8,         N * max_ic),                // [N,max IC] a GEMM input in E4M3 (or [max IC,N])
         fp8_buffer(&g->fp8.dy8,        N * max_oc),                // [N,max OC] an output gradient in E5M2
@@ -176,6 +177,29 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 // dp rows of the buffer table, the activation slots of its stage over n_mb micro-batches. No allocation (the memory
 // estimate plans a GPT it never builds). L: a layout from layout_make, or layout_single for one GPU.
 
+
+// The ranges of a rank's gradients, [n,2] (lo, hi), that a step's first micro-batch does not write: all but the
+// linear layers' weight matrices, whose weight-gradient GEMMs write at beta 0 in that backward (train_gpt.cu
+// gpt_zero_grad); with fp8 GEMMs every range (they accumulate, as the start-up check runs them). Left to zero: the
+// embeddings (their rows are added to by token), the norms' weights, the biases (under SP rank 0 alone adds the
+// row-parallel ones) and the buckets' padding. Adjacent ranges are merged.
+static std::vector<size_t> grad_zero_ranges(const ParamTable& t, bool fp8) {
+    std::vector<Range> written;
+    for (const ParamTable::Block& b : t.blocks)
+        for (int k = 0; k < LINEARS_PER_LAYER && !fp8; k++) {
+            const int w = linear_weight(b, k);
+            if (w >= 0) written.push_back({t.specs[w].offset, t.specs[w].offset + t.specs[w].numel()});
+        }
+    std::sort(written.begin(), written.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
+    std::vector<size_t> out;
+    size_t at = 0;
+    for (const Range& r : written) {
+        if (r.lo > at) out.insert(out.end(), {at, r.lo});
+        at = std::max(at, r.hi);
+    }
+    if (t.total > at) out.insert(out.end(), {at, t.total});
+    return out;
+}
 
 static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, const Fp8Options& fp8 = {}) {
     g->cfg = c;
@@ -198,6 +222,7 @@ static void gpt_plan(GPT* g, const ModelConfig& c, const Layout& L, int n_mb, co
     pp_plan(g->pp, L, c.n_layer, n_mb);  // the activation slots this stage holds
     dp_plan(g->dp, g->table, L);         // the buckets, the shard, data parallel's rows of the buffer table
     fp8_linears_plan(g->fp8, fp8, g->table, c.n_layer, L.zero >= 3);  // --fp8, and where its weight copies sit in w8
+    g->grad_zero_host = grad_zero_ranges(g->table, fp8.recipe != FP8_NONE);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -480,6 +505,9 @@ static void gpt_build(GPT* g, const ModelConfig& c, int B, int T, Recompute r, b
         g->adam.f32_g32 = dp_adamw_table<float>(dp, g->table, g->params, dp.grad32, dp.grad_shard, g->master, g->m,
                                                 g->v, weight_decay);
     dp_build(g->dp);         // several ranks: the norm's ranges uploaded, its events
+    cudaCheck(cudaMemcpy(g->grad_zero, g->grad_zero_host.data(), g->grad_zero_host.size() * sizeof(size_t),
+                         cudaMemcpyHostToDevice));
+    g->chunk_started.assign(std::max(1, g->L.n_chunks()), 1);  // a backward before any gpt_zero_grad adds
     pp_build(g->pp, Nl, c.n_embd);  // pp > 1: the activations sent between stages [Nl,C], its events
     cudaCheck(cudaMallocHost((void**)&g->io.h_readback, sizeof(StepReadback)));
 }

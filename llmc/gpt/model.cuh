@@ -126,6 +126,12 @@ struct GPT {
     void* v = nullptr;          // [P]; ZeRO >= 1: [shard]
     AdamWTables adam;           // AdamW over what this rank updates (dp_adamw_table, llmc/gpt/data_parallel.cuh)
     float* head_grad = nullptr; // [Vp,C] (on the stage that runs the classifier)
+    // A step's gradients start with its first micro-batch, not a memset (train_gpt.cu gpt_zero_grad): that backward
+    // writes the linear layers' weight gradients and head_grad (GEMMs at beta 0); the rest is zeroed over grad_zero
+    std::vector<size_t> grad_zero_host;  // [n,2] the ranges of grads that backward does not write (grad_zero_ranges)
+    size_t* grad_zero = nullptr;         // [n,2] device copy of grad_zero_host
+    std::vector<char> chunk_started;     // [pipeline chunks] whether the step's backward of chunk c has run yet
+    bool grad_accumulate = true;         // the running backward adds to the gradients (false: it writes them)
     floatX* head_n = nullptr;   // [Vp,C] --norm-head: the head's rows of unit length (the classifier's weights)
     float* head_rnorm = nullptr;  // [Vp] --norm-head: 1 / the rows' lengths
     float *rope_cos = nullptr, *rope_sin = nullptr;  // [T,hd/2] --pos rope: the rotation's tables
