@@ -1136,6 +1136,7 @@ int main(int argc, char** argv) {
 #endif
     g.gelu_fusion = opt.gelu_fusion;
     g.mm.gemm_algos = gemm_algos;
+    if (rank0) gemm_algos_check_device(gemm_algos, rs.prop.name);
     g.docs = tc.docs;
     // --fp8: every fp8 GEMM kind at this model's shapes runs and is right, or the run stops here (scratch: dfc1 [N,F1])
     fp8_gemm_check(g.fp8, g.stream, &g.mm, g.table, g.grads, g.B * g.T, g.scratch.dfc1,
@@ -1186,7 +1187,7 @@ int main(int argc, char** argv) {
         if (opt.profile > 0 && i == opt.profile) profile_print(&g_prof, world, lg, hw_flops);
         if (i == 0 && rank0 && g.mm.gemm_algos.mode != GEMM_ALGOS_HEURISTIC) gemm_algos_print(&g.mm);
         if (i == 0 && rank0 && g.mm.gemm_algos.mode == GEMM_ALGOS_TUNE && !tc.out_dir.empty()) {  // for --gemm-algos FILE
-            gemm_algos_write(&g.mm, tc.out_dir + "/gemm_algos.txt");
+            gemm_algos_write(&g.mm, tc.out_dir + "/gemm_algos.txt", rs.prop.name);
             printf("GEMM algorithms written to %s/gemm_algos.txt (replay: --gemm-algos FILE)\n", tc.out_dir.c_str());
         }
         if (i == 0) {  // every rank's bytes by kind: allocated, beside the estimate

@@ -101,6 +101,7 @@ struct GemmAlgos {  // the flag's value (llmc/matmul_algos.cuh gemm_algos_parse)
     GemmAlgoMode mode = GEMM_ALGOS_HEURISTIC;
     std::string path;                  // FILE
     std::vector<MatmulRecord> replay;  // FILE's records
+    std::string recorded_on;           // FILE's "# device:" line: the GPU and cuBLASLt it was tuned on ("": none)
 };
 
 struct MatmulContext {

@@ -1,7 +1,10 @@
 // llmc/matmul_algos.cuh: --gemm-algos heuristic|tune|FILE, the cuBLASLt algorithm of each GEMM key (llmc/matmul.cuh
 // says how each mode chooses): the flag's value, FILE read and written, the table printed after the first step.
 //   gemm_algos_parse(value)           the mode; FILE is read here (a message naming it and its line, exit 1)
-//   gemm_algos_write(ctx, path)       the keys settled so far, one line each (what a tune run leaves in OUT)
+//   gemm_algos_write(ctx, path, gpu)  the keys settled so far, one line each (what a tune run leaves in OUT), after a
+//                                     "# device:" line naming the GPU and the cuBLASLt version they were timed on
+//   gemm_algos_check_device(g, gpu)   FILE against this run's GPU and cuBLASLt: a note where they differ (an algorithm
+//                                     timed elsewhere may be refused here, which stops the run, or be slower)
 //   gemm_algos_print(ctx)             the table: per key its shape, layout, types, epilogue, the algorithm chosen and
 //                                     how; under tune its time and TFLOP/s beside the heuristic's first algorithm's
 // FILE's lines (# starts a comment): the key's 16 fields in MatmulKey's order, ':', the algorithm's 8 words
@@ -41,13 +44,22 @@ static inline MatmulKey gemm_key_from(const long long f[GEMM_KEY_FIELDS]) {
     return k;
 }
 
+static const char GEMM_ALGOS_DEVICE[] = "# device: ";
+
+// The GPU and the cuBLASLt of this run, as a FILE records them: "NVIDIA H100 80GB HBM3, cuBLASLt 130000".
+static inline std::string gemm_algos_device(const char* gpu) {
+    return std::string(gpu) + ", cuBLASLt " + std::to_string((unsigned long long)cublasLtGetVersion());
+}
+
 // FILE's records: every non-comment line must hold exactly the 16 integers, ':', 8 unsigned integers, and no key twice.
-static inline std::vector<MatmulRecord> gemm_algos_read(const std::string& path) {
+// *recorded_on: its "# device:" line's text ("" where it has none).
+static inline std::vector<MatmulRecord> gemm_algos_read(const std::string& path, std::string* recorded_on) {
     std::vector<MatmulRecord> replay;
     std::ifstream in(path);
     if (!in) die("flag --gemm-algos: cannot read '%s' (expected heuristic, tune or a file a tune run wrote)", path.c_str());
     std::string line;
     for (int no = 1; std::getline(in, line); no++) {
+        if (line.rfind(GEMM_ALGOS_DEVICE, 0) == 0) *recorded_on = line.substr(sizeof(GEMM_ALGOS_DEVICE) - 1);
         const size_t hash = line.find('#');
         if (hash != std::string::npos) line.resize(hash);
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -94,16 +106,27 @@ static inline GemmAlgos gemm_algos_parse(const std::string& v) {
     else if (v != "heuristic") {
         g.mode = GEMM_ALGOS_FILE;
         g.path = v;
-        g.replay = gemm_algos_read(v);
+        g.replay = gemm_algos_read(v, &g.recorded_on);
     }
     return g;
 }
 
-static inline void gemm_algos_write(const MatmulContext* ctx, const std::string& path) {
+static inline void gemm_algos_check_device(const GemmAlgos& g, const char* gpu) {
+    if (g.mode != GEMM_ALGOS_FILE) return;
+    const std::string here = gemm_algos_device(gpu);
+    if (g.recorded_on == here) return;
+    printf("note: --gemm-algos %s was timed on %s; this run has %s: cuBLASLt here may refuse one of its algorithms "
+           "(the run then stops, naming the GEMM) or run it slower than its own choice (--gemm-algos tune times them "
+           "on this GPU)\n",
+           g.path.c_str(), g.recorded_on.empty() ? "a device it does not name" : g.recorded_on.c_str(), here.c_str());
+}
+
+static inline void gemm_algos_write(const MatmulContext* ctx, const std::string& path, const char* gpu) {
     FILE* f = fopen(path.c_str(), "w");
     if (!f) die("cannot write %s", path_label(path).c_str());
     fprintf(f, "# train_gpt --gemm-algos: one cuBLASLt algorithm per GEMM (llmc/matmul_algos.cuh): m n k trans_a trans_b "
                "epilogue d_type bias_type align_a align_b align_d a_type b_type fast_accum amax_d align_aux : algo[8]\n");
+    fprintf(f, "%s%s\n", GEMM_ALGOS_DEVICE, gemm_algos_device(gpu).c_str());
     for (const MatmulAlgo& a : ctx->algos) {
         if (a.chosen < 0) continue;
         long long k[GEMM_KEY_FIELDS];

@@ -61,21 +61,22 @@ CHECKS = {
     "ref_docs": ("make -s test_gpt_cpu train_gpt_cpu", "REF_CASES='gpt3_documents llama_documents' bash tests/t_reference.sh"),
     "parallel_docs": ("make -s train_gpt_cpu build/test_parallel build/ckpt_convert",
                       "PAR_MODELS='gpt_docs llama_docs' bash tests/t_parallel.sh"),
-    "emu_docs": ("true", "EMU_STATES_DIR=$STATES EMU_CASES='gpt_documents llama_documents' EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_docs": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES='gpt_documents llama_documents' EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "cpu_units": ("make -s test_gpt_cpu build/test_parallel", "./test_gpt_cpu units && ./build/test_parallel units"),
     # the CUDA trainer on the host emulation of CUDA (tests/t_gpu_emulated.sh): the bf16 build on the GPT
     # (LayerNorm, GELU, learned positions) or the LLaMA state (RMSNorm, SwiGLU, RoPE, GQA), the fp32 build;
     # "emu_race" runs the threads of each block in a seeded random order with the race detector
-    "emu_gpt": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
-    "emu_llama": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_tiny_gqa_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
-    "emu_fp32": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp32 bash tests/t_gpu_emulated.sh"),
-    "emu_fp16": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp16 bash tests/t_gpu_emulated.sh"),
-    "emu_switches": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=llama_switches_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_gpt": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_llama": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=llama_tiny_gqa_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
+    "emu_fp32": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp32 bash tests/t_gpu_emulated.sh"),
+    "emu_fp16": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=fp16 bash tests/t_gpu_emulated.sh"),
+    "emu_switches": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=llama_switches_hd64 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
     "emu_alibi": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=gpt_alibi_hd80 EMU_PASSES=bf16 bash tests/t_gpu_emulated.sh"),
-    "emu_race": ("true", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=race bash tests/t_gpu_emulated.sh"),
+    "emu_race": ("make -s train_gpt_cpu", "EMU_STATES_DIR=$STATES EMU_CASES=gpt3_tiny_hd64 EMU_PASSES=race bash tests/t_gpu_emulated.sh"),
     # llmc/matmul.cuh under the emulated cuBLASLt: the epilogues and their fallbacks, the GELU epilogues against
     # cuBLASLt's documented semantics (tests/t_matmul_emulated.sh, bf16 and fp32)
     "matmul_emu": ("true", "bash tests/t_matmul_emulated.sh"),
+    "gemm_algos": ("true", "bash tests/t_gemm_algos.sh"),
     # the tensor-core attention against double precision, in both schedules of the emulation
     "attention": ("true", "bash tests/t_attention.sh"),
     # every kernel variant the presets' widths and vocabularies select, a few rows each, against CPU references
@@ -706,6 +707,13 @@ MUTANTS = [
     ("gemm_replay_ignored", "trainer", "llmc/matmul.cuh",
      "            a.algos.assign(1, r.algo);\n", "            (void)r;\n",
      "matmul_emu", "--gemm-algos FILE keeps the heuristic's algorithms instead of the recorded one"),
+    ("gemm_device_unread", "trainer", "llmc/matmul_algos.cuh",
+     "        if (line.rfind(GEMM_ALGOS_DEVICE, 0) == 0) *recorded_on = line.substr(sizeof(GEMM_ALGOS_DEVICE) - 1);\n", "",
+     "gemm_algos", "--gemm-algos FILE never reads the device it was timed on: a replay on the same GPU notes a difference"),
+    ("gemm_device_same", "trainer", "llmc/matmul_algos.cuh",
+     "    if (g.recorded_on == here) return;",
+     "    if (g.recorded_on.empty() || g.recorded_on == here) return;",
+     "gemm_algos", "--gemm-algos FILE without a device line is replayed without a note"),
     ("f16_cudnn_type", "cudnn", "llmc/attention_cudnn.cuh",
      "std::is_same<floatX, __half>::value ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16", "CUDNN_DATA_BFLOAT16",
      "attention", "the fp16 build describes its tensors to cuDNN as bf16"),
@@ -808,10 +816,10 @@ MUTANTS = [
      "    std::fill(g->chunk_started.begin(), g->chunk_started.end(), 0);",
      "",
      "emu_gpt", "a new step's first backward adds to the previous step's gradients (the emulation's NaN fill shows it)"),
-    ("grad_zero_misses_bias", "trainer", "llmc/gpt/memory.cuh",
+    ("grad_zero_misses_norm", "trainer", "llmc/gpt/memory.cuh",
      "            const int w = linear_weight(b, k);",
-     "            const int w = k == LINEAR_QKV ? b.qkv_b : linear_weight(b, k);",
-     "emu_gpt", "the zeroing skips the qkv bias, which the backward adds to: it adds to the emulation's NaN fill"),
+     "            const int w = k == LINEAR_QKV ? b.ln1_w : linear_weight(b, k);",
+     "emu_gpt", "the zeroing skips ln1's weight, whose gradient the backward adds to: it adds to the emulation's NaN fill"),
     ("grad_first_head_panels", "trainer", "llmc/classifier.cuh",
      "matmul_backward_weight(mm, stream, dw, nullptr, logits_panel, xc, rows, C, Vp, accumulate || r0 > 0);",
      "matmul_backward_weight(mm, stream, dw, nullptr, logits_panel, xc, rows, C, Vp, accumulate);",
@@ -1217,6 +1225,8 @@ def main():
             if rc != 0:
                 return (m, "invalid", "build failed: " + tail.splitlines()[-1] if tail else "", time.time() - start)
             rc, fail, tail = sh(test, tree, env, a.timeout, stop_on_fail=True)
+            if "is not built" in (fail or ""):  # the tree lacks a program the check needs: no verdict on the mutant
+                return (m, "invalid", fail, time.time() - start)
             if fail or rc != 0:
                 return (m, "caught", fail or "exit %d: %s" % (rc, tail.splitlines()[-1] if tail else ""), time.time() - start)
             return (m, "missed", "", time.time() - start)

@@ -5,6 +5,8 @@
 #     OUT/gemm_algos.txt holds one line per row;
 #   - that file replayed (--gemm-algos FILE): every row "file", and the losses bitwise the tuned run's (the emulated
 #     algorithms compute alike: this checks the plumbing; on a GPU the replay is what makes a tuned run repeatable);
+#     the file names the GPU and cuBLASLt it was timed on ("# device:"), so the replay on the same prints no note, and
+#     one whose line names another GPU, or has none, trains with a note naming both;
 #   - the default (heuristic) prints no table;
 #   - bad values: a file that is not there, a malformed line, a field out of range, a key recorded twice, an algorithm
 #     this cuBLASLt refuses: exit 1 with a message naming the flag or the file (and its line), no step trained.
@@ -43,6 +45,21 @@ same=$($PY tests/metrics_checks.py diff "$d/replay/metrics.jsonl" "$d/tune/metri
 if [ $rc = 0 ] && [ "$n" -ge 10 ] && [ "$m" = "$n" ] && [ "$same" = 0 ]; then
     pass "--gemm-algos FILE: all $m GEMMs run the recorded algorithm; losses bitwise the tuned run's"
 else fail "--gemm-algos FILE: exit $rc, $m of $n rows from the file, loss difference $same: $(grep -m1 error "$d/replay.log")"; fi
+dev=$(sed -n 's/^# device: //p' "$d/tune/gemm_algos.txt")
+if grep -q '^NVIDIA H100 80GB HBM3 (emulated), cuBLASLt 130000$' <<< "$dev" && ! grep -q '^note: --gemm-algos' "$d/replay.log"; then
+    pass "--gemm-algos FILE: the file names its device ($dev); replayed there, no note"
+else fail "--gemm-algos FILE: device line '$dev', replay notes: $(grep -m1 '^note: --gemm-algos' "$d/replay.log")"; fi
+sed 's/^# device: .*/# device: NVIDIA A100-SXM4-80GB, cuBLASLt 120805/' "$d/tune/gemm_algos.txt" > "$d/other.txt"
+grep -v '^# device: ' "$d/tune/gemm_algos.txt" > "$d/unnamed.txt"
+for f in other unnamed; do
+    out=$(timeout 600 "${run[@]}" -o "" -x 1 --gemm-algos "$d/$f.txt" 2>&1)
+    rc=$?
+    want="NVIDIA A100-SXM4-80GB, cuBLASLt 120805"; [ $f = unnamed ] && want="a device it does not name"
+    note=$(grep -m1 '^note: --gemm-algos' <<< "$out")
+    if [ $rc = 0 ] && grep -qF "was timed on $want; this run has NVIDIA H100 80GB HBM3 (emulated), cuBLASLt 130000" <<< "$note"; then
+        pass "--gemm-algos FILE from $([ $f = other ] && echo 'another GPU' || echo 'no named device'): trains, with a note: $(cut -c1-140 <<< "$note")"
+    else fail "--gemm-algos FILE from $f: exit $rc, note '$note'"; fi
+done
 
 timeout 600 "${run[@]}" -o "" -x 1 > "$d/default.log" 2>&1
 rc=$?
@@ -65,7 +82,7 @@ check_bad() {  # check_bad LABEL PATTERN VALUE
 }
 check_bad "a file that is not there" "flag --gemm-algos: cannot read '$d/none.txt'" "$d/none.txt"
 check_bad "a malformed line" "--gemm-algos $d/short.txt:1: expected 16 integers" "$d/short.txt"
-check_bad "a field out of range" "--gemm-algos $d/range.txt:2: a field out of range" "$d/range.txt"
+check_bad "a field out of range" "--gemm-algos $d/range.txt:3: a field out of range" "$d/range.txt"
 check_bad "a key recorded twice" "--gemm-algos $d/twice.txt:$(($(wc -l < "$t") + 1)): the GEMM" "$d/twice.txt"
 check_bad "an algorithm cuBLASLt refuses" "--gemm-algos $d/refused.txt: cuBLASLt refuses the algorithm recorded" "$d/refused.txt"
 [ $status -eq 0 ] && rm -rf "$d"
