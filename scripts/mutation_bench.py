@@ -344,6 +344,10 @@ MUTANTS = [
      "start + (uint32_t)(mn / 64) * lbo + (uint32_t)(k / 8) * sbo",
      "start + (uint32_t)(mn / 64) * sbo + (uint32_t)(k / 8) * lbo",
      "attention", "the emulation reads an MN-major operand with LBO and SBO swapped (the layout probe and the kernels)"),
+    ("emu_wgmma_lbo_8sbo", "kernel", "tests/cuda_emu/include/llmc/mma.cuh",
+     "? start + (uint32_t)(mn / 64) * lbo +",
+     "? start + (uint32_t)(mn / 64) * 8 * sbo +",
+     "attention", "the emulation puts an MN-major operand's 64-column tiles 8 SBO apart, LBO unread (right for 64 rows only)"),
     # the backward's version 7 (wgmma)
     ("attn_wg7_dv_operand", "kernel", "llmc/attention.cuh",
      "wgmma_a_times_rows<NQ, HD>(dv, st, o_s, LBO);",

@@ -445,52 +445,72 @@ static std::vector<int32_t> short_docs(int B, int T, int max_len) {
 }
 
 // ---- wgmma's layouts, one at a time (llmc/mma.cuh documents them; versions 4 and 7 rest on them) --------------------
-// One warpgroup computes D [64 x 64] = A [64 x 16] B [16 x 64] once, where one operand is the probe and the other a
-// selector of 0s and 1s, so that D shows which element of the probe each output read: the A probes with B[k][n] =
-// (n % 16 == k), so D[i][n] = A[i][n % 16]; the B probes with A[i][k] = (i % 16 == k), so D[i][n] = B[i % 16][n]. The
-// probe's elements hold their own row index, then (a second run) their column index: small integers, exact in floatX
-// and fp32. Modes: 0 A from shared memory (K-major), 1 B K-major, 2 B MN-major (transposed), 3 A from registers (the
-// m16n8k16 A fragment). In the emulation this checks the emulation against llmc/mma.cuh's text; on a GPU (sm_90a)
-// it checks that text against the hardware, and a mismatch names the element each output read instead.
+// One warpgroup computes D [64 x N] = A [64 x 16] B [16 x N] once (N = 64 or 128, the two instruction widths the
+// kernels use), where one operand is the probe and the other a selector of 0s and 1s, so that D shows which element
+// of the probe each output read. The operands hold K = 128 columns (two 64-column swizzled tiles, as head dim 128), and
+// the product reads the 16 of k-slice s (0..7), its descriptors stepped as the kernels step them: a K-major operand's
+// start by 32 bytes per slice within a tile and by a tile's bytes from slice 4 on, an MN-major B's by 2048 bytes (16
+// rows of 128 bytes) with LBO the distance between its 64-column tiles (used at N = 128). The A probes use B[k][n] =
+// (n % 16 == k % 16), so D[i][n] = A[i][16 s + n % 16]; the B probes A[i][k] = (i % 16 == k % 16), so D[i][n] =
+// B[16 s + i % 16][n]. The probe's elements hold their own row index, then (a second run) their column index: small
+// integers, exact in floatX and fp32. Modes: 0 A from shared memory (K-major), 1 B K-major, 2 B MN-major (transposed),
+// 3 A from registers (the m16n8k16 A fragment; its B is the selector at slice s). In the emulation this checks the
+// emulation against llmc/mma.cuh's text; on a GPU (sm_90a) it checks that text against the hardware, and a mismatch
+// names the element each output read instead.
 static const char* const WGMMA_PROBES[4] = {"A from shared memory (K-major)", "B from shared memory (K-major)",
                                              "B from shared memory (MN-major, transposed)", "A from registers"};
-__global__ void __launch_bounds__(128) wgmma_layout_probe_kernel(float* out, int mode, int which) {
+static const int WGMMA_PROBE_K = 128;
+__global__ void __launch_bounds__(128) wgmma_layout_probe_kernel(float* out, int mode, int which, int slice, int n) {
     DYNAMIC_SMEM(sm);
-    floatX* tA = reinterpret_cast<floatX*>(smem_align1024(sm));  // [64][64] swizzled: A's rows, K in columns 0..15
-    floatX* tB = tA + 64 * 64;  // [64][64] swizzled: B's N rows (K-major) or its 16 K rows (MN-major)
-    auto at = [](floatX* t, int r, int c) -> floatX& { return t[r * 64 + ((c / 8) ^ (r % 8)) * 8 + c % 8]; };
+    const int K = WGMMA_PROBE_K;
+    floatX* tA = reinterpret_cast<floatX*>(smem_align1024(sm));  // A [64][K]: K / 64 tiles of [64][64]
+    floatX* tB = tA + 64 * K;  // B [K][n]: K-major, K / 64 tiles of [n][64]; MN-major, n / 64 tiles of [K][64]
+    auto swz = [](int r, int c) { return r * 64 + ((c / 8) ^ (r % 8)) * 8 + c % 8; };  // in a [rows][64] tile
     const bool probe_a = mode == 0 || mode == 3;
-    auto a_val = [&](int i, int k) { return probe_a ? (float)(which ? k : i) : (float)(i % 16 == k); };
-    auto b_val = [&](int k, int n) { return probe_a ? (float)(n % 16 == k) : (float)(which ? n : k); };
-    for (int e = threadIdx.x; e < 64 * 64; e += 128) {
-        const int r = e / 64, c = e % 64;
-        at(tA, r, c) = to_floatX(c < 16 ? a_val(r, c) : 0.0f);  // A: row r, k = c
-        if (mode == 2) at(tB, r, c) = to_floatX(r < 16 ? b_val(r, c) : 0.0f);  // MN-major: row k = r, n = c
-        else at(tB, r, c) = to_floatX(c < 16 ? b_val(c, r) : 0.0f);           // K-major: row n = r, k = c
+    auto a_val = [&](int i, int k) { return probe_a ? (float)(which ? k : i) : (float)(i % 16 == k % 16); };
+    auto b_val = [&](int k, int c) { return probe_a ? (float)(c % 16 == k % 16) : (float)(which ? c : k); };
+    for (int e = threadIdx.x; e < 64 * K; e += 128) {
+        const int i = e / K, k = e % K;
+        tA[(k / 64) * 64 * 64 + swz(i, k % 64)] = to_floatX(a_val(i, k));
+    }
+    for (int e = threadIdx.x; e < K * n; e += 128) {
+        const int k = e / n, c = e % n;
+        if (mode == 2) tB[(c / 64) * K * 64 + swz(k, c % 64)] = to_floatX(b_val(k, c));  // row k, column c
+        else tB[(k / 64) * n * 64 + swz(c, k % 64)] = to_floatX(b_val(k, c));            // row c (N), column k
     }
     fence_proxy_async();
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     uint32_t a[1][4];
     for (int h = 0; h < 4; h++) {  // a0 (row g, k 2q..) a1 (row g + 8) a2 (row g, k 2q + 8..) a3 (row g + 8, k 2q + 8..)
-        const int i = 16 * warp + g + 8 * (h % 2), k = 2 * q + 8 * (h / 2);
+        const int i = 16 * warp + g + 8 * (h % 2), k = 16 * slice + 2 * q + 8 * (h / 2);
         a[0][h] = pack_x2(a_val(i, k), a_val(i, k + 1));
     }
-    float d[8][4];
-    for (int j = 0; j < 8; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
-    const uint64_t da = wgmma_desc(tA, 16, ATT_SW_SBO), db = wgmma_desc(tB, 16 * 128, ATT_SW_SBO);
+    float d[16][4];
+    for (int j = 0; j < 16; j++) d[j][0] = d[j][1] = d[j][2] = d[j][3] = 0.0f;
+    const char *ca = reinterpret_cast<const char*>(tA), *cb = reinterpret_cast<const char*>(tB);
+    const int kstep = (slice % 4) * 32;  // within a 64-column tile; then whole tiles
+    const uint64_t da = wgmma_desc(ca + kstep + (slice / 4) * 64 * 128, 16, ATT_SW_SBO);
+    const uint64_t db = mode == 2 ? wgmma_desc(cb + slice * 2048, K * 128, ATT_SW_SBO)
+                                  : wgmma_desc(cb + kstep + (slice / 4) * n * 128, 16, ATT_SW_SBO);
     wgmma_fence_operands(d);
     wgmma_fence_operands(a);
     wgmma_fence();
-    if (mode == 3) wgmma_rs_n64<0>(&d[0][0], a[0], db, 0);
-    else if (mode == 2) wgmma_ss_n64<1>(&d[0][0], da, db, 0);
-    else wgmma_ss_n64<0>(&d[0][0], da, db, 0);
+    if (n == 64) {
+        if (mode == 3) wgmma_rs_n64<0>(&d[0][0], a[0], db, 0);
+        else if (mode == 2) wgmma_ss_n64<1>(&d[0][0], da, db, 0);
+        else wgmma_ss_n64<0>(&d[0][0], da, db, 0);
+    } else {
+        if (mode == 3) wgmma_rs_n128<0>(&d[0][0], a[0], db, 0);
+        else if (mode == 2) wgmma_ss_n128<1>(&d[0][0], da, db, 0);
+        else wgmma_ss_n128<0>(&d[0][0], da, db, 0);
+    }
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_fence_operands(d);
     wgmma_fence_operands(a);
-    for (int j = 0; j < 8; j++)
-        for (int e = 0; e < 4; e++) out[(16 * warp + g + 8 * (e / 2)) * 64 + 8 * j + 2 * q + e % 2] = d[j][e];
+    for (int j = 0; j < n / 8; j++)
+        for (int e = 0; e < 4; e++) out[(16 * warp + g + 8 * (e / 2)) * n + 8 * j + 2 * q + e % 2] = d[j][e];
 }
 static void test_wgmma_layouts() {
     if (!wgmma_supported()) {
@@ -498,35 +518,43 @@ static void test_wgmma_layouts() {
         return;
     }
     float* d_out;
-    cudaCheck(cudaMalloc(&d_out, 64 * 64 * sizeof(float)));
-    const int smem = 2 * 64 * 64 * (int)sizeof(floatX) + 1024;
+    cudaCheck(cudaMalloc(&d_out, 64 * 128 * sizeof(float)));
+    const int smem = (64 + 128) * WGMMA_PROBE_K * (int)sizeof(floatX) + 1024;
     cudaCheck(cudaFuncSetAttribute(wgmma_layout_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    for (int mode = 0; mode < 4; mode++) {
-        std::vector<float> got[2];
-        for (int which = 0; which < 2; which++) {
-            cudaCheck(cudaMemset(d_out, 0xff, 64 * 64 * sizeof(float)));
-            wgmma_layout_probe_kernel<<<1, 128, smem>>>(d_out, mode, which);
-            cudaCheck(cudaGetLastError());
-            got[which] = download(d_out, 64 * 64);
-        }
-        const bool probe_a = mode == 0 || mode == 3;
-        std::string first;
-        int bad = 0;
-        for (int i = 0; i < 64; i++)
-            for (int n = 0; n < 64; n++) {
-                const int want_r = probe_a ? i : i % 16, want_c = probe_a ? n % 16 : n;  // the probe's (row, column)
-                const float r = got[0][i * 64 + n], c = got[1][i * 64 + n];
-                if (r == (float)want_r && c == (float)want_c) continue;
-                if (bad++ < 3) {
-                    char m[160];
-                    snprintf(m, sizeof(m), "%sD[%d][%d] read %s (%g, %g), not (%d, %d)", first.empty() ? "" : "; ", i, n,
-                             probe_a ? "A's (row, k)" : "B's (k, n)", r, c, want_r, want_c);
-                    first += m;
+    for (int mode = 0; mode < 4; mode++)
+        for (int n : {64, 128}) {
+            std::string first;
+            int bad = 0, bad_slices = 0;
+            for (int slice = 0; slice < WGMMA_PROBE_K / 16; slice++) {
+                std::vector<float> got[2];
+                for (int which = 0; which < 2; which++) {
+                    cudaCheck(cudaMemset(d_out, 0xff, 64 * 128 * sizeof(float)));
+                    wgmma_layout_probe_kernel<<<1, 128, smem>>>(d_out, mode, which, slice, n);
+                    cudaCheck(cudaGetLastError());
+                    got[which] = download(d_out, (size_t)64 * n);
                 }
+                const bool probe_a = mode == 0 || mode == 3;
+                int bad_here = 0;
+                for (int i = 0; i < 64; i++)
+                    for (int c = 0; c < n; c++) {
+                        // the probe's (row, column) that D[i][c] should have read
+                        const int want_r = probe_a ? i : 16 * slice + i % 16, want_c = probe_a ? 16 * slice + c % 16 : c;
+                        const float r = got[0][(size_t)i * n + c], col = got[1][(size_t)i * n + c];
+                        if (r == (float)want_r && col == (float)want_c) continue;
+                        if (bad_here++ == 0 && bad_slices++ < 3) {
+                            char m[200];
+                            snprintf(m, sizeof(m), "%sslice %d: D[%d][%d] read %s (%g, %g), not (%d, %d)",
+                                     first.empty() ? "" : "; ", slice, i, c, probe_a ? "A's (row, k)" : "B's (k, n)", r,
+                                     col, want_r, want_c);
+                            first += m;
+                        }
+                    }
+                bad += bad_here;
             }
-        check(bad == 0, std::string("wgmma layout: ") + WGMMA_PROBES[mode] + " read as llmc/mma.cuh documents it",
-              "%d of 4096 outputs differ: %s", bad, first.c_str());
-    }
+            check(bad == 0, std::string("wgmma layout: ") + WGMMA_PROBES[mode] + ", N = " + std::to_string(n) +
+                                ", k-slices 0-7 of two 64-column tiles, read as llmc/mma.cuh documents it",
+                  "%d of %d outputs differ in %d slices: %s", bad, 64 * n * WGMMA_PROBE_K / 16, bad_slices, first.c_str());
+        }
     cudaCheck(cudaFree(d_out));
 }
 
