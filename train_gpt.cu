@@ -679,25 +679,33 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
 // ----------------------------------------------------------------------------------------------
 // The optimizer step
 
-// dst[lo, hi) = 0 for each range (lo, hi) = ranges[2r], ranges[2r + 1]; a grid-stride loop over each range in turn
-__global__ void zero_ranges_kernel(floatX* dst, const size_t* ranges, int n_ranges) {
+// dst[lo, hi) = 0 for each range (lo, hi) = ranges[2r], ranges[2r + 1] of fewer than `below` elements (the larger
+// ones are memset); a grid-stride loop over each range in turn
+__global__ void zero_ranges_kernel(floatX* dst, const size_t* ranges, int n_ranges, size_t below) {
     const size_t G = (size_t)gridDim.x * blockDim.x, j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     for (int r = 0; r < n_ranges; r++)
-        for (size_t i = ranges[2 * r] + j; i < ranges[2 * r + 1]; i += G) dst[i] = to_floatX(0.0f);
+        if (ranges[2 * r + 1] - ranges[2 * r] < below)
+            for (size_t i = ranges[2 * r] + j; i < ranges[2 * r + 1]; i += G) dst[i] = to_floatX(0.0f);
 }
 
 // A new step's gradients. No memset of them all: the first backward of each chunk writes its linear layers' weight
-// gradients and the fp32 head_grad (GEMMs at beta 0, g->chunk_started), and one kernel zeroes the rest, which the
-// backward adds to (g->grad_zero: embeddings, norms, biases, padding; every range under --fp8). At gpt3_1.3b that
-// is 0.2 of the 2.6 GB of floatX gradients, and none of head_grad's 0.4 GB of fp32. The emulation's builds fill
-// the gradients with NaN first, so that every test run shows a gradient left unwritten.
+// gradients and the fp32 head_grad (GEMMs at beta 0, g->chunk_started), and the rest, which the backward adds to, is
+// zeroed (g->grad_zero: embeddings, norms, biases, padding; every range under --fp8): a memset for each range of at
+// least 64K elements (the embeddings; all of them under --fp8), one kernel for the small ones (norms, biases, padding:
+// a few ranges a layer). At gpt3_1.3b that is 0.2 of the 2.6 GB of floatX gradients, and none of head_grad's 0.4 GB of
+// fp32. The emulation's builds fill the gradients with NaN first, so that every test run shows a gradient left
+// unwritten.
 static void gpt_zero_grad(GPT* g) {
+    const size_t large = 1 << 16;  // elements
 #ifdef CUDA_EMU
     cudaCheck(cudaMemsetAsync(g->grads, 0xff, g->table.total * sizeof(floatX), g->stream));
     if (g->has_head) cudaCheck(cudaMemsetAsync(g->head_grad, 0xff, (size_t)g->Vpl * g->cfg.n_embd * 4, g->stream));
 #endif
-    const int n = (int)(g->grad_zero_host.size() / 2);
-    if (n > 0) zero_ranges_kernel<<<1024, 256, 0, g->stream>>>(g->grads, g->grad_zero, n);  // threads to stream wte
+    const std::vector<size_t>& r = g->grad_zero_host;
+    for (size_t i = 0; i < r.size(); i += 2)
+        if (r[i + 1] - r[i] >= large)
+            cudaCheck(cudaMemsetAsync(g->grads + r[i], 0, (r[i + 1] - r[i]) * sizeof(floatX), g->stream));
+    if (!r.empty()) zero_ranges_kernel<<<256, 256, 0, g->stream>>>(g->grads, g->grad_zero, (int)(r.size() / 2), large);
     cudaCheck(cudaGetLastError());
     std::fill(g->chunk_started.begin(), g->chunk_started.end(), 0);
 }

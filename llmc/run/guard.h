@@ -54,7 +54,8 @@ static inline GuardVerdict guard_verdict(const TrainConfig& tc, const TrainState
 
 // Records step's verdict in the state: counts, the window of accepted losses. Returns false when the run must end
 // (more than --skip-limit skips in a row); *why then says why.
-static inline bool guard_record(const TrainConfig& tc, TrainState* s, GuardVerdict v, double loss, int step, std::string* why) {
+static inline bool guard_record(const TrainConfig& tc, TrainState* s, GuardVerdict v, double loss, double norm, int step,
+                                std::string* why) {
     if (v == GUARD_UPDATE) {
         s->skips_in_a_row = 0;
         if (tc.spike_z > 0) {
@@ -69,10 +70,10 @@ static inline bool guard_record(const TrainConfig& tc, TrainState* s, GuardVerdi
     if (v == GUARD_OVERFLOW && loss_scale_can_lower(tc.loss_scaling, s->loss_scale)) return true;
     s->skips_in_a_row++;
     if (s->skips_in_a_row <= tc.skip_limit) return true;
-    char b[256];
-    snprintf(b, sizeof(b), "step %d: %d updates in a row skipped (the last: %s loss %g), more than --skip-limit %d: the "
-             "run diverged (lower -l, check the data, or resume an earlier checkpoint)", step, s->skips_in_a_row,
-             guard_name(v), loss, tc.skip_limit);
+    char b[320];
+    snprintf(b, sizeof(b), "step %d: %d updates in a row skipped (the last: %s, loss %g, gradient norm %g), more than "
+             "--skip-limit %d: the run diverged (lower -l, check the data, or resume an earlier checkpoint)", step,
+             s->skips_in_a_row, guard_name(v), loss, norm, tc.skip_limit);
     *why = b;
     return false;
 }

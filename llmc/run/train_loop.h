@@ -230,7 +230,7 @@ static void run_train(const CommT& world, const Trainer& tr, const Layout& L, co
         const double ms = tr.step_end ? tr.step_end(t0) : now_ms() - t0;
         state->step = step + 1;
         std::string why;
-        const bool go_on = guard_record(tc, state, verdict, loss, step + 1, &why);
+        const bool go_on = guard_record(tc, state, verdict, loss, norm, step + 1, &why);
         loss_scale_update(tc.loss_scaling, &state->loss_scale, !std::isfinite(norm));  // after the guard: it reads the step's scale
         if (rank0) log_step(lg, step + 1, tc.steps, loss, lr, norm, ms, verdict, state->loss_scale.scale);
         if (!go_on) {
