@@ -1194,9 +1194,14 @@ int main(int argc, char** argv) {
     tr.step_done = [&](int i, int step) {
         if (opt.profile > 0 && i == opt.profile) profile_print(&g_prof, world, lg, hw_flops);
         if (i == 0 && rank0 && g.mm.gemm_algos.mode != GEMM_ALGOS_HEURISTIC) gemm_algos_print(&g.mm);
-        if (i == 0 && rank0 && g.mm.gemm_algos.mode == GEMM_ALGOS_TUNE && !tc.out_dir.empty()) {  // for --gemm-algos FILE
-            gemm_algos_write(&g.mm, tc.out_dir + "/gemm_algos.txt", rs.prop.name);
-            printf("GEMM algorithms written to %s/gemm_algos.txt (replay: --gemm-algos FILE)\n", tc.out_dir.c_str());
+        if (i == 0 && g.mm.gemm_algos.mode == GEMM_ALGOS_TUNE && !tc.out_dir.empty()) {  // for --gemm-algos FILE
+            // every rank's choices (a pipeline's stages run different GEMMs), gathered: a collective
+            const std::vector<MatmulRecord> all = gemm_algos_gather(world, world.rank, gemm_algos_records(&g.mm));
+            if (rank0) {
+                gemm_algos_write(all, tc.out_dir + "/gemm_algos.txt", rs.prop.name);
+                printf("GEMM algorithms of %d GEMMs written to %s/gemm_algos.txt (replay: --gemm-algos FILE)\n",
+                       (int)all.size(), tc.out_dir.c_str());
+            }
         }
         if (i == 0) {  // every rank's bytes by kind: allocated, beside the estimate
             const std::vector<MemoryRow> rows = memory_rows_gather(world, world.rank, memory_row(&g, rs.est, layout));

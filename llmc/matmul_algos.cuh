@@ -1,8 +1,11 @@
 // llmc/matmul_algos.cuh: --gemm-algos heuristic|tune|FILE, the cuBLASLt algorithm of each GEMM key (llmc/matmul.cuh
 // says how each mode chooses): the flag's value, FILE read and written, the table printed after the first step.
 //   gemm_algos_parse(value)           the mode; FILE is read here (a message naming it and its line, exit 1)
-//   gemm_algos_write(ctx, path, gpu)  the keys settled so far, one line each (what a tune run leaves in OUT), after a
-//                                     "# device:" line naming the GPU and the cuBLASLt version they were timed on
+//   gemm_algos_records(ctx)           the keys settled so far, each with its algorithm
+//   gemm_algos_gather(world, rank, r) every rank's records, to every rank: a key once, the lowest rank's algorithm (a
+//                                     pipeline's stages run different GEMMs; tp and dp ranks the same ones)
+//   gemm_algos_write(records, path, gpu)  one line each (what a tune run leaves in OUT), after a "# device:" line
+//                                     naming the GPU and the cuBLASLt version they were timed on
 //   gemm_algos_check_device(g, gpu)   FILE against this run's GPU and cuBLASLt: a note where they differ (an algorithm
 //                                     timed elsewhere may be refused here, which stops the run, or be slower)
 //   gemm_algos_print(ctx)             the table: per key its shape, layout, types, epilogue, the algorithm chosen and
@@ -121,19 +124,62 @@ static inline void gemm_algos_check_device(const GemmAlgos& g, const char* gpu) 
            g.path.c_str(), g.recorded_on.empty() ? "a device it does not name" : g.recorded_on.c_str(), here.c_str());
 }
 
-static inline void gemm_algos_write(const MatmulContext* ctx, const std::string& path, const char* gpu) {
+static inline std::vector<MatmulRecord> gemm_algos_records(const MatmulContext* ctx) {
+    std::vector<MatmulRecord> out;
+    for (const MatmulAlgo& a : ctx->algos)
+        if (a.chosen >= 0) out.push_back({a.key, a.algos[a.chosen]});
+    return out;
+}
+
+// Every rank's records on every rank, through sums of doubles (comm_host_sum, as memory_rows_gather): a record is its
+// key's 16 fields and the algorithm's 8 words, each word as two exact 32-bit halves; rank r fills its own rows of a
+// zeroed [ranks][most records][48] table. A key recorded by several ranks keeps the lowest rank's algorithm.
+template <typename CommT>
+static inline std::vector<MatmulRecord> gemm_algos_gather(const CommT& world, int rank, const std::vector<MatmulRecord>& mine) {
+    const int W = 2 * (GEMM_KEY_FIELDS + 8);
+    double most = (double)mine.size();
+    comm_host_max(world, &most, 1);
+    const size_t per = (size_t)most, row = (size_t)W * per + 1;  // a rank's records, then its count
+    std::vector<double> all(row * (size_t)world.size, 0.0);
+    auto put = [](double* p, uint64_t w) { p[0] = (double)(w & 0xFFFFFFFFu), p[1] = (double)(w >> 32); };
+    auto get = [](const double* p) { return (uint64_t)p[0] | ((uint64_t)p[1] << 32); };
+    for (size_t j = 0; j < mine.size(); j++) {
+        double* p = all.data() + row * rank + (size_t)W * j;
+        long long k[GEMM_KEY_FIELDS];
+        gemm_key_fields(mine[j].key, k);
+        for (int i = 0; i < GEMM_KEY_FIELDS; i++) put(p + 2 * i, (uint64_t)k[i]);
+        for (int i = 0; i < 8; i++) put(p + 2 * (GEMM_KEY_FIELDS + i), (uint64_t)mine[j].algo.data[i]);
+    }
+    all[row * rank + row - 1] = (double)mine.size();
+    comm_host_sum(world, all.data(), all.size());
+    std::vector<MatmulRecord> out;
+    for (int r = 0; r < world.size; r++)
+        for (size_t j = 0; j < (size_t)all[row * r + row - 1]; j++) {
+            const double* p = all.data() + row * r + (size_t)W * j;
+            long long k[GEMM_KEY_FIELDS];
+            for (int i = 0; i < GEMM_KEY_FIELDS; i++) k[i] = (long long)get(p + 2 * i);
+            MatmulRecord rec;
+            rec.key = gemm_key_from(k);
+            for (int i = 0; i < 8; i++) rec.algo.data[i] = get(p + 2 * (GEMM_KEY_FIELDS + i));
+            bool seen = false;
+            for (const MatmulRecord& o : out) seen = seen || o.key == rec.key;
+            if (!seen) out.push_back(rec);
+        }
+    return out;
+}
+
+static inline void gemm_algos_write(const std::vector<MatmulRecord>& records, const std::string& path, const char* gpu) {
     FILE* f = fopen(path.c_str(), "w");
     if (!f) die("cannot write %s", path_label(path).c_str());
     fprintf(f, "# train_gpt --gemm-algos: one cuBLASLt algorithm per GEMM (llmc/matmul_algos.cuh): m n k trans_a trans_b "
                "epilogue d_type bias_type align_a align_b align_d a_type b_type fast_accum amax_d align_aux : algo[8]\n");
     fprintf(f, "%s%s\n", GEMM_ALGOS_DEVICE, gemm_algos_device(gpu).c_str());
-    for (const MatmulAlgo& a : ctx->algos) {
-        if (a.chosen < 0) continue;
+    for (const MatmulRecord& r : records) {
         long long k[GEMM_KEY_FIELDS];
-        gemm_key_fields(a.key, k);
+        gemm_key_fields(r.key, k);
         for (int i = 0; i < GEMM_KEY_FIELDS; i++) fprintf(f, "%lld ", k[i]);
         fprintf(f, ":");
-        for (int i = 0; i < 8; i++) fprintf(f, " %llu", (unsigned long long)a.algos[a.chosen].data[i]);
+        for (int i = 0; i < 8; i++) fprintf(f, " %llu", (unsigned long long)r.algo.data[i]);
         fprintf(f, "\n");
     }
     if (fclose(f) != 0) die("cannot write %s", path_label(path).c_str());

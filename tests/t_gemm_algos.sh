@@ -7,10 +7,13 @@
 #     algorithms compute alike: this checks the plumbing; on a GPU the replay is what makes a tuned run repeatable);
 #     the file names the GPU and cuBLASLt it was timed on ("# device:"), so the replay on the same prints no note, and
 #     one whose line names another GPU, or has none, trains with a note naming both;
+#   - 2 ranks of a pipeline (--pp 2) tuning: the file holds every rank's GEMMs, gathered to rank 0, so the fp32 LM-head
+#     weight gradient (d_type 0), which only the last stage runs, is in it; that file replayed on the 2 ranks trains,
+#     every row of rank 0's table "file";
 #   - the default (heuristic) prints no table;
 #   - bad values: a file that is not there, a malformed line, a field out of range, a key recorded twice, an algorithm
 #     this cuBLASLt refuses: exit 1 with a message naming the flag or the file (and its line), no step trained.
-# About a minute on 2 cores.
+# About two minutes on 2 cores.
 set -u
 if [ "$(uname -m)" != x86_64 ]; then echo "[SKIP] the CUDA emulation's fiber switch is x86-64 only"; exit 0; fi
 d=build/t_gemm_algos
@@ -60,6 +63,26 @@ for f in other unnamed; do
         pass "--gemm-algos FILE from $([ $f = other ] && echo 'another GPU' || echo 'no named device'): trains, with a note: $(cut -c1-140 <<< "$note")"
     else fail "--gemm-algos FILE from $f: exit $rc, note '$note'"; fi
 done
+
+source tests/mpi_needed.sh
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+EMU_LT_SLOW_ALGOS=1 timeout 600 "${MPIRUN[@]}" -np 2 "${run[@]}" -d 128 -x 1 --pp 2 -o "$d/tune_pp" --gemm-algos tune \
+    > "$d/tune_pp.log" 2>&1
+rc=$?
+head32=$(grep -v '^#' "$d/tune_pp/gemm_algos.txt" 2>/dev/null | awk '$7 == 0' | wc -l)
+n_pp=$(grep -vc '^#' "$d/tune_pp/gemm_algos.txt" 2>/dev/null)
+if [ $rc = 0 ] && [ "$head32" = 1 ] && [ "${n_pp:-0}" -ge 10 ]; then
+    pass "--gemm-algos tune on 2 pipeline stages: $n_pp GEMMs in the file, the last stage's fp32 LM-head weight gradient among them"
+else fail "--gemm-algos tune on 2 pipeline stages: exit $rc, ${n_pp:-no} lines, $head32 with an fp32 output: $(grep -m1 error "$d/tune_pp.log")"; fi
+timeout 600 "${MPIRUN[@]}" -np 2 "${run[@]}" -d 128 -x 1 --pp 2 -o "" --gemm-algos "$d/tune_pp/gemm_algos.txt" \
+    > "$d/replay_pp.log" 2>&1
+rc=$?
+m=$(rows "$d/replay_pp.log" | grep -c ' file ')
+n0=$(rows "$d/replay_pp.log" | wc -l)
+if [ $rc = 0 ] && [ "$n0" -ge 1 ] && [ "$m" = "$n0" ]; then
+    pass "--gemm-algos FILE on 2 pipeline stages: trains; all $m rows of rank 0's table from the file"
+else fail "--gemm-algos FILE on 2 pipeline stages: exit $rc, $m of $n0 rows from the file: $(grep -m1 error "$d/replay_pp.log")"; fi
 
 timeout 600 "${run[@]}" -o "" -x 1 > "$d/default.log" 2>&1
 rc=$?

@@ -126,7 +126,7 @@ static Results run_products(const Inputs& x, int passes = PASSES, GemmAlgoMode m
         r.how.push_back(a.source);
         r.algo_id.push_back(a.chosen >= 0 ? a.algos[a.chosen].data[0] : ~0ull);
     }
-    if (mode == GEMM_ALGOS_TUNE && !file.empty()) gemm_algos_write(&mm, file, "the emulated GPU");
+    if (mode == GEMM_ALGOS_TUNE && !file.empty()) gemm_algos_write(gemm_algos_records(&mm), file, "the emulated GPU");
     if (mode != GEMM_ALGOS_HEURISTIC) gemm_algos_print(&mm);
     for (const void* p : {(const void*)inp, (const void*)w, (const void*)bias, (const void*)dout, (const void*)dw,
                           (const void*)dbias, (const void*)dw32, (const void*)dw0, (const void*)dbias0,
