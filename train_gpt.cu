@@ -176,7 +176,8 @@ static void linear_forward(GPT* g, int l, int k, floatX* out, const floatX* inp,
 }
 
 // dinp[N,IC] = dout[N,OC] W and dW += dout^T inp (dbias += column sums of dout, when given) of linear layer k of
-// layer l (= in the step's first backward: g->grad_accumulate); with --fp8 through fp8 GEMMs (which add).
+// layer l; = instead of += in the step's first backward of the chunk (g->grad_accumulate false); with --fp8 through
+// fp8 GEMMs, which always add.
 static void linear_backward(GPT* g, int l, int k, floatX* dinp, floatX* dbias, const floatX* dout, const floatX* inp,
                             int N, int IC, int OC) {
     const int w = linear_weight(g->table.blocks[l], k);
