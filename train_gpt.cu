@@ -682,7 +682,7 @@ static void gpt_backward(GPT* g, const int32_t* inputs, double loss_scale) {
 
 // dst[lo, hi) = 0 for each range (lo, hi) = ranges[2r], ranges[2r + 1] of fewer than `below` elements (the larger
 // ones are memset); a grid-stride loop over each range in turn
-__global__ void zero_ranges_kernel(floatX* dst, const size_t* ranges, int n_ranges, size_t below) {
+__global__ void __launch_bounds__(256) zero_ranges_kernel(floatX* dst, const size_t* ranges, int n_ranges, size_t below) {
     const size_t G = (size_t)gridDim.x * blockDim.x, j = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     for (int r = 0; r < n_ranges; r++)
         if (ranges[2 * r + 1] - ranges[2 * r] < below)
@@ -695,14 +695,17 @@ __global__ void zero_ranges_kernel(floatX* dst, const size_t* ranges, int n_rang
 // least 64K elements (the embeddings; all of them under --fp8), one kernel for the small ones (norms, biases, padding:
 // a few ranges a layer). At gpt3_1.3b that is 0.2 of the 2.6 GB of floatX gradients, and none of head_grad's 0.4 GB of
 // fp32. The emulation's builds fill the gradients with NaN first, so that every test run shows a gradient left
-// unwritten.
+// unwritten. The profile's class "grad zero".
 static void gpt_zero_grad(GPT* g) {
     const size_t large = 1 << 16;  // elements
+    const std::vector<size_t>& r = g->grad_zero_host;
+    size_t zeroed = 0;
+    for (size_t i = 0; i < r.size(); i += 2) zeroed += r[i + 1] - r[i];
+    ProfScope prof(PROF_GRAD_ZERO, prof_bytes((double)zeroed * sizeof(floatX)));
 #ifdef CUDA_EMU
     cudaCheck(cudaMemsetAsync(g->grads, 0xff, g->table.total * sizeof(floatX), g->stream));
     if (g->has_head) cudaCheck(cudaMemsetAsync(g->head_grad, 0xff, (size_t)g->Vpl * g->cfg.n_embd * 4, g->stream));
 #endif
-    const std::vector<size_t>& r = g->grad_zero_host;
     for (size_t i = 0; i < r.size(); i += 2)
         if (r[i + 1] - r[i] >= large)
             cudaCheck(cudaMemsetAsync(g->grads + r[i], 0, (r[i + 1] - r[i]) * sizeof(floatX), g->stream));

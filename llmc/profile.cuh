@@ -34,8 +34,8 @@
 enum { PROF_FWD = 0, PROF_DGRAD = 1, PROF_WGRAD = 2 };
 enum ProfClass {
     PROF_HEAD_FWD = 3 * LINEARS_PER_LAYER, PROF_HEAD_DGRAD, PROF_HEAD_WGRAD, PROF_XENT, PROF_ATTN_FWD, PROF_ATTN_BWD,
-    PROF_ROPE, PROF_NORM_FWD, PROF_NORM_BWD, PROF_ACT_FWD, PROF_ACT_BWD, PROF_EMB_FWD, PROF_EMB_BWD, PROF_GRAD_NORM,
-    PROF_ADAMW, PROF_FP8_SCALING, PROF_DP_CAST, PROF_DP_WAIT, PROF_TP_COMM, PROF_PP_COMM, PROF_CLASSES
+    PROF_ROPE, PROF_NORM_FWD, PROF_NORM_BWD, PROF_ACT_FWD, PROF_ACT_BWD, PROF_EMB_FWD, PROF_EMB_BWD, PROF_GRAD_ZERO,
+    PROF_GRAD_NORM, PROF_ADAMW, PROF_FP8_SCALING, PROF_DP_CAST, PROF_DP_WAIT, PROF_TP_COMM, PROF_PP_COMM, PROF_CLASSES
 };
 static inline int prof_linear(int k, int pass) { return 3 * k + pass; }
 
@@ -55,7 +55,7 @@ static const ProfClassInfo PROF_INFO[PROF_CLASSES] = {
     {"cross-entropy", PROF_KIND_BYTES}, {"attention fwd", PROF_KIND_FLOPS}, {"attention bwd", PROF_KIND_FLOPS},
     {"rope", PROF_KIND_BYTES}, {"norm fwd", PROF_KIND_BYTES}, {"norm bwd", PROF_KIND_BYTES},
     {"activation fwd", PROF_KIND_BYTES}, {"activation bwd", PROF_KIND_BYTES}, {"embedding fwd", PROF_KIND_BYTES},
-    {"embedding bwd", PROF_KIND_BYTES}, {"grad norm", PROF_KIND_BYTES}, {"adamw", PROF_KIND_BYTES},
+    {"embedding bwd", PROF_KIND_BYTES}, {"grad zero", PROF_KIND_BYTES}, {"grad norm", PROF_KIND_BYTES}, {"adamw", PROF_KIND_BYTES},
     {"fp8 scaling", PROF_KIND_TIME}, {"dp grad cast", PROF_KIND_BYTES}, {"dp wait", PROF_KIND_TIME},
     {"tp comm", PROF_KIND_COMM}, {"pp comm", PROF_KIND_COMM},
 };

@@ -61,7 +61,7 @@ for k in qkv attn_out fc1 fc2; do for p in fwd dgrad wgrad; do linears+=("$k $p=
 layer_classes=("${linears[@]}" "attention fwd=$((L * a))" "attention bwd=$((L * a))" "activation fwd=$((L * a))"
                "activation bwd=$((L * a))" "norm fwd=$(((2 * L + 1) * a))" "norm bwd=$(((2 * L + 1) * a))"
                "embedding fwd=$a" "embedding bwd=$a" "lm head fwd=*" "lm head dgrad=*" "lm head wgrad=*" "cross-entropy=*"
-               "grad norm=1" "adamw=1")
+               "grad zero=1" "grad norm=1" "adamw=1")
 prun gpt 1 "${GPT[@]}" -d 128 -x 4 --profile 2
 check "gpt3_tiny, one rank, --profile 2: every class, the sum, no launch outside a class" gpt 2 "${layer_classes[@]}"
 if [ $rc -eq 0 ]; then
@@ -87,12 +87,12 @@ prun llama 1 "${LLAMA[@]}" -d 64 -x 2 --profile 1
 check "llama_tiny, one rank, --profile 1: every class with RoPE" llama 1 "${linears[@]}" "rope=$((2 * L * a))" \
     "attention fwd=$((L * a))" "attention bwd=$((L * a))" "activation fwd=$((L * a))" "activation bwd=$((L * a))" \
     "norm fwd=$(((2 * L + 1) * a))" "norm bwd=$(((2 * L + 1) * a))" "embedding fwd=$a" "embedding bwd=$a" \
-    "lm head fwd=*" "cross-entropy=*" "grad norm=1" "adamw=1"
+    "lm head fwd=*" "cross-entropy=*" "grad zero=1" "grad norm=1" "adamw=1"
 
 # 3. the communication classes under mpirun
 prun dp2 2 "${GPT[@]}" -d 256 -x 3 --profile 1 --dp 2
 check "dp2 (2 ranks): dp grad cast, dp wait, no launch outside a class on any rank" dp2 1 "qkv fwd=$((L * 2))" \
-    "dp grad cast=*" "dp wait=*" "grad norm=1" "adamw=1"
+    "dp grad cast=*" "dp wait=*" "grad zero=1" "grad norm=1" "adamw=1"
 prun tp2 2 "${GPT[@]}" -d 128 -x 3 --profile 1 --tp 2 --sp 1
 check "tp2 with sp (2 ranks): tp comm, no launch outside a class on any rank" tp2 1 "qkv fwd=$((L * 2))" "tp comm=*" \
     "cross-entropy=*" "lm head fwd=*"
