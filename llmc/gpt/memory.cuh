@@ -182,14 +182,15 @@ static std::vector<Buffer> buffer_table(GPT* g, const ModelConfig& c, int B, int
 // linear layers' weight matrices, whose weight-gradient GEMMs write at beta 0 in that backward (train_gpt.cu
 // gpt_zero_grad); with fp8 GEMMs every range (they accumulate, as the start-up check runs them). Left to zero: the
 // embeddings (their rows are added to by token), the norms' weights, the biases (under SP rank 0 alone adds the
-// row-parallel ones) and the buckets' padding. Adjacent ranges are merged.
+// row-parallel ones) and the buckets' padding: the gaps between the written matrices, each one range.
 static std::vector<size_t> grad_zero_ranges(const ParamTable& t, bool fp8) {
     std::vector<Range> written;
-    for (const ParamTable::Block& b : t.blocks)
-        for (int k = 0; k < LINEARS_PER_LAYER && !fp8; k++) {
-            const int w = linear_weight(b, k);
-            if (w >= 0) written.push_back({t.specs[w].offset, t.specs[w].offset + t.specs[w].numel()});
-        }
+    if (!fp8)
+        for (const ParamTable::Block& b : t.blocks)
+            for (int k = 0; k < LINEARS_PER_LAYER; k++) {
+                const int w = linear_weight(b, k);
+                if (w >= 0) written.push_back({t.specs[w].offset, t.specs[w].offset + t.specs[w].numel()});
+            }
     std::sort(written.begin(), written.end(), [](const Range& a, const Range& b) { return a.lo < b.lo; });
     std::vector<size_t> out;
     size_t at = 0;
