@@ -14,6 +14,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include "llmc/cuda_common.cuh"
+#include "llmc/mma.cuh"
 #include "llmc/packed.cuh"
 #include "llmc/utils.h"
 
@@ -161,8 +162,18 @@ static void fused_residual_norm_forward(floatX* resid, floatX* out, float* mean,
 // backward: one block of 256 threads per NORM_BWD_ROWS consecutive rows; thread t owns the vectors t, t+256, ...
 // of every row, so it accumulates dw and db for its own columns in registers across the block's rows and the
 // row is read once. The two row sums (mean of dn and of dn * xhat) are block reductions.
+// C <= 4096 (V <= 2): the rows' loads run ahead. Each row (dout, x and dres) comes into shared memory by cp.async,
+// NORM_BWD_STAGES - 1 rows ahead of the row being computed, so the block's loads overlap its row sums and
+// barriers: a block of 32 rows waits for memory about once, not twice a row. Each thread copies and reads only its own
+// vectors, so no barrier guards the stages; the values and their order are those of the loop without it.
+// Larger C keeps the plain loop: its rows fill the registers (and 3 stages of a row would pass 48 KiB).
 
+static const int NORM_BWD_STAGES = 3;  // rows in shared memory: the one computed and the two loading
 static size_t norm_backward_scratch_floats(int N, int C) { return ceil_div(N, NORM_BWD_ROWS) * 2 * (size_t)C; }
+// dynamic shared memory of norm_backward_kernel<V>: the staged rows, 3 tensors of C floatX per stage (V <= 2)
+static size_t norm_backward_smem(int V, int C) {
+    return V <= 2 ? (size_t)NORM_BWD_STAGES * 3 * C * sizeof(floatX) : 0;
+}
 
 // An empty asm that "may change" the packed row: after it the compiler must convert the row from the packed words
 // again instead of keeping the first pass's fp32 values (twice the registers) across the row sum. No instruction:
@@ -174,14 +185,41 @@ __device__ __forceinline__ void norm_opaque(Pack8& p) {
     for (int i = 0; i < (int)(sizeof(Pack8) / 4); i++) asm volatile("" : "+r"(u[i]));
 }
 
+// dst[0 .. 8) = src[0 .. 8) by cp.async, 16 bytes at a time (one copy of bf16, two of fp32)
+__device__ __forceinline__ void cp_async_pack8(Pack8* dst, const floatX* src) {
+#pragma unroll
+    for (int i = 0; i < (int)(sizeof(Pack8) / 16); i++) cp_async16((char*)dst + 16 * i, (const char*)src + 16 * i);
+}
+
 template <int V>
 __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
         floatX* __restrict__ dres, float* __restrict__ partial, const floatX* __restrict__ dout,
         const floatX* __restrict__ x, const floatX* __restrict__ w, const float* __restrict__ mean,
         const float* __restrict__ rstd, int N, int C, bool rms) {
+    constexpr bool STAGED = V <= 2;
     __shared__ float red[2 * 2 * NORM_BWD_THREADS / 32];
+    DYNAMIC_SMEM(stage_mem);  // STAGED: [NORM_BWD_STAGES][dout, x, dres][C] floatX
     const int nvec = C / 8, t = threadIdx.x;
     const int r0 = blockIdx.x * NORM_BWD_ROWS, r1 = min(N, r0 + NORM_BWD_ROWS);
+    // this thread's vector k of tensor `which` (0 dout, 1 x, 2 dres) of the row in stage `stage`
+    auto staged = [&](int stage, int which, int k) {
+        return (Pack8*)stage_mem + ((size_t)stage * 3 + which) * nvec + t + NORM_BWD_THREADS * k;
+    };
+    // queues row `row`'s copies into stage `stage` as one group (an empty group past the last row)
+    auto load_row = [&](int row, int stage) {
+        if (row < r1) {
+            const size_t base = (size_t)row * C;
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                const int v = t + NORM_BWD_THREADS * k;
+                if (v >= nvec) break;
+                cp_async_pack8(staged(stage, 0, k), dout + base + 8 * v);
+                cp_async_pack8(staged(stage, 1, k), x + base + 8 * v);
+                cp_async_pack8(staged(stage, 2, k), dres + base + 8 * v);
+            }
+        }
+        cp_async_commit();
+    };
     float dw[V][8], db[V][8];
     Pack8 wv[V];
 #pragma unroll
@@ -190,8 +228,15 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
 #pragma unroll
         for (int j = 0; j < 8; j++) dw[k][j] = db[k][j] = 0.0f;
     }
+    if (STAGED)
+        for (int i = 0; i < NORM_BWD_STAGES - 1; i++) load_row(r0 + i, i);
     for (int row = r0; row < r1; row++) {
         const size_t base = (size_t)row * C;
+        const int stage = (row - r0) % NORM_BWD_STAGES;
+        if (STAGED) {  // the stage read a row ago takes the row NORM_BWD_STAGES - 1 ahead; this row's group has landed
+            load_row(row + NORM_BWD_STAGES - 1, (row - r0 + NORM_BWD_STAGES - 1) % NORM_BWD_STAGES);
+            cp_async_wait<NORM_BWD_STAGES - 1>();
+        }
         const float m = mean[row], s = rstd[row];
         Pack8 dv[V], xv[V];
         float s_dn = 0.0f, s_dnx = 0.0f;
@@ -199,8 +244,8 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
         for (int k = 0; k < V; k++) {
             const int v = t + NORM_BWD_THREADS * k;
             if (v >= nvec) break;
-            dv[k] = load8(dout + base + 8 * v);
-            xv[k] = load8(x + base + 8 * v);
+            dv[k] = STAGED ? *staged(stage, 0, k) : load8(dout + base + 8 * v);
+            xv[k] = STAGED ? *staged(stage, 1, k) : load8(x + base + 8 * v);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 float d = to_float(dv[k].v[j]), xh = (to_float(xv[k].v[j]) - m) * s;
@@ -224,7 +269,7 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
         for (int k = 0; k < V; k++) {
             const int v = t + NORM_BWD_THREADS * k;
             if (v >= nvec) break;
-            Pack8 g = load8(dres + base + 8 * v);
+            Pack8 g = STAGED ? *staged(stage, 2, k) : load8(dres + base + 8 * v);
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 float xh = (to_float(xv[k].v[j]) - m) * s;
@@ -248,14 +293,26 @@ __global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_kernel(
 }
 
 // dw[c] += sum over blocks of partial[blk][c], db[c] += sum of partial[blk][C + c], in a fixed order:
-// a block of 32 columns x 8 slices; slice s sums blocks s, s+8, ..., then slice sums are added in order.
+// a block of 32 columns x 8 slices; slice s sums blocks s, s+8, ..., then slice sums are added in order. A slice
+// loads 16 of its blocks before it adds them (in the same order): 16 loads in flight per thread, not one chain of
+// dependent round trips (the grid is small: 2C / 32 blocks).
 __global__ void norm_weight_grad_reduce_kernel(floatX* __restrict__ dw, floatX* __restrict__ db,
                                                const float* __restrict__ partial, int nblocks, int C) {
     __shared__ float sums[8][33];
     const int col = blockIdx.x * 32 + threadIdx.x, slice = threadIdx.y;  // col in [0, 2C)
+    const int AHEAD = 16;
     float s = 0.0f;
-    if (col < 2 * C)
-        for (int blk = slice; blk < nblocks; blk += 8) s += partial[(size_t)blk * 2 * C + col];
+    if (col < 2 * C) {
+        int blk = slice;
+        for (; blk + 8 * (AHEAD - 1) < nblocks; blk += 8 * AHEAD) {
+            float v[AHEAD];
+#pragma unroll
+            for (int u = 0; u < AHEAD; u++) v[u] = partial[(size_t)(blk + 8 * u) * 2 * C + col];
+#pragma unroll
+            for (int u = 0; u < AHEAD; u++) s += v[u];
+        }
+        for (; blk < nblocks; blk += 8) s += partial[(size_t)blk * 2 * C + col];
+    }
     sums[slice][threadIdx.x] = s;
     __syncthreads();
     if (slice != 0 || col >= 2 * C) return;
@@ -277,7 +334,19 @@ static void norm_backward(floatX* dres, floatX* dw, floatX* db, float* scratch,
     norm_check_shape("norm_backward", N, C);
     const int grid = (int)ceil_div(N, NORM_BWD_ROWS);
     const int V = norm_backward_variant(C);
-#define NORM_BWD_LAUNCH(VV) norm_backward_kernel<VV><<<grid, NORM_BWD_THREADS, 0, stream>>>(dres, scratch, dout, x, w, mean, rstd, N, C, rms)
+    const size_t smem = norm_backward_smem(V, C);
+    // the staged rows pass 48 KiB above C = 2730 in bf16: the kernel is allowed more, once (one device a process)
+#define NORM_BWD_LAUNCH(VV)                                                                                        \
+    do {                                                                                                          \
+        static size_t allowed = 48 * 1024;                                                                        \
+        if (smem > allowed) {                                                                                     \
+            cudaCheck(cudaFuncSetAttribute(norm_backward_kernel<VV>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                           (int)smem));                                                           \
+            allowed = smem;                                                                                       \
+        }                                                                                                         \
+        norm_backward_kernel<VV><<<grid, NORM_BWD_THREADS, smem, stream>>>(dres, scratch, dout, x, w, mean, rstd, \
+                                                                           N, C, rms);                            \
+    } while (0)
     if (V == 1) NORM_BWD_LAUNCH(1);
     else if (V == 2) NORM_BWD_LAUNCH(2);
     else if (V == 4) NORM_BWD_LAUNCH(4);

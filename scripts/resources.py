@@ -89,6 +89,8 @@ DYN_SMEM = {
     "attention_forward_wgmma_kernel": (["HD"], "5 * ATT_WG_BN * HD * 2 + 1024"),
     "attention_backward_dkdv_wgmma_kernel": (["HD"], "6 * ATT_WGB_N * HD * 2 + 2 * ATT_WGB_N * 2 * 4 + 2 * ATT_WGB_N * 4 + 1024"),
     "attention_backward_dq_wgmma_kernel": (["HD"], "6 * ATT_WGB_N * HD * 2 + 1024"),
+    # llmc/norm.cuh's norm_backward_smem at the widest C of the instantiation (V <= 2: C up to 2048 V; none above)
+    "norm_backward_kernel": (["V"], "(V <= 2) * NORM_BWD_STAGES * 3 * NORM_BWD_THREADS * 8 * V * 2"),
 }
 
 
@@ -104,7 +106,7 @@ def header_constants():
 
 
 def evaluate(expr, names):
-    if not re.fullmatch(r"[\w\s*+()]+", expr):
+    if not re.fullmatch(r"[\w\s*+()<=]+", expr):
         raise ValueError("bad expression " + expr)
     return eval(expr, {"__builtins__": {}}, names)
 

@@ -305,6 +305,34 @@ SRC
     else fail "attention_tiles program builds" "$(grep -m 3 error "$T/emu_tiles_build.log")"; fi
 fi
 
+# ---- the memory-bound programs' newest versions against the CPU emulation (no GPU needed): each checks itself
+# against the double reference and, bit for bit, against the version it replaced: norm's backward version 4 against
+# version 3 (C 768 and 4096: rows staged, N 100 and 70 over several row blocks, the last partial; C 5120: not staged),
+# mlp_act's swiglu_backward version 3 against version 2 (a partial last block), rope's version 4 against version 3
+# (head dims 128, 80 and 64, forward and backward, partial last blocks)
+if [ "$(uname -m)" != x86_64 ]; then
+    echo "[SKIP] norm, mlp_act and rope in the emulation: its fiber switch is x86-64 only"
+elif ! emu_build "$T/emu_mem" norm mlp_act rope > "$T/emu_mem_build.log" 2>&1; then
+    fail "norm, mlp_act and rope build against the emulation" "$(grep -m 3 error "$T/emu_mem_build.log")"
+else
+    f=$T/emu_norm.log
+    timeout 300 "$T/emu_mem/norm" 4 --check-only --sizes 100x768,70x4096,40x5120 > "$f" 2>&1; rc=$?
+    if [ $rc = 0 ] && [ "$(grep -cE '^\| norm_backward \| (layer|rms)norm \| [0-9]+x[0-9]+ \| 4 \| 1 \| - \| - \| - \| ok ' "$f")" = 6 ]; then
+        pass "norm 4 --check-only (emulated): the backward's staged rows, 6 rows ok, bit for bit version 3"
+    else fail "norm 4 --check-only (emulated)" "exit $rc: $(grep -E '^\||FAIL|error' "$f" | head -n 8 | tr '\n' ' ')"; fi
+    f=$T/emu_mlp_act.log
+    timeout 300 "$T/emu_mem/mlp_act" 3 --check-only --sizes 40x1000 > "$f" 2>&1; rc=$?
+    if [ $rc = 0 ] && [ "$(grep -cE '^\| swiglu_backward \| swiglu \| 40x1000 \| 3 \| 1 \| - \| - \| - \| ok ' "$f")" = 1 ] &&
+       [ "$(grep -c '^| ' "$f")" = 3 ]; then
+        pass "mlp_act 3 --check-only (emulated): swiglu_backward in address order, bit for bit version 2; no other kernel has a version 3"
+    else fail "mlp_act 3 --check-only (emulated)" "exit $rc: $(grep -E '^\||FAIL|error' "$f" | head -n 6 | tr '\n' ' ')"; fi
+    f=$T/emu_rope.log
+    timeout 300 "$T/emu_mem/rope" 4 --check-only --sizes 2x64x8x2x128,1x50x6x3x80,3x40x4x2x64 > "$f" 2>&1; rc=$?
+    if [ $rc = 0 ] && [ "$(grep -cE '^\| rope \| (forward|backward) \| [0-9x]+ \| 4 \| 1 \| - \| - \| - \| ok ' "$f")" = 6 ]; then
+        pass "rope 4 --check-only (emulated): a thread per head, 6 rows ok, bit for bit version 3"
+    else fail "rope 4 --check-only (emulated)" "exit $rc: $(grep -E '^\||FAIL|error' "$f" | head -n 8 | tr '\n' ' ')"; fi
+fi
+
 # ---- the run-all script
 if bash -n dev/cuda/run_all.sh; then pass "dev/cuda/run_all.sh parses (bash -n)"
 else fail "dev/cuda/run_all.sh" "bash -n reports a syntax error"; fi

@@ -7,7 +7,8 @@
 //     norm_forward_variant(C) selects: (V 4, warp) C <= 1024, (8, warp) <= 2048, (16, warp) <= 4096, then one
 //     block of 256 threads per row: (4, block) <= 8192, (6, block) <= 12288; widths with partial last vectors too;
 //   - llmc/norm.cuh backward at each norm_backward_variant(C): V 1 (C <= 2048), 2 (<= 4096), 4 (<= 8192), 6, over
-//     37 rows (two row blocks, the second partial, so the weight-gradient reduction sums two partials);
+//     37 rows (two row blocks, the second partial, so the weight-gradient reduction sums two partials), and that
+//     reduction alone over 2, 128 and 285 row blocks (its 16-loads-ahead loop and remainder), bit for bit;
 //   - llmc/classifier.cuh fused_classifier at the presets' vocabularies 50257 (Vp 50304), 32000, 128256 and 152064
 //     (Qwen2.5-7B's, the largest): the
 //     row kernel's online softmax over many 8-wide vectors per thread, several panels and a partial last one
@@ -24,6 +25,7 @@
 // Attention at the presets' head dims is tests/test_attention.cu's (64, 80, 128). Each line names the variant the
 // dispatch chose for the shape, so a changed threshold shows up in the output. Seconds each on one core.
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -191,6 +193,40 @@ static void test_norm_backward(int C, bool rms) {
     for (void* p : {(void*)dx, (void*)ddout, (void*)dwt, (void*)ddres, (void*)ddw, (void*)ddb, (void*)dmean,
                     (void*)drstd, (void*)scratch})
         if (p) cudaCheck(cudaFree(p));
+}
+
+// ---------------------------------------------------------------- norm weight-gradient reduction
+// norm_weight_grad_reduce over nblocks partial rows [nblocks][2C]: past its 16-loads-ahead loop (a slice takes 16 of
+// its blocks at a time from 128 blocks on, N > 4096 rows in the trainer) and its remainder loop. The oracle is
+// exact: the host adds the same fp32 values in the kernel's documented order (slice s: blocks s, s+8, ...; then the
+// slices in order; then into the floatX value), so the results must be equal bit for bit.
+static void test_norm_weight_reduce(int nblocks, int C) {
+    g_seed = 2500u + nblocks;
+    char name[160];
+    snprintf(name, sizeof(name), "%snorm weight-gradient reduction, %d blocks x 2C = %d: bit for bit the documented order",
+             tag().c_str(), nblocks, 2 * C);
+    const std::vector<float> partial = make_values((size_t)nblocks * 2 * C, 1.0), dw0 = make_values(C, 0.5),
+                             db0 = make_values(C, 0.5);
+    float* dpart = upload<float>(partial);
+    floatX *ddw = upload<floatX>(dw0), *ddb = upload<floatX>(db0);
+    norm_weight_grad_reduce(ddw, ddb, dpart, nblocks, C, 0);
+    cudaCheck(cudaDeviceSynchronize());
+    const std::vector<float> gw = download(ddw, C), gb = download(ddb, C);
+    long wrong = 0;
+    for (int col = 0; col < 2 * C; col++) {
+        float tot = 0.0f;
+        for (int slice = 0; slice < 8; slice++) {
+            float s = 0.0f;
+            for (int blk = slice; blk < nblocks; blk += 8) s += partial[(size_t)blk * 2 * C + col];
+            tot += s;
+        }
+        const float want = col < C ? to_float(to_floatX(dw0[col] + tot)) : to_float(to_floatX(db0[col - C] + tot));
+        const float got = col < C ? gw[col] : gb[col - C];
+        if (memcmp(&want, &got, 4) != 0) wrong++;
+    }
+    check(wrong == 0, name, "%ld of %d sums differ from the host's in the same order", wrong, 2 * C);
+    printf("  norm weight reduce %d blocks: %ld of %d differ\n", nblocks, wrong, 2 * C);
+    for (void* p : {(void*)dpart, (void*)ddw, (void*)ddb}) cudaCheck(cudaFree(p));
 }
 
 // ---------------------------------------------------------------- fused classifier
@@ -550,6 +586,7 @@ int main(int argc, char** argv) {
             test_norm_backward(C, false);
             test_norm_backward(C, true);
         }
+        for (int nblocks : {2, 128, 8 * 16 * 2 + 8 * 3 + 5}) test_norm_weight_reduce(nblocks, 40);
     }
     if (want("classifier")) {
         MatmulContext mm;

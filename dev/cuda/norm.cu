@@ -17,8 +17,19 @@
 //   2  one warp per row with 128-bit loads for dres; a second kernel re-reads dout and x in blocks of rows for
 //      per-block dw, db partial sums, then a fixed-order reduction. Reads dout and x twice: at best about 2/3
 //      of the minimal-traffic figure, expect 50-60%.
-//   3  llmc/norm.cuh: one kernel per block of 32 rows computes dres and accumulates dw, db for its own columns
-//      in registers (the row is read once), then the same fixed-order reduction. Expect 75-85%.
+//   3  one kernel per block of 32 rows computes dres and accumulates dw, db for its own columns in registers
+//      (the row is read once), then the same fixed-order reduction. Expect 75-85%. Measured 67.8% (16384x2048)
+//      and 60.9% (16384x4096) of the copy ceiling on an H100; in the trainer on an H200, 49.6% (gpt3_1.3b) and
+//      33.7% (llama3.2_1b, N 8192) of the nominal 4.8 TB/s.
+//   4  llmc/norm.cuh: version 3 with each row's dout, x and dres copied into shared memory by cp.async two rows
+//      ahead (C <= 4096), and the weight-gradient reduction with 16 loads in flight per thread; bit for bit version
+//      3 (checked). Why: at C 2048 a block's 32 rows ran one after another, each waiting for memory twice (dout and x,
+//      then dres after the row sums) around a block barrier, with 4 blocks of 256 threads an SM (63 registers) and
+//      one wave (N 16384: 512 blocks): about 32 KB in flight per SM, under the 36 KB that 4.8 TB/s needs at a
+//      microsecond of latency, and half of it only half the time. Staged, two rows (96 KB an SM) are in flight
+//      while one computes. The reduction's thread chained 64 dependent loads (N 16384) over a grid of 128 blocks.
+//      Expect 80-85% of the copy ceiling at C 2048 and 4096; the H200's 1.3b step 5.5 -> about 3.5 ms, llama3.2_1b
+//      2.7 -> about 1.4 ms (the sprint's profile rows "norm bwd").
 #include "dev/cuda/common.h"
 #include "llmc/norm.cuh"
 #include "llmc/ref_ops.h"
@@ -167,6 +178,81 @@ __global__ void norm_backward_v2_partial_kernel(float* partial, const bf16* dout
     }
 }
 
+// backward version 3: llmc/norm.cuh's kernel before its rows were staged (the same loop with each row's loads where
+// they are used: dout and x at the row's start, dres after its row sums); version 4 must equal it bit for bit
+template <int V>
+__global__ void __launch_bounds__(NORM_BWD_THREADS) norm_backward_v3_kernel(
+        bf16* __restrict__ dres, float* __restrict__ partial, const bf16* __restrict__ dout,
+        const bf16* __restrict__ x, const bf16* __restrict__ w, const float* __restrict__ mean,
+        const float* __restrict__ rstd, int N, int C, bool rms) {
+    __shared__ float red[2 * 2 * NORM_BWD_THREADS / 32];
+    const int nvec = C / 8, t = threadIdx.x;
+    const int r0 = blockIdx.x * NORM_BWD_ROWS, r1 = min(N, r0 + NORM_BWD_ROWS);
+    float dw[V][8], db[V][8];
+    Pack8 wv[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        if (t + NORM_BWD_THREADS * k < nvec) wv[k] = load8(w + 8 * (t + NORM_BWD_THREADS * k));
+#pragma unroll
+        for (int j = 0; j < 8; j++) dw[k][j] = db[k][j] = 0.0f;
+    }
+    for (int row = r0; row < r1; row++) {
+        const size_t base = (size_t)row * C;
+        const float m = mean[row], s = rstd[row];
+        Pack8 dv[V], xv[V];
+        float s_dn = 0.0f, s_dnx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const int v = t + NORM_BWD_THREADS * k;
+            if (v >= nvec) break;
+            dv[k] = load8(dout + base + 8 * v);
+            xv[k] = load8(x + base + 8 * v);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float d = to_float(dv[k].v[j]), xh = (to_float(xv[k].v[j]) - m) * s;
+                float dn = d * to_float(wv[k].v[j]);
+                s_dn += dn;
+                s_dnx += dn * xh;
+                dw[k][j] += d * xh;
+                db[k][j] += d;
+            }
+        }
+        float2 tot = block_sum2(s_dn, s_dnx, red, row & 1);
+        if (V > 4) {
+#pragma unroll
+            for (int k = 0; k < V; k++) {
+                norm_opaque(dv[k]);
+                norm_opaque(xv[k]);
+            }
+        }
+        const float m_dn = rms ? 0.0f : tot.x / C, m_dnx = tot.y / C;
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const int v = t + NORM_BWD_THREADS * k;
+            if (v >= nvec) break;
+            Pack8 g = load8(dres + base + 8 * v);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float xh = (to_float(xv[k].v[j]) - m) * s;
+                float dn = to_float(dv[k].v[j]) * to_float(wv[k].v[j]);
+                g.v[j] = __float2bfloat16(to_float(g.v[j]) + s * (dn - m_dn - xh * m_dnx));
+            }
+            store8(dres + base + 8 * v, g);
+        }
+    }
+    float* pw = partial + (size_t)blockIdx.x * 2 * C;
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int v = t + NORM_BWD_THREADS * k;
+        if (v >= nvec) break;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            pw[8 * v + j] = dw[k][j];
+            pw[C + 8 * v + j] = db[k][j];
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------------------------
 // buffers of one set and the launches
 
@@ -200,6 +286,16 @@ static void backward_launch(int version, const BwdBufs& p, int N, int C, bool rm
         norm_backward_v2_partial_kernel<<<grid, 128, 0, st>>>(p.scratch, p.dout, p.x, p.mean, p.rstd, N, C);
         cudaCheck(cudaGetLastError());
         norm_weight_grad_reduce(p.dw, db, p.scratch, blocks, C, st);
+    } else if (version == 3) {
+        const int grid = (int)ceil_div(N, NORM_BWD_ROWS), V = norm_backward_variant(C);
+#define NORM_BWD_V3(VV) norm_backward_v3_kernel<VV><<<grid, NORM_BWD_THREADS, 0, st>>>(p.dres, p.scratch, p.dout, p.x, p.w, p.mean, p.rstd, N, C, rms)
+        if (V == 1) NORM_BWD_V3(1);
+        else if (V == 2) NORM_BWD_V3(2);
+        else if (V == 4) NORM_BWD_V3(4);
+        else NORM_BWD_V3(6);
+#undef NORM_BWD_V3
+        cudaCheck(cudaGetLastError());
+        norm_weight_grad_reduce(p.dw, db, p.scratch, grid, C, st);
     } else {
         norm_backward(p.dres, p.dw, db, p.scratch, p.dout, p.x, p.w, p.mean, p.rstd, N, C, rms, st);
     }
@@ -337,6 +433,22 @@ static void run_backward(Bench* bench, int version, int N, int C, bool rms, size
     double worst = check_close("dres", g_dres, r_dres, tolerance(U_BF16, C, 3.0 * rstd_max * 1.5 + max_abs(r_dres)), &report);
     worst = std::max(worst, check_close("dw", g_dw, r_dw, tolerance(U_BF16, N, s_dw + 1.0), &report));
     if (!rms) worst = std::max(worst, check_close("db", g_db, r_db, tolerance(U_BF16, N, s_db + 1.0), &report));
+    if (version == 4) {  // the staged rows change when values load, not what is computed: version 3's bits exactly
+        device_sets_upload(sets, odres, dresh.data(), NC * 2);
+        device_sets_upload(sets, odw, dwh.data(), C * 2ull);
+        device_sets_upload(sets, odb, dbh.data(), C * 2ull);
+        backward_launch(3, p0, N, C, rms, bench->stream);
+        cudaCheck(cudaStreamSynchronize(bench->stream));
+        auto same_bits = [](const std::vector<bf16>& a, const std::vector<bf16>& b) {
+            return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+        };
+        const bool same = same_bits(download(p0.dres, NC), g_dres) && same_bits(download(p0.dw, C), g_dw) &&
+                          same_bits(download(p0.db, C), g_db);
+        if (!same) {
+            worst = INFINITY;
+            report += " FAIL: not bit for bit version 3's;";
+        }
+    }
 
     double ms = -1.0;
     if (!bench->args.check_only)
@@ -352,8 +464,9 @@ static void run_backward(Bench* bench, int version, int N, int C, bool rms, size
 int main(int argc, char** argv) {
     Args a = parse_args(argc, argv,
                         "  LayerNorm and RMSNorm fused with the residual add, forward and backward (bf16, fp32 statistics).\n"
-                        "  Versions: 1 thread per row, 2 warp per row, 3 llmc/norm.cuh.\n",
-                        "NxC (rows x channels, C a multiple of 8 up to 12288)", "16384x2048,16384x4096", 2, 3);
+                        "  Versions: 1 thread per row, 2 warp per row, 3 llmc/norm.cuh (forward), block of rows\n"
+                        "  (backward), 4 llmc/norm.cuh (backward only: rows staged ahead by cp.async).\n",
+                        "NxC (rows x channels, C a multiple of 8 up to 12288)", "16384x2048,16384x4096,8192x2048", 2, 4);
     for (const std::vector<long>& s : a.sizes)
         if (s[1] % 8 != 0 || s[1] > NORM_MAX_C || s[0] * s[1] > (1l << 31))
             die("--sizes: %ldx%ld: C must be a multiple of 8 up to %d and N*C at most 2^31", s[0], s[1], NORM_MAX_C);
@@ -363,7 +476,7 @@ int main(int argc, char** argv) {
         for (int rms = 0; rms < 2; rms++) {
             for (int v = 1; v <= 3; v++)
                 if (a.version == 0 || a.version == v) run_forward(&bench, v, N, C, rms, si);
-            for (int v = 1; v <= 3; v++)
+            for (int v = 1; v <= 4; v++)
                 if (a.version == 0 || a.version == v) run_backward(&bench, v, N, C, rms, si);
         }
     }

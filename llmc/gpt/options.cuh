@@ -195,8 +195,8 @@ static void check_shapes(const ModelConfig& c, int B, int T) {
     if (T % 64 != 0) die("-t %d: the attention kernels need a sequence length that is a multiple of 64", T);
 #endif
     if (c.ffn % 8 != 0) die("--ffn %d: the CUDA kernels need a multiple of 8", c.ffn);
-    // 32-bit indices of kernels that no preset comes near: RoPE's thread per token and 8 pairs of a head
-    // (llmc/rope.cuh: tokens x heads x hd / 16 threads, hd / 16 <= 8) and the fp32 build's warp per token and head
+    // 32-bit indices of kernels that no preset comes near: RoPE's thread per token, head and 8 pairs (llmc/rope.cuh:
+    // tokens x (H + KV) x hd / 16 threads, at most tokens x heads x 16) and the fp32 build's warp per token and head
     // (llmc/attention_rowwise.cuh: 32 threads each), at most INT_MAX / 32 tokens x heads for both; fp8's transposing
     // cast is check_fp8_tokens'.
     const long long N = (long long)B * T;
