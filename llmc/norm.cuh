@@ -166,7 +166,8 @@ static void fused_residual_norm_forward(floatX* resid, floatX* out, float* mean,
 // NORM_BWD_STAGES - 1 rows ahead of the row being computed, so the block's loads overlap its row sums and
 // barriers: a block of 32 rows waits for memory about once, not twice a row. Each thread copies and reads only its own
 // vectors, so no barrier guards the stages; the values and their order are those of the loop without it.
-// Larger C keeps the plain loop: its rows fill the registers (and 3 stages of a row would pass 48 KiB).
+// Larger C keeps the plain loop: one block an SM already (its rows fill the registers), and 3 stages of a row would
+// take up to 216 KiB of shared memory at C 12288.
 
 static const int NORM_BWD_STAGES = 3;  // rows in shared memory: the one computed and the two loading
 static size_t norm_backward_scratch_floats(int N, int C) { return ceil_div(N, NORM_BWD_ROWS) * 2 * (size_t)C; }
